@@ -1,0 +1,202 @@
+//! Result payloads a handler returns: content blocks, tool results, prompt results and resource
+//! contents, each serialised to the 2026-07-28 shapes.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Map, Value, json};
+
+/// One content block of a tool result or prompt message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// An image, raw bytes (base64-encoded on the wire).
+    Image {
+        /// Raw image bytes.
+        data: Vec<u8>,
+        /// MIME type, e.g. `image/png`.
+        mime_type: String,
+    },
+    /// Audio, raw bytes (base64-encoded on the wire).
+    Audio {
+        /// Raw audio bytes.
+        data: Vec<u8>,
+        /// MIME type, e.g. `audio/wav`.
+        mime_type: String,
+    },
+    /// A resource embedded in the result.
+    Resource(ResourceContents),
+    /// A link to a resource the client may read.
+    ResourceLink {
+        /// The resource URI.
+        uri: String,
+        /// Its name.
+        name: String,
+        /// MIME type, when known.
+        mime_type: Option<String>,
+    },
+}
+
+impl Content {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::Text(text.into())
+    }
+
+    /// The wire form.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Self::Text(text) => json!({ "type": "text", "text": text }),
+            Self::Image { data, mime_type } => {
+                json!({ "type": "image", "data": STANDARD.encode(data), "mimeType": mime_type })
+            }
+            Self::Audio { data, mime_type } => {
+                json!({ "type": "audio", "data": STANDARD.encode(data), "mimeType": mime_type })
+            }
+            Self::Resource(resource) => json!({ "type": "resource", "resource": resource.to_value() }),
+            Self::ResourceLink { uri, name, mime_type } => {
+                let mut link = json!({ "type": "resource_link", "uri": uri, "name": name });
+                if let Some(mime_type) = mime_type {
+                    link["mimeType"] = json!(mime_type);
+                }
+                link
+            }
+        }
+    }
+}
+
+/// The contents of one resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceContents {
+    /// The resource URI.
+    pub uri: String,
+    /// MIME type, when known.
+    pub mime_type: Option<String>,
+    /// Text or bytes.
+    pub body: ResourceBody,
+}
+
+/// A resource body.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResourceBody {
+    /// UTF-8 text.
+    Text(String),
+    /// Binary data (base64 on the wire).
+    Blob(Vec<u8>),
+}
+
+impl ResourceContents {
+    /// Text contents.
+    pub fn text(uri: impl Into<String>, mime_type: impl Into<String>, text: impl Into<String>) -> Self {
+        Self { uri: uri.into(), mime_type: Some(mime_type.into()), body: ResourceBody::Text(text.into()) }
+    }
+
+    /// Binary contents.
+    pub fn blob(uri: impl Into<String>, mime_type: impl Into<String>, data: Vec<u8>) -> Self {
+        Self { uri: uri.into(), mime_type: Some(mime_type.into()), body: ResourceBody::Blob(data) }
+    }
+
+    /// The wire form.
+    pub fn to_value(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("uri".into(), json!(self.uri));
+        if let Some(mime_type) = &self.mime_type {
+            out.insert("mimeType".into(), json!(mime_type));
+        }
+        match &self.body {
+            ResourceBody::Text(text) => out.insert("text".into(), json!(text)),
+            ResourceBody::Blob(data) => out.insert("blob".into(), json!(STANDARD.encode(data))),
+        };
+        Value::Object(out)
+    }
+}
+
+/// The result of a tool call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CallToolResult {
+    /// Unstructured content.
+    pub content: Vec<Content>,
+    /// Structured content matching the tool's output schema, when it has one.
+    pub structured_content: Option<Value>,
+    /// Whether the call failed (tool-level failure, visible to the model).
+    pub is_error: bool,
+}
+
+impl CallToolResult {
+    /// A successful result with the given content.
+    pub fn content(content: Vec<Content>) -> Self {
+        Self { content, structured_content: None, is_error: false }
+    }
+
+    /// A successful single-text result.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self::content(vec![Content::text(text)])
+    }
+
+    /// A tool-level failure the model can read and react to.
+    pub fn error(message: impl Into<String>) -> Self {
+        Self { content: vec![Content::text(message)], structured_content: None, is_error: true }
+    }
+
+    /// A result with structured content, also rendered as text as the spec recommends.
+    pub fn structured(value: Value) -> Self {
+        Self { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }
+    }
+
+    /// The wire fields (without `resultType` / `_meta`, which the pipeline adds).
+    pub fn to_value(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("content".into(), Value::Array(self.content.iter().map(Content::to_value).collect()));
+        if let Some(structured) = &self.structured_content {
+            out.insert("structuredContent".into(), structured.clone());
+        }
+        if self.is_error {
+            out.insert("isError".into(), json!(true));
+        }
+        Value::Object(out)
+    }
+}
+
+/// One message of a prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptMessage {
+    /// `user` or `assistant`.
+    pub role: &'static str,
+    /// The message content.
+    pub content: Content,
+}
+
+impl PromptMessage {
+    /// A user message.
+    pub fn user(content: Content) -> Self {
+        Self { role: "user", content }
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: Content) -> Self {
+        Self { role: "assistant", content }
+    }
+}
+
+/// The result of `prompts/get`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GetPromptResult {
+    /// Optional description.
+    pub description: Option<String>,
+    /// The messages.
+    pub messages: Vec<PromptMessage>,
+}
+
+impl GetPromptResult {
+    /// The wire fields.
+    pub fn to_value(&self) -> Value {
+        let mut out = Map::new();
+        if let Some(description) = &self.description {
+            out.insert("description".into(), json!(description));
+        }
+        let messages =
+            self.messages.iter().map(|m| json!({ "role": m.role, "content": m.content.to_value() })).collect();
+        out.insert("messages".into(), Value::Array(messages));
+        Value::Object(out)
+    }
+}

@@ -1,0 +1,173 @@
+//! What a handler sees of its request ([`RequestContext`]) and what it may answer besides a
+//! result ([`Outcome::InputRequired`], the MRTR round trip).
+
+use std::sync::Arc;
+
+use palisade_wire::jsonrpc::notification_frame;
+use palisade_wire::{LogLevel, RequestId, RequestMeta};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::VerifiedPrincipal;
+use crate::events::EventBus;
+
+/// A handler's answer: the result, or a request for more input from the client (MRTR).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome<T> {
+    /// The request is complete.
+    Complete(T),
+    /// The client must retry the same request with `inputResponses` (and the sealed state).
+    InputRequired(InputRequired),
+}
+
+/// An `input_required` answer under construction.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct InputRequired {
+    pub(crate) requests: Map<String, Value>,
+    pub(crate) state: Option<Value>,
+}
+
+impl InputRequired {
+    /// An empty answer; add requests and/or state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Asks the user for structured input (`elicitation/create`, form mode).
+    pub fn elicit(mut self, key: impl Into<String>, message: impl Into<String>, requested_schema: Value) -> Self {
+        self.requests.insert(
+            key.into(),
+            json!({ "method": "elicitation/create", "params": {
+                "mode": "form", "message": message.into(), "requestedSchema": requested_schema } }),
+        );
+        self
+    }
+
+    /// Asks the client's model for a completion (`sampling/createMessage`).
+    pub fn sample(mut self, key: impl Into<String>, params: Value) -> Self {
+        self.requests.insert(key.into(), json!({ "method": "sampling/createMessage", "params": params }));
+        self
+    }
+
+    /// Asks the client for its roots (`roots/list`).
+    pub fn list_roots(mut self, key: impl Into<String>) -> Self {
+        self.requests.insert(key.into(), json!({ "method": "roots/list", "params": {} }));
+        self
+    }
+
+    /// Application state to get back on the retry. The pipeline seals it (HMAC, bound to the
+    /// caller, the method, the params and an expiry); the client sees only an opaque string.
+    pub fn with_state(mut self, state: Value) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// The input requests by key (method + params objects).
+    pub fn requests(&self) -> &Map<String, Value> {
+        &self.requests
+    }
+}
+
+/// Where a request's notifications go: its SSE stream (HTTP) or the shared stdout (stdio).
+#[derive(Clone)]
+pub struct NotificationSink(pub(crate) mpsc::Sender<Value>);
+
+impl NotificationSink {
+    /// A sink and the receiver the transport drains.
+    pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<Value>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        (Self(tx), rx)
+    }
+
+    /// Sends one notification frame; a closed receiver means the client went away.
+    pub(crate) async fn send(&self, frame: Value) -> bool {
+        self.0.send(frame).await.is_ok()
+    }
+
+    /// Sends without waiting; `false` when the queue is full or closed (listen backpressure).
+    pub(crate) fn try_send(&self, frame: Value) -> bool {
+        self.0.try_send(frame).is_ok()
+    }
+}
+
+/// Everything a handler may know about its request. The raw bearer token and any raw handle are
+/// deliberately absent.
+pub struct RequestContext {
+    pub(crate) id: RequestId,
+    pub(crate) meta: RequestMeta,
+    pub(crate) principal: Arc<VerifiedPrincipal>,
+    pub(crate) input_responses: Map<String, Value>,
+    pub(crate) request_state: Option<Value>,
+    pub(crate) sink: NotificationSink,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) events: EventBus,
+}
+
+impl RequestContext {
+    /// The JSON-RPC id of this request.
+    pub fn request_id(&self) -> &RequestId {
+        &self.id
+    }
+
+    /// The validated `_meta` (version, client capabilities, log level, progress token).
+    pub fn meta(&self) -> &RequestMeta {
+        &self.meta
+    }
+
+    /// The authenticated caller.
+    pub fn principal(&self) -> &VerifiedPrincipal {
+        &self.principal
+    }
+
+    /// One answer from the client's `inputResponses`, by the key the handler asked under.
+    pub fn input_response(&self, key: &str) -> Option<&Value> {
+        self.input_responses.get(key)
+    }
+
+    /// All answers from the client's `inputResponses`.
+    pub fn input_responses(&self) -> &Map<String, Value> {
+        &self.input_responses
+    }
+
+    /// The application state from an earlier `input_required` answer, already verified.
+    pub fn request_state(&self) -> Option<&Value> {
+        self.request_state.as_ref()
+    }
+
+    /// The server's event bus, to announce list changes and resource updates.
+    pub fn events(&self) -> &EventBus {
+        &self.events
+    }
+
+    /// Cancelled when the client closes the stream or sends `notifications/cancelled`.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Reports progress if the client asked for it (it sent a `progressToken`).
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        let Some(token) = &self.meta.progress_token else { return };
+        let mut params = json!({ "progressToken": token.to_value(), "progress": progress });
+        if let Some(total) = total {
+            params["total"] = json!(total);
+        }
+        if let Some(message) = message {
+            params["message"] = json!(message);
+        }
+        self.sink.send(notification_frame("notifications/progress", params)).await;
+    }
+
+    /// Logs to the client if it opted in with `logLevel` at or below `level`.
+    pub async fn log(&self, level: LogLevel, logger: Option<&str>, data: Value) {
+        let Some(threshold) = self.meta.log_level else { return };
+        if level < threshold {
+            return;
+        }
+        let mut params = json!({ "level": level.as_str(), "data": data });
+        if let Some(logger) = logger {
+            params["logger"] = json!(logger);
+        }
+        self.sink.send(notification_frame("notifications/message", params)).await;
+    }
+}

@@ -1,0 +1,64 @@
+//! Server-side events that listen streams deliver: list changes and resource updates.
+//!
+//! The bus is in-process today; fan-out across instances plugs in behind the same type.
+
+use tokio::sync::broadcast;
+
+/// One server event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerEvent {
+    /// The tool list changed.
+    ToolsListChanged,
+    /// The prompt list changed.
+    PromptsListChanged,
+    /// The resource list changed.
+    ResourcesListChanged,
+    /// A resource's contents changed.
+    ResourceUpdated {
+        /// The resource URI.
+        uri: String,
+    },
+}
+
+/// Publishes events to every open listen stream.
+#[derive(Clone)]
+pub struct EventBus {
+    sender: broadcast::Sender<ServerEvent>,
+}
+
+impl EventBus {
+    /// A bus whose subscribers may lag `capacity` events before they are cut off.
+    pub fn new(capacity: usize) -> Self {
+        let (sender, _) = broadcast::channel(capacity.max(1));
+        Self { sender }
+    }
+
+    /// Publishes an event (no-op when nobody listens).
+    pub fn publish(&self, event: ServerEvent) {
+        let _ = self.sender.send(event);
+    }
+
+    /// Announces that the tool list changed.
+    pub fn tools_list_changed(&self) {
+        self.publish(ServerEvent::ToolsListChanged);
+    }
+
+    /// Announces that the prompt list changed.
+    pub fn prompts_list_changed(&self) {
+        self.publish(ServerEvent::PromptsListChanged);
+    }
+
+    /// Announces that the resource list changed.
+    pub fn resources_list_changed(&self) {
+        self.publish(ServerEvent::ResourcesListChanged);
+    }
+
+    /// Announces that a resource's contents changed.
+    pub fn resource_updated(&self, uri: impl Into<String>) {
+        self.publish(ServerEvent::ResourceUpdated { uri: uri.into() });
+    }
+
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<ServerEvent> {
+        self.sender.subscribe()
+    }
+}

@@ -1,0 +1,312 @@
+//! Streamable HTTP transport (2026-07-28): `POST /mcp` only, one JSON-RPC message per POST, the
+//! answer as JSON or as an SSE stream scoped to that request.
+//!
+//! Checked here, before any byte reaches the pipeline: `Host`/`Origin` (DNS rebinding, 403),
+//! header count and size (431), body size (413), `Accept` (406). Closing the response stream
+//! cancels the request's work.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, Method as HttpMethod, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use futures::Stream;
+use http_body_util::{BodyExt, Limited};
+use palisade_wire::ProtocolError;
+use palisade_wire::jsonrpc::{Message, error_frame, parse_message};
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::context::NotificationSink;
+use crate::pipeline::{Reply, Server, TransportHeaders};
+
+/// Why the HTTP transport could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Unauthenticated mode on a non-loopback address.
+    #[error("refusing to listen on {0}: the server is unauthenticated, which is allowed on loopback addresses only")]
+    UnauthenticatedNonLoopback(SocketAddr),
+    /// Binding or serving failed.
+    #[error("listener error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+struct HttpState {
+    server: Arc<Server>,
+    allowed_hosts: Vec<String>,
+    allowed_origins: Vec<String>,
+}
+
+/// Binds `addr`, refusing a non-loopback address while the server is unauthenticated.
+pub async fn bind(server: &Server, addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    if server.authenticator().is_unauthenticated() && !addr.ip().is_loopback() {
+        return Err(ServeError::UnauthenticatedNonLoopback(addr));
+    }
+    Ok(TcpListener::bind(addr).await?)
+}
+
+/// Serves until `shutdown` resolves; then open listen streams end with their `complete` result
+/// and in-flight requests finish.
+pub async fn serve(
+    server: Arc<Server>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let local = listener.local_addr()?;
+    if server.authenticator().is_unauthenticated() && !local.ip().is_loopback() {
+        return Err(ServeError::UnauthenticatedNonLoopback(local));
+    }
+    let token = server.shutdown_token().clone();
+    let app = router(server, local);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            token.cancel();
+        })
+        .await?;
+    Ok(())
+}
+
+/// The router: `/mcp` for MCP, everything else 404.
+pub fn router(server: Arc<Server>, local: SocketAddr) -> Router {
+    let port = local.port();
+    let mut allowed_hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
+    if !local.ip().is_loopback() && !local.ip().is_unspecified() {
+        allowed_hosts.push(local.to_string());
+    }
+    allowed_hosts.extend(server.config().allowed_hosts.iter().cloned());
+    let mut allowed_origins: Vec<String> = allowed_hosts.iter().map(|h| format!("http://{h}")).collect();
+    allowed_origins.extend(server.config().allowed_origins.iter().cloned());
+    let state = Arc::new(HttpState { server, allowed_hosts, allowed_origins });
+    Router::new().route("/mcp", any(mcp_endpoint)).with_state(state)
+}
+
+async fn mcp_endpoint(
+    State(state): State<Arc<HttpState>>,
+    method: HttpMethod,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    if let Err(response) = check_transport(&state, &headers) {
+        return response;
+    }
+    if method != HttpMethod::POST {
+        // No GET stream and no session DELETE in 2026-07-28.
+        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response();
+    }
+    let streaming = match accepted_kinds(&headers) {
+        Some(accepts) => accepts.event_stream,
+        None => {
+            return error_response(
+                None,
+                &ProtocolError::InvalidRequest("Accept must allow application/json or text/event-stream"),
+                StatusCode::NOT_ACCEPTABLE,
+            );
+        }
+    };
+    if let Some(content_type) = headers.get(header::CONTENT_TYPE)
+        && !content_type.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
+    {
+        return error_response(
+            None,
+            &ProtocolError::InvalidRequest("Content-Type must be application/json"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        );
+    }
+    let limit = state.server.config().max_body_bytes;
+    let bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => return error_response(None, &ProtocolError::PayloadTooLarge, StatusCode::PAYLOAD_TOO_LARGE),
+    };
+    let request = match parse_message(&bytes) {
+        Ok(Message::Request(request)) => request,
+        // No client notification is defined over HTTP in this revision: accept and ignore.
+        Ok(Message::Notification(_)) => return StatusCode::ACCEPTED.into_response(),
+        Err(frame_error) => {
+            let status = status_of(&frame_error.error);
+            return error_response(frame_error.id.as_ref(), &frame_error.error, status);
+        }
+    };
+    let transport_headers = transport_headers(&headers);
+    let server = state.server.clone();
+    let queue = server.config().listen_queue;
+    let (sink, mut notifications) = NotificationSink::channel(queue);
+    let cancel = CancellationToken::new();
+    // Dropped when the client goes away (response future or SSE body dropped): cancels the work.
+    let guard = cancel.clone().drop_guard();
+    let mut work =
+        tokio::spawn(async move { server.handle_request(request, Some(&transport_headers), sink, cancel).await });
+
+    let first = tokio::select! {
+        biased;
+        reply = &mut work => {
+            let reply = reply.unwrap_or_else(|_| Reply::error(None, &ProtocolError::Internal));
+            let queued: Vec<Value> = std::iter::from_fn(|| notifications.try_recv().ok()).collect();
+            if queued.is_empty() || !streaming {
+                drop(guard);
+                return json_response(reply);
+            }
+            return sse_response(&state, stream_of(queued, None, reply));
+        }
+        Some(first) = notifications.recv() => first,
+    };
+    if !streaming {
+        // The client cannot take a stream: notifications are dropped, the result is sent.
+        let reply = loop {
+            tokio::select! {
+                reply = &mut work => break reply.unwrap_or_else(|_| Reply::error(None, &ProtocolError::Internal)),
+                _ = notifications.recv() => {}
+            }
+        };
+        drop(guard);
+        return json_response(reply);
+    }
+    let (events_tx, events_rx) = mpsc::channel::<Value>(queue.max(1));
+    tokio::spawn(async move {
+        let _guard = guard;
+        if events_tx.send(first).await.is_err() {
+            return;
+        }
+        let reply = loop {
+            tokio::select! {
+                biased;
+                Some(notification) = notifications.recv() => {
+                    if events_tx.send(notification).await.is_err() {
+                        return;
+                    }
+                }
+                reply = &mut work => break reply.unwrap_or_else(|_| Reply::error(None, &ProtocolError::Internal)),
+            }
+        };
+        while let Ok(notification) = notifications.try_recv() {
+            if events_tx.send(notification).await.is_err() {
+                return;
+            }
+        }
+        let _ = events_tx.send(reply.frame).await;
+    });
+    sse_response(&state, stream_of(Vec::new(), Some(events_rx), Reply { frame: Value::Null, status: 200 }))
+}
+
+/// A stream of SSE events: `queued`, then whatever `rx` yields, then `last` (unless null).
+fn stream_of(
+    queued: Vec<Value>,
+    rx: Option<mpsc::Receiver<Value>>,
+    last: Reply,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let tail = (!last.frame.is_null()).then_some(last.frame);
+    let rx_stream = futures::stream::unfold(rx, |rx| async move {
+        let mut rx = rx?;
+        let item = rx.recv().await?;
+        Some((item, Some(rx)))
+    });
+    use futures::StreamExt as _;
+    futures::stream::iter(queued)
+        .chain(rx_stream)
+        .chain(futures::stream::iter(tail))
+        .map(|frame| Ok(Event::default().data(frame.to_string())))
+}
+
+fn sse_response(state: &HttpState, stream: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
+    let keep_alive = KeepAlive::new().interval(state.server.config().keep_alive);
+    let mut response = Sse::new(stream).keep_alive(keep_alive).into_response();
+    response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn json_response(reply: Reply) -> Response {
+    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, [(header::CONTENT_TYPE, "application/json")], reply.frame.to_string()).into_response()
+}
+
+fn error_response(id: Option<&palisade_wire::RequestId>, error: &ProtocolError, status: StatusCode) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], error_frame(id, error).to_string()).into_response()
+}
+
+fn status_of(error: &ProtocolError) -> StatusCode {
+    StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
+}
+
+/// Host and Origin against the allow-lists (DNS rebinding), then header count and size.
+#[allow(clippy::result_large_err)]
+fn check_transport(state: &HttpState, headers: &HeaderMap) -> Result<(), Response> {
+    let forbidden =
+        |why: &'static str| error_response(None, &ProtocolError::InvalidRequest(why), StatusCode::FORBIDDEN);
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(|h| h.to_ascii_lowercase());
+    match host {
+        Some(host) if state.allowed_hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(&host)) => {}
+        _ => return Err(forbidden("Host is not allowed")),
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let allowed = origin.to_str().is_ok_and(|o| state.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
+        if !allowed {
+            return Err(forbidden("Origin is not allowed"));
+        }
+    }
+    let config = state.server.config();
+    let total: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    if headers.len() > config.max_header_count || total > config.max_header_bytes {
+        return Err(error_response(
+            None,
+            &ProtocolError::InvalidRequest("request headers too large"),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        ));
+    }
+    Ok(())
+}
+
+struct Accepts {
+    event_stream: bool,
+}
+
+/// What the client accepts; `None` when it accepts neither JSON nor SSE.
+fn accepted_kinds(headers: &HeaderMap) -> Option<Accepts> {
+    let values: Vec<&str> = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
+    if values.is_empty() {
+        return Some(Accepts { event_stream: true });
+    }
+    let mut json = false;
+    let mut event_stream = false;
+    for item in values.iter().flat_map(|v| v.split(',')) {
+        let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match media.as_str() {
+            "application/json" | "application/*" => json = true,
+            "text/event-stream" | "text/*" => event_stream = true,
+            "*/*" => {
+                json = true;
+                event_stream = true;
+            }
+            _ => {}
+        }
+    }
+    (json || event_stream).then_some(Accepts { event_stream })
+}
+
+fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
+    let mut out = TransportHeaders::default();
+    out.protocol_version = headers.get("mcp-protocol-version").map(|v| v.as_bytes().to_vec());
+    out.method = headers.get("mcp-method").map(|v| v.as_bytes().to_vec());
+    out.name = headers.get("mcp-name").map(|v| v.as_bytes().to_vec());
+    for (name, display) in
+        [("mcp-protocol-version", "MCP-Protocol-Version"), ("mcp-method", "Mcp-Method"), ("mcp-name", "Mcp-Name")]
+    {
+        if headers.get_all(name).iter().count() > 1 {
+            out.duplicate = Some(display.to_owned());
+        }
+    }
+    for (name, value) in headers {
+        if let Some(param) = name.as_str().strip_prefix("mcp-param-") {
+            out.params.push((param.to_owned(), value.as_bytes().to_vec()));
+        }
+    }
+    out
+}

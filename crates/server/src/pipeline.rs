@@ -1,0 +1,878 @@
+//! The request path. Every request, from HTTP or stdio, passes these stages in this order; the
+//! order is written down once, in [`Server::handle_request`]:
+//!
+//! 1. **envelope**     method known and advertised (`-32601`), transport headers agree with the
+//!    body (`-32020`), required `_meta` present and version supported (`-32602`, `-32022`)
+//! 2. **authenticate** a [`VerifiedPrincipal`] or a refusal (control C1)
+//! 3. **classify**     the server-derived [`OperationKey`]: method + registered name, never a
+//!    string the client chose beyond picking a registered entry
+//! 4. **kill switch**  `pre_dispatch` — not implemented yet; no stage pretends to do it
+//! 5. **authorize**    the operation's required scopes
+//! 6. **handles**      declared handle arguments — not implemented yet
+//! 7. **dispatch**     argument validation, then the handler (prepare; commit fences come with
+//!    the kill switch)
+//! 8. **respond + audit** `resultType` and serverInfo added, the decision logged without secrets
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use palisade_wire::header::{decode_value, matches_json};
+use palisade_wire::jsonrpc::{error_frame, notification_frame, result_frame};
+use palisade_wire::{ProtocolError, Request, RequestId, RequestMeta, meta_keys};
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::{Authenticator, VerifiedPrincipal};
+use crate::clock::{Clock, SystemClock};
+use crate::config::ServerConfig;
+use crate::context::{InputRequired, NotificationSink, Outcome, RequestContext};
+use crate::cursor::Cursors;
+use crate::events::{EventBus, ServerEvent};
+use crate::mrtr::{Binding, StateSealer};
+use crate::registry::{App, CompletionRef};
+use crate::secret::ServerSecret;
+
+/// The methods of 2026-07-28 this server implements; anything else is `-32601`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `server/discover`
+    Discover,
+    /// `tools/list`
+    ToolsList,
+    /// `tools/call`
+    ToolsCall,
+    /// `resources/list`
+    ResourcesList,
+    /// `resources/templates/list`
+    ResourceTemplatesList,
+    /// `resources/read`
+    ResourcesRead,
+    /// `prompts/list`
+    PromptsList,
+    /// `prompts/get`
+    PromptsGet,
+    /// `completion/complete`
+    Complete,
+    /// `subscriptions/listen`
+    Listen,
+}
+
+impl Method {
+    /// Looks a method name up; removed and unknown methods are `None`.
+    pub fn parse(method: &str) -> Option<Self> {
+        Some(match method {
+            "server/discover" => Self::Discover,
+            "tools/list" => Self::ToolsList,
+            "tools/call" => Self::ToolsCall,
+            "resources/list" => Self::ResourcesList,
+            "resources/templates/list" => Self::ResourceTemplatesList,
+            "resources/read" => Self::ResourcesRead,
+            "prompts/list" => Self::PromptsList,
+            "prompts/get" => Self::PromptsGet,
+            "completion/complete" => Self::Complete,
+            "subscriptions/listen" => Self::Listen,
+            _ => return None,
+        })
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Discover => "server/discover",
+            Self::ToolsList => "tools/list",
+            Self::ToolsCall => "tools/call",
+            Self::ResourcesList => "resources/list",
+            Self::ResourceTemplatesList => "resources/templates/list",
+            Self::ResourcesRead => "resources/read",
+            Self::PromptsList => "prompts/list",
+            Self::PromptsGet => "prompts/get",
+            Self::Complete => "completion/complete",
+            Self::Listen => "subscriptions/listen",
+        }
+    }
+}
+
+/// The operation a request performs, derived by the server: the method plus the *registered*
+/// name it targets. It is what policy (scopes, later the kill switch registry) is keyed on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationKey {
+    method: Method,
+    target: Option<String>,
+}
+
+impl OperationKey {
+    /// The method.
+    pub fn method(&self) -> Method {
+        self.method
+    }
+
+    /// The registered tool/prompt name or resource URI/template, if the method targets one.
+    pub fn target(&self) -> Option<&str> {
+        self.target.as_deref()
+    }
+}
+
+impl std::fmt::Display for OperationKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.target {
+            Some(target) => write!(f, "{}:{}", self.method.as_str(), target),
+            None => f.write_str(self.method.as_str()),
+        }
+    }
+}
+
+/// The `Mcp-*` transport headers of one HTTP request, raw. stdio requests have none.
+#[derive(Debug, Clone, Default)]
+pub struct TransportHeaders {
+    /// `MCP-Protocol-Version`
+    pub protocol_version: Option<Vec<u8>>,
+    /// `Mcp-Method`
+    pub method: Option<Vec<u8>>,
+    /// `Mcp-Name`
+    pub name: Option<Vec<u8>>,
+    /// `Mcp-Param-{X}` with `X` lowercased.
+    pub params: Vec<(String, Vec<u8>)>,
+    /// The name of a routing header that was sent more than once, if any.
+    pub duplicate: Option<String>,
+}
+
+/// The answer to one request: the final frame and the HTTP status it travels with.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The JSON-RPC response frame.
+    pub frame: Value,
+    /// HTTP status when the reply is the whole response (ignored inside an SSE stream).
+    pub status: u16,
+}
+
+impl Reply {
+    fn ok(id: &RequestId, result: Value) -> Self {
+        Self { frame: result_frame(id, result), status: 200 }
+    }
+
+    /// An error reply.
+    pub fn error(id: Option<&RequestId>, error: &ProtocolError) -> Self {
+        Self { frame: error_frame(id, error), status: error.http_status() }
+    }
+}
+
+/// A running server: the application plus everything the pipeline needs. Shared by transports.
+pub struct Server {
+    app: App,
+    config: ServerConfig,
+    authenticator: Authenticator,
+    sealer: StateSealer,
+    cursors: Cursors,
+    events: EventBus,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
+}
+
+impl Server {
+    /// A server for `app`.
+    pub fn new(app: App, config: ServerConfig, authenticator: Authenticator, secret: ServerSecret) -> Self {
+        let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
+        Self {
+            sealer: StateSealer::new(&secret, ttl_ms),
+            cursors: Cursors::new(&secret),
+            events: EventBus::new(config.listen_queue),
+            clock: Arc::new(SystemClock),
+            shutdown: CancellationToken::new(),
+            app,
+            config,
+            authenticator,
+        }
+    }
+
+    /// Replaces the clock (tests).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// The authentication mode.
+    pub fn authenticator(&self) -> &Authenticator {
+        &self.authenticator
+    }
+
+    /// The event bus listen streams are fed from.
+    pub fn events(&self) -> &EventBus {
+        &self.events
+    }
+
+    /// The application.
+    pub fn app(&self) -> &App {
+        &self.app
+    }
+
+    /// Cancelled when the server shuts down; open listen streams then end with `complete`.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Runs one request through every stage. Notifications for the request (progress, logs,
+    /// listen events) go to `sink`; the returned [`Reply`] is the final frame. When `cancel`
+    /// fires the work stops and the reply is meaningless (the transport sends nothing).
+    pub async fn handle_request(
+        &self,
+        request: Request,
+        headers: Option<&TransportHeaders>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+    ) -> Reply {
+        let id = request.id.clone();
+        // 1. envelope. The order is the one the spec's probes pin down: `_meta` shape, then
+        //    transport headers against the body, then version support, then the method.
+        let (method, meta) = match self.envelope(&request, headers) {
+            Ok(checked) => checked,
+            Err(error) => return self.refuse(&id, "envelope", None, &error),
+        };
+        // 2. authenticate: nothing below runs without a VerifiedPrincipal.
+        let principal = Arc::new(self.authenticator.authenticate());
+        // 3. classify: the operation key comes from the registry, not from client strings.
+        let operation = match self.classify(method, &request.params) {
+            Ok(operation) => operation,
+            Err(error) => return self.refuse(&id, "classify", Some(&principal), &error),
+        };
+        // 4. kill switch (pre_dispatch): not implemented yet.
+        // 5. authorize: required scopes of the operation.
+        if let Err(error) = self.authorize(&operation, &principal) {
+            return self.refuse(&id, "authorize", Some(&principal), &error);
+        }
+        // 6. handles: not implemented yet.
+        // 7. dispatch.
+        let ctx = RequestContext {
+            id: id.clone(),
+            meta,
+            principal: principal.clone(),
+            input_responses: Map::new(),
+            request_state: None,
+            sink,
+            cancel: cancel.clone(),
+            events: self.events.clone(),
+        };
+        let result = if method == Method::Listen {
+            self.listen(ctx, &request.params).await
+        } else {
+            let work = self.dispatch(&operation, ctx, &request.params);
+            tokio::select! {
+                result = tokio::time::timeout(self.config.effective_timeout(), work) => {
+                    result.unwrap_or_else(|_| { cancel.cancel(); Err(ProtocolError::Timeout) })
+                }
+                () = cancel.cancelled() => Err(ProtocolError::Internal),
+            }
+        };
+        // 8. respond + audit.
+        match result {
+            Ok(result) => {
+                tracing::info!(stage = "respond", decision = "allow", operation = %operation, "request served");
+                Reply::ok(&id, self.decorate(result))
+            }
+            Err(error) => self.refuse(&id, "dispatch", Some(&principal), &error),
+        }
+    }
+
+    fn refuse(
+        &self,
+        id: &RequestId,
+        stage: &'static str,
+        principal: Option<&VerifiedPrincipal>,
+        error: &ProtocolError,
+    ) -> Reply {
+        tracing::info!(
+            stage,
+            decision = "deny",
+            code = error.code(),
+            authenticated = principal.is_some(),
+            "request refused"
+        );
+        Reply::error(Some(id), error)
+    }
+
+    /// Stage 1: everything that must hold before the request means anything.
+    fn envelope(
+        &self,
+        request: &Request,
+        headers: Option<&TransportHeaders>,
+    ) -> Result<(Method, RequestMeta), ProtocolError> {
+        let body_version = request.params.get("_meta").and_then(|meta| meta.get(meta_keys::PROTOCOL_VERSION));
+        if let Some(headers) = headers
+            && body_version.is_none()
+            && is_legacy_version_header(headers.protocol_version.as_deref())
+        {
+            // An earlier revision's request (initialize handshake, session era). Only the
+            // 2026-07-28 wire is served: say which versions are.
+            return Err(if palisade_wire::error::is_removed_method(&request.method) {
+                ProtocolError::MethodNotFound { method: request.method.clone() }
+            } else {
+                let requested =
+                    headers.protocol_version.as_deref().and_then(|v| decode_value(v).ok()).unwrap_or_default();
+                ProtocolError::UnsupportedVersion { requested }
+            });
+        }
+        let meta = RequestMeta::from_params(&request.params)?;
+        if let Some(headers) = headers {
+            check_routing_headers(request, headers)?;
+        }
+        meta.check_supported()?;
+        let method = self.known_method(&request.method)?;
+        if let Some(headers) = headers {
+            self.check_param_headers(method, request, headers)?;
+        }
+        Ok((method, meta))
+    }
+
+    fn known_method(&self, name: &str) -> Result<Method, ProtocolError> {
+        let not_found = || ProtocolError::MethodNotFound { method: name.to_owned() };
+        let method = Method::parse(name).ok_or_else(not_found)?;
+        let app = &self.app;
+        let advertised = match method {
+            Method::ToolsList | Method::ToolsCall => !app.tools.is_empty(),
+            Method::ResourcesList | Method::ResourceTemplatesList | Method::ResourcesRead => {
+                !app.resources.is_empty() || !app.templates.is_empty()
+            }
+            Method::PromptsList | Method::PromptsGet => !app.prompts.is_empty(),
+            Method::Complete => app.completion.is_some(),
+            Method::Discover | Method::Listen => true,
+        };
+        if advertised { Ok(method) } else { Err(not_found()) }
+    }
+
+    /// HTTP only: every `Mcp-Param-*` header a tool declares is present exactly when its
+    /// argument is, and equal to it.
+    fn check_param_headers(
+        &self,
+        method: Method,
+        request: &Request,
+        headers: &TransportHeaders,
+    ) -> Result<(), ProtocolError> {
+        if method != Method::ToolsCall {
+            return Ok(());
+        }
+        let Some(tool) = request.params.get("name").and_then(Value::as_str).and_then(|n| self.app.tool(n)) else {
+            return Ok(());
+        };
+        let mismatch = |what: String| ProtocolError::HeaderMismatch(what);
+        let arguments = request.params.get("arguments").and_then(Value::as_object);
+        for (header, property) in &tool.header_params {
+            let value = arguments.and_then(|a| a.get(property)).filter(|v| !v.is_null());
+            let sent = headers.params.iter().find(|(name, _)| name.eq_ignore_ascii_case(header));
+            match (value, sent) {
+                (None, None) => {}
+                (Some(_), None) => return Err(mismatch(format!("Mcp-Param-{header} header is required"))),
+                (None, Some(_)) => return Err(mismatch(format!("Mcp-Param-{header} has no matching argument"))),
+                (Some(value), Some((_, raw))) => {
+                    let decoded =
+                        decode_value(raw).map_err(|_| mismatch(format!("Mcp-Param-{header} is malformed")))?;
+                    if !matches_json(&decoded, value) {
+                        return Err(mismatch(format!("Mcp-Param-{header} does not match the argument")));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn classify(&self, method: Method, params: &Map<String, Value>) -> Result<OperationKey, ProtocolError> {
+        let target = match method {
+            Method::ToolsCall => {
+                let name = string_param(params, "name")?;
+                Some(
+                    self.app
+                        .tool(name)
+                        .ok_or_else(|| ProtocolError::invalid_params(format!("unknown tool: {name}")))?
+                        .name
+                        .clone(),
+                )
+            }
+            Method::PromptsGet => {
+                let name = string_param(params, "name")?;
+                Some(
+                    self.app
+                        .prompt(name)
+                        .ok_or_else(|| ProtocolError::invalid_params(format!("unknown prompt: {name}")))?
+                        .name
+                        .clone(),
+                )
+            }
+            Method::ResourcesRead => {
+                let uri = string_param(params, "uri")?;
+                let registered =
+                    self.app.resources.iter().find(|r| r.uri == uri).map(|r| r.uri.clone()).or_else(|| {
+                        self.app.templates.iter().find(|t| t.match_uri(uri).is_some()).map(|t| t.template.clone())
+                    });
+                Some(registered.ok_or_else(|| ProtocolError::ResourceNotFound { uri: uri.to_owned() })?)
+            }
+            _ => None,
+        };
+        Ok(OperationKey { method, target })
+    }
+
+    fn authorize(&self, operation: &OperationKey, principal: &VerifiedPrincipal) -> Result<(), ProtocolError> {
+        let required: &[String] = match (operation.method, operation.target()) {
+            (Method::ToolsCall, Some(name)) => self.app.tool(name).map(|t| t.required_scopes.as_slice()).unwrap_or(&[]),
+            _ => &[],
+        };
+        if required.iter().all(|scope| principal.has_scope(scope)) {
+            Ok(())
+        } else {
+            // Bearer-token mode maps this to 403 insufficient_scope; unrestricted principals
+            // never get here.
+            Err(ProtocolError::invalid_params("insufficient scope"))
+        }
+    }
+
+    async fn dispatch(
+        &self,
+        operation: &OperationKey,
+        mut ctx: RequestContext,
+        params: &Map<String, Value>,
+    ) -> Result<Value, ProtocolError> {
+        let app = &self.app;
+        match operation.method {
+            Method::Discover => Ok(self.discover()),
+            Method::ToolsList => self.page("tools", params, &app.tools, |t| t.definition.clone()),
+            Method::PromptsList => self.page("prompts", params, &app.prompts, |p| p.definition.clone()),
+            Method::ResourcesList => self.page("resources", params, &app.resources, |r| r.definition.clone()),
+            Method::ResourceTemplatesList => {
+                self.page("resourceTemplates", params, &app.templates, |t| t.definition.clone())
+            }
+            Method::ToolsCall => {
+                let tool = operation.target().and_then(|name| app.tool(name)).ok_or(ProtocolError::Internal)?;
+                let arguments = match params.get("arguments") {
+                    None | Some(Value::Null) => Map::new(),
+                    Some(Value::Object(arguments)) => arguments.clone(),
+                    Some(_) => return Err(ProtocolError::invalid_params("arguments must be an object")),
+                };
+                self.prepare_round(&mut ctx, Method::ToolsCall, params)?;
+                if let Some(validator) = &tool.validator {
+                    let instance = Value::Object(arguments.clone());
+                    let problems: Vec<String> =
+                        validator.iter_errors(&instance).take(5).map(|e| e.to_string()).collect();
+                    if !problems.is_empty() {
+                        let result =
+                            crate::CallToolResult::error(format!("invalid arguments: {}", problems.join("; ")));
+                        return Ok(result.to_value());
+                    }
+                }
+                let outcome = (tool.handler)(ctx_clone_for(&ctx), arguments).await?;
+                self.finish_round(&ctx, Method::ToolsCall, params, outcome.map_complete(|r| r.to_value()))
+            }
+            Method::PromptsGet => {
+                let prompt = operation.target().and_then(|name| app.prompt(name)).ok_or(ProtocolError::Internal)?;
+                let arguments = string_map(params.get("arguments"))?;
+                let missing = prompt.missing_required(&arguments);
+                if !missing.is_empty() {
+                    return Err(ProtocolError::invalid_params(format!(
+                        "missing required arguments: {}",
+                        missing.join(", ")
+                    )));
+                }
+                self.prepare_round(&mut ctx, Method::PromptsGet, params)?;
+                let outcome = (prompt.handler)(ctx_clone_for(&ctx), arguments).await?;
+                self.finish_round(&ctx, Method::PromptsGet, params, outcome.map_complete(|r| r.to_value()))
+            }
+            Method::ResourcesRead => {
+                let uri = string_param(params, "uri")?.to_owned();
+                self.prepare_round(&mut ctx, Method::ResourcesRead, params)?;
+                let (reader, vars, ttl_ms) = if let Some(resource) = app.resources.iter().find(|r| r.uri == uri) {
+                    (resource.reader.clone(), BTreeMap::new(), resource.ttl_ms)
+                } else {
+                    let (template, vars) = app
+                        .templates
+                        .iter()
+                        .find_map(|t| t.match_uri(&uri).map(|vars| (t, vars)))
+                        .ok_or_else(|| ProtocolError::ResourceNotFound { uri: uri.clone() })?;
+                    (template.reader.clone(), vars, template.ttl_ms)
+                };
+                let outcome = reader(ctx_clone_for(&ctx), uri.clone(), vars).await?;
+                let outcome = outcome.map_complete(|contents| {
+                    json!({
+                        "contents": contents.iter().map(crate::ResourceContents::to_value).collect::<Vec<_>>(),
+                        "ttlMs": ttl_ms,
+                        "cacheScope": self.cache_scope(),
+                    })
+                });
+                if let Outcome::Complete(result) = &outcome
+                    && result["contents"].as_array().is_none_or(Vec::is_empty)
+                {
+                    return Err(ProtocolError::ResourceNotFound { uri });
+                }
+                self.finish_round(&ctx, Method::ResourcesRead, params, outcome)
+            }
+            Method::Complete => self.complete(params),
+            Method::Listen => Err(ProtocolError::Internal),
+        }
+    }
+
+    /// Reads `requestState` and `inputResponses` of an MRTR retry into the context.
+    fn prepare_round(
+        &self,
+        ctx: &mut RequestContext,
+        method: Method,
+        params: &Map<String, Value>,
+    ) -> Result<(), ProtocolError> {
+        ctx.input_responses = match params.get("inputResponses") {
+            None => Map::new(),
+            Some(Value::Object(responses)) if responses.values().all(Value::is_object) => responses.clone(),
+            Some(_) => return Err(ProtocolError::invalid_params("inputResponses must be an object of result objects")),
+        };
+        ctx.request_state = match params.get("requestState") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(sealed)) => {
+                let partition = ctx.principal.partition_key();
+                let binding = Binding { principal: &partition, method: method.as_str(), params };
+                match self.sealer.open(sealed, &binding, self.clock.now_ms()) {
+                    Ok(state) => Some(state),
+                    Err(why) => {
+                        tracing::info!(stage = "dispatch", decision = "deny", reason = %why, "request state refused");
+                        return Err(ProtocolError::invalid_params("invalid requestState"));
+                    }
+                }
+            }
+            Some(_) => return Err(ProtocolError::invalid_params("requestState must be a string")),
+        };
+        Ok(())
+    }
+
+    /// Turns a handler outcome into a result, sealing state for an `input_required` answer.
+    fn finish_round(
+        &self,
+        ctx: &RequestContext,
+        method: Method,
+        params: &Map<String, Value>,
+        outcome: Outcome<Value>,
+    ) -> Result<Value, ProtocolError> {
+        match outcome {
+            Outcome::Complete(result) => Ok(result),
+            Outcome::InputRequired(InputRequired { requests, state }) => {
+                let mut missing = Map::new();
+                for request in requests.values() {
+                    let capability = match request.get("method").and_then(Value::as_str) {
+                        Some("elicitation/create") => "elicitation",
+                        Some("sampling/createMessage") => "sampling",
+                        Some("roots/list") => "roots",
+                        _ => return Err(ProtocolError::Internal),
+                    };
+                    if !ctx.meta.has_capability(capability) {
+                        missing.insert(capability.into(), json!({}));
+                    }
+                }
+                if !missing.is_empty() {
+                    return Err(ProtocolError::MissingCapability { required: Value::Object(missing) });
+                }
+                if requests.is_empty() && state.is_none() {
+                    return Err(ProtocolError::Internal);
+                }
+                let mut result = Map::new();
+                result.insert("resultType".into(), json!("input_required"));
+                if !requests.is_empty() {
+                    result.insert("inputRequests".into(), Value::Object(requests));
+                }
+                if let Some(state) = state {
+                    let partition = ctx.principal.partition_key();
+                    let binding = Binding { principal: &partition, method: method.as_str(), params };
+                    result
+                        .insert("requestState".into(), json!(self.sealer.seal(&state, &binding, self.clock.now_ms())));
+                }
+                Ok(Value::Object(result))
+            }
+        }
+    }
+
+    fn discover(&self) -> Value {
+        let mut result = json!({
+            "supportedVersions": palisade_wire::SUPPORTED_VERSIONS,
+            "capabilities": self.app.capabilities(),
+            "ttlMs": self.app.list_ttl_ms,
+            "cacheScope": self.cache_scope(),
+        });
+        if let Some(instructions) = &self.app.instructions {
+            result["instructions"] = json!(instructions);
+        }
+        result
+    }
+
+    fn cache_scope(&self) -> &'static str {
+        if self.authenticator.is_unauthenticated() { "public" } else { "private" }
+    }
+
+    fn page<T>(
+        &self,
+        kind: &str,
+        params: &Map<String, Value>,
+        items: &[T],
+        render: impl Fn(&T) -> Value,
+    ) -> Result<Value, ProtocolError> {
+        let offset = match params.get("cursor") {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(cursor)) => {
+                self.cursors.read(kind, cursor).ok_or_else(|| ProtocolError::invalid_params("invalid cursor"))?
+            }
+            Some(_) => return Err(ProtocolError::invalid_params("invalid cursor")),
+        };
+        if offset > items.len() {
+            return Err(ProtocolError::invalid_params("invalid cursor"));
+        }
+        let end = offset.saturating_add(self.config.page_size.max(1)).min(items.len());
+        let mut result = json!({
+            kind: items[offset..end].iter().map(render).collect::<Vec<_>>(),
+            "ttlMs": self.app.list_ttl_ms,
+            "cacheScope": self.cache_scope(),
+        });
+        if end < items.len() {
+            result["nextCursor"] = json!(self.cursors.mint(kind, end));
+        }
+        Ok(result)
+    }
+
+    fn complete(&self, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
+        let handler = self.app.completion.as_ref().ok_or(ProtocolError::Internal)?;
+        let reference = params
+            .get("ref")
+            .and_then(Value::as_object)
+            .ok_or_else(|| ProtocolError::invalid_params("ref is required"))?;
+        let reference = match reference.get("type").and_then(Value::as_str) {
+            Some("ref/prompt") => {
+                let name = string_param(reference, "name")?;
+                self.app
+                    .prompt(name)
+                    .ok_or_else(|| ProtocolError::invalid_params(format!("unknown prompt: {name}")))?;
+                CompletionRef::Prompt(name.to_owned())
+            }
+            Some("ref/resource") => {
+                let uri = string_param(reference, "uri")?;
+                let known = self.app.templates.iter().any(|t| t.template == uri) || self.app.knows_resource(uri);
+                if !known {
+                    return Err(ProtocolError::invalid_params(format!("unknown resource: {uri}")));
+                }
+                CompletionRef::Resource(uri.to_owned())
+            }
+            _ => return Err(ProtocolError::invalid_params("ref.type must be ref/prompt or ref/resource")),
+        };
+        let argument = params
+            .get("argument")
+            .and_then(Value::as_object)
+            .ok_or_else(|| ProtocolError::invalid_params("argument is required"))?;
+        let name = string_param(argument, "name")?;
+        let value = string_param(argument, "value")?;
+        let context = string_map(params.get("context").and_then(|c| c.get("arguments")))?;
+        let mut completion = handler(&reference, name, value, &context);
+        if completion.values.len() > 100 {
+            completion.values.truncate(100);
+            completion.has_more = true;
+        }
+        let mut body = json!({ "values": completion.values, "hasMore": completion.has_more });
+        if let Some(total) = completion.total {
+            body["total"] = json!(total);
+        }
+        Ok(json!({ "completion": body }))
+    }
+
+    /// `subscriptions/listen`: acknowledge the honoured filter, then deliver matching events
+    /// until the client leaves, the server shuts down or the client falls behind.
+    async fn listen(&self, ctx: RequestContext, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
+        let filter = match params.get("notifications") {
+            Some(Value::Object(filter)) => filter,
+            _ => return Err(ProtocolError::invalid_params("notifications filter is required")),
+        };
+        let flag = |key: &str| -> Result<bool, ProtocolError> {
+            match filter.get(key) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(_) => Err(ProtocolError::invalid_params(format!("{key} must be a boolean"))),
+            }
+        };
+        let caps = self.app.capabilities();
+        let tools = flag("toolsListChanged")? && caps.get("tools").is_some();
+        let prompts = flag("promptsListChanged")? && caps.get("prompts").is_some();
+        let resources = flag("resourcesListChanged")? && caps.get("resources").is_some();
+        let uris: Vec<String> = match filter.get("resourceSubscriptions") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(uris)) => uris
+                .iter()
+                .map(|u| {
+                    u.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| ProtocolError::invalid_params("resourceSubscriptions must be strings"))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(_) => return Err(ProtocolError::invalid_params("resourceSubscriptions must be an array")),
+        };
+        if filter.contains_key("taskIds") && !ctx.meta.has_extension("io.modelcontextprotocol/tasks") {
+            return Err(ProtocolError::MissingCapability {
+                required: json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }),
+            });
+        }
+        // Only resources that exist (and, once policies exist, that the caller may read).
+        let uris: Vec<String> = uris.into_iter().filter(|uri| self.app.knows_resource(uri)).collect();
+
+        let subscription_id = ctx.id.to_value();
+        let stream_meta = json!({ meta_keys::SUBSCRIPTION_ID: subscription_id });
+        let mut honoured = Map::new();
+        for (key, on) in
+            [("toolsListChanged", tools), ("promptsListChanged", prompts), ("resourcesListChanged", resources)]
+        {
+            if on {
+                honoured.insert(key.into(), json!(true));
+            }
+        }
+        if !uris.is_empty() {
+            honoured.insert("resourceSubscriptions".into(), json!(uris));
+        }
+        // Subscribe before acknowledging, so no event between the two is lost.
+        let mut events = self.events.subscribe();
+        let ack = notification_frame(
+            "notifications/subscriptions/acknowledged",
+            json!({ "notifications": honoured, "_meta": stream_meta }),
+        );
+        if !ctx.sink.send(ack).await {
+            return Err(ProtocolError::Internal);
+        }
+        let complete = json!({ "resultType": "complete", "_meta": stream_meta });
+        loop {
+            let event = tokio::select! {
+                () = self.shutdown.cancelled() => return Ok(complete),
+                () = ctx.cancel.cancelled() => return Err(ProtocolError::Internal),
+                event = events.recv() => event,
+            };
+            let frame = match event {
+                Ok(ServerEvent::ToolsListChanged) if tools => {
+                    notification_frame("notifications/tools/list_changed", json!({ "_meta": stream_meta }))
+                }
+                Ok(ServerEvent::PromptsListChanged) if prompts => {
+                    notification_frame("notifications/prompts/list_changed", json!({ "_meta": stream_meta }))
+                }
+                Ok(ServerEvent::ResourcesListChanged) if resources => {
+                    notification_frame("notifications/resources/list_changed", json!({ "_meta": stream_meta }))
+                }
+                Ok(ServerEvent::ResourceUpdated { uri }) if uris.contains(&uri) => {
+                    notification_frame("notifications/resources/updated", json!({ "uri": uri, "_meta": stream_meta }))
+                }
+                Ok(_) => continue,
+                // The client fell behind the bus or its own queue: end the stream gracefully.
+                Err(RecvError::Lagged(_)) => return Ok(complete),
+                Err(RecvError::Closed) => return Ok(complete),
+            };
+            if !ctx.sink.try_send(frame) {
+                tracing::info!(stage = "listen", "listen stream closed: client fell behind");
+                return Ok(complete);
+            }
+        }
+    }
+
+    /// Adds `resultType` (when the handler did not set one) and serverInfo to a result.
+    fn decorate(&self, mut result: Value) -> Value {
+        if let Value::Object(map) = &mut result {
+            map.entry("resultType").or_insert_with(|| json!("complete"));
+            let meta = map.entry("_meta").or_insert_with(|| json!({}));
+            if let Value::Object(meta) = meta {
+                meta.insert(
+                    meta_keys::SERVER_INFO.into(),
+                    json!({ "name": self.app.name, "version": self.app.version }),
+                );
+            }
+        }
+        result
+    }
+}
+
+impl<T> Outcome<T> {
+    fn map_complete<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        match self {
+            Outcome::Complete(value) => Outcome::Complete(f(value)),
+            Outcome::InputRequired(input) => Outcome::InputRequired(input),
+        }
+    }
+}
+
+/// A handler owns its context; the pipeline keeps its own view for sealing the answer.
+fn ctx_clone_for(ctx: &RequestContext) -> RequestContext {
+    RequestContext {
+        id: ctx.id.clone(),
+        meta: ctx.meta.clone(),
+        principal: ctx.principal.clone(),
+        input_responses: ctx.input_responses.clone(),
+        request_state: ctx.request_state.clone(),
+        sink: ctx.sink.clone(),
+        cancel: ctx.cancel.clone(),
+        events: ctx.events.clone(),
+    }
+}
+
+/// A version header of an earlier revision (or none at all) marks a request of the session era.
+fn is_legacy_version_header(raw: Option<&[u8]>) -> bool {
+    match raw.map(decode_value) {
+        None => true,
+        Some(Ok(version)) => version.starts_with("2024-") || version.starts_with("2025-"),
+        Some(Err(_)) => false,
+    }
+}
+
+/// HTTP only: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` present where required and
+/// equal to the body. Runs after the `_meta` shape check and before version support.
+fn check_routing_headers(request: &Request, headers: &TransportHeaders) -> Result<(), ProtocolError> {
+    let mismatch = |what: &str| ProtocolError::HeaderMismatch(what.to_owned());
+    if let Some(name) = &headers.duplicate {
+        return Err(mismatch(&format!("{name} sent more than once")));
+    }
+    let decode = |raw: &Option<Vec<u8>>, name: &str| -> Result<Option<String>, ProtocolError> {
+        raw.as_ref().map(|raw| decode_value(raw).map_err(|_| mismatch(&format!("{name} is malformed")))).transpose()
+    };
+    let version = decode(&headers.protocol_version, "MCP-Protocol-Version")?
+        .ok_or_else(|| mismatch("MCP-Protocol-Version header is required"))?;
+    let body_version =
+        request.params.get("_meta").and_then(|meta| meta.get(meta_keys::PROTOCOL_VERSION)).and_then(Value::as_str);
+    if body_version != Some(version.as_str()) {
+        return Err(mismatch("MCP-Protocol-Version does not match _meta protocolVersion"));
+    }
+    let header_method =
+        decode(&headers.method, "Mcp-Method")?.ok_or_else(|| mismatch("Mcp-Method header is required"))?;
+    if header_method != request.method {
+        return Err(mismatch("Mcp-Method does not match the request method"));
+    }
+    let name_param = match request.method.as_str() {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    if let Some(param) = name_param {
+        let header_name = decode(&headers.name, "Mcp-Name")?.ok_or_else(|| mismatch("Mcp-Name header is required"))?;
+        // A body without the param is an invalid-params error for the method itself.
+        if let Some(body_name) = request.params.get(param).and_then(Value::as_str)
+            && header_name != body_name
+        {
+            return Err(mismatch("Mcp-Name does not match the request"));
+        }
+    }
+    Ok(())
+}
+
+fn string_param<'a>(params: &'a Map<String, Value>, key: &str) -> Result<&'a str, ProtocolError> {
+    params
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ProtocolError::invalid_params(format!("{key} must be a string")))
+}
+
+fn string_map(value: Option<&Value>) -> Result<BTreeMap<String, String>, ProtocolError> {
+    match value {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| {
+                v.as_str()
+                    .map(|v| (k.clone(), v.to_owned()))
+                    .ok_or_else(|| ProtocolError::invalid_params("arguments must map to strings"))
+            })
+            .collect(),
+        Some(_) => Err(ProtocolError::invalid_params("arguments must be an object")),
+    }
+}

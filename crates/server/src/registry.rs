@@ -1,0 +1,653 @@
+//! The library API: an application registers tools, resources, resource templates, prompts and
+//! completions on an [`AppBuilder`]; [`AppBuilder::build`] checks every definition once, so a
+//! running server never holds an invalid one.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use palisade_wire::ProtocolError;
+use serde_json::{Map, Value, json};
+
+use crate::BoxFuture;
+use crate::content::{CallToolResult, GetPromptResult, ResourceContents};
+use crate::context::{Outcome, RequestContext};
+
+type ToolHandler = Arc<
+    dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Outcome<CallToolResult>, ProtocolError>>
+        + Send
+        + Sync,
+>;
+type ResourceReader =
+    Arc<dyn Fn(RequestContext, String, BTreeMap<String, String>) -> BoxFuture<ReadResult> + Send + Sync>;
+type PromptHandler = Arc<
+    dyn Fn(RequestContext, BTreeMap<String, String>) -> BoxFuture<Result<Outcome<GetPromptResult>, ProtocolError>>
+        + Send
+        + Sync,
+>;
+type CompletionHandler = Arc<dyn Fn(&CompletionRef, &str, &str, &BTreeMap<String, String>) -> Completion + Send + Sync>;
+type ReadResult = Result<Outcome<Vec<ResourceContents>>, ProtocolError>;
+
+/// A definition the builder refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// Two definitions share a name or URI.
+    #[error("duplicate {kind} {name:?}")]
+    Duplicate {
+        /// tool, prompt, resource or template.
+        kind: &'static str,
+        /// The name or URI.
+        name: String,
+    },
+    /// A tool name outside 1–128 characters of `[A-Za-z0-9_.-]`.
+    #[error("invalid tool name {0:?}")]
+    InvalidName(String),
+    /// An input or output schema that is not usable.
+    #[error("tool {tool:?}: {why}")]
+    InvalidSchema {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+/// A registered tool.
+pub struct ToolDef {
+    pub(crate) name: String,
+    pub(crate) definition: Value,
+    pub(crate) required_scopes: Vec<String>,
+    pub(crate) header_params: Vec<(String, String)>,
+    pub(crate) handler: ToolHandler,
+    pub(crate) validator: Option<Arc<jsonschema::Validator>>,
+}
+
+/// A tool under construction; [`ToolBuilder::handler`] finishes it.
+pub struct ToolBuilder {
+    name: String,
+    definition: Map<String, Value>,
+    required_scopes: Vec<String>,
+}
+
+impl ToolDef {
+    /// Starts a tool named `name` with an empty-object input schema.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(name: impl Into<String>) -> ToolBuilder {
+        let name = name.into();
+        let mut definition = Map::new();
+        definition.insert("name".into(), json!(name));
+        definition.insert("inputSchema".into(), json!({ "type": "object" }));
+        ToolBuilder { name, definition, required_scopes: Vec::new() }
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The definition as listed by `tools/list`.
+    pub fn definition(&self) -> &Value {
+        &self.definition
+    }
+}
+
+impl ToolBuilder {
+    /// Human-readable description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.definition.insert("description".into(), json!(description.into()));
+        self
+    }
+
+    /// Display title.
+    pub fn title(mut self, title: impl Into<String>) -> Self {
+        self.definition.insert("title".into(), json!(title.into()));
+        self
+    }
+
+    /// JSON Schema (2020-12) of the arguments; its root must be `type: object`. Arguments are
+    /// validated against it before the handler runs.
+    pub fn input_schema(mut self, schema: Value) -> Self {
+        self.definition.insert("inputSchema".into(), schema);
+        self
+    }
+
+    /// JSON Schema of `structuredContent`.
+    pub fn output_schema(mut self, schema: Value) -> Self {
+        self.definition.insert("outputSchema".into(), schema);
+        self
+    }
+
+    /// Tool annotations (information for the client, never policy).
+    pub fn annotations(mut self, annotations: Value) -> Self {
+        self.definition.insert("annotations".into(), annotations);
+        self
+    }
+
+    /// Scopes the caller must hold to call this tool.
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
+    /// Finishes the tool with its handler.
+    pub fn handler<F, Fut>(self, handler: F) -> ToolDef
+    where
+        F: Fn(RequestContext, Map<String, Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Outcome<CallToolResult>, ProtocolError>> + Send + 'static,
+    {
+        ToolDef {
+            name: self.name,
+            definition: Value::Object(self.definition),
+            required_scopes: self.required_scopes,
+            header_params: Vec::new(),
+            handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
+            validator: None,
+        }
+    }
+}
+
+/// A static resource.
+pub struct ResourceDef {
+    pub(crate) uri: String,
+    pub(crate) definition: Value,
+    pub(crate) ttl_ms: u64,
+    pub(crate) reader: ResourceReader,
+}
+
+/// A resource under construction.
+pub struct ResourceBuilder {
+    uri: String,
+    definition: Map<String, Value>,
+    ttl_ms: u64,
+}
+
+impl ResourceDef {
+    /// Starts a resource at `uri` named `name`.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(uri: impl Into<String>, name: impl Into<String>) -> ResourceBuilder {
+        let uri = uri.into();
+        let mut definition = Map::new();
+        definition.insert("uri".into(), json!(uri));
+        definition.insert("name".into(), json!(name.into()));
+        ResourceBuilder { uri, definition, ttl_ms: 0 }
+    }
+}
+
+impl ResourceBuilder {
+    /// Description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.definition.insert("description".into(), json!(description.into()));
+        self
+    }
+
+    /// MIME type.
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+        self.definition.insert("mimeType".into(), json!(mime_type.into()));
+        self
+    }
+
+    /// How long a client may cache a read (`ttlMs`), default 0.
+    pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
+        self.ttl_ms = ttl_ms;
+        self
+    }
+
+    /// Finishes the resource with its reader.
+    pub fn reader<F, Fut>(self, reader: F) -> ResourceDef
+    where
+        F: Fn(RequestContext, String) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ReadResult> + Send + 'static,
+    {
+        ResourceDef {
+            uri: self.uri,
+            definition: Value::Object(self.definition),
+            ttl_ms: self.ttl_ms,
+            reader: Arc::new(move |ctx, uri, _| Box::pin(reader(ctx, uri))),
+        }
+    }
+}
+
+/// A resource template (RFC 6570 level 1: `{name}` matches one path segment).
+pub struct ResourceTemplateDef {
+    pub(crate) template: String,
+    pub(crate) definition: Value,
+    pub(crate) ttl_ms: u64,
+    pub(crate) reader: ResourceReader,
+}
+
+/// A resource template under construction.
+pub struct ResourceTemplateBuilder {
+    template: String,
+    definition: Map<String, Value>,
+    ttl_ms: u64,
+}
+
+impl ResourceTemplateDef {
+    /// Starts a template such as `test://template/{id}/data`.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(uri_template: impl Into<String>, name: impl Into<String>) -> ResourceTemplateBuilder {
+        let template = uri_template.into();
+        let mut definition = Map::new();
+        definition.insert("uriTemplate".into(), json!(template));
+        definition.insert("name".into(), json!(name.into()));
+        ResourceTemplateBuilder { template, definition, ttl_ms: 0 }
+    }
+
+    /// The variables of `uri` if it matches this template.
+    pub fn match_uri(&self, uri: &str) -> Option<BTreeMap<String, String>> {
+        match_template(&self.template, uri)
+    }
+}
+
+impl ResourceTemplateBuilder {
+    /// Description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.definition.insert("description".into(), json!(description.into()));
+        self
+    }
+
+    /// MIME type of the resources it produces.
+    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+        self.definition.insert("mimeType".into(), json!(mime_type.into()));
+        self
+    }
+
+    /// `ttlMs` for reads, default 0.
+    pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
+        self.ttl_ms = ttl_ms;
+        self
+    }
+
+    /// Finishes the template with its reader, which gets the URI and its variables.
+    pub fn reader<F, Fut>(self, reader: F) -> ResourceTemplateDef
+    where
+        F: Fn(RequestContext, String, BTreeMap<String, String>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ReadResult> + Send + 'static,
+    {
+        ResourceTemplateDef {
+            template: self.template,
+            definition: Value::Object(self.definition),
+            ttl_ms: self.ttl_ms,
+            reader: Arc::new(move |ctx, uri, vars| Box::pin(reader(ctx, uri, vars))),
+        }
+    }
+}
+
+/// Matches `uri` against a level-1 template; each `{var}` takes one non-empty path segment.
+fn match_template(template: &str, uri: &str) -> Option<BTreeMap<String, String>> {
+    let mut vars = BTreeMap::new();
+    let mut rest_template = template;
+    let mut rest_uri = uri;
+    while let Some(open) = rest_template.find('{') {
+        let literal = &rest_template[..open];
+        rest_uri = rest_uri.strip_prefix(literal)?;
+        let close = rest_template[open..].find('}')? + open;
+        let name = &rest_template[open + 1..close];
+        rest_template = &rest_template[close + 1..];
+        let next_literal_start = rest_template.find('{').unwrap_or(rest_template.len());
+        let next_literal = &rest_template[..next_literal_start];
+        let end = if next_literal.is_empty() {
+            rest_uri.find('/').unwrap_or(rest_uri.len())
+        } else {
+            rest_uri.find(next_literal)?
+        };
+        let value = &rest_uri[..end];
+        if value.is_empty() || value.contains('/') {
+            return None;
+        }
+        vars.insert(name.to_owned(), value.to_owned());
+        rest_uri = &rest_uri[end..];
+    }
+    (rest_uri == rest_template).then_some(vars)
+}
+
+/// One argument of a prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptArgument {
+    name: String,
+    description: Option<String>,
+    required: bool,
+}
+
+impl PromptArgument {
+    /// An optional argument.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into(), description: None, required: false }
+    }
+
+    /// Description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Marks the argument required: `prompts/get` without it is `-32602`.
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    fn to_value(&self) -> Value {
+        let mut out = json!({ "name": self.name, "required": self.required });
+        if let Some(description) = &self.description {
+            out["description"] = json!(description);
+        }
+        out
+    }
+}
+
+/// A registered prompt.
+pub struct PromptDef {
+    pub(crate) name: String,
+    pub(crate) definition: Value,
+    pub(crate) arguments: Vec<PromptArgument>,
+    pub(crate) handler: PromptHandler,
+}
+
+/// A prompt under construction.
+pub struct PromptBuilder {
+    name: String,
+    definition: Map<String, Value>,
+    arguments: Vec<PromptArgument>,
+}
+
+impl PromptDef {
+    /// Starts a prompt named `name`.
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(name: impl Into<String>) -> PromptBuilder {
+        let name = name.into();
+        let mut definition = Map::new();
+        definition.insert("name".into(), json!(name));
+        PromptBuilder { name, definition, arguments: Vec::new() }
+    }
+}
+
+impl PromptBuilder {
+    /// Description.
+    pub fn description(mut self, description: impl Into<String>) -> Self {
+        self.definition.insert("description".into(), json!(description.into()));
+        self
+    }
+
+    /// Adds an argument.
+    pub fn argument(mut self, argument: PromptArgument) -> Self {
+        self.arguments.push(argument);
+        self
+    }
+
+    /// Finishes the prompt with its handler.
+    pub fn handler<F, Fut>(self, handler: F) -> PromptDef
+    where
+        F: Fn(RequestContext, BTreeMap<String, String>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Outcome<GetPromptResult>, ProtocolError>> + Send + 'static,
+    {
+        let mut definition = self.definition;
+        if !self.arguments.is_empty() {
+            definition.insert(
+                "arguments".into(),
+                Value::Array(self.arguments.iter().map(PromptArgument::to_value).collect()),
+            );
+        }
+        PromptDef {
+            name: self.name,
+            definition: Value::Object(definition),
+            arguments: self.arguments,
+            handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
+        }
+    }
+}
+
+impl PromptDef {
+    /// Names of required arguments missing from `args`.
+    pub(crate) fn missing_required(&self, args: &BTreeMap<String, String>) -> Vec<&str> {
+        self.arguments.iter().filter(|a| a.required && !args.contains_key(&a.name)).map(|a| a.name.as_str()).collect()
+    }
+}
+
+/// What `completion/complete` is completing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CompletionRef {
+    /// An argument of a prompt.
+    Prompt(String),
+    /// A variable of a resource template.
+    Resource(String),
+}
+
+/// Completion values (the pipeline caps them at 100).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Completion {
+    /// Suggested values.
+    pub values: Vec<String>,
+    /// Total number of matches, when known.
+    pub total: Option<u64>,
+    /// Whether more matches exist than returned.
+    pub has_more: bool,
+}
+
+/// A built application: immutable after [`AppBuilder::build`].
+pub struct App {
+    pub(crate) name: String,
+    pub(crate) version: String,
+    pub(crate) instructions: Option<String>,
+    pub(crate) tools: Vec<ToolDef>,
+    pub(crate) resources: Vec<ResourceDef>,
+    pub(crate) templates: Vec<ResourceTemplateDef>,
+    pub(crate) prompts: Vec<PromptDef>,
+    pub(crate) completion: Option<CompletionHandler>,
+    pub(crate) list_ttl_ms: u64,
+}
+
+/// Collects an application's definitions.
+pub struct AppBuilder {
+    app: App,
+}
+
+impl App {
+    /// Starts an application with its implementation name and version (sent as serverInfo).
+    pub fn builder(name: impl Into<String>, version: impl Into<String>) -> AppBuilder {
+        AppBuilder {
+            app: App {
+                name: name.into(),
+                version: version.into(),
+                instructions: None,
+                tools: Vec::new(),
+                resources: Vec::new(),
+                templates: Vec::new(),
+                prompts: Vec::new(),
+                completion: None,
+                list_ttl_ms: 60_000,
+            },
+        }
+    }
+
+    /// The tools, in registration order (which is also `tools/list` order).
+    pub fn tools(&self) -> &[ToolDef] {
+        &self.tools
+    }
+
+    pub(crate) fn tool(&self, name: &str) -> Option<&ToolDef> {
+        self.tools.iter().find(|t| t.name == name)
+    }
+
+    pub(crate) fn prompt(&self, name: &str) -> Option<&PromptDef> {
+        self.prompts.iter().find(|p| p.name == name)
+    }
+
+    /// Whether `uri` names a static resource or matches a template.
+    pub fn knows_resource(&self, uri: &str) -> bool {
+        self.resources.iter().any(|r| r.uri == uri) || self.templates.iter().any(|t| t.match_uri(uri).is_some())
+    }
+
+    /// The server capabilities this application implies.
+    pub fn capabilities(&self) -> Value {
+        let mut caps = Map::new();
+        if !self.tools.is_empty() {
+            caps.insert("tools".into(), json!({ "listChanged": true }));
+        }
+        if !self.resources.is_empty() || !self.templates.is_empty() {
+            caps.insert("resources".into(), json!({ "subscribe": true, "listChanged": true }));
+        }
+        if !self.prompts.is_empty() {
+            caps.insert("prompts".into(), json!({ "listChanged": true }));
+        }
+        if self.completion.is_some() {
+            caps.insert("completions".into(), json!({}));
+        }
+        caps.insert("logging".into(), json!({}));
+        Value::Object(caps)
+    }
+}
+
+impl AppBuilder {
+    /// Instructions for the client's model, sent in `server/discover`.
+    pub fn instructions(mut self, instructions: impl Into<String>) -> Self {
+        self.app.instructions = Some(instructions.into());
+        self
+    }
+
+    /// `ttlMs` on list results, default 60 s (a `list_changed` event invalidates it).
+    pub fn list_ttl_ms(mut self, ttl_ms: u64) -> Self {
+        self.app.list_ttl_ms = ttl_ms;
+        self
+    }
+
+    /// Registers a tool.
+    pub fn tool(mut self, tool: ToolDef) -> Self {
+        self.app.tools.push(tool);
+        self
+    }
+
+    /// Registers a static resource.
+    pub fn resource(mut self, resource: ResourceDef) -> Self {
+        self.app.resources.push(resource);
+        self
+    }
+
+    /// Registers a resource template.
+    pub fn resource_template(mut self, template: ResourceTemplateDef) -> Self {
+        self.app.templates.push(template);
+        self
+    }
+
+    /// Registers a prompt.
+    pub fn prompt(mut self, prompt: PromptDef) -> Self {
+        self.app.prompts.push(prompt);
+        self
+    }
+
+    /// Sets the completion provider for prompt arguments and template variables.
+    pub fn completion<F>(mut self, handler: F) -> Self
+    where
+        F: Fn(&CompletionRef, &str, &str, &BTreeMap<String, String>) -> Completion + Send + Sync + 'static,
+    {
+        self.app.completion = Some(Arc::new(handler));
+        self
+    }
+
+    /// Checks every definition and freezes the application.
+    pub fn build(mut self) -> Result<App, RegistryError> {
+        check_unique("tool", self.app.tools.iter().map(|t| t.name.as_str()))?;
+        check_unique("prompt", self.app.prompts.iter().map(|p| p.name.as_str()))?;
+        check_unique("resource", self.app.resources.iter().map(|r| r.uri.as_str()))?;
+        check_unique("template", self.app.templates.iter().map(|t| t.template.as_str()))?;
+        for tool in &mut self.app.tools {
+            let valid_name = (1..=128).contains(&tool.name.len())
+                && tool.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+            if !valid_name {
+                return Err(RegistryError::InvalidName(tool.name.clone()));
+            }
+            let schema = &tool.definition["inputSchema"];
+            if schema.get("type") != Some(&json!("object")) {
+                return Err(RegistryError::InvalidSchema {
+                    tool: tool.name.clone(),
+                    why: "inputSchema root must be type object".into(),
+                });
+            }
+            let validator = jsonschema::draft202012::new(schema)
+                .map_err(|e| RegistryError::InvalidSchema { tool: tool.name.clone(), why: e.to_string() })?;
+            tool.validator = Some(Arc::new(validator));
+            tool.header_params = header_params(&tool.name, schema)?;
+        }
+        Ok(self.app)
+    }
+}
+
+fn check_unique<'a>(kind: &'static str, names: impl Iterator<Item = &'a str>) -> Result<(), RegistryError> {
+    let mut seen = std::collections::HashSet::new();
+    for name in names {
+        if !seen.insert(name) {
+            return Err(RegistryError::Duplicate { kind, name: name.to_owned() });
+        }
+    }
+    Ok(())
+}
+
+/// The `x-mcp-header` declarations of a tool's top-level properties, checked for validity
+/// (RFC 9110 token, unique case-insensitively, only on string/integer/boolean properties).
+fn header_params(tool: &str, schema: &Value) -> Result<Vec<(String, String)>, RegistryError> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(out) };
+    for (property, property_schema) in properties {
+        let Some(header) = property_schema.get("x-mcp-header") else { continue };
+        let invalid = |why: &str| RegistryError::InvalidSchema {
+            tool: tool.to_owned(),
+            why: format!("x-mcp-header on {property:?}: {why}"),
+        };
+        let header = header.as_str().ok_or_else(|| invalid("must be a string"))?;
+        let is_token =
+            !header.is_empty() && header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !is_token {
+            return Err(invalid("not an RFC 9110 token"));
+        }
+        if !matches!(property_schema.get("type").and_then(Value::as_str), Some("string" | "integer" | "boolean")) {
+            return Err(invalid("only string, integer and boolean properties may be mirrored"));
+        }
+        if out.iter().any(|(h, _)| h.eq_ignore_ascii_case(header)) {
+            return Err(invalid("duplicate header name"));
+        }
+        out.push((header.to_owned(), property.clone()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn template_matching() {
+        let vars = match_template("test://template/{id}/data", "test://template/42/data").unwrap();
+        assert_eq!(vars["id"], "42");
+        assert!(match_template("test://template/{id}/data", "test://template//data").is_none());
+        assert!(match_template("test://template/{id}/data", "test://template/4/2/data").is_none());
+        assert!(match_template("test://template/{id}/data", "test://template/42/datax").is_none());
+        assert_eq!(match_template("a://{x}", "a://y").unwrap()["x"], "y");
+    }
+
+    fn tool(name: &str, schema: Value) -> ToolDef {
+        ToolDef::new(name)
+            .input_schema(schema)
+            .handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("x"))) })
+    }
+
+    #[test]
+    fn bad_definitions_are_refused_at_build() {
+        let dup = App::builder("a", "1")
+            .tool(tool("t", json!({"type":"object"})))
+            .tool(tool("t", json!({"type":"object"})))
+            .build();
+        assert!(matches!(dup, Err(RegistryError::Duplicate { .. })));
+        assert!(matches!(
+            App::builder("a", "1").tool(tool("bad name", json!({"type":"object"}))).build(),
+            Err(RegistryError::InvalidName(_))
+        ));
+        assert!(matches!(
+            App::builder("a", "1").tool(tool("t", json!({"type":"array"}))).build(),
+            Err(RegistryError::InvalidSchema { .. })
+        ));
+        let float_header = json!({"type":"object","properties":{"x":{"type":"number","x-mcp-header":"X"}}});
+        assert!(App::builder("a", "1").tool(tool("t", float_header)).build().is_err());
+        let dup_header = json!({"type":"object","properties":{"x":{"type":"string","x-mcp-header":"X"},"y":{"type":"string","x-mcp-header":"x"}}});
+        assert!(App::builder("a", "1").tool(tool("t", dup_header)).build().is_err());
+    }
+}

@@ -1,0 +1,188 @@
+//! The protocol error catalogue: every error a client can receive, its JSON-RPC code and its HTTP
+//! status, mapped in exactly one place (`code`, `http_status`, `to_wire`).
+
+use serde_json::{Map, Value, json};
+
+/// JSON-RPC and MCP error codes used on the wire.
+pub mod codes {
+    /// Invalid JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Not a valid JSON-RPC request object.
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// Unknown, removed or un-advertised method.
+    pub const METHOD_NOT_FOUND: i64 = -32601;
+    /// Invalid params: missing `_meta`, unknown tool/prompt, bad cursor, missing resource.
+    pub const INVALID_PARAMS: i64 = -32602;
+    /// Internal error; never carries internal detail.
+    pub const INTERNAL_ERROR: i64 = -32603;
+    /// A `Mcp-*` / `MCP-Protocol-Version` header is missing, malformed or differs from the body.
+    pub const HEADER_MISMATCH: i64 = -32020;
+    /// The request needs a client capability it did not declare.
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+    /// The requested protocol version is not supported.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+}
+
+/// Every error the protocol layer reports to a client.
+///
+/// Messages are fixed, client-safe strings; internal causes are logged by the caller and never
+/// placed here.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProtocolError {
+    /// The frame is not valid JSON.
+    #[error("parse error")]
+    Parse,
+    /// The frame is JSON but not an acceptable JSON-RPC request or notification.
+    #[error("invalid request: {0}")]
+    InvalidRequest(&'static str),
+    /// The request body exceeds the configured limit.
+    #[error("request body too large")]
+    PayloadTooLarge,
+    /// Unknown, removed or un-advertised method.
+    #[error("method not found: {method}")]
+    MethodNotFound {
+        /// The method as the client sent it (echoed to the client, never interpreted).
+        method: String,
+    },
+    /// A required `_meta` key is missing or malformed.
+    #[error("invalid _meta: {0}")]
+    InvalidMeta(String),
+    /// Params are invalid for the method (unknown tool, bad cursor, bad arguments …).
+    #[error("invalid params: {message}")]
+    InvalidParams {
+        /// Client-safe description.
+        message: String,
+        /// Optional structured detail.
+        data: Option<Value>,
+    },
+    /// The resource does not exist (or is not visible to the caller).
+    #[error("resource not found")]
+    ResourceNotFound {
+        /// The URI the client asked for.
+        uri: String,
+    },
+    /// A transport header disagrees with the body, is missing or is malformed.
+    #[error("header mismatch: {0}")]
+    HeaderMismatch(String),
+    /// The request needs a client capability it did not declare.
+    #[error("missing required client capability")]
+    MissingCapability {
+        /// A ClientCapabilities object naming what is required.
+        required: Value,
+    },
+    /// The protocol version is not one the server speaks.
+    #[error("unsupported protocol version")]
+    UnsupportedVersion {
+        /// The version the client asked for.
+        requested: String,
+    },
+    /// The request did not finish within its time limit.
+    #[error("request timed out")]
+    Timeout,
+    /// Anything else. The cause is logged server-side only.
+    #[error("internal error")]
+    Internal,
+}
+
+impl ProtocolError {
+    /// Convenience constructor for [`ProtocolError::InvalidParams`] without data.
+    pub fn invalid_params(message: impl Into<String>) -> Self {
+        Self::InvalidParams { message: message.into(), data: None }
+    }
+
+    /// The JSON-RPC error code.
+    pub fn code(&self) -> i64 {
+        match self {
+            Self::Parse => codes::PARSE_ERROR,
+            Self::InvalidRequest(_) | Self::PayloadTooLarge => codes::INVALID_REQUEST,
+            Self::MethodNotFound { .. } => codes::METHOD_NOT_FOUND,
+            Self::InvalidMeta(_) | Self::InvalidParams { .. } | Self::ResourceNotFound { .. } => codes::INVALID_PARAMS,
+            Self::HeaderMismatch(_) => codes::HEADER_MISMATCH,
+            Self::MissingCapability { .. } => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            Self::UnsupportedVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
+            Self::Timeout | Self::Internal => codes::INTERNAL_ERROR,
+        }
+    }
+
+    /// The HTTP status of a response that carries only this error (protocol.md §5).
+    pub fn http_status(&self) -> u16 {
+        match self {
+            Self::Parse | Self::InvalidRequest(_) => 400,
+            Self::PayloadTooLarge => 413,
+            Self::MethodNotFound { .. } => 404,
+            Self::InvalidMeta(_)
+            | Self::InvalidParams { .. }
+            | Self::ResourceNotFound { .. }
+            | Self::HeaderMismatch(_)
+            | Self::MissingCapability { .. }
+            | Self::UnsupportedVersion { .. } => 400,
+            Self::Timeout => 504,
+            Self::Internal => 500,
+        }
+    }
+
+    /// The JSON-RPC `error` object.
+    pub fn to_wire(&self) -> Value {
+        let mut error = Map::new();
+        error.insert("code".into(), json!(self.code()));
+        error.insert("message".into(), json!(self.to_string()));
+        let data = match self {
+            Self::InvalidParams { data, .. } => data.clone(),
+            Self::ResourceNotFound { uri } => Some(json!({ "uri": uri })),
+            Self::MissingCapability { required } => Some(json!({ "requiredCapabilities": required })),
+            Self::UnsupportedVersion { requested } => {
+                Some(json!({ "supported": crate::SUPPORTED_VERSIONS, "requested": requested }))
+            }
+            Self::MethodNotFound { method } if is_removed_method(method) => {
+                Some(json!({ "supported": crate::SUPPORTED_VERSIONS }))
+            }
+            _ => None,
+        };
+        if let Some(data) = data {
+            error.insert("data".into(), data);
+        }
+        Value::Object(error)
+    }
+}
+
+/// Methods of earlier revisions that 2026-07-28 removed; they answer -32601 with the versions
+/// this server speaks, so a legacy client can tell what to retry with.
+pub fn is_removed_method(method: &str) -> bool {
+    matches!(
+        method,
+        "initialize"
+            | "notifications/initialized"
+            | "ping"
+            | "logging/setLevel"
+            | "resources/subscribe"
+            | "resources/unsubscribe"
+            | "tasks/list"
+            | "tasks/result"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_spec_table() {
+        assert_eq!(ProtocolError::MethodNotFound { method: "x".into() }.http_status(), 404);
+        assert_eq!(ProtocolError::HeaderMismatch("x".into()).http_status(), 400);
+        assert_eq!(ProtocolError::UnsupportedVersion { requested: "1".into() }.code(), -32022);
+        assert_eq!(ProtocolError::MissingCapability { required: json!({}) }.code(), -32021);
+        assert_eq!(ProtocolError::InvalidMeta("x".into()).http_status(), 400);
+    }
+
+    #[test]
+    fn capability_error_carries_an_object() {
+        let wire = ProtocolError::MissingCapability { required: json!({"elicitation": {}}) }.to_wire();
+        assert_eq!(wire["data"]["requiredCapabilities"], json!({"elicitation": {}}));
+    }
+
+    #[test]
+    fn internal_error_says_nothing_more() {
+        let wire = ProtocolError::Internal.to_wire();
+        assert_eq!(wire, json!({"code": -32603, "message": "internal error"}));
+    }
+}
