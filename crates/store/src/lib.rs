@@ -1,0 +1,1 @@
+//! Durable storage (placeholder until the implementation lands).
