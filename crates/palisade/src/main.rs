@@ -45,6 +45,9 @@ struct ServeArgs {
     /// Per-request timeout in seconds (capped at 600).
     #[arg(long, default_value_t = 60)]
     request_timeout_secs: u64,
+    /// Items per page of every list method.
+    #[arg(long, default_value_t = 100)]
+    page_size: usize,
     /// Extra Host header value to accept (repeatable), e.g. `mcp.example.com`.
     #[arg(long = "allow-host")]
     allow_hosts: Vec<String>,
@@ -82,6 +85,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let config = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         request_timeout: std::time::Duration::from_secs(args.request_timeout_secs),
+        page_size: args.page_size,
         allowed_hosts: args.allow_hosts,
         allowed_origins: args.allow_origins,
         ..ServerConfig::default()

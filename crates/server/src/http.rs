@@ -178,6 +178,8 @@ async fn mcp_endpoint(
         let reply = loop {
             tokio::select! {
                 biased;
+                // The client closed the stream: stop forwarding; dropping the guard cancels.
+                () = events_tx.closed() => return,
                 Some(notification) = notifications.recv() => {
                     if events_tx.send(notification).await.is_err() {
                         return;
@@ -292,21 +294,23 @@ fn accepted_kinds(headers: &HeaderMap) -> Option<Accepts> {
 }
 
 fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
-    let mut out = TransportHeaders::default();
-    out.protocol_version = headers.get("mcp-protocol-version").map(|v| v.as_bytes().to_vec());
-    out.method = headers.get("mcp-method").map(|v| v.as_bytes().to_vec());
-    out.name = headers.get("mcp-name").map(|v| v.as_bytes().to_vec());
-    for (name, display) in
+    let raw = |name: &str| headers.get(name).map(|v| v.as_bytes().to_vec());
+    let duplicate =
         [("mcp-protocol-version", "MCP-Protocol-Version"), ("mcp-method", "Mcp-Method"), ("mcp-name", "Mcp-Name")]
-    {
-        if headers.get_all(name).iter().count() > 1 {
-            out.duplicate = Some(display.to_owned());
-        }
+            .into_iter()
+            .find(|(name, _)| headers.get_all(*name).iter().count() > 1)
+            .map(|(_, display)| display.to_owned());
+    let params = headers
+        .iter()
+        .filter_map(|(name, value)| {
+            name.as_str().strip_prefix("mcp-param-").map(|p| (p.to_owned(), value.as_bytes().to_vec()))
+        })
+        .collect();
+    TransportHeaders {
+        protocol_version: raw("mcp-protocol-version"),
+        method: raw("mcp-method"),
+        name: raw("mcp-name"),
+        params,
+        duplicate,
     }
-    for (name, value) in headers {
-        if let Some(param) = name.as_str().strip_prefix("mcp-param-") {
-            out.params.push((param.to_owned(), value.as_bytes().to_vec()));
-        }
-    }
-    out
 }

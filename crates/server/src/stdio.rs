@@ -34,6 +34,7 @@ where
         }
     });
     let in_flight: Arc<Mutex<HashMap<RequestId, CancellationToken>>> = Arc::default();
+    let mut running = tokio::task::JoinSet::new();
     let mut reader = BufReader::new(input);
     let mut line = Vec::new();
     loop {
@@ -79,7 +80,7 @@ where
                 let server = server.clone();
                 let out = out_tx.clone();
                 let in_flight = in_flight.clone();
-                tokio::spawn(async move {
+                running.spawn(async move {
                     let (sink, mut notifications) = NotificationSink::channel(server.config().listen_queue);
                     let forward = {
                         let out = out.clone();
@@ -102,10 +103,16 @@ where
             }
         }
     }
-    // EOF: cancel what is still running, end listens gracefully, flush and exit.
+    // EOF: listens end with their complete result, in-flight requests get a grace period to
+    // answer, whatever is left is cancelled; then flush and exit.
     server.shutdown_token().cancel();
-    for (_, token) in lock(&in_flight).drain() {
-        token.cancel();
+    let grace =
+        tokio::time::timeout(std::time::Duration::from_secs(5), async { while running.join_next().await.is_some() {} });
+    if grace.await.is_err() {
+        for (_, token) in lock(&in_flight).drain() {
+            token.cancel();
+        }
+        while running.join_next().await.is_some() {}
     }
     drop(out_tx);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;

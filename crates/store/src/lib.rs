@@ -1,1 +1,91 @@
-//! Durable storage (placeholder until the implementation lands).
+//! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]) on SQLite and
+//! PostgreSQL, group commit in front of it ([`AuditWriter`]), and [`open_store`] choosing a backend
+//! from a URL. Later: handles, tasks, pins.
+//!
+//! **Architecture Invariant:** the audit log is one chain. Record `seq` stores
+//! `hash = SHA-256(prev_hash || canonical JSON of the record)`; appenders in any number of tasks,
+//! processes or instances serialize on the chain head (`BEGIN IMMEDIATE` on SQLite, a locked head
+//! row on PostgreSQL), so the chain never forks and verification finds edits, deletions and
+//! reorderings.
+//!
+//! **API Boundary:** nothing outside this crate sees SQL or sqlx; errors are [`StoreError`] with
+//! fixed texts (never SQL, never a connection string). Any error from an append means nothing of
+//! that batch was written: the request path fails closed.
+
+// Tests may unwrap; the library may not (workspace lint `unwrap_used`).
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+use std::sync::Arc;
+
+/// The `audit_log` column list, in table order, shared by every query of both backends.
+macro_rules! audit_columns {
+    () => {
+        "seq, at_ms, trace_id, stage, decision, operation, principal_digest, tenant_digest, client_digest, \
+         scopes, policy_version, code, detail, prev_hash, hash"
+    };
+}
+
+mod chain;
+#[doc(hidden)]
+pub mod conformance;
+mod error;
+mod postgres;
+mod record;
+mod sqlite;
+mod store;
+mod writer;
+
+pub use chain::{ChainBreak, ChainBreakKind, ChainReport};
+pub use error::{ErrorSource, StoreError};
+pub use postgres::{PostgresOptions, PostgresStore};
+pub use record::{AuditRecord, Decision, GENESIS_HASH, MAX_FIELD_BYTES, MAX_SCOPES, StoredAuditRecord, chain_hash};
+pub use sqlite::SqliteStore;
+pub use store::{AuditStore, MAX_RECENT, StoreFuture};
+pub use writer::{AuditWriter, AuditWriterConfig};
+
+/// Opens the audit store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
+/// `postgres://…` / `postgresql://…` (see [`PostgresStore::connect`]). Migrates and checks
+/// readiness before returning. Any other scheme is a [`StoreError::Config`] naming only the scheme.
+pub async fn open_store(url: &str) -> Result<Arc<dyn AuditStore>, StoreError> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::open(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PostgresStore::connect(url).await?))
+    } else {
+        Err(StoreError::Config { reason: unsupported_scheme(url) })
+    }
+}
+
+/// The error text for an unsupported URL: names the scheme if it looks like one, never the rest.
+fn unsupported_scheme(url: &str) -> String {
+    let scheme = url.split_once(':').map(|(scheme, _)| scheme).filter(|scheme| {
+        !scheme.is_empty()
+            && scheme.len() <= 32
+            && scheme.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"+-.".contains(&byte))
+    });
+    let expected = "expected a sqlite:, postgres:// or postgresql:// URL";
+    match scheme {
+        Some(scheme) => format!("unsupported store URL scheme `{scheme}`; {expected}"),
+        None => format!("the store URL has no recognisable scheme; {expected}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unknown_schemes_are_refused_without_echoing_the_url() {
+        for url in ["mysql://root:hunter2@db/audit", "hunter2", "SQLITE:x.db", "file:///tmp/x"] {
+            let error = open_store(url).await.err().unwrap();
+            assert!(matches!(error, StoreError::Config { .. }), "{url}: {error:?}");
+            let text = format!("{error} {error:?}");
+            assert!(!text.contains("hunter2") && !text.contains("x.db"), "{text}");
+        }
+        let error = open_store("mysql://root:hunter2@db/audit").await.err().unwrap();
+        assert_eq!(
+            error.to_string(),
+            "audit store configuration rejected: unsupported store URL scheme `mysql`; expected a sqlite:, postgres:// or postgresql:// URL"
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! Boots the real binary and speaks MCP 2026-07-28 to it over HTTP like a client would.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::schema;
+
+/// A running `palisade serve` process, killed on drop.
+pub struct Palisade {
+    child: Child,
+    pub url: String,
+    pub port: u16,
+}
+
+impl Palisade {
+    /// Starts `palisade serve --app conformance --listen 127.0.0.1:0` plus `extra` flags.
+    pub fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(["serve", "--app", "conformance", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start palisade");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("read the listening line");
+        let url = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .to_owned();
+        let port = url.trim_start_matches("http://127.0.0.1:").trim_end_matches("/mcp").parse().expect("port");
+        Self { child, url, port }
+    }
+
+    /// Sends SIGTERM and waits for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        for _ in 0..100 {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server did not exit after SIGTERM");
+    }
+}
+
+impl Drop for Palisade {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The `_meta` every 2026-07-28 request carries.
+pub fn meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": { "name": "palisade-it", "version": "0" }
+    })
+}
+
+/// One HTTP exchange: status, content type and every JSON-RPC frame of the body.
+#[derive(Debug)]
+pub struct Exchange {
+    pub status: u16,
+    pub content_type: String,
+    pub frames: Vec<Value>,
+}
+
+impl Exchange {
+    /// The final frame (the response).
+    pub fn response(&self) -> &Value {
+        self.frames.last().expect("at least one frame")
+    }
+
+    pub fn result(&self) -> &Value {
+        let response = self.response();
+        assert!(response.get("error").is_none(), "unexpected error: {response}");
+        &response["result"]
+    }
+
+    pub fn error_code(&self) -> i64 {
+        self.response()["error"]["code"].as_i64().unwrap_or_else(|| panic!("not an error: {}", self.response()))
+    }
+
+    pub fn notifications(&self) -> Vec<&Value> {
+        self.frames.iter().filter(|f| f.get("method").is_some()).collect()
+    }
+}
+
+/// An HTTP client for one server.
+pub struct Client {
+    pub http: reqwest::Client,
+    pub url: String,
+    pub port: u16,
+}
+
+impl Client {
+    pub fn new(server: &Palisade) -> Self {
+        Self { http: reqwest::Client::new(), url: server.url.clone(), port: server.port }
+    }
+
+    /// A POST with the standard 2026-07-28 headers for `method` (and `Mcp-Name` from `params`).
+    pub fn post(&self, method: &str, params: &Value) -> reqwest::RequestBuilder {
+        let mut builder = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method);
+        let name = match method {
+            "tools/call" | "prompts/get" => params.get("name"),
+            "resources/read" => params.get("uri"),
+            _ => None,
+        };
+        if let Some(name) = name.and_then(Value::as_str) {
+            builder = builder.header("mcp-name", palisade_wire::header::encode_value(name));
+        }
+        builder
+    }
+
+    /// A well-formed request; `_meta` is added unless `params` has one. Every frame of the
+    /// answer is schema-validated.
+    pub async fn call(&self, id: Value, method: &str, params: Value) -> Exchange {
+        let params = with_meta(params, json!({}));
+        let body = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        let exchange = send(self.post(method, &params).body(body.to_string())).await;
+        for frame in &exchange.frames {
+            if frame.get("method").is_some() {
+                schema::check_notification(frame);
+            } else {
+                schema::check_response(method, frame);
+                assert_eq!(frame["id"], id, "the id must be echoed with its type");
+            }
+        }
+        exchange
+    }
+
+    pub async fn request(&self, method: &str, params: Value) -> Exchange {
+        self.call(json!(1), method, params).await
+    }
+}
+
+/// Adds `_meta` with `capabilities` unless present.
+pub fn with_meta(params: Value, capabilities: Value) -> Value {
+    let mut params: Map<String, Value> = params.as_object().cloned().unwrap_or_default();
+    params.entry("_meta").or_insert_with(|| meta(capabilities));
+    Value::Object(params)
+}
+
+/// Sends a request and reads the whole body (JSON or SSE).
+pub async fn send(builder: reqwest::RequestBuilder) -> Exchange {
+    let response = builder.send().await.expect("request sent");
+    let status = response.status().as_u16();
+    let content_type =
+        response.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let text = response.text().await.expect("body");
+    Exchange { status, frames: parse_body(&content_type, &text), content_type }
+}
+
+pub fn parse_body(content_type: &str, text: &str) -> Vec<Value> {
+    if content_type.starts_with("text/event-stream") {
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(|data| serde_json::from_str(data.trim()).expect("SSE data is one JSON message"))
+            .collect()
+    } else if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![serde_json::from_str(text).unwrap_or_else(|_| panic!("JSON body expected, got {text:?}"))]
+    }
+}
+
+/// An open SSE response read frame by frame (listen streams).
+pub struct Stream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Stream {
+    pub async fn open(builder: reqwest::RequestBuilder) -> Self {
+        let response = builder.send().await.expect("request sent");
+        assert_eq!(response.status(), 200);
+        assert!(response.headers()["content-type"].to_str().unwrap().starts_with("text/event-stream"));
+        Self { response, buffer: String::new() }
+    }
+
+    /// The next frame, or `None` at the end of the stream or after `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let event: String = self.buffer.drain(..end + 2).collect();
+                if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
+                    return Some(serde_json::from_str(data.trim()).expect("one JSON message per event"));
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk()).await.ok()?.ok()??;
+            self.buffer.push_str(std::str::from_utf8(&chunk).expect("utf-8"));
+        }
+    }
+}

@@ -1,0 +1,10 @@
+//! Integration tests: boot the real `palisade` binary and talk to it over HTTP and stdio, the
+//! way clients do. Every response body is validated against the official 2026-07-28 schema.
+
+#![allow(clippy::unwrap_used)]
+
+mod harness;
+mod http_bad_input;
+mod http_flows;
+mod schema;
+mod stdio;

@@ -1,0 +1,88 @@
+//! Closing an HTTP response stream cancels the request's work: the handler observes its
+
+#![allow(clippy::unwrap_used)]
+//! cancellation token and stops.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use palisade_server::auth::Authenticator;
+use palisade_server::secret::ServerSecret;
+use palisade_server::{App, CallToolResult, Outcome, Server, ServerConfig, ToolDef};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn dropping_the_stream_cancels_the_handler() {
+    let observed = Arc::new(AtomicBool::new(false));
+    let seen = observed.clone();
+    let app = App::builder("cancel-test", "0")
+        .tool(ToolDef::new("wait_for_cancel").description("reports progress, then waits").handler(move |ctx, _| {
+            let seen = seen.clone();
+            async move {
+                // Set when the handler's future is dropped: the pipeline stops the work by
+                // dropping it once the request is cancelled.
+                let _stopped = SetOnDrop(seen);
+                ctx.progress(1.0, None, None).await;
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(Outcome::Complete(CallToolResult::text("finished")))
+            }
+        }))
+        .build()
+        .unwrap();
+    let server = Arc::new(Server::new(
+        app,
+        ServerConfig::default(),
+        Authenticator::UnauthenticatedLoopback,
+        ServerSecret::random(),
+    ));
+    let listener = palisade_server::http::bind(&server, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(palisade_server::http::serve(server, listener, std::future::pending()));
+
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "wait_for_cancel", "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": 1 } } });
+    // A raw socket, so "the client closed the stream" is exactly that: the TCP connection ends.
+    let body = body.to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: wait_for_cancel\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut received = Vec::new();
+    while !String::from_utf8_lossy(&received).contains("notifications/progress") {
+        let mut buffer = [0u8; 4096];
+        let read = socket.read(&mut buffer).await.unwrap();
+        assert!(read > 0, "stream ended early");
+        received.extend_from_slice(&buffer[..read]);
+    }
+    assert!(String::from_utf8_lossy(&received).starts_with("HTTP/1.1 200"));
+    assert!(!observed.load(Ordering::SeqCst));
+    drop(socket);
+    for _ in 0..100 {
+        if observed.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the handler kept running after the client closed the stream");
+}
+
+#[tokio::test]
+async fn an_unauthenticated_server_refuses_a_public_address() {
+    let app = App::builder("t", "0").build().unwrap();
+    let server =
+        Server::new(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random());
+    let error = palisade_server::http::bind(&server, "0.0.0.0:0".parse().unwrap()).await.unwrap_err();
+    assert!(error.to_string().contains("unauthenticated"), "{error}");
+}

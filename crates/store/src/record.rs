@@ -1,0 +1,210 @@
+//! The audit record (what one decision leaves behind), its limits, and the chain hash over it:
+//! `hash = SHA-256(prev_hash || canonical JSON of the record)`.
+
+use aws_lc_rs::digest;
+use serde::{Deserialize, Serialize};
+
+use crate::StoreError;
+
+/// The `prev_hash` of the first record: 32 zero bytes.
+pub const GENESIS_HASH: [u8; 32] = [0; 32];
+
+/// Longest accepted string field, in bytes.
+pub const MAX_FIELD_BYTES: usize = 4096;
+
+/// Most scopes accepted on one record.
+pub const MAX_SCOPES: usize = 256;
+
+/// Whether the audited stage let the request through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// The stage let the request through.
+    Allow,
+    /// The stage refused the request.
+    Deny,
+}
+
+impl Decision {
+    /// The stored and hashed spelling: `"allow"` or `"deny"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny => "deny",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        match text {
+            "allow" => Some(Decision::Allow),
+            "deny" => Some(Decision::Deny),
+            _ => None,
+        }
+    }
+}
+
+/// One audited decision. Digests only: never a raw token, handle or secret (DESIGN.md C11).
+///
+/// Optional fields that are `None` are left out of the hashed canonical JSON, so a field added
+/// later as an `Option` leaves the hashes of older records unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRecord {
+    /// When the decision was made, milliseconds since the Unix epoch (at most `i64::MAX`).
+    pub at_ms: u64,
+    /// The request's trace id.
+    pub trace_id: String,
+    /// The pipeline stage that decided, e.g. `"authenticate"`, `"kill_switch.pre_dispatch"`.
+    pub stage: String,
+    /// Allowed or refused.
+    pub decision: Decision,
+    /// The server-derived operation key, e.g. `"tools/call:basket_checkout"`.
+    pub operation: String,
+    /// Digest of the principal (`iss#sub`), when authenticated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal_digest: Option<String>,
+    /// Digest of the tenant, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_digest: Option<String>,
+    /// Digest of the OAuth client, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_digest: Option<String>,
+    /// Scopes the token carried (or the stage required), in the order given.
+    pub scopes: Vec<String>,
+    /// Policy / pin / kill-switch generation the decision was made under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<String>,
+    /// The JSON-RPC error code or HTTP status sent back, for refusals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i64>,
+    /// A short, client-safe reason. Never secrets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+impl AuditRecord {
+    /// Checks the limits every backend enforces before anything is written: `at_ms` fits a signed
+    /// 64-bit column, strings are at most [`MAX_FIELD_BYTES`] and free of NUL (PostgreSQL text
+    /// cannot hold it), at most [`MAX_SCOPES`] scopes. The [`AuditWriter`](crate::AuditWriter)
+    /// checks this before queueing, so one bad record fails only its own caller, not its batch.
+    pub fn validate(&self) -> Result<(), StoreError> {
+        if i64::try_from(self.at_ms).is_err() {
+            return Err(StoreError::InvalidRecord { reason: "at_ms is larger than i64::MAX" });
+        }
+        if self.scopes.len() > MAX_SCOPES {
+            return Err(StoreError::InvalidRecord { reason: "too many scopes" });
+        }
+        let required = [&self.trace_id, &self.stage, &self.operation].into_iter();
+        let optional =
+            [&self.principal_digest, &self.tenant_digest, &self.client_digest, &self.policy_version, &self.detail]
+                .into_iter()
+                .flatten();
+        for field in required.chain(optional).chain(self.scopes.iter()) {
+            if field.len() > MAX_FIELD_BYTES {
+                return Err(StoreError::InvalidRecord { reason: "a field is longer than MAX_FIELD_BYTES" });
+            }
+            if field.contains('\0') {
+                return Err(StoreError::InvalidRecord { reason: "a field contains a NUL character" });
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes that are hashed: canonical JSON (keys sorted, no white space) of this record.
+    pub fn canonical_bytes(&self) -> Result<Vec<u8>, StoreError> {
+        let value = serde_json::to_value(self)
+            .map_err(|_| StoreError::InvalidRecord { reason: "the record does not serialize to JSON" })?;
+        Ok(palisade_wire::canonical::canonical_bytes(&value))
+    }
+}
+
+/// `SHA-256(prev_hash || canonical JSON of record)`: the hash stored with `record`, and the
+/// `prev_hash` of the record after it. Public so that an external verifier can recompute a chain.
+pub fn chain_hash(prev_hash: &[u8; 32], record: &AuditRecord) -> Result<[u8; 32], StoreError> {
+    let canonical = record.canonical_bytes()?;
+    let mut context = digest::Context::new(&digest::SHA256);
+    context.update(prev_hash);
+    context.update(&canonical);
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(context.finish().as_ref());
+    Ok(hash)
+}
+
+/// A record as stored: its place in the chain and the hashes that link it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAuditRecord {
+    /// Position in the chain, from 1, without gaps.
+    pub seq: u64,
+    /// The record.
+    pub record: AuditRecord,
+    /// The hash of the record at `seq - 1` ([`GENESIS_HASH`] for `seq == 1`).
+    pub prev_hash: [u8; 32],
+    /// `SHA-256(prev_hash || canonical JSON of record)`.
+    pub hash: [u8; 32],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> AuditRecord {
+        AuditRecord {
+            at_ms: 1_764_000_000_000,
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+            stage: "authorize".into(),
+            decision: Decision::Deny,
+            operation: "tools/call:basket_checkout".into(),
+            principal_digest: Some("p:1f2e".into()),
+            tenant_digest: None,
+            client_digest: None,
+            scopes: vec!["mcp:tools".into()],
+            policy_version: Some("7".into()),
+            code: Some(403),
+            detail: Some("insufficient_scope".into()),
+        }
+    }
+
+    #[test]
+    fn canonical_form_sorts_keys_and_omits_absent_options() {
+        let bytes = sample().canonical_bytes().unwrap();
+        assert_eq!(
+            String::from_utf8(bytes).unwrap(),
+            r#"{"at_ms":1764000000000,"code":403,"decision":"deny","detail":"insufficient_scope","operation":"tools/call:basket_checkout","policy_version":"7","principal_digest":"p:1f2e","scopes":["mcp:tools"],"stage":"authorize","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}"#
+        );
+    }
+
+    #[test]
+    fn hash_depends_on_the_previous_hash_and_every_field() {
+        let record = sample();
+        let first = chain_hash(&GENESIS_HASH, &record).unwrap();
+        assert_ne!(chain_hash(&first, &record).unwrap(), first);
+        let mut edited = record.clone();
+        edited.decision = Decision::Allow;
+        assert_ne!(chain_hash(&GENESIS_HASH, &edited).unwrap(), first);
+    }
+
+    #[test]
+    fn hash_matches_an_independent_sha256() {
+        let record = sample();
+        let mut input = GENESIS_HASH.to_vec();
+        input.extend(record.canonical_bytes().unwrap());
+        let expected = digest::digest(&digest::SHA256, &input);
+        assert_eq!(chain_hash(&GENESIS_HASH, &record).unwrap().as_slice(), expected.as_ref());
+    }
+
+    #[test]
+    fn validate_refuses_what_a_backend_cannot_store() {
+        assert!(sample().validate().is_ok());
+        let mut nul = sample();
+        nul.trace_id = "a\0b".into();
+        assert!(matches!(nul.validate(), Err(StoreError::InvalidRecord { .. })));
+        let mut late = sample();
+        late.at_ms = u64::MAX;
+        assert!(matches!(late.validate(), Err(StoreError::InvalidRecord { .. })));
+        let mut long = sample();
+        long.detail = Some("x".repeat(MAX_FIELD_BYTES + 1));
+        assert!(matches!(long.validate(), Err(StoreError::InvalidRecord { .. })));
+        let mut scopes = sample();
+        scopes.scopes = vec!["s".into(); MAX_SCOPES + 1];
+        assert!(matches!(scopes.validate(), Err(StoreError::InvalidRecord { .. })));
+    }
+}

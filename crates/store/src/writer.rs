@@ -1,0 +1,338 @@
+//! `AuditWriter`: group commit in front of any `AuditStore`. Concurrent appends queue up while a
+//! batch commits and go out together as the next batch: one transaction (one fsync) per batch,
+//! not per call, and each caller is answered only once its batch is durable.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::{AuditRecord, AuditStore, StoreError};
+
+/// Tuning for an [`AuditWriter`].
+#[derive(Debug, Clone)]
+pub struct AuditWriterConfig {
+    /// Records that may wait in the queue; further appends wait for room (backpressure).
+    pub queue_capacity: usize,
+    /// Most records in one batch (one `append_batch` call).
+    pub max_batch: usize,
+    /// How long one batch may take to commit before its callers get
+    /// [`StoreError::Unavailable`]. The batch may still commit after that (the answer was
+    /// already "failed", so the request was refused: fail closed, at worst an extra record).
+    pub commit_timeout: Duration,
+}
+
+impl Default for AuditWriterConfig {
+    fn default() -> Self {
+        AuditWriterConfig { queue_capacity: 8192, max_batch: 512, commit_timeout: Duration::from_secs(5) }
+    }
+}
+
+struct Pending {
+    record: AuditRecord,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+struct Background {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+/// Group commit in front of an [`AuditStore`]. Cheap to share behind an `Arc`.
+///
+/// **Invariant:** [`append`](AuditWriter::append) returns `Ok` only after the batch holding its
+/// record committed; if that batch fails, every caller in it gets the error.
+pub struct AuditWriter {
+    queue: mpsc::Sender<Pending>,
+    background: Mutex<Option<Background>>,
+}
+
+impl std::fmt::Debug for AuditWriter {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("AuditWriter")
+            .field("queued", &(self.queue.max_capacity() - self.queue.capacity()))
+            .finish()
+    }
+}
+
+impl AuditWriter {
+    /// Starts the background task that drains the queue into `store`. Call inside a Tokio runtime.
+    pub fn new(store: Arc<dyn AuditStore>, config: AuditWriterConfig) -> Self {
+        let max_batch = config.max_batch.max(1);
+        let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
+        let (stop, stopped) = oneshot::channel();
+        let task = tokio::spawn(run(store, receiver, stopped, max_batch, config.commit_timeout));
+        AuditWriter { queue, background: Mutex::new(Some(Background { stop, task })) }
+    }
+
+    /// Appends `record` and resolves once the batch containing it committed. Fails with
+    /// [`StoreError::InvalidRecord`] (nothing queued) for a record the store would refuse, with the
+    /// batch's error if the store failed, and with [`StoreError::Closed`] after shutdown.
+    ///
+    /// Dropping the future after the record was queued does not withdraw it.
+    pub async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
+        record.validate()?;
+        let (done, answer) = oneshot::channel();
+        self.queue.send(Pending { record, done }).await.map_err(|_| StoreError::Closed)?;
+        answer.await.unwrap_or(Err(StoreError::Closed))
+    }
+
+    /// Stops accepting appends, commits everything already queued (answering its callers), and
+    /// waits for the background task to end. Later appends fail with [`StoreError::Closed`].
+    /// Calling it again returns at once.
+    pub async fn shutdown(&self) {
+        let background = match self.background.lock() {
+            Ok(mut guard) => guard.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        let Some(Background { stop, task }) = background else { return };
+        let _ = stop.send(());
+        if let Err(error) = task.await {
+            tracing::error!(%error, "audit writer task ended abnormally");
+        }
+    }
+}
+
+async fn run(
+    store: Arc<dyn AuditStore>,
+    mut receiver: mpsc::Receiver<Pending>,
+    mut stop: oneshot::Receiver<()>,
+    max_batch: usize,
+    commit_timeout: Duration,
+) {
+    let mut pending = Vec::with_capacity(max_batch);
+    let mut stopping = false;
+    loop {
+        let received = tokio::select! {
+            biased;
+            // A dropped writer also ends the wait: then the queue closes on its own as well.
+            _ = &mut stop, if !stopping => {
+                stopping = true;
+                receiver.close();
+                continue;
+            }
+            received = receiver.recv_many(&mut pending, max_batch) => received,
+        };
+        // 0 only once the queue is closed and drained.
+        if received == 0 {
+            break;
+        }
+        commit(store.as_ref(), &mut pending, commit_timeout).await;
+    }
+}
+
+/// Commits what is pending as one batch and answers each caller with the batch's result.
+async fn commit(store: &dyn AuditStore, pending: &mut Vec<Pending>, commit_timeout: Duration) {
+    let (records, waiters): (Vec<AuditRecord>, Vec<oneshot::Sender<Result<(), StoreError>>>) =
+        pending.drain(..).map(|pending| (pending.record, pending.done)).unzip();
+    let count = records.len();
+    let result = match tokio::time::timeout(commit_timeout, store.append_batch(records)).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::unavailable("append (commit timed out)")),
+    };
+    match &result {
+        Ok(()) => tracing::trace!(records = count, "audit batch committed"),
+        Err(error) => tracing::warn!(%error, records = count, "audit batch failed; its callers fail closed"),
+    }
+    for waiter in waiters {
+        // A caller that stopped waiting is fine: its record's fate is the batch's.
+        let _ = waiter.send(result.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreFuture;
+    use crate::{ChainReport, Decision, StoredAuditRecord};
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::sync::Semaphore;
+
+    /// Records every batch; optionally fails; optionally holds the first batch until released.
+    #[derive(Debug, Default)]
+    struct FakeStore {
+        /// Batch sizes as they enter `append_batch` (before the gate).
+        entered: Mutex<Vec<usize>>,
+        batches: Mutex<Vec<Vec<AuditRecord>>>,
+        fail: AtomicBool,
+        gate: Option<Arc<Semaphore>>,
+    }
+
+    impl AuditStore for FakeStore {
+        fn append_batch(&self, records: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
+            self.entered.lock().unwrap().push(records.len());
+            Box::pin(async move {
+                if let Some(gate) = &self.gate {
+                    let _permit = gate.acquire().await.map_err(|_| StoreError::Closed)?;
+                }
+                if self.fail.load(Ordering::SeqCst) {
+                    return Err(StoreError::unavailable("append"));
+                }
+                self.batches.lock().unwrap().push(records);
+                Ok(())
+            })
+        }
+        fn verify_chain(&self) -> StoreFuture<'_, ChainReport> {
+            Box::pin(async { Err(StoreError::unavailable("verify")) })
+        }
+        fn recent(&self, _limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn ping(&self) -> StoreFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            Box::pin(async {})
+        }
+    }
+
+    fn record(n: usize) -> AuditRecord {
+        AuditRecord {
+            at_ms: n as u64,
+            trace_id: format!("t{n}"),
+            stage: "authorize".into(),
+            decision: Decision::Allow,
+            operation: "tools/call:x".into(),
+            principal_digest: None,
+            tenant_digest: None,
+            client_digest: None,
+            scopes: Vec::new(),
+            policy_version: None,
+            code: None,
+            detail: None,
+        }
+    }
+
+    fn queued(writer: &AuditWriter) -> usize {
+        writer.queue.max_capacity() - writer.queue.capacity()
+    }
+
+    /// Waits until the first batch is inside the store and everything else of `total` is queued.
+    async fn wait_until_first_batch_blocks(store: &FakeStore, writer: &AuditWriter, total: usize) -> usize {
+        loop {
+            let first = store.entered.lock().unwrap().first().copied();
+            if let Some(first) = first
+                && first + queued(writer) == total
+            {
+                return first;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn appends_queued_during_a_commit_go_out_as_one_batch() {
+        let gate = Arc::new(Semaphore::new(0));
+        let store = Arc::new(FakeStore { gate: Some(gate.clone()), ..FakeStore::default() });
+        let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+
+        // The first append starts a batch that blocks on the gate.
+        let first = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.append(record(0)).await }
+        });
+        assert_eq!(wait_until_first_batch_blocks(&store, &writer, 1).await, 1);
+        // While it is blocked, 50 more queue up.
+        let mut rest = Vec::new();
+        for n in 1..=50 {
+            let writer = writer.clone();
+            rest.push(tokio::spawn(async move { writer.append(record(n)).await }));
+        }
+        wait_until_first_batch_blocks(&store, &writer, 51).await;
+        gate.add_permits(2);
+        first.await.unwrap().unwrap();
+        for task in rest {
+            task.await.unwrap().unwrap();
+        }
+        let batches = store.batches.lock().unwrap();
+        assert_eq!(batches.iter().map(Vec::len).collect::<Vec<_>>(), vec![1, 50]);
+    }
+
+    #[tokio::test]
+    async fn batches_respect_max_batch() {
+        let gate = Arc::new(Semaphore::new(0));
+        let store = Arc::new(FakeStore { gate: Some(gate.clone()), ..FakeStore::default() });
+        let config = AuditWriterConfig { max_batch: 8, ..AuditWriterConfig::default() };
+        let writer = Arc::new(AuditWriter::new(store.clone(), config));
+        let mut tasks = Vec::new();
+        for n in 0..20 {
+            let writer = writer.clone();
+            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
+        }
+        wait_until_first_batch_blocks(&store, &writer, 20).await;
+        gate.add_permits(100);
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        let sizes: Vec<usize> = store.batches.lock().unwrap().iter().map(Vec::len).collect();
+        assert!(sizes.iter().all(|&size| size <= 8), "{sizes:?}");
+        assert!(sizes.contains(&8), "queued records were not grouped: {sizes:?}");
+        assert_eq!(sizes.iter().sum::<usize>(), 20);
+    }
+
+    #[tokio::test]
+    async fn a_failed_batch_fails_every_caller_in_it() {
+        let store = Arc::new(FakeStore::default());
+        store.fail.store(true, Ordering::SeqCst);
+        let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+        let mut tasks = Vec::new();
+        for n in 0..30 {
+            let writer = writer.clone();
+            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
+        }
+        for task in tasks {
+            assert!(matches!(task.await.unwrap(), Err(StoreError::Unavailable { .. })));
+        }
+        assert!(store.batches.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_invalid_record_fails_alone_and_is_never_queued() {
+        let store = Arc::new(FakeStore::default());
+        let writer = AuditWriter::new(store.clone(), AuditWriterConfig::default());
+        let mut bad = record(1);
+        bad.detail = Some("nul\0".into());
+        assert!(matches!(writer.append(bad).await, Err(StoreError::InvalidRecord { .. })));
+        writer.append(record(2)).await.unwrap();
+        assert_eq!(store.batches.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn shutdown_flushes_what_was_queued_then_refuses() {
+        let gate = Arc::new(Semaphore::new(0));
+        let store = Arc::new(FakeStore { gate: Some(gate.clone()), ..FakeStore::default() });
+        let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+        let mut tasks = Vec::new();
+        for n in 0..10 {
+            let writer = writer.clone();
+            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
+        }
+        wait_until_first_batch_blocks(&store, &writer, 10).await;
+        let shutdown = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.shutdown().await }
+        });
+        tokio::task::yield_now().await;
+        gate.add_permits(100);
+        shutdown.await.unwrap();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        assert_eq!(store.batches.lock().unwrap().iter().map(Vec::len).sum::<usize>(), 10);
+        assert!(matches!(writer.append(record(11)).await, Err(StoreError::Closed)));
+        writer.shutdown().await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_that_hangs_times_out_as_unavailable() {
+        let gate = Arc::new(Semaphore::new(0));
+        let store = Arc::new(FakeStore { gate: Some(gate), ..FakeStore::default() });
+        let config = AuditWriterConfig { commit_timeout: Duration::from_millis(200), ..AuditWriterConfig::default() };
+        let writer = AuditWriter::new(store, config);
+        assert!(matches!(writer.append(record(0)).await, Err(StoreError::Unavailable { .. })));
+    }
+}

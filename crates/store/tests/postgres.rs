@@ -1,0 +1,179 @@
+//! The storage conformance suite against `PostgresStore` (a fresh schema per test, so tests run
+//! in parallel and re-run), plus the PostgreSQL-only cases. Needs `DATABASE_URL`; without it
+//! every test fails naming the missing service.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use palisade_store::conformance::{Fixture, Harness, HarnessFuture, sample_record};
+use palisade_store::{
+    AuditStore, AuditWriter, AuditWriterConfig, PostgresOptions, PostgresStore, StoreError, open_store,
+};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+
+fn database_url() -> String {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "DATABASE_URL is not set: these tests need a running PostgreSQL server \
+             (e.g. DATABASE_URL=postgres://postgres@127.0.0.1:5433/palisade_test; start one as INTEROP.md §8.7 shows)"
+        ),
+    }
+}
+
+/// `url` with `search_path` set to `schema` on every connection.
+fn url_with_schema(url: &str, schema: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}options[search_path]={schema}")
+}
+
+/// Small pools: many tests run at once against one server.
+fn test_options() -> PostgresOptions {
+    PostgresOptions { max_connections: 4, ..PostgresOptions::default() }
+}
+
+struct PostgresHarness {
+    url: String,
+}
+
+impl PostgresHarness {
+    fn new() -> Self {
+        PostgresHarness { url: database_url() }
+    }
+}
+
+struct PostgresFixture {
+    admin: PgPool,
+    schema: String,
+    store_url: String,
+    store: Arc<dyn AuditStore>,
+}
+
+async fn admin_pool(url: &str) -> PgPool {
+    PgPoolOptions::new().max_connections(1).connect(url).await.expect("connect to DATABASE_URL")
+}
+
+fn unique_schema() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("audit_test_{}_{}_{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Harness for PostgresHarness {
+    fn fresh(&self) -> HarnessFuture<'_, Box<dyn Fixture>> {
+        Box::pin(async {
+            let admin = admin_pool(&self.url).await;
+            let schema = unique_schema();
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+                .execute(&admin)
+                .await
+                .expect("create test schema");
+            let store_url = url_with_schema(&self.url, &schema);
+            let store = PostgresStore::connect_with(&store_url, test_options()).await.expect("connect postgres store");
+            Box::new(PostgresFixture { admin, schema, store_url, store: Arc::new(store) }) as Box<dyn Fixture>
+        })
+    }
+
+    fn open_unreachable(&self) -> HarnessFuture<'_, Result<Arc<dyn AuditStore>, StoreError>> {
+        Box::pin(async {
+            let url = format!("postgres://postgres@127.0.0.1:{}/palisade_test", closed_port());
+            let options = PostgresOptions { acquire_timeout: Duration::from_secs(1), ..test_options() };
+            PostgresStore::connect_with(&url, options).await.map(|store| Arc::new(store) as Arc<dyn AuditStore>)
+        })
+    }
+}
+
+/// A loopback port with nothing listening on it.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("local addr").port()
+}
+
+impl Fixture for PostgresFixture {
+    fn store(&self) -> Arc<dyn AuditStore> {
+        self.store.clone()
+    }
+
+    fn another_instance(&self) -> HarnessFuture<'_, Arc<dyn AuditStore>> {
+        Box::pin(async {
+            let store = PostgresStore::connect_with(&self.store_url, test_options()).await.expect("second instance");
+            Arc::new(store) as Arc<dyn AuditStore>
+        })
+    }
+
+    fn tamper(&self, sql: &'static str) -> HarnessFuture<'_, ()> {
+        Box::pin(async move {
+            let pool = admin_pool(&self.store_url).await;
+            sqlx::query(sql).execute(&pool).await.expect("tamper statement");
+            pool.close().await;
+        })
+    }
+
+    fn cleanup(self: Box<Self>) -> HarnessFuture<'static, ()> {
+        Box::pin(async move {
+            self.store.close().await;
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.schema)))
+                .execute(&self.admin)
+                .await
+                .expect("drop test schema");
+            self.admin.close().await;
+        })
+    }
+}
+
+palisade_store::audit_store_conformance!(PostgresHarness::new());
+
+/// A store that started while the database was unreachable (lazy pool): the writer hands
+/// `Unavailable` to every waiter of the batch, and readiness says so too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lazy_store_on_a_closed_port_fails_every_waiter() {
+    let _ = database_url();
+    let url = format!("postgres://postgres@127.0.0.1:{}/palisade_test", closed_port());
+    let options = PostgresOptions { acquire_timeout: Duration::from_millis(500), ..test_options() };
+    let store: Arc<dyn AuditStore> = Arc::new(PostgresStore::connect_lazy_with(&url, options).expect("lazy pool"));
+    assert!(matches!(store.ping().await, Err(StoreError::Unavailable { .. })));
+    let writer = Arc::new(AuditWriter::new(store, AuditWriterConfig::default()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..16 {
+        let writer = writer.clone();
+        tasks.spawn(async move { writer.append(sample_record(n)).await });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        let result = joined.expect("append task");
+        assert!(matches!(result, Err(StoreError::Unavailable { .. })), "{result:?}");
+    }
+    writer.shutdown().await;
+}
+
+/// `open_store` picks PostgreSQL for both URL spellings, and migrating twice is harmless.
+#[tokio::test]
+async fn open_store_accepts_both_schemes() {
+    let url = database_url();
+    let admin = admin_pool(&url).await;
+    let schema = unique_schema();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("create schema");
+    let store_url = url_with_schema(&url, &schema);
+    let first = open_store(&store_url).await.expect("postgres://");
+    first.append_batch(vec![sample_record(1)]).await.expect("append");
+    let alternate = store_url.replacen("postgres://", "postgresql://", 1);
+    let second = open_store(&alternate).await.expect("postgresql://");
+    second.append_batch(vec![sample_record(2)]).await.expect("append");
+    let report = first.verify_chain().await.expect("verify");
+    assert!(report.is_intact() && report.records == 2, "{report:?}");
+    first.close().await;
+    second.close().await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await.expect("drop");
+}
+
+/// A wrong password is `Unavailable` and its text holds neither the password nor the URL.
+#[tokio::test]
+async fn connection_errors_do_not_leak_the_url() {
+    let _ = database_url();
+    let url = format!("postgres://postgres:hunter2@127.0.0.1:{}/palisade_test", closed_port());
+    let options = PostgresOptions { acquire_timeout: Duration::from_millis(300), ..test_options() };
+    let error = PostgresStore::connect_with(&url, options).await.expect_err("must fail");
+    let text = format!("{error}");
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
+    assert!(!text.contains("hunter2") && !text.contains("127.0.0.1"), "{text}");
+}

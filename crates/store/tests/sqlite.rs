@@ -1,0 +1,144 @@
+//! The storage conformance suite against `SqliteStore` (a fresh file per test), plus the
+//! SQLite-only cases: in-memory databases and `open_store` with `sqlite:` URLs.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use palisade_store::conformance::{Fixture, Harness, HarnessFuture, sample_record};
+use palisade_store::{AuditStore, AuditWriter, AuditWriterConfig, SqliteStore, StoreError, open_store};
+
+struct SqliteHarness;
+
+struct SqliteFixture {
+    directory: PathBuf,
+    path: PathBuf,
+    store: Arc<dyn AuditStore>,
+}
+
+/// A directory no other test (or earlier run) uses.
+fn unique_directory() -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let directory = std::env::temp_dir().join(format!(
+        "palisade-store-test-{}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&directory).expect("create test directory");
+    directory
+}
+
+impl Harness for SqliteHarness {
+    fn fresh(&self) -> HarnessFuture<'_, Box<dyn Fixture>> {
+        Box::pin(async {
+            let directory = unique_directory();
+            let path = directory.join("audit.db");
+            let store = SqliteStore::open(path.to_str().expect("utf-8 path")).await.expect("open sqlite store");
+            Box::new(SqliteFixture { directory, path, store: Arc::new(store) }) as Box<dyn Fixture>
+        })
+    }
+
+    fn open_unreachable(&self) -> HarnessFuture<'_, Result<Arc<dyn AuditStore>, StoreError>> {
+        // SQLite does not create directories: even root cannot open this.
+        Box::pin(async {
+            let path = unique_directory().join("missing-directory").join("audit.db");
+            SqliteStore::open(path.to_str().expect("utf-8 path"))
+                .await
+                .map(|store| Arc::new(store) as Arc<dyn AuditStore>)
+        })
+    }
+}
+
+impl Fixture for SqliteFixture {
+    fn store(&self) -> Arc<dyn AuditStore> {
+        self.store.clone()
+    }
+
+    fn another_instance(&self) -> HarnessFuture<'_, Arc<dyn AuditStore>> {
+        Box::pin(async {
+            let store = SqliteStore::open(self.path.to_str().expect("utf-8 path")).await.expect("open second store");
+            Arc::new(store) as Arc<dyn AuditStore>
+        })
+    }
+
+    fn tamper(&self, sql: &'static str) -> HarnessFuture<'_, ()> {
+        Box::pin(async move {
+            let options = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(&self.path)
+                .busy_timeout(std::time::Duration::from_secs(5));
+            let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                .max_connections(1)
+                .connect_with(options)
+                .await
+                .expect("open tamper connection");
+            sqlx::query(sql).execute(&pool).await.expect("tamper statement");
+            pool.close().await;
+        })
+    }
+
+    fn cleanup(self: Box<Self>) -> HarnessFuture<'static, ()> {
+        Box::pin(async move {
+            self.store.close().await;
+            let _ = std::fs::remove_dir_all(&self.directory);
+        })
+    }
+}
+
+palisade_store::audit_store_conformance!(SqliteHarness);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_store_through_open_store_and_writer() {
+    let store = open_store("sqlite::memory:").await.expect("open in-memory store");
+    let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for n in 0..100 {
+        let writer = writer.clone();
+        tasks.spawn(async move { writer.append(sample_record(n)).await });
+    }
+    // verify and recent share the single connection with the writer: they must not deadlock.
+    let during = store.verify_chain().await.expect("verify while appending");
+    assert!(during.is_intact(), "{during:?}");
+    while let Some(joined) = tasks.join_next().await {
+        joined.expect("append task").expect("append");
+    }
+    writer.shutdown().await;
+    let report = store.verify_chain().await.expect("verify");
+    assert!(report.is_intact() && report.records == 100, "{report:?}");
+    assert_eq!(store.recent(1000).await.expect("recent").len(), 100);
+}
+
+#[tokio::test]
+async fn two_in_memory_stores_are_separate_databases() {
+    let first = open_store("sqlite::memory:").await.expect("first");
+    let second = open_store("sqlite::memory:").await.expect("second");
+    first.append_batch(vec![sample_record(1)]).await.expect("append");
+    assert_eq!(second.verify_chain().await.expect("verify").records, 0);
+    assert_eq!(first.verify_chain().await.expect("verify").records, 1);
+}
+
+#[tokio::test]
+async fn open_store_accepts_sqlite_urls_and_reopens_a_file() {
+    let directory = unique_directory();
+    let url = format!("sqlite://{}", directory.join("audit.db").display());
+    let store = open_store(&url).await.expect("open by URL");
+    store.append_batch(vec![sample_record(1), sample_record(2)]).await.expect("append");
+    store.close().await;
+    // Reopening migrates nothing new and continues the same chain.
+    let store = open_store(&url).await.expect("reopen");
+    store.append_batch(vec![sample_record(3)]).await.expect("append after reopen");
+    let report = store.verify_chain().await.expect("verify");
+    assert!(report.is_intact() && report.records == 3, "{report:?}");
+    store.close().await;
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused() {
+    let directory = unique_directory();
+    let path = directory.join("audit.db");
+    std::fs::write(&path, vec![b'x'; 8192]).expect("write junk");
+    let result = SqliteStore::open(path.to_str().expect("utf-8 path")).await;
+    assert!(matches!(result, Err(StoreError::Corrupt { .. } | StoreError::Migration { .. })), "{result:?}");
+    let _ = std::fs::remove_dir_all(&directory);
+}
