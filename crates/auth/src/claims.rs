@@ -390,7 +390,10 @@ mod tests {
 
     #[test]
     fn issuer_must_be_a_string() {
-        assert_eq!(unverified_issuer(&payload(json!({"iss": null}))), Err(InvalidTokenReason::MissingClaim(ClaimKind::Issuer)));
+        assert_eq!(
+            unverified_issuer(&payload(json!({"iss": null}))),
+            Err(InvalidTokenReason::MissingClaim(ClaimKind::Issuer))
+        );
         assert_eq!(
             unverified_issuer(&payload(json!({"iss": [ISS]}))),
             Err(InvalidTokenReason::InvalidClaim(ClaimKind::Issuer))

@@ -132,11 +132,7 @@ impl IssuerKeys {
 
     /// The key for `kid`, refreshing the set when due and refetching once (rate-limited) when the
     /// `kid` is unknown.
-    pub(crate) async fn key(
-        &self,
-        ctx: &FetchContext<'_>,
-        kid: &str,
-    ) -> Result<Arc<VerificationKey>, KeyLookupError> {
+    pub(crate) async fn key(&self, ctx: &FetchContext<'_>, kid: &str) -> Result<Arc<VerificationKey>, KeyLookupError> {
         match self {
             IssuerKeys::Static(keys) => keys.get(kid).cloned().ok_or(KeyLookupError::UnknownKid),
             IssuerKeys::Remote(remote) => remote.key(ctx, kid, true).await,
@@ -167,7 +163,9 @@ impl IssuerKeys {
 enum Lookup {
     Found(Arc<VerificationKey>),
     /// Not in a usable set; `last_failed` says whether the most recent fetch attempt failed.
-    Missing { last_failed: bool },
+    Missing {
+        last_failed: bool,
+    },
     /// No usable set at all (never fetched, or older than `max_key_age`).
     Unusable,
 }
@@ -182,20 +180,23 @@ impl RemoteKeys {
         if self.refresh_due(ctx) {
             self.fetch(ctx).await;
         }
-        let mut refetched = false;
-        loop {
-            match self.lookup(ctx, kid) {
-                Lookup::Found(key) => return Ok(key),
-                Lookup::Unusable => return Err(KeyLookupError::IssuerUnavailable),
-                Lookup::Missing { last_failed } => {
-                    if refetch_unknown && !refetched && self.attempt_allowed(ctx) {
-                        refetched = true;
-                        self.fetch(ctx).await;
-                        continue;
-                    }
-                    return Err(if last_failed { KeyLookupError::IssuerUnavailable } else { KeyLookupError::UnknownKid });
-                }
-            }
+        let lookup = self.lookup(ctx, kid);
+        let retry = match lookup {
+            Lookup::Found(key) => return Ok(key),
+            // No usable set: wait for a fetch in flight, or make one if the rate limit allows.
+            Lookup::Unusable => true,
+            // Unknown kid: the same, but only on the cold path (a rotation may have happened).
+            Lookup::Missing { .. } => refetch_unknown,
+        };
+        if retry {
+            // `fetch` waits for any fetch in flight, then fetches only if the limit allows.
+            self.fetch(ctx).await;
+        }
+        match self.lookup(ctx, kid) {
+            Lookup::Found(key) => Ok(key),
+            Lookup::Unusable => Err(KeyLookupError::IssuerUnavailable),
+            Lookup::Missing { last_failed: true } => Err(KeyLookupError::IssuerUnavailable),
+            Lookup::Missing { last_failed: false } => Err(KeyLookupError::UnknownKid),
         }
     }
 
@@ -222,10 +223,6 @@ impl RemoteKeys {
         state.last_attempt_ms.is_none_or(|at| now >= at.saturating_add(duration_ms(policy.min_refetch_interval)))
     }
 
-    fn attempt_allowed(&self, ctx: &FetchContext<'_>) -> bool {
-        Self::attempt_allowed_at(&self.read(), ctx.clock.now_unix_ms(), ctx.policy)
-    }
-
     fn refresh_due(&self, ctx: &FetchContext<'_>) -> bool {
         let now = ctx.clock.now_unix_ms();
         let state = self.read();
@@ -234,8 +231,8 @@ impl RemoteKeys {
         stale && Self::attempt_allowed_at(&state, now, ctx.policy)
     }
 
-    /// One fetch attempt, unless another task made one within `min_refetch_interval` (including
-    /// while we waited for the lock).
+    /// One fetch attempt, unless one was made within `min_refetch_interval` (including by another
+    /// task while we waited for the lock). Returns once no fetch is in flight.
     async fn fetch(&self, ctx: &FetchContext<'_>) {
         let _single_flight = self.fetch_lock.lock().await;
         let started = ctx.clock.now_unix_ms();

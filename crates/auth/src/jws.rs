@@ -9,8 +9,8 @@ use std::fmt;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde_json::{Map, Value};
 
 use crate::error::{InvalidTokenReason, Segment};
@@ -104,7 +104,9 @@ impl JoseHeader {
             return Err(InvalidTokenReason::Encrypted);
         }
         let alg = match object.get("alg") {
-            Some(Value::String(name)) => JwsAlgorithm::from_name(name).ok_or(InvalidTokenReason::UnsupportedAlgorithm)?,
+            Some(Value::String(name)) => {
+                JwsAlgorithm::from_name(name).ok_or(InvalidTokenReason::UnsupportedAlgorithm)?
+            }
             Some(_) => return Err(InvalidTokenReason::MalformedJson(Segment::Header)),
             None => return Err(InvalidTokenReason::UnsupportedAlgorithm),
         };
@@ -208,16 +210,28 @@ mod tests {
         assert_eq!(reason("abc"), InvalidTokenReason::NotCompactJws { segments: 1 });
         assert_eq!(reason("a.b.c.d"), InvalidTokenReason::NotCompactJws { segments: 4 });
         assert_eq!(reason("a.b.c.d.e"), InvalidTokenReason::Encrypted);
-        assert_eq!(reason(&format!("{good_header}.{good_payload}.")), InvalidTokenReason::EmptySegment(Segment::Signature));
+        assert_eq!(
+            reason(&format!("{good_header}.{good_payload}.")),
+            InvalidTokenReason::EmptySegment(Segment::Signature)
+        );
         assert_eq!(reason(&format!("{good_header}..c2ln")), InvalidTokenReason::EmptySegment(Segment::Payload));
         assert_eq!(reason("..."), InvalidTokenReason::NotCompactJws { segments: 4 });
         let unsigned_none = format!("{}.{good_payload}.", b64(br#"{"alg":"none"}"#));
         assert_eq!(reason(&unsigned_none), InvalidTokenReason::UnsupportedAlgorithm);
         assert_eq!(reason(&format!(".{good_payload}.c2ln")), InvalidTokenReason::EmptySegment(Segment::Header));
-        assert_eq!(reason(&format!("{good_header}.{good_payload}=.c2ln")), InvalidTokenReason::BadBase64(Segment::Payload));
-        assert_eq!(reason(&format!("{good_header}.{good_payload}.c2l+")), InvalidTokenReason::BadBase64(Segment::Signature));
+        assert_eq!(
+            reason(&format!("{good_header}.{good_payload}=.c2ln")),
+            InvalidTokenReason::BadBase64(Segment::Payload)
+        );
+        assert_eq!(
+            reason(&format!("{good_header}.{good_payload}.c2l+")),
+            InvalidTokenReason::BadBase64(Segment::Signature)
+        );
         // Non-zero trailing bits: "c2k" is canonical for "si", "c2x" is not.
-        assert_eq!(reason(&format!("{good_header}.{good_payload}.c2x")), InvalidTokenReason::BadBase64(Segment::Signature));
+        assert_eq!(
+            reason(&format!("{good_header}.{good_payload}.c2x")),
+            InvalidTokenReason::BadBase64(Segment::Signature)
+        );
     }
 
     #[test]

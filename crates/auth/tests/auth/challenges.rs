@@ -1,9 +1,7 @@
 //! Exact `WWW-Authenticate` strings and statuses for each kind of refusal, and the Protected
 //! Resource Metadata document.
 
-use palisade_auth::{
-    Algorithm, AuthError, IssuerConfig, check_scopes, metadata_paths, protected_resource_metadata,
-};
+use palisade_auth::{Algorithm, AuthError, IssuerConfig, check_scopes, metadata_paths, protected_resource_metadata};
 use serde_json::json;
 
 use crate::common::*;

@@ -10,9 +10,7 @@ use aws_lc_rs::signature::{
 };
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use palisade_auth::{
-    IssuerConfig, JwkSet, JwksPolicy, JwksSource, ManualClock, ResourceServerConfig, TokenVerifier,
-};
+use palisade_auth::{IssuerConfig, JwkSet, JwksPolicy, JwksSource, ManualClock, ResourceServerConfig, TokenVerifier};
 use serde_json::{Value, json};
 
 pub const RESOURCE: &str = "https://mcp.example.com/mcp";
@@ -59,9 +57,9 @@ impl TestKey {
     /// RSA keygen is slow in debug builds: one 2048-bit key per test process, any `kid`.
     pub fn rsa(kid: &str) -> Self {
         static PAIR: OnceLock<Arc<RsaKeyPair>> = OnceLock::new();
-        let pair = Arc::clone(PAIR.get_or_init(|| {
-            Arc::new(RsaKeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("keygen"))
-        }));
+        let pair = Arc::clone(
+            PAIR.get_or_init(|| Arc::new(RsaKeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("keygen"))),
+        );
         let components = RsaPublicKeyComponents::<Vec<u8>>::from(pair.public_key());
         let jwk = json!({"kty":"RSA","kid":kid,"n":b64(&components.n),"e":b64(&components.e)});
         Self { kid: kid.into(), alg: "RS256", signer: Signer::Rsa(pair), jwk }

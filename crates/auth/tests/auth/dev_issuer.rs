@@ -57,7 +57,8 @@ fn segment_json(token: &str, index: usize) -> Value {
 async fn mint_and_verify_round_trip() {
     let dir = TempDir::new("roundtrip");
     let issuer = DevIssuer::load_or_create(dir.path(), ISSUER).expect("created");
-    let token = issuer.mint("alice", "acme", "demo-client", &["tools:read", "tools:call"], AUDIENCE, 600).expect("minted");
+    let token =
+        issuer.mint("alice", "acme", "demo-client", &["tools:read", "tools:call"], AUDIENCE, 600).expect("minted");
 
     let header = segment_json(&token, 0);
     assert_eq!(header["alg"], "ES256");

@@ -68,7 +68,11 @@ async fn setup(initial: Reply, policy: JwksPolicy) -> Setup {
     let idp = Idp { reply: Arc::new(Mutex::new(initial)), hits: Arc::new(AtomicUsize::new(0)) };
     Mock::given(method("GET")).and(path("/jwks")).respond_with(idp.clone()).mount(&server).await;
     let good_keys = json!({"keys": [TestKey::ec("unrelated").jwk]});
-    Mock::given(method("GET")).and(path("/elsewhere")).respond_with(ResponseTemplate::new(200).set_body_json(good_keys)).mount(&server).await;
+    Mock::given(method("GET"))
+        .and(path("/elsewhere"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(good_keys))
+        .mount(&server)
+        .await;
     let cfg = config(vec![IssuerConfig {
         issuer: ISSUER_A.into(),
         jwks: JwksSource::Url(format!("{}/jwks", server.uri())),

@@ -3,8 +3,8 @@
 
 use aws_lc_rs::hmac;
 use palisade_auth::{
-    Algorithm, AuthError, ClaimKind, HeaderProblem, InvalidTokenReason as Reason, IssuerConfig, ManualClock,
-    Segment, TokenVerifier,
+    Algorithm, AuthError, ClaimKind, HeaderProblem, InvalidTokenReason as Reason, IssuerConfig, ManualClock, Segment,
+    TokenVerifier,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -29,7 +29,10 @@ fn fixture() -> Fixture {
     let b_ec = TestKey::ec("b-ec-1");
     let mut identity = [0u8; 32];
     identity[0] = 1;
-    let weak = TestKey { jwk: json!({"kty":"OKP","crv":"Ed25519","kid":"ed-weak","x":b64(&identity)}), ..TestKey::ed("ed-weak") };
+    let weak = TestKey {
+        jwk: json!({"kty":"OKP","crv":"Ed25519","kid":"ed-weak","x":b64(&identity)}),
+        ..TestKey::ed("ed-weak")
+    };
     let mut cfg = config(vec![
         IssuerConfig {
             issuer: ISSUER_A.into(),
@@ -74,15 +77,24 @@ async fn accepted_variants() {
     let cases = [
         ("lowercase bearer", format!("bearer {}", token(&f.ec))),
         ("uppercase BEARER", format!("BEARER {}", token(&f.ec))),
-        ("typ application/at+jwt", format!("Bearer {}", token_with(&f.ec, json!({"typ": "application/at+jwt"}), json!({})))),
+        (
+            "typ application/at+jwt",
+            format!("Bearer {}", token_with(&f.ec, json!({"typ": "application/at+jwt"}), json!({}))),
+        ),
         ("typ AT+JWT", format!("Bearer {}", token_with(&f.ec, json!({"typ": "AT+JWT"}), json!({})))),
         ("aud array with ours", format!("Bearer {}", token_with(&f.ec, json!({}), json!({"aud": ["x", RESOURCE]})))),
         ("scp array", format!("Bearer {}", token_with(&f.ec, json!({}), json!({"scope": null, "scp": ["a", "b"]})))),
         ("azp fallback", format!("Bearer {}", token_with(&f.ec, json!({}), json!({"client_id": null, "azp": "z"})))),
         ("no nbf, no iat", format!("Bearer {}", token_with(&f.ec, json!({}), json!({"nbf": null, "iat": null})))),
-        ("exp just inside leeway", format!("Bearer {}", token_with(&f.ec, json!({}), json!({"exp": NOW - LEEWAY + 1})))),
+        (
+            "exp just inside leeway",
+            format!("Bearer {}", token_with(&f.ec, json!({}), json!({"exp": NOW - LEEWAY + 1}))),
+        ),
         ("nbf just inside leeway", format!("Bearer {}", token_with(&f.ec, json!({}), json!({"nbf": NOW + LEEWAY})))),
-        ("jku header ignored", format!("Bearer {}", token_with(&f.ec, json!({"jku": "https://evil.example/jwks"}), json!({})))),
+        (
+            "jku header ignored",
+            format!("Bearer {}", token_with(&f.ec, json!({"jku": "https://evil.example/jwks"}), json!({}))),
+        ),
     ];
     for (name, header) in cases {
         assert!(f.verifier.verify(Some(header.as_bytes())).await.is_ok(), "{name} should be accepted");
@@ -96,7 +108,8 @@ async fn refusal_table() {
     let parts = segments(&good);
     let (h, p, s) = (&parts[0], &parts[1], &parts[2]);
 
-    let tampered_payload = format!("{h}.{}.{s}", b64(merged(default_claims(ISSUER_A), json!({"sub": "admin"})).to_string().as_bytes()));
+    let tampered_payload =
+        format!("{h}.{}.{s}", b64(merged(default_claims(ISSUER_A), json!({"sub": "admin"})).to_string().as_bytes()));
     let tampered_signature = {
         let mut sig = base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, s).expect("b64");
         sig[10] ^= 0x01;
@@ -113,7 +126,8 @@ async fn refusal_table() {
     let embedded_jwk = token_with(&f.attacker, json!({"jwk": f.attacker.jwk}), json!({}));
     let attacker_jku = token_with(&f.attacker, json!({"jku": "https://evil.example/jwks"}), json!({}));
     let deep = format!("{}{}", "[".repeat(300), "]".repeat(300));
-    let garbage = |payload: &str| sign_raw(&f.ec, br#"{"alg":"ES256","kid":"ec-1","typ":"at+jwt"}"#, payload.as_bytes());
+    let garbage =
+        |payload: &str| sign_raw(&f.ec, br#"{"alg":"ES256","kid":"ec-1","typ":"at+jwt"}"#, payload.as_bytes());
     let with_header = |header: serde_json::Value| token_with(&f.ec, header, json!({}));
     let with_claims = |claims: serde_json::Value| token_with(&f.ec, json!({}), claims);
 
@@ -139,33 +153,85 @@ async fn refusal_table() {
         ("truncated mid-token", Some(bearer(&good[..h.len() + 5])), invalid(Reason::NotCompactJws { segments: 2 })),
         ("truncated signature", Some(bearer(&good[..good.len() - 10])), invalid(Reason::BadSignature)),
         ("empty segments", Some(bearer("..")), invalid(Reason::EmptySegment(Segment::Header))),
-        ("non-base64url payload", Some(bearer(&format!("{h}.{}~.{s}", &p[..p.len() - 1]))), invalid(Reason::BadBase64(Segment::Payload))),
+        (
+            "non-base64url payload",
+            Some(bearer(&format!("{h}.{}~.{s}", &p[..p.len() - 1]))),
+            invalid(Reason::BadBase64(Segment::Payload)),
+        ),
         ("padded signature", Some(bearer(&format!("{h}.{p}.{s}="))), invalid(Reason::BadBase64(Segment::Signature))),
-        ("standard-alphabet header", Some(bearer(&format!("+{}.{p}.{s}", &h[1..]))), invalid(Reason::BadBase64(Segment::Header))),
+        (
+            "standard-alphabet header",
+            Some(bearer(&format!("+{}.{p}.{s}", &h[1..]))),
+            invalid(Reason::BadBase64(Segment::Header)),
+        ),
         ("payload not JSON", Some(bearer(&garbage("not json"))), invalid(Reason::MalformedJson(Segment::Payload))),
-        ("payload is an array", Some(bearer(&garbage(r#"["iss","sub"]"#))), invalid(Reason::MalformedJson(Segment::Payload))),
+        (
+            "payload is an array",
+            Some(bearer(&garbage(r#"["iss","sub"]"#))),
+            invalid(Reason::MalformedJson(Segment::Payload)),
+        ),
         ("nested JSON garbage", Some(bearer(&garbage(&deep))), invalid(Reason::MalformedJson(Segment::Payload))),
-        ("unterminated JSON", Some(bearer(&garbage(r#"{"iss":{"a":[1,"#))), invalid(Reason::MalformedJson(Segment::Payload))),
-        ("duplicate claim", Some(bearer(&garbage(r#"{"iss":"https://idp.example.com","sub":"a","sub":"b"}"#))), invalid(Reason::MalformedJson(Segment::Payload))),
+        (
+            "unterminated JSON",
+            Some(bearer(&garbage(r#"{"iss":{"a":[1,"#))),
+            invalid(Reason::MalformedJson(Segment::Payload)),
+        ),
+        (
+            "duplicate claim",
+            Some(bearer(&garbage(r#"{"iss":"https://idp.example.com","sub":"a","sub":"b"}"#))),
+            invalid(Reason::MalformedJson(Segment::Payload)),
+        ),
         // Header parameters and algorithms.
         ("alg none, unsigned", Some(bearer(&alg_none_unsigned)), invalid(Reason::UnsupportedAlgorithm)),
         ("alg none, with signature", Some(bearer(&alg_none_signed)), invalid(Reason::UnsupportedAlgorithm)),
-        ("HS256 signed with the public key", Some(bearer(&hs256_with_public_key)), invalid(Reason::UnsupportedAlgorithm)),
+        (
+            "HS256 signed with the public key",
+            Some(bearer(&hs256_with_public_key)),
+            invalid(Reason::UnsupportedAlgorithm),
+        ),
         ("lowercase alg", Some(bearer(&with_header(json!({"alg": "es256"})))), invalid(Reason::UnsupportedAlgorithm)),
         ("missing alg", Some(bearer(&with_header(json!({"alg": null})))), invalid(Reason::UnsupportedAlgorithm)),
-        ("crit header", Some(bearer(&with_header(json!({"crit": ["exp"], "exp": 1})))), invalid(Reason::CriticalHeader)),
-        ("b64 false", Some(bearer(&with_header(json!({"b64": false, "crit": ["b64"]})))), invalid(Reason::CriticalHeader)),
+        (
+            "crit header",
+            Some(bearer(&with_header(json!({"crit": ["exp"], "exp": 1})))),
+            invalid(Reason::CriticalHeader),
+        ),
+        (
+            "b64 false",
+            Some(bearer(&with_header(json!({"b64": false, "crit": ["b64"]})))),
+            invalid(Reason::CriticalHeader),
+        ),
         ("enc header", Some(bearer(&with_header(json!({"enc": "A256GCM"})))), invalid(Reason::Encrypted)),
-        ("kid not a string", Some(bearer(&with_header(json!({"kid": 1})))), invalid(Reason::MalformedJson(Segment::Header))),
+        (
+            "kid not a string",
+            Some(bearer(&with_header(json!({"kid": 1})))),
+            invalid(Reason::MalformedJson(Segment::Header)),
+        ),
         ("wrong typ", Some(bearer(&with_header(json!({"typ": "JWT"})))), invalid(Reason::WrongType)),
         ("missing typ", Some(bearer(&with_header(json!({"typ": null})))), invalid(Reason::WrongType)),
-        ("RS256 where only ES256 allowed", Some(bearer(&token_with(&f.rsa, json!({}), json!({"iss": ISSUER_B})))), invalid(Reason::AlgorithmNotAllowedForIssuer)),
-        ("ES256 header, RSA key kid", Some(bearer(&token_with(&f.ec, json!({"kid": "rsa-1"}), json!({})))), invalid(Reason::KeyAlgorithmMismatch)),
-        ("EdDSA header, EC key kid", Some(bearer(&token_with(&f.ed, json!({"kid": "ec-1"}), json!({})))), invalid(Reason::KeyAlgorithmMismatch)),
+        (
+            "RS256 where only ES256 allowed",
+            Some(bearer(&token_with(&f.rsa, json!({}), json!({"iss": ISSUER_B})))),
+            invalid(Reason::AlgorithmNotAllowedForIssuer),
+        ),
+        (
+            "ES256 header, RSA key kid",
+            Some(bearer(&token_with(&f.ec, json!({"kid": "rsa-1"}), json!({})))),
+            invalid(Reason::KeyAlgorithmMismatch),
+        ),
+        (
+            "EdDSA header, EC key kid",
+            Some(bearer(&token_with(&f.ed, json!({"kid": "ec-1"}), json!({})))),
+            invalid(Reason::KeyAlgorithmMismatch),
+        ),
         ("missing kid", Some(bearer(&with_header(json!({"kid": null})))), invalid(Reason::MissingKeyId)),
         ("unknown kid", Some(bearer(&with_header(json!({"kid": "nope"})))), invalid(Reason::UnknownKeyId)),
-        ("weak Ed25519 key kid", Some(bearer(&token_with(&f.ed, json!({"kid": "ed-weak"}), json!({})))), invalid(Reason::UnknownKeyId)),
-        ("other issuer's key", Some(bearer(&token_with(&f.b_ec, json!({}), json!({}))))  , invalid(Reason::UnknownKeyId)),
+        (
+            "weak Ed25519 key kid",
+            Some(bearer(&token_with(&f.ed, json!({"kid": "ed-weak"}), json!({})))),
+            invalid(Reason::UnknownKeyId),
+        ),
+        ("other issuer's key", Some(bearer(&token_with(&f.b_ec, json!({}), json!({})))), invalid(Reason::UnknownKeyId)),
         // Signatures.
         ("tampered payload", Some(bearer(&tampered_payload)), invalid(Reason::BadSignature)),
         ("tampered signature", Some(bearer(&tampered_signature)), invalid(Reason::BadSignature)),
@@ -173,34 +239,126 @@ async fn refusal_table() {
         ("embedded jwk header", Some(bearer(&embedded_jwk)), invalid(Reason::BadSignature)),
         ("attacker jku header", Some(bearer(&attacker_jku)), invalid(Reason::BadSignature)),
         // Issuer.
-        ("issuer not in allow-list", Some(bearer(&with_claims(json!({"iss": "https://evil.example.com"})))), invalid(Reason::UnknownIssuer)),
-        ("issuer with trailing slash", Some(bearer(&with_claims(json!({"iss": "https://idp.example.com/"})))), invalid(Reason::UnknownIssuer)),
-        ("missing iss", Some(bearer(&with_claims(json!({"iss": null})))), invalid(Reason::MissingClaim(ClaimKind::Issuer))),
-        ("iss array", Some(bearer(&with_claims(json!({"iss": [ISSUER_A]})))), invalid(Reason::InvalidClaim(ClaimKind::Issuer))),
+        (
+            "issuer not in allow-list",
+            Some(bearer(&with_claims(json!({"iss": "https://evil.example.com"})))),
+            invalid(Reason::UnknownIssuer),
+        ),
+        (
+            "issuer with trailing slash",
+            Some(bearer(&with_claims(json!({"iss": "https://idp.example.com/"})))),
+            invalid(Reason::UnknownIssuer),
+        ),
+        (
+            "missing iss",
+            Some(bearer(&with_claims(json!({"iss": null})))),
+            invalid(Reason::MissingClaim(ClaimKind::Issuer)),
+        ),
+        (
+            "iss array",
+            Some(bearer(&with_claims(json!({"iss": [ISSUER_A]})))),
+            invalid(Reason::InvalidClaim(ClaimKind::Issuer)),
+        ),
         // Audience.
-        ("wrong aud", Some(bearer(&with_claims(json!({"aud": "https://other.example.com/mcp"})))), invalid(Reason::WrongAudience)),
-        ("missing aud", Some(bearer(&with_claims(json!({"aud": null})))), invalid(Reason::MissingClaim(ClaimKind::Audience))),
-        ("aud array without ours", Some(bearer(&with_claims(json!({"aud": ["https://a.example", "https://b.example"]})))), invalid(Reason::WrongAudience)),
-        ("aud prefix of ours", Some(bearer(&with_claims(json!({"aud": "https://mcp.example.com"})))), invalid(Reason::WrongAudience)),
-        ("aud number", Some(bearer(&with_claims(json!({"aud": 1})))), invalid(Reason::InvalidClaim(ClaimKind::Audience))),
+        (
+            "wrong aud",
+            Some(bearer(&with_claims(json!({"aud": "https://other.example.com/mcp"})))),
+            invalid(Reason::WrongAudience),
+        ),
+        (
+            "missing aud",
+            Some(bearer(&with_claims(json!({"aud": null})))),
+            invalid(Reason::MissingClaim(ClaimKind::Audience)),
+        ),
+        (
+            "aud array without ours",
+            Some(bearer(&with_claims(json!({"aud": ["https://a.example", "https://b.example"]})))),
+            invalid(Reason::WrongAudience),
+        ),
+        (
+            "aud prefix of ours",
+            Some(bearer(&with_claims(json!({"aud": "https://mcp.example.com"})))),
+            invalid(Reason::WrongAudience),
+        ),
+        (
+            "aud number",
+            Some(bearer(&with_claims(json!({"aud": 1})))),
+            invalid(Reason::InvalidClaim(ClaimKind::Audience)),
+        ),
         // Time.
         ("expired", Some(bearer(&with_claims(json!({"exp": NOW - 3600})))), invalid(Reason::Expired)),
-        ("exp exactly at the leeway edge", Some(bearer(&with_claims(json!({"exp": NOW - LEEWAY})))), invalid(Reason::Expired)),
+        (
+            "exp exactly at the leeway edge",
+            Some(bearer(&with_claims(json!({"exp": NOW - LEEWAY})))),
+            invalid(Reason::Expired),
+        ),
         ("not yet valid", Some(bearer(&with_claims(json!({"nbf": NOW + 3600})))), invalid(Reason::NotYetValid)),
-        ("nbf just past the leeway", Some(bearer(&with_claims(json!({"nbf": NOW + LEEWAY + 1})))), invalid(Reason::NotYetValid)),
-        ("issued in the future", Some(bearer(&with_claims(json!({"iat": NOW + 3600})))), invalid(Reason::IssuedInFuture)),
-        ("missing exp", Some(bearer(&with_claims(json!({"exp": null})))), invalid(Reason::MissingClaim(ClaimKind::ExpiresAt))),
-        ("string exp", Some(bearer(&with_claims(json!({"exp": (NOW + 3600).to_string()})))), invalid(Reason::InvalidClaim(ClaimKind::ExpiresAt))),
-        ("negative exp", Some(bearer(&with_claims(json!({"exp": -1})))), invalid(Reason::InvalidClaim(ClaimKind::ExpiresAt))),
-        ("string nbf", Some(bearer(&with_claims(json!({"nbf": "now"})))), invalid(Reason::InvalidClaim(ClaimKind::NotBefore))),
+        (
+            "nbf just past the leeway",
+            Some(bearer(&with_claims(json!({"nbf": NOW + LEEWAY + 1})))),
+            invalid(Reason::NotYetValid),
+        ),
+        (
+            "issued in the future",
+            Some(bearer(&with_claims(json!({"iat": NOW + 3600})))),
+            invalid(Reason::IssuedInFuture),
+        ),
+        (
+            "missing exp",
+            Some(bearer(&with_claims(json!({"exp": null})))),
+            invalid(Reason::MissingClaim(ClaimKind::ExpiresAt)),
+        ),
+        (
+            "string exp",
+            Some(bearer(&with_claims(json!({"exp": (NOW + 3600).to_string()})))),
+            invalid(Reason::InvalidClaim(ClaimKind::ExpiresAt)),
+        ),
+        (
+            "negative exp",
+            Some(bearer(&with_claims(json!({"exp": -1})))),
+            invalid(Reason::InvalidClaim(ClaimKind::ExpiresAt)),
+        ),
+        (
+            "string nbf",
+            Some(bearer(&with_claims(json!({"nbf": "now"})))),
+            invalid(Reason::InvalidClaim(ClaimKind::NotBefore)),
+        ),
         // Subject and the rest.
-        ("missing sub", Some(bearer(&with_claims(json!({"sub": null})))), invalid(Reason::MissingClaim(ClaimKind::Subject))),
-        ("empty sub", Some(bearer(&with_claims(json!({"sub": ""})))), invalid(Reason::InvalidClaim(ClaimKind::Subject))),
-        ("numeric sub", Some(bearer(&with_claims(json!({"sub": 7})))), invalid(Reason::InvalidClaim(ClaimKind::Subject))),
-        ("scope as array", Some(bearer(&with_claims(json!({"scope": ["a"]})))), invalid(Reason::InvalidClaim(ClaimKind::Scope))),
-        ("scope with quote", Some(bearer(&with_claims(json!({"scope": "a\"b"})))), invalid(Reason::InvalidClaim(ClaimKind::Scope))),
-        ("tenant not a string", Some(bearer(&with_claims(json!({"tenant": {"id": 1}})))), invalid(Reason::InvalidClaim(ClaimKind::Tenant))),
-        ("client_id not a string", Some(bearer(&with_claims(json!({"client_id": 9})))), invalid(Reason::InvalidClaim(ClaimKind::ClientId))),
+        (
+            "missing sub",
+            Some(bearer(&with_claims(json!({"sub": null})))),
+            invalid(Reason::MissingClaim(ClaimKind::Subject)),
+        ),
+        (
+            "empty sub",
+            Some(bearer(&with_claims(json!({"sub": ""})))),
+            invalid(Reason::InvalidClaim(ClaimKind::Subject)),
+        ),
+        (
+            "numeric sub",
+            Some(bearer(&with_claims(json!({"sub": 7})))),
+            invalid(Reason::InvalidClaim(ClaimKind::Subject)),
+        ),
+        (
+            "scope as array",
+            Some(bearer(&with_claims(json!({"scope": ["a"]})))),
+            invalid(Reason::InvalidClaim(ClaimKind::Scope)),
+        ),
+        (
+            "scope with quote",
+            Some(bearer(&with_claims(json!({"scope": "a\"b"})))),
+            invalid(Reason::InvalidClaim(ClaimKind::Scope)),
+        ),
+        (
+            "tenant not a string",
+            Some(bearer(&with_claims(json!({"tenant": {"id": 1}})))),
+            invalid(Reason::InvalidClaim(ClaimKind::Tenant)),
+        ),
+        (
+            "client_id not a string",
+            Some(bearer(&with_claims(json!({"client_id": 9})))),
+            invalid(Reason::InvalidClaim(ClaimKind::ClientId)),
+        ),
     ];
 
     let mut names = std::collections::HashSet::new();

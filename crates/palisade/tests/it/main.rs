@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod harness;
+mod rmcp_client;
 mod http_bad_input;
 mod http_flows;
 mod schema;
