@@ -2,13 +2,14 @@
 //! official MCP conformance suite and the SDK clients exercise, and the demo application.
 
 pub mod conformance;
+pub mod demo;
 
 use palisade_server::App;
 
 /// The applications `palisade serve --app` can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AppName {
-    /// The demo. Until the demo shop lands it serves the conformance fixture.
+    /// The demo shop.
     Demo,
     /// The conformance fixture.
     Conformance,
@@ -18,7 +19,16 @@ impl AppName {
     /// Builds the application.
     pub fn build(self) -> App {
         match self {
-            Self::Demo | Self::Conformance => conformance::app(),
+            Self::Demo => demo::app(),
+            Self::Conformance => conformance::app(),
+        }
+    }
+
+    /// The scopes the application understands, for the protected-resource metadata.
+    pub fn scopes_supported(self) -> &'static [&'static str] {
+        match self {
+            Self::Demo => demo::SCOPES,
+            Self::Conformance => &[],
         }
     }
 }

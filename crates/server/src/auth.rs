@@ -1,11 +1,15 @@
 //! The authentication stage and its proof type. A [`VerifiedPrincipal`] can be made only here, so
 //! no later stage (and no handler) can run on a caller that was not authenticated.
 //!
-//! Today the only mode is unauthenticated loopback: the server refuses to bind anything but a
-//! loopback address in it (see `http::serve`). Bearer-token verification (control C1) plugs in
-//! as another [`Authenticator`] variant.
+//! Modes: bearer JWTs checked by `palisade_auth::TokenVerifier` (control C1; every HTTP request,
+//! the token itself never leaves this module), a fixed principal established from the process
+//! environment (stdio, per seed 004), or unauthenticated loopback (the server refuses to bind
+//! anything but a loopback address in it, see `http::bind`).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use palisade_auth::{AuthError, TokenVerifier};
 
 /// Who is calling, as established by the authentication stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +19,8 @@ pub struct VerifiedPrincipal {
     tenant: Option<String>,
     client_id: Option<String>,
     scopes: Scopes,
+    expires_at_ms: Option<u64>,
+    token_digest: Option<String>,
 }
 
 /// The scopes a principal holds.
@@ -22,7 +28,7 @@ pub struct VerifiedPrincipal {
 pub enum Scopes {
     /// Unauthenticated loopback mode: there is no token and therefore no scope restriction.
     Unrestricted,
-    /// The scopes granted by the verified token.
+    /// The scopes granted by the verified token (or the environment, on stdio).
     Granted(BTreeSet<String>),
 }
 
@@ -47,11 +53,29 @@ impl VerifiedPrincipal {
         self.client_id.as_deref()
     }
 
+    /// When the credential expires (Unix ms); `None` for credentials that do not.
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        self.expires_at_ms
+    }
+
+    /// Short SHA-256 prefix of the bearer token, the only form it may be logged in.
+    pub fn token_digest(&self) -> Option<&str> {
+        self.token_digest.as_deref()
+    }
+
     /// Whether the principal holds `scope`.
     pub fn has_scope(&self, scope: &str) -> bool {
         match &self.scopes {
             Scopes::Unrestricted => true,
             Scopes::Granted(granted) => granted.contains(scope),
+        }
+    }
+
+    /// The granted scopes (empty when unrestricted).
+    pub fn scopes(&self) -> Vec<String> {
+        match &self.scopes {
+            Scopes::Unrestricted => Vec::new(),
+            Scopes::Granted(granted) => granted.iter().cloned().collect(),
         }
     }
 
@@ -68,11 +92,37 @@ impl VerifiedPrincipal {
     }
 }
 
-/// How callers are authenticated.
+/// The principal a stdio server runs as, read from its environment by the binary.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvironmentPrincipal {
+    /// Subject.
+    pub subject: String,
+    /// Tenant.
+    pub tenant: Option<String>,
+    /// Client id.
+    pub client_id: Option<String>,
+    /// Granted scopes.
+    pub scopes: BTreeSet<String>,
+}
+
+/// How callers are authenticated.
+#[derive(Clone)]
 pub enum Authenticator {
     /// No authentication: only ever on a loopback listener or stdio, announced loudly at start.
     UnauthenticatedLoopback,
+    /// Bearer JWTs on every HTTP request.
+    Bearer(Arc<TokenVerifier>),
+    /// stdio: one principal for the process, from its environment.
+    Environment(EnvironmentPrincipal),
+}
+
+/// A refusal of the authentication or authorization stage, with its HTTP challenge.
+#[derive(Debug, Clone)]
+pub struct AuthRefusal {
+    /// What was wrong (never token content).
+    pub error: AuthError,
+    /// The `WWW-Authenticate` value, when the mode has one.
+    pub challenge: Option<String>,
 }
 
 impl Authenticator {
@@ -81,16 +131,62 @@ impl Authenticator {
         matches!(self, Self::UnauthenticatedLoopback)
     }
 
-    /// The authentication stage.
-    pub(crate) fn authenticate(&self) -> VerifiedPrincipal {
+    /// The bearer verifier, in bearer mode.
+    pub fn verifier(&self) -> Option<&TokenVerifier> {
         match self {
-            Self::UnauthenticatedLoopback => VerifiedPrincipal {
+            Self::Bearer(verifier) => Some(verifier),
+            _ => None,
+        }
+    }
+
+    /// The authentication stage. `authorization` is the raw HTTP `Authorization` header (`None`
+    /// on stdio or when absent).
+    pub(crate) async fn authenticate(&self, authorization: Option<&[u8]>) -> Result<VerifiedPrincipal, AuthRefusal> {
+        match self {
+            Self::UnauthenticatedLoopback => Ok(VerifiedPrincipal {
                 issuer: "local".into(),
                 subject: "anonymous".into(),
                 tenant: None,
                 client_id: None,
                 scopes: Scopes::Unrestricted,
+                expires_at_ms: None,
+                token_digest: None,
+            }),
+            Self::Environment(principal) => Ok(VerifiedPrincipal {
+                issuer: "environment".into(),
+                subject: principal.subject.clone(),
+                tenant: principal.tenant.clone(),
+                client_id: principal.client_id.clone(),
+                scopes: Scopes::Granted(principal.scopes.clone()),
+                expires_at_ms: None,
+                token_digest: None,
+            }),
+            Self::Bearer(verifier) => match verifier.verify(authorization).await {
+                Ok(claims) => Ok(VerifiedPrincipal {
+                    issuer: claims.issuer().to_owned(),
+                    subject: claims.subject().to_owned(),
+                    tenant: claims.tenant().map(str::to_owned),
+                    client_id: claims.client_id().map(str::to_owned),
+                    scopes: Scopes::Granted(claims.scopes().clone()),
+                    expires_at_ms: Some(claims.expires_at_ms()),
+                    token_digest: Some(claims.token_digest().to_owned()),
+                }),
+                Err(error) => Err(self.refusal(error)),
             },
         }
+    }
+
+    /// The authorization stage's scope check: every scope in `required`, or a 403 naming all of
+    /// them so the client can step up once.
+    pub(crate) fn require_scopes(&self, principal: &VerifiedPrincipal, required: &[String]) -> Result<(), AuthRefusal> {
+        if required.iter().all(|scope| principal.has_scope(scope)) {
+            return Ok(());
+        }
+        Err(self.refusal(AuthError::InsufficientScope { required: required.to_vec() }))
+    }
+
+    fn refusal(&self, error: AuthError) -> AuthRefusal {
+        let challenge = self.verifier().map(|verifier| verifier.www_authenticate(&error));
+        AuthRefusal { error, challenge }
     }
 }

@@ -15,7 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method as HttpMethod, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
+use axum::routing::{any, get};
 use futures::Stream;
 use http_body_util::{BodyExt, Limited};
 use palisade_wire::ProtocolError;
@@ -85,18 +85,54 @@ pub fn router(server: Arc<Server>, local: SocketAddr) -> Router {
     allowed_hosts.extend(server.config().allowed_hosts.iter().cloned());
     let mut allowed_origins: Vec<String> = allowed_hosts.iter().map(|h| format!("http://{h}")).collect();
     allowed_origins.extend(server.config().allowed_origins.iter().cloned());
+    let metadata = server.authenticator().verifier().map(|verifier| {
+        let config = verifier.config();
+        (palisade_auth::protected_resource_metadata(config), palisade_auth::metadata_paths(&config.resource))
+    });
     let state = Arc::new(HttpState { server, allowed_hosts, allowed_origins });
-    Router::new().route("/mcp", any(mcp_endpoint)).with_state(state)
+    let mut router = Router::new()
+        .route("/mcp", any(mcp_endpoint))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics));
+    // RFC 9728 Protected Resource Metadata, at the plain and the path-suffixed well-known URIs.
+    if let Some((document, paths)) = metadata {
+        let document = Arc::new(document);
+        for path in paths {
+            let document = document.clone();
+            router = router.route(&path, get(move || async move { axum::Json((*document).clone()) }));
+        }
+    }
+    router.with_state(state)
+}
+
+async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
+    if state.server.ready().await {
+        (StatusCode::OK, "ready").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+    }
+}
+
+async fn metrics(State(state): State<Arc<HttpState>>) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.server.metrics().render()).into_response()
 }
 
 async fn mcp_endpoint(
     State(state): State<Arc<HttpState>>,
     method: HttpMethod,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     if let Err(response) = check_transport(&state, &headers) {
         return response;
+    }
+    // Bearer tokens travel in the Authorization header only, never in the URL (the RFC 6750
+    // query form is not supported): such a request is refused before anything else.
+    if uri.query().is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some("access_token"))) {
+        let error = ProtocolError::InvalidRequest("access tokens are not accepted in the URL");
+        return error_response(None, &error, StatusCode::BAD_REQUEST);
     }
     if method != HttpMethod::POST {
         // No GET stream and no session DELETE in 2026-07-28.
@@ -142,8 +178,12 @@ async fn mcp_endpoint(
     let cancel = CancellationToken::new();
     // Dropped when the client goes away (response future or SSE body dropped): cancels the work.
     let guard = cancel.clone().drop_guard();
-    let mut work =
-        tokio::spawn(async move { server.handle_request(request, Some(&transport_headers), sink, cancel).await });
+    let mut work = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let reply = server.handle_request(request, Some(&transport_headers), sink, cancel).await;
+        server.metrics().observe_request(reply.frame.get("error").is_none(), started.elapsed());
+        reply
+    });
 
     let first = tokio::select! {
         biased;
@@ -154,7 +194,7 @@ async fn mcp_endpoint(
                 drop(guard);
                 return json_response(reply);
             }
-            return sse_response(&state, stream_of(queued, None, reply));
+            return sse_response(&state, stream_of(queued, None, Some(reply.frame)));
         }
         Some(first) = notifications.recv() => first,
     };
@@ -195,16 +235,16 @@ async fn mcp_endpoint(
         }
         let _ = events_tx.send(reply.frame).await;
     });
-    sse_response(&state, stream_of(Vec::new(), Some(events_rx), Reply { frame: Value::Null, status: 200 }))
+    sse_response(&state, stream_of(Vec::new(), Some(events_rx), None))
 }
 
-/// A stream of SSE events: `queued`, then whatever `rx` yields, then `last` (unless null).
+/// A stream of SSE events: `queued`, then whatever `rx` yields, then `last`.
 fn stream_of(
     queued: Vec<Value>,
     rx: Option<mpsc::Receiver<Value>>,
-    last: Reply,
+    last: Option<Value>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
-    let tail = (!last.frame.is_null()).then_some(last.frame);
+    let tail = last;
     let rx_stream = futures::stream::unfold(rx, |rx| async move {
         let mut rx = rx?;
         let item = rx.recv().await?;
@@ -227,7 +267,11 @@ fn sse_response(state: &HttpState, stream: impl Stream<Item = Result<Event, Infa
 
 fn json_response(reply: Reply) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, [(header::CONTENT_TYPE, "application/json")], reply.frame.to_string()).into_response()
+    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], reply.frame.to_string()).into_response();
+    if let Some(challenge) = reply.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
+    }
+    response
 }
 
 fn error_response(id: Option<&palisade_wire::RequestId>, error: &ProtocolError, status: StatusCode) -> Response {
@@ -306,7 +350,14 @@ fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
             name.as_str().strip_prefix("mcp-param-").map(|p| (p.to_owned(), value.as_bytes().to_vec()))
         })
         .collect();
+    // More than one Authorization header is malformed: authenticate an empty value (refused).
+    let authorization = match headers.get_all(header::AUTHORIZATION).iter().count() {
+        0 => None,
+        1 => raw("authorization"),
+        _ => Some(Vec::new()),
+    };
     TransportHeaders {
+        authorization,
         protocol_version: raw("mcp-protocol-version"),
         method: raw("mcp-method"),
         name: raw("mcp-name"),

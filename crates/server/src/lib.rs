@@ -13,6 +13,7 @@ pub mod context;
 pub mod cursor;
 pub mod events;
 pub mod http;
+pub mod metrics;
 pub mod mrtr;
 pub mod pipeline;
 pub mod registry;

@@ -23,6 +23,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
+use palisade_store::{AuditRecord, AuditStore, AuditWriter, AuditWriterConfig, Decision};
+
+use crate::metrics::Metrics;
+
 use crate::auth::{Authenticator, VerifiedPrincipal};
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServerConfig;
@@ -135,6 +139,8 @@ pub struct TransportHeaders {
     pub params: Vec<(String, Vec<u8>)>,
     /// The name of a routing header that was sent more than once, if any.
     pub duplicate: Option<String>,
+    /// The raw `Authorization` header, handed only to the authentication stage.
+    pub authorization: Option<Vec<u8>>,
 }
 
 /// The answer to one request: the final frame and the HTTP status it travels with.
@@ -144,16 +150,88 @@ pub struct Reply {
     pub frame: Value,
     /// HTTP status when the reply is the whole response (ignored inside an SSE stream).
     pub status: u16,
+    /// `WWW-Authenticate` challenge for 401/403 refusals.
+    pub challenge: Option<String>,
 }
 
 impl Reply {
     fn ok(id: &RequestId, result: Value) -> Self {
-        Self { frame: result_frame(id, result), status: 200 }
+        Self { frame: result_frame(id, result), status: 200, challenge: None }
     }
 
     /// An error reply.
     pub fn error(id: Option<&RequestId>, error: &ProtocolError) -> Self {
-        Self { frame: error_frame(id, error), status: error.http_status() }
+        Self { frame: error_frame(id, error), status: error.http_status(), challenge: None }
+    }
+}
+
+/// What the audit record of one request says, written at each decision point.
+struct AuditTrail<'a> {
+    server: &'a Server,
+    trace_id: String,
+    operation: String,
+    principal: Option<Arc<VerifiedPrincipal>>,
+}
+
+impl<'a> AuditTrail<'a> {
+    fn new(server: &'a Server, method: &str) -> Self {
+        let mut bytes = [0u8; 16];
+        // A trace id is not a secret; an RNG failure only costs uniqueness.
+        let _ = aws_lc_rs::rand::fill(&mut bytes);
+        let trace_id = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        // Until classification, the operation is the method name as sent, cut to a sane length.
+        let operation = method.chars().take(64).collect();
+        Self { server, trace_id, operation, principal: None }
+    }
+
+    fn principal(&mut self, principal: &Arc<VerifiedPrincipal>) {
+        self.principal = Some(principal.clone());
+    }
+
+    fn operation(&mut self, operation: &OperationKey) {
+        self.operation = operation.to_string();
+    }
+
+    fn record(&self, stage: &str, decision: Decision, code: Option<i64>) -> AuditRecord {
+        let digest = |value: &str| self.server.digest(value);
+        let principal = self.principal.as_deref();
+        AuditRecord {
+            at_ms: self.server.clock.now_ms(),
+            trace_id: self.trace_id.clone(),
+            stage: stage.to_owned(),
+            decision,
+            operation: self.operation.clone(),
+            principal_digest: principal.map(|p| digest(&format!("{}#{}", p.issuer(), p.subject()))),
+            tenant_digest: principal.and_then(|p| p.tenant()).map(digest),
+            client_digest: principal.and_then(|p| p.client_id()).map(digest),
+            scopes: principal.map(VerifiedPrincipal::scopes).unwrap_or_default(),
+            policy_version: None,
+            code,
+            detail: None,
+        }
+    }
+
+    /// Records the allow decision; an error means it is not durable and the request must stop.
+    async fn allow(&self, stage: &str) -> Result<(), ProtocolError> {
+        self.server.metrics.observe_decision(stage, "allow");
+        tracing::info!(trace_id = %self.trace_id, stage, decision = "allow", operation = %self.operation, "decision");
+        let Some(writer) = &self.server.audit else { return Ok(()) };
+        writer.append(self.record(stage, Decision::Allow, None)).await.map_err(|error| {
+            tracing::error!(trace_id = %self.trace_id, %error, "audit log unavailable: refusing the request");
+            ProtocolError::Unavailable
+        })
+    }
+
+    /// Records a refusal and builds its reply. A refusal stands even if it cannot be recorded.
+    async fn refuse(&self, id: &RequestId, stage: &str, error: &ProtocolError, challenge: Option<String>) -> Reply {
+        self.server.metrics.observe_decision(stage, "deny");
+        tracing::info!(trace_id = %self.trace_id, stage, decision = "deny", code = error.code(), operation = %self.operation, "decision");
+        if let Some(writer) = &self.server.audit
+            && let Err(audit_error) = writer.append(self.record(stage, Decision::Deny, Some(error.code()))).await
+        {
+            tracing::error!(trace_id = %self.trace_id, %audit_error, "audit log unavailable while refusing");
+        }
+        Reply { challenge, ..Reply::error(Some(id), error) }
     }
 }
 
@@ -167,6 +245,10 @@ pub struct Server {
     events: EventBus,
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
+    audit: Option<AuditWriter>,
+    store: Option<Arc<dyn AuditStore>>,
+    digest_key: aws_lc_rs::hmac::Key,
+    metrics: Metrics,
 }
 
 impl Server {
@@ -175,6 +257,10 @@ impl Server {
         let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
         Self {
             sealer: StateSealer::new(&secret, ttl_ms),
+            digest_key: secret.derive("palisade/audit-digest/v1"),
+            audit: None,
+            store: None,
+            metrics: Metrics::default(),
             cursors: Cursors::new(&secret),
             events: EventBus::new(config.listen_queue),
             clock: Arc::new(SystemClock),
@@ -183,6 +269,41 @@ impl Server {
             config,
             authenticator,
         }
+    }
+
+    /// Records every decision in `store`'s hash-chained audit log (group commit); the store's
+    /// health is also what `/readyz` reports.
+    pub fn with_audit(mut self, store: Arc<dyn AuditStore>) -> Self {
+        self.audit = Some(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+        self.store = Some(store);
+        self
+    }
+
+    /// Whether every dependency answers (the store, when there is one).
+    pub async fn ready(&self) -> bool {
+        match &self.store {
+            Some(store) => store.ping().await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Flushes the audit log (call at shutdown).
+    pub async fn flush_audit(&self) {
+        if let Some(writer) = &self.audit {
+            writer.shutdown().await;
+        }
+    }
+
+    /// A keyed digest (HMAC-SHA256, 16 hex bytes) of an identifier, for the audit log: stable
+    /// for one deployment, meaningless without its secret.
+    pub fn digest(&self, value: &str) -> String {
+        let tag = aws_lc_rs::hmac::sign(&self.digest_key, value.as_bytes());
+        tag.as_ref().iter().take(16).map(|b| format!("{b:02x}")).collect()
     }
 
     /// Replaces the clock (tests).
@@ -227,23 +348,40 @@ impl Server {
         cancel: CancellationToken,
     ) -> Reply {
         let id = request.id.clone();
+        let mut audit = AuditTrail::new(self, &request.method);
         // 1. envelope. The order is the one the spec's probes pin down: `_meta` shape, then
         //    transport headers against the body, then version support, then the method.
         let (method, meta) = match self.envelope(&request, headers) {
             Ok(checked) => checked,
-            Err(error) => return self.refuse(&id, "envelope", None, &error),
+            Err(error) => return audit.refuse(&id, "envelope", &error, None).await,
         };
         // 2. authenticate: nothing below runs without a VerifiedPrincipal.
-        let principal = Arc::new(self.authenticator.authenticate());
+        let authorization = headers.and_then(|h| h.authorization.as_deref());
+        let principal = match self.authenticator.authenticate(authorization).await {
+            Ok(principal) => Arc::new(principal),
+            Err(refusal) => {
+                tracing::info!(stage = "authenticate", reason = %refusal.error, "credentials refused");
+                return audit.refuse(&id, "authenticate", &ProtocolError::Unauthenticated, refusal.challenge).await;
+            }
+        };
+        audit.principal(&principal);
         // 3. classify: the operation key comes from the registry, not from client strings.
         let operation = match self.classify(method, &request.params) {
             Ok(operation) => operation,
-            Err(error) => return self.refuse(&id, "classify", Some(&principal), &error),
+            Err(error) => return audit.refuse(&id, "classify", &error, None).await,
         };
+        audit.operation(&operation);
         // 4. kill switch (pre_dispatch): not implemented yet.
-        // 5. authorize: required scopes of the operation.
-        if let Err(error) = self.authorize(&operation, &principal) {
-            return self.refuse(&id, "authorize", Some(&principal), &error);
+        // 5. authorize: the operation's required scopes; a 403 names all of them.
+        let required = self.required_scopes(&operation);
+        if let Err(refusal) = self.authenticator.require_scopes(&principal, required) {
+            let error = ProtocolError::InsufficientScope { required: required.to_vec() };
+            return audit.refuse(&id, "authorize", &error, refusal.challenge).await;
+        }
+        // The allow decision is durable before any handler runs: if it cannot be recorded, the
+        // request is refused (fail closed).
+        if let Err(error) = audit.allow("authorize").await {
+            return audit.refuse(&id, "audit", &error, None).await;
         }
         // 6. handles: not implemented yet.
         // 7. dispatch.
@@ -268,31 +406,25 @@ impl Server {
                 () = cancel.cancelled() => Err(ProtocolError::Internal),
             }
         };
-        // 8. respond + audit.
+        // 8. respond.
         match result {
-            Ok(result) => {
-                tracing::info!(stage = "respond", decision = "allow", operation = %operation, "request served");
-                Reply::ok(&id, self.decorate(result))
+            Ok(result) => Reply::ok(&id, self.decorate(result)),
+            Err(error) => {
+                tracing::info!(stage = "dispatch", code = error.code(), operation = %operation, "request failed");
+                Reply::error(Some(&id), &error)
             }
-            Err(error) => self.refuse(&id, "dispatch", Some(&principal), &error),
         }
     }
 
-    fn refuse(
-        &self,
-        id: &RequestId,
-        stage: &'static str,
-        principal: Option<&VerifiedPrincipal>,
-        error: &ProtocolError,
-    ) -> Reply {
-        tracing::info!(
-            stage,
-            decision = "deny",
-            code = error.code(),
-            authenticated = principal.is_some(),
-            "request refused"
-        );
-        Reply::error(Some(id), error)
+    fn required_scopes(&self, operation: &OperationKey) -> &[String] {
+        match (operation.method, operation.target()) {
+            (Method::ToolsCall, Some(name)) => self.app.tool(name).map(|t| t.required_scopes.as_slice()).unwrap_or(&[]),
+            (Method::PromptsGet, Some(name)) => {
+                self.app.prompt(name).map(|p| p.required_scopes.as_slice()).unwrap_or(&[])
+            }
+            (Method::ResourcesRead, Some(target)) => self.app.resource_scopes(target),
+            _ => &[],
+        }
     }
 
     /// Stage 1: everything that must hold before the request means anything.
@@ -412,20 +544,6 @@ impl Server {
             _ => None,
         };
         Ok(OperationKey { method, target })
-    }
-
-    fn authorize(&self, operation: &OperationKey, principal: &VerifiedPrincipal) -> Result<(), ProtocolError> {
-        let required: &[String] = match (operation.method, operation.target()) {
-            (Method::ToolsCall, Some(name)) => self.app.tool(name).map(|t| t.required_scopes.as_slice()).unwrap_or(&[]),
-            _ => &[],
-        };
-        if required.iter().all(|scope| principal.has_scope(scope)) {
-            Ok(())
-        } else {
-            // Bearer-token mode maps this to 403 insufficient_scope; unrestricted principals
-            // never get here.
-            Err(ProtocolError::invalid_params("insufficient scope"))
-        }
     }
 
     async fn dispatch(

@@ -151,6 +151,7 @@ pub struct ResourceDef {
     pub(crate) uri: String,
     pub(crate) definition: Value,
     pub(crate) ttl_ms: u64,
+    pub(crate) required_scopes: Vec<String>,
     pub(crate) reader: ResourceReader,
 }
 
@@ -159,6 +160,7 @@ pub struct ResourceBuilder {
     uri: String,
     definition: Map<String, Value>,
     ttl_ms: u64,
+    required_scopes: Vec<String>,
 }
 
 impl ResourceDef {
@@ -169,11 +171,17 @@ impl ResourceDef {
         let mut definition = Map::new();
         definition.insert("uri".into(), json!(uri));
         definition.insert("name".into(), json!(name.into()));
-        ResourceBuilder { uri, definition, ttl_ms: 0 }
+        ResourceBuilder { uri, definition, ttl_ms: 0, required_scopes: Vec::new() }
     }
 }
 
 impl ResourceBuilder {
+    /// Scopes the caller must hold to read this resource.
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     /// Description.
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.definition.insert("description".into(), json!(description.into()));
@@ -202,6 +210,7 @@ impl ResourceBuilder {
             uri: self.uri,
             definition: Value::Object(self.definition),
             ttl_ms: self.ttl_ms,
+            required_scopes: self.required_scopes,
             reader: Arc::new(move |ctx, uri, _| Box::pin(reader(ctx, uri))),
         }
     }
@@ -212,6 +221,7 @@ pub struct ResourceTemplateDef {
     pub(crate) template: String,
     pub(crate) definition: Value,
     pub(crate) ttl_ms: u64,
+    pub(crate) required_scopes: Vec<String>,
     pub(crate) reader: ResourceReader,
 }
 
@@ -220,6 +230,7 @@ pub struct ResourceTemplateBuilder {
     template: String,
     definition: Map<String, Value>,
     ttl_ms: u64,
+    required_scopes: Vec<String>,
 }
 
 impl ResourceTemplateDef {
@@ -230,7 +241,7 @@ impl ResourceTemplateDef {
         let mut definition = Map::new();
         definition.insert("uriTemplate".into(), json!(template));
         definition.insert("name".into(), json!(name.into()));
-        ResourceTemplateBuilder { template, definition, ttl_ms: 0 }
+        ResourceTemplateBuilder { template, definition, ttl_ms: 0, required_scopes: Vec::new() }
     }
 
     /// The variables of `uri` if it matches this template.
@@ -240,6 +251,12 @@ impl ResourceTemplateDef {
 }
 
 impl ResourceTemplateBuilder {
+    /// Scopes the caller must hold to read resources of this template.
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     /// Description.
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.definition.insert("description".into(), json!(description.into()));
@@ -268,6 +285,7 @@ impl ResourceTemplateBuilder {
             template: self.template,
             definition: Value::Object(self.definition),
             ttl_ms: self.ttl_ms,
+            required_scopes: self.required_scopes,
             reader: Arc::new(move |ctx, uri, vars| Box::pin(reader(ctx, uri, vars))),
         }
     }
@@ -340,6 +358,7 @@ impl PromptArgument {
 pub struct PromptDef {
     pub(crate) name: String,
     pub(crate) definition: Value,
+    pub(crate) required_scopes: Vec<String>,
     pub(crate) arguments: Vec<PromptArgument>,
     pub(crate) handler: PromptHandler,
 }
@@ -349,6 +368,7 @@ pub struct PromptBuilder {
     name: String,
     definition: Map<String, Value>,
     arguments: Vec<PromptArgument>,
+    required_scopes: Vec<String>,
 }
 
 impl PromptDef {
@@ -358,11 +378,17 @@ impl PromptDef {
         let name = name.into();
         let mut definition = Map::new();
         definition.insert("name".into(), json!(name));
-        PromptBuilder { name, definition, arguments: Vec::new() }
+        PromptBuilder { name, definition, arguments: Vec::new(), required_scopes: Vec::new() }
     }
 }
 
 impl PromptBuilder {
+    /// Scopes the caller must hold to get this prompt.
+    pub fn scopes(mut self, scopes: &[&str]) -> Self {
+        self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self
+    }
+
     /// Description.
     pub fn description(mut self, description: impl Into<String>) -> Self {
         self.definition.insert("description".into(), json!(description.into()));
@@ -391,6 +417,7 @@ impl PromptBuilder {
         PromptDef {
             name: self.name,
             definition: Value::Object(definition),
+            required_scopes: self.required_scopes,
             arguments: self.arguments,
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
         }
@@ -471,6 +498,16 @@ impl App {
 
     pub(crate) fn prompt(&self, name: &str) -> Option<&PromptDef> {
         self.prompts.iter().find(|p| p.name == name)
+    }
+
+    /// Scopes needed to read a registered resource or template (by URI or template string).
+    pub(crate) fn resource_scopes(&self, target: &str) -> &[String] {
+        self.resources
+            .iter()
+            .find(|r| r.uri == target)
+            .map(|r| r.required_scopes.as_slice())
+            .or_else(|| self.templates.iter().find(|t| t.template == target).map(|t| t.required_scopes.as_slice()))
+            .unwrap_or(&[])
     }
 
     /// Whether `uri` names a static resource or matches a template.

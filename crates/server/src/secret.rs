@@ -19,7 +19,7 @@ impl ServerSecret {
     pub fn random() -> Self {
         let mut bytes = [0u8; 32];
         // The OS CSPRNG failing is not recoverable; refuse to run with a weak key.
-        SystemRandom::new().fill(&mut bytes).expect("the OS random number generator failed");
+        fill_random(&mut bytes).expect("the OS random number generator failed");
         Self(bytes)
     }
 
@@ -35,6 +35,11 @@ impl Drop for ServerSecret {
     fn drop(&mut self) {
         self.0 = [0u8; 32];
     }
+}
+
+/// Fills `bytes` from the OS CSPRNG.
+pub fn fill_random(bytes: &mut [u8]) -> Result<(), aws_lc_rs::error::Unspecified> {
+    SystemRandom::new().fill(bytes)
 }
 
 /// Lowercase hex of the first `bytes` bytes of SHA-256(input): the only form in which a secret

@@ -76,6 +76,18 @@ pub enum ProtocolError {
         /// The version the client asked for.
         requested: String,
     },
+    /// No valid credentials (HTTP 401; the transport adds the `WWW-Authenticate` challenge).
+    #[error("authentication required")]
+    Unauthenticated,
+    /// Valid credentials without every scope the operation needs (HTTP 403).
+    #[error("insufficient scope")]
+    InsufficientScope {
+        /// Every scope the operation needs.
+        required: Vec<String>,
+    },
+    /// A dependency (store, issuer, authority) could not confirm the request: refused.
+    #[error("temporarily unavailable")]
+    Unavailable,
     /// The request did not finish within its time limit.
     #[error("request timed out")]
     Timeout,
@@ -94,13 +106,16 @@ impl ProtocolError {
     pub fn code(&self) -> i64 {
         match self {
             Self::Parse => codes::PARSE_ERROR,
-            Self::InvalidRequest(_) | Self::PayloadTooLarge => codes::INVALID_REQUEST,
+            Self::InvalidRequest(_)
+            | Self::PayloadTooLarge
+            | Self::Unauthenticated
+            | Self::InsufficientScope { .. } => codes::INVALID_REQUEST,
             Self::MethodNotFound { .. } => codes::METHOD_NOT_FOUND,
             Self::InvalidMeta(_) | Self::InvalidParams { .. } | Self::ResourceNotFound { .. } => codes::INVALID_PARAMS,
             Self::HeaderMismatch(_) => codes::HEADER_MISMATCH,
             Self::MissingCapability { .. } => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
             Self::UnsupportedVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
-            Self::Timeout | Self::Internal => codes::INTERNAL_ERROR,
+            Self::Timeout | Self::Internal | Self::Unavailable => codes::INTERNAL_ERROR,
         }
     }
 
@@ -109,6 +124,9 @@ impl ProtocolError {
         match self {
             Self::Parse | Self::InvalidRequest(_) => 400,
             Self::PayloadTooLarge => 413,
+            Self::Unauthenticated => 401,
+            Self::InsufficientScope { .. } => 403,
+            Self::Unavailable => 503,
             Self::MethodNotFound { .. } => 404,
             Self::InvalidMeta(_)
             | Self::InvalidParams { .. }
@@ -130,6 +148,7 @@ impl ProtocolError {
             Self::InvalidParams { data, .. } => data.clone(),
             Self::ResourceNotFound { uri } => Some(json!({ "uri": uri })),
             Self::MissingCapability { required } => Some(json!({ "requiredCapabilities": required })),
+            Self::InsufficientScope { required } => Some(json!({ "requiredScopes": required })),
             Self::UnsupportedVersion { requested } => {
                 Some(json!({ "supported": crate::SUPPORTED_VERSIONS, "requested": requested }))
             }

@@ -8,18 +8,48 @@ use serde_json::{Map, Value, json};
 
 use crate::schema;
 
-/// A running `palisade serve` process, killed on drop.
+/// A running `palisade serve` process, killed on drop, with its own data directory.
 pub struct Palisade {
     child: Child,
     pub url: String,
     pub port: u16,
+    pub data_dir: TempDir,
+}
+
+/// A directory removed on drop.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new() -> Self {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("palisade-it-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("temp dir");
+        Self(path)
+    }
+
+    pub fn path(&self) -> &str {
+        self.0.to_str().expect("utf-8 temp path")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Palisade {
     /// Starts `palisade serve --app conformance --listen 127.0.0.1:0` plus `extra` flags.
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_app("conformance", extra)
+    }
+
+    /// Starts `palisade serve --app APP` on `127.0.0.1:0` with a fresh data directory.
+    pub fn start_app(app: &str, extra: &[&str]) -> Self {
+        let data_dir = TempDir::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
-            .args(["serve", "--app", "conformance", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--app", app, "--listen", "127.0.0.1:0", "--data-dir", data_dir.path()])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -34,7 +64,7 @@ impl Palisade {
             .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
             .to_owned();
         let port = url.trim_start_matches("http://127.0.0.1:").trim_end_matches("/mcp").parse().expect("port");
-        Self { child, url, port }
+        Self { child, url, port, data_dir }
     }
 
     /// Sends SIGTERM and waits for the process to exit.

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 mod harness;
-mod rmcp_client;
 mod http_bad_input;
 mod http_flows;
+mod rmcp_client;
 mod schema;
 mod stdio;

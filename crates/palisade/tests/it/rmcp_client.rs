@@ -16,9 +16,13 @@ use crate::harness::{Client, Palisade};
 #[tokio::test]
 async fn rmcp_client_pinned_to_2026_07_28() {
     let server = Palisade::start(&[]);
-    let transport = StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(server.url.clone()));
+    let transport =
+        StreamableHttpClientTransport::from_config(StreamableHttpClientTransportConfig::with_uri(server.url.clone()));
     let client = ClientConfig::default()
-        .serve_with_lifecycle(transport, ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] })
+        .serve_with_lifecycle(
+            transport,
+            ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        )
         .await
         .expect("rmcp connects");
     assert_eq!(client.peer_info().map(|info| info.protocol_version.clone()), Some(ProtocolVersion::V_2026_07_28));
@@ -33,7 +37,8 @@ async fn rmcp_client_pinned_to_2026_07_28() {
     let text = serde_json::to_value(&called.content).unwrap();
     assert_eq!(text[0]["text"], "This is a simple text response for testing.");
 
-    let read = client.read_resource(ReadResourceRequestParams::new("test://static-text")).await.expect("resources/read");
+    let read =
+        client.read_resource(ReadResourceRequestParams::new("test://static-text")).await.expect("resources/read");
     let read = serde_json::to_value(&read.contents).unwrap();
     assert_eq!(read[0]["text"], "This is the content of the static text resource.");
 

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use crate::harness::with_meta;
 
 struct StdioServer {
+    _data_dir: crate::harness::TempDir,
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
     lines: mpsc::Receiver<String>,
@@ -18,8 +19,9 @@ struct StdioServer {
 
 impl StdioServer {
     fn start(extra: &[&str]) -> Self {
+        let data_dir = crate::harness::TempDir::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
-            .args(["serve", "--app", "conformance", "--stdio"])
+            .args(["serve", "--app", "conformance", "--stdio", "--data-dir", data_dir.path()])
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -37,7 +39,7 @@ impl StdioServer {
                 }
             }
         });
-        Self { child, stdin, lines }
+        Self { _data_dir: data_dir, child, stdin, lines }
     }
 
     fn send(&mut self, line: &str) {

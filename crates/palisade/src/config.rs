@@ -1,0 +1,388 @@
+//! Configuration: a TOML file, then `PALISADE_*` environment overrides, then command-line flags,
+//! parsed into raw types and validated once into [`Settings`], which cannot be invalid. A bad
+//! value is reported with the name of its key.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+/// A configuration error, naming the offending key.
+#[derive(Debug, thiserror::Error)]
+#[error("config: {key}: {reason}")]
+pub struct ConfigError {
+    /// The key, dotted (`auth.leeway_secs`) or as an environment variable.
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn bad(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { key: key.to_owned(), reason: reason.into() }
+}
+
+/// The file as written. Every key is optional; unknown keys are errors.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// `demo` or `conformance`.
+    pub app: Option<String>,
+    /// HTTP listen address.
+    pub listen: Option<String>,
+    /// The canonical resource URI of this server (tokens' audience). Default
+    /// `http://<listen>/mcp`.
+    pub public_url: Option<String>,
+    /// Directory for the embedded database, generated keys and the server secret.
+    pub data_dir: Option<PathBuf>,
+    /// Store URL: `sqlite:<path>` or `postgres://…`. Default `sqlite:<data_dir>/palisade.db`.
+    pub store: Option<String>,
+    /// File holding the 32-byte server secret (64 hex characters). Default
+    /// `<data_dir>/server-secret`, generated on first run.
+    pub secret_file: Option<PathBuf>,
+    /// Limits.
+    #[serde(default)]
+    pub limits: RawLimits,
+    /// HTTP allow-lists.
+    #[serde(default)]
+    pub http: RawHttp,
+    /// Authentication.
+    #[serde(default)]
+    pub auth: RawAuth,
+}
+
+/// `[limits]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// Largest request body / stdio line.
+    pub max_body_bytes: Option<usize>,
+    /// Per-request timeout.
+    pub request_timeout_secs: Option<u64>,
+    /// Items per list page.
+    pub page_size: Option<usize>,
+}
+
+/// `[http]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHttp {
+    /// Extra accepted `Host` values.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Extra accepted `Origin` values.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+}
+
+/// `[auth]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAuth {
+    /// `bearer` or `none`. Default: `bearer` for the demo, `none` for the conformance fixture.
+    pub mode: Option<String>,
+    /// Enables the development issuer (`palisade dev token`). Default: on for the demo.
+    pub dev_issuer: Option<bool>,
+    /// Clock-skew leeway in seconds (at most 60).
+    pub leeway_secs: Option<u64>,
+    /// Required JOSE `typ`, e.g. `at+jwt`.
+    pub required_typ: Option<String>,
+    /// Claim naming the tenant.
+    pub tenant_claim: Option<String>,
+    /// Claim naming the OAuth client.
+    pub client_claim: Option<String>,
+    /// Trusted external issuers.
+    #[serde(default)]
+    pub issuers: Vec<RawIssuer>,
+}
+
+/// `[[auth.issuers]]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawIssuer {
+    /// Issuer identifier (`iss`).
+    pub issuer: String,
+    /// JWKS URL.
+    pub jwks_url: String,
+    /// Accepted algorithms: ES256, EdDSA, RS256.
+    pub algorithms: Vec<String>,
+}
+
+/// Which application to serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppChoice {
+    /// The demo shop.
+    Demo,
+    /// The conformance fixture.
+    Conformance,
+}
+
+/// How callers are authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthMode {
+    /// No authentication (loopback and stdio only).
+    None,
+    /// Bearer JWTs from the configured issuers (and the dev issuer when enabled).
+    Bearer,
+}
+
+/// A validated external issuer.
+#[derive(Debug, Clone)]
+pub struct Issuer {
+    /// `iss`
+    pub issuer: String,
+    /// JWKS URL.
+    pub jwks_url: String,
+    /// Allowed algorithms.
+    pub algorithms: Vec<palisade_auth::Algorithm>,
+}
+
+/// Validated settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The application.
+    pub app: AppChoice,
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Canonical resource URI.
+    pub public_url: String,
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Store URL.
+    pub store: String,
+    /// Server secret file.
+    pub secret_file: PathBuf,
+    /// Largest body.
+    pub max_body_bytes: usize,
+    /// Request timeout.
+    pub request_timeout_secs: u64,
+    /// Page size.
+    pub page_size: usize,
+    /// Extra hosts.
+    pub allowed_hosts: Vec<String>,
+    /// Extra origins.
+    pub allowed_origins: Vec<String>,
+    /// Authentication mode.
+    pub auth_mode: AuthMode,
+    /// Whether the dev issuer is on.
+    pub dev_issuer: bool,
+    /// Leeway.
+    pub leeway_secs: u64,
+    /// Required `typ`.
+    pub required_typ: Option<String>,
+    /// Tenant claim.
+    pub tenant_claim: String,
+    /// Client claim.
+    pub client_claim: String,
+    /// External issuers.
+    pub issuers: Vec<Issuer>,
+}
+
+/// Parses TOML text.
+pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| {
+        let message = e.message().to_owned();
+        let key = message.split('`').nth(1).unwrap_or("(file)").to_owned();
+        bad(&key, message)
+    })
+}
+
+pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    let number = |key: &str| -> Result<Option<u64>, ConfigError> {
+        env(key).map(|v| v.parse::<u64>().map_err(|_| bad(key, "must be a non-negative integer"))).transpose()
+    };
+    if let Some(v) = env("PALISADE_APP") {
+        raw.app = Some(v);
+    }
+    if let Some(v) = env("PALISADE_LISTEN") {
+        raw.listen = Some(v);
+    }
+    if let Some(v) = env("PALISADE_PUBLIC_URL") {
+        raw.public_url = Some(v);
+    }
+    if let Some(v) = env("PALISADE_DATA_DIR") {
+        raw.data_dir = Some(v.into());
+    }
+    if let Some(v) = env("PALISADE_STORE") {
+        raw.store = Some(v);
+    }
+    if let Some(v) = env("PALISADE_SECRET_FILE") {
+        raw.secret_file = Some(v.into());
+    }
+    if let Some(v) = env("PALISADE_AUTH_MODE") {
+        raw.auth.mode = Some(v);
+    }
+    if let Some(v) = env("PALISADE_DEV_ISSUER") {
+        raw.auth.dev_issuer = Some(match v.as_str() {
+            "1" | "true" | "on" => true,
+            "0" | "false" | "off" => false,
+            _ => return Err(bad("PALISADE_DEV_ISSUER", "must be true or false")),
+        });
+    }
+    if let Some(v) = number("PALISADE_MAX_BODY_BYTES")? {
+        raw.limits.max_body_bytes = Some(usize::try_from(v).map_err(|_| bad("PALISADE_MAX_BODY_BYTES", "too large"))?);
+    }
+    if let Some(v) = number("PALISADE_REQUEST_TIMEOUT_SECS")? {
+        raw.limits.request_timeout_secs = Some(v);
+    }
+    Ok(())
+}
+
+/// Validates raw configuration into settings.
+pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
+    let app = match raw.app.as_deref().unwrap_or("demo") {
+        "demo" => AppChoice::Demo,
+        "conformance" => AppChoice::Conformance,
+        other => return Err(bad("app", format!("unknown app `{other}`; expected demo or conformance"))),
+    };
+    let listen: SocketAddr = raw
+        .listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:8080")
+        .parse()
+        .map_err(|_| bad("listen", "must be an IP address and port, e.g. 127.0.0.1:8080"))?;
+    let public_url = raw.public_url.unwrap_or_else(|| format!("http://{listen}/mcp"));
+    let parsed = url::Url::parse(&public_url).map_err(|_| bad("public_url", "must be an absolute URL"))?;
+    if parsed.fragment().is_some() || !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("public_url", "must be an http(s) URL without a fragment"));
+    }
+    let data_dir = raw.data_dir.unwrap_or_else(|| PathBuf::from("palisade-data"));
+    let store = raw.store.unwrap_or_else(|| format!("sqlite:{}", data_dir.join("palisade.db").display()));
+    if !(store.starts_with("sqlite:") || store.starts_with("postgres://") || store.starts_with("postgresql://")) {
+        return Err(bad("store", "must be sqlite:<path> or postgres://…"));
+    }
+    let secret_file = raw.secret_file.unwrap_or_else(|| data_dir.join("server-secret"));
+    let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(1024 * 1024);
+    if !(1024..=64 * 1024 * 1024).contains(&max_body_bytes) {
+        return Err(bad("limits.max_body_bytes", "must be between 1024 and 67108864"));
+    }
+    let request_timeout_secs = raw.limits.request_timeout_secs.unwrap_or(60);
+    if !(1..=600).contains(&request_timeout_secs) {
+        return Err(bad("limits.request_timeout_secs", "must be between 1 and 600"));
+    }
+    let page_size = raw.limits.page_size.unwrap_or(100);
+    if !(1..=1000).contains(&page_size) {
+        return Err(bad("limits.page_size", "must be between 1 and 1000"));
+    }
+    let default_mode = if app == AppChoice::Demo { "bearer" } else { "none" };
+    let auth_mode = match raw.auth.mode.as_deref().unwrap_or(default_mode) {
+        "bearer" => AuthMode::Bearer,
+        "none" => AuthMode::None,
+        other => return Err(bad("auth.mode", format!("unknown mode `{other}`; expected bearer or none"))),
+    };
+    let dev_issuer = raw.auth.dev_issuer.unwrap_or(app == AppChoice::Demo);
+    let leeway_secs = raw.auth.leeway_secs.unwrap_or(30);
+    if leeway_secs > palisade_auth::MAX_LEEWAY_SECS {
+        return Err(bad("auth.leeway_secs", format!("must be at most {}", palisade_auth::MAX_LEEWAY_SECS)));
+    }
+    let mut issuers = Vec::new();
+    for (index, issuer) in raw.auth.issuers.into_iter().enumerate() {
+        let key = format!("auth.issuers[{index}].algorithms");
+        let algorithms = issuer
+            .algorithms
+            .iter()
+            .map(|name| match name.as_str() {
+                "ES256" => Ok(palisade_auth::Algorithm::ES256),
+                "EdDSA" => Ok(palisade_auth::Algorithm::EdDSA),
+                "RS256" => Ok(palisade_auth::Algorithm::RS256),
+                other => Err(bad(&key, format!("`{other}` is not allowed; use ES256, EdDSA or RS256"))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if algorithms.is_empty() {
+            return Err(bad(&key, "must name at least one algorithm"));
+        }
+        issuers.push(Issuer { issuer: issuer.issuer, jwks_url: issuer.jwks_url, algorithms });
+    }
+    if auth_mode == AuthMode::Bearer && issuers.is_empty() && !dev_issuer {
+        return Err(bad("auth.issuers", "bearer mode needs at least one issuer or the dev issuer"));
+    }
+    if auth_mode == AuthMode::None && !listen.ip().is_loopback() {
+        return Err(bad("listen", "an unauthenticated server may listen on loopback addresses only"));
+    }
+    Ok(Settings {
+        app,
+        listen,
+        public_url,
+        data_dir,
+        store,
+        secret_file,
+        max_body_bytes,
+        request_timeout_secs,
+        page_size,
+        allowed_hosts: raw.http.allowed_hosts,
+        allowed_origins: raw.http.allowed_origins,
+        auth_mode,
+        dev_issuer,
+        leeway_secs,
+        required_typ: raw.auth.required_typ,
+        tenant_claim: raw.auth.tenant_claim.unwrap_or_else(|| "tenant".into()),
+        client_claim: raw.auth.client_claim.unwrap_or_else(|| "client_id".into()),
+        issuers,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn check(text: &str) -> Result<Settings, ConfigError> {
+        let mut raw = parse(text)?;
+        apply_env(&mut raw, &no_env)?;
+        validate(raw)
+    }
+
+    #[test]
+    fn defaults_are_the_embedded_demo() {
+        let settings = check("").unwrap();
+        assert_eq!(settings.app, AppChoice::Demo);
+        assert_eq!(settings.auth_mode, AuthMode::Bearer);
+        assert!(settings.dev_issuer);
+        assert_eq!(settings.public_url, "http://127.0.0.1:8080/mcp");
+        assert!(settings.store.starts_with("sqlite:"));
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        for (text, key) in [
+            ("app = \"shop\"", "app"),
+            ("listen = \"nowhere\"", "listen"),
+            ("[limits]\nrequest_timeout_secs = 0", "limits.request_timeout_secs"),
+            ("[limits]\npage_size = 0", "limits.page_size"),
+            ("[auth]\nleeway_secs = 3600", "auth.leeway_secs"),
+            ("[auth]\nmode = \"magic\"", "auth.mode"),
+            (
+                "[[auth.issuers]]\nissuer = \"https://i\"\njwks_url = \"https://i/jwks\"\nalgorithms = [\"HS256\"]",
+                "auth.issuers[0].algorithms",
+            ),
+            ("[auth]\ndev_issuer = false", "auth.issuers"),
+            ("app = \"conformance\"\nlisten = \"0.0.0.0:8080\"", "listen"),
+            ("store = \"mysql://x\"", "store"),
+            ("unknown_key = 1", "unknown_key"),
+            ("public_url = \"http://x/mcp#frag\"", "public_url"),
+        ] {
+            let error = check(text).unwrap_err();
+            assert_eq!(error.key, key, "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let env = |key: &str| match key {
+            "PALISADE_APP" => Some("conformance".to_owned()),
+            "PALISADE_REQUEST_TIMEOUT_SECS" => Some("5".to_owned()),
+            _ => None,
+        };
+        let mut raw = parse("app = \"demo\"").unwrap();
+        apply_env(&mut raw, &env).unwrap();
+        let settings = validate(raw).unwrap();
+        assert_eq!(settings.app, AppChoice::Conformance);
+        assert_eq!(settings.request_timeout_secs, 5);
+        assert_eq!(settings.auth_mode, AuthMode::None);
+        let bad_env = |key: &str| (key == "PALISADE_REQUEST_TIMEOUT_SECS").then(|| "soon".to_owned());
+        let mut raw = RawConfig::default();
+        assert_eq!(apply_env(&mut raw, &bad_env).unwrap_err().key, "PALISADE_REQUEST_TIMEOUT_SECS");
+    }
+}
