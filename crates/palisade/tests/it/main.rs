@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod auth;
 mod harness;
 mod http_bad_input;
 mod http_flows;

@@ -1,0 +1,149 @@
+//! The demo shop behind bearer-token auth, end to end through the real binary: challenges,
+//! protected-resource metadata, scopes and step-up, the dev issuer, the stdio principal from the
+//! environment, `config check` and `audit verify`.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::harness::{Palisade, TempDir, send, with_meta};
+
+fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(envs.iter().copied()).output().expect("run palisade")
+}
+
+/// A token from the demo's dev issuer for the server in `data_dir` listening on `127.0.0.1:0`.
+fn token(server: &Palisade, subject: &str, scope: &str) -> String {
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let args = ["dev", "token", "--subject", subject, "--tenant", "acme", "--client", "it", "--scope", scope];
+    let output = palisade(&args, &env);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+fn product_call(server: &Palisade, token: Option<&str>) -> reqwest::RequestBuilder {
+    let params = with_meta(json!({ "name": "product_get", "arguments": { "sku": "TEA-001" } }), json!({}));
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
+    let mut request = reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "product_get")
+        .body(body.to_string());
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    request
+}
+
+#[tokio::test]
+async fn the_demo_requires_a_token_with_the_right_scope() {
+    let server = Palisade::start_app("demo", &[]);
+    let response = product_call(&server, None).send().await.unwrap();
+    assert_eq!(response.status(), 401);
+    let challenge = response.headers()["www-authenticate"].to_str().unwrap().to_owned();
+    let metadata_url = format!("http://127.0.0.1:{}/.well-known/oauth-protected-resource/mcp", server.port);
+    assert_eq!(
+        challenge,
+        format!(
+            r#"Bearer resource_metadata="http://127.0.0.1:0/.well-known/oauth-protected-resource/mcp", scope="shop:read""#
+        )
+    );
+    for path in [metadata_url.clone(), format!("http://127.0.0.1:{}/.well-known/oauth-protected-resource", server.port)]
+    {
+        let metadata: Value = reqwest::get(&path).await.unwrap().json().await.unwrap();
+        assert_eq!(metadata["resource"], "http://127.0.0.1:0/mcp");
+        assert_eq!(metadata["scopes_supported"], json!(["shop:read"]));
+        assert_eq!(metadata["authorization_servers"], json!(["http://127.0.0.1:0/dev-issuer"]));
+    }
+
+    let reader = token(&server, "alice", "shop:read");
+    let ok = send(product_call(&server, Some(&reader))).await;
+    assert_eq!(ok.status, 200);
+    assert_eq!(ok.result()["structuredContent"]["sku"], "TEA-001");
+
+    let outsider = token(&server, "bob", "shop:basket");
+    let response = product_call(&server, Some(&outsider)).send().await.unwrap();
+    assert_eq!(response.status(), 403);
+    assert!(
+        response.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .contains(r#"error="insufficient_scope", scope="shop:read""#)
+    );
+    let stepped_up = token(&server, "bob", "shop:basket shop:read");
+    assert_eq!(send(product_call(&server, Some(&stepped_up))).await.status, 200);
+
+    let mut tampered = reader.clone().into_bytes();
+    let last = tampered.len() - 3;
+    tampered[last] = if tampered[last] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    assert_eq!(product_call(&server, Some(&tampered)).send().await.unwrap().status(), 401);
+    let twice = product_call(&server, Some(&reader)).header("authorization", format!("Bearer {reader}"));
+    assert_eq!(twice.send().await.unwrap().status(), 401, "two Authorization headers are malformed");
+    let basic = product_call(&server, None).header("authorization", "Basic YWxpY2U6cHc=");
+    assert_eq!(basic.send().await.unwrap().status(), 401);
+    let query = reqwest::Client::new().post(format!("{}?access_token={reader}", server.url)).body("{}");
+    assert_eq!(query.send().await.unwrap().status(), 400, "tokens in the URL are refused");
+    // Health and readiness need no token; metrics count the refusals.
+    let base = format!("http://127.0.0.1:{}", server.port);
+    assert_eq!(reqwest::get(format!("{base}/healthz")).await.unwrap().status(), 200);
+    assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
+    let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"palisade_decisions_total{stage="authenticate",decision="deny"}"#), "{metrics}");
+
+    let verify = palisade(&["audit", "verify"], &[("PALISADE_DATA_DIR", server.data_dir.path())]);
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+    assert!(String::from_utf8_lossy(&verify.stdout).starts_with("audit log intact:"));
+}
+
+#[test]
+fn stdio_takes_its_principal_from_the_environment() {
+    let dir = TempDir::new();
+    let run = |scopes: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(["serve", "--app", "demo", "--stdio", "--data-dir", dir.path()])
+            .env("PALISADE_PRINCIPAL_SUBJECT", "local-user")
+            .env("PALISADE_PRINCIPAL_SCOPES", scopes)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let params = with_meta(json!({ "name": "catalog_search", "arguments": { "query": "tea" } }), json!({}));
+        let line = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params }).to_string() + "\n";
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(line.as_bytes()).unwrap();
+        let output = child.wait_with_output().unwrap();
+        serde_json::from_slice::<Value>(output.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap()
+    };
+    let allowed = run("shop:read");
+    assert_eq!(
+        allowed["result"]["structuredContent"]["products"].as_array().unwrap().len(),
+        3,
+        "green tea, black tea, teapot"
+    );
+    let refused = run("");
+    assert_eq!(refused["error"]["data"]["requiredScopes"], json!(["shop:read"]));
+}
+
+#[test]
+fn config_check_names_the_bad_key() {
+    let dir = TempDir::new();
+    let good = dir.0.join("good.toml");
+    std::fs::write(&good, "app = \"demo\"\n[limits]\npage_size = 10\n").unwrap();
+    let output = palisade(&["config", "check", good.to_str().unwrap()], &[]);
+    assert!(output.status.success());
+    let bad = dir.0.join("bad.toml");
+    std::fs::write(&bad, "[auth]\nleeway_secs = 3600\n").unwrap();
+    let output = palisade(&["config", "check", bad.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("auth.leeway_secs"));
+    let unknown = dir.0.join("unknown.toml");
+    std::fs::write(&unknown, "colour = \"blue\"\n").unwrap();
+    let output = palisade(&["config", "check", unknown.to_str().unwrap()], &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("colour"));
+}
