@@ -26,7 +26,7 @@ pub(crate) fn bearer_token(authorization: Option<&[u8]>) -> Result<&str, AuthErr
     if value.is_empty() {
         return Err(AuthError::MissingCredentials);
     }
-    if value.starts_with(' ') || value.ends_with(' ') {
+    if value.starts_with(' ') {
         return Err(HeaderProblem::ExtraWhitespace.into());
     }
     let (scheme, credentials) = value.split_once(' ').unwrap_or((value, ""));
@@ -36,7 +36,7 @@ pub(crate) fn bearer_token(authorization: Option<&[u8]>) -> Result<&str, AuthErr
     if credentials.is_empty() {
         return Err(HeaderProblem::MissingToken.into());
     }
-    if credentials.starts_with(' ') {
+    if credentials.starts_with(' ') || credentials.ends_with(' ') {
         return Err(HeaderProblem::ExtraWhitespace.into());
     }
     if !is_token68(credentials) {
@@ -75,7 +75,8 @@ mod tests {
             ("Bearertoken", HeaderProblem::UnsupportedScheme.into()),
             ("DPoP abc", HeaderProblem::UnsupportedScheme.into()),
             ("Bearer", HeaderProblem::MissingToken.into()),
-            ("Bearer ", HeaderProblem::ExtraWhitespace.into()),
+            ("Bearer ", HeaderProblem::MissingToken.into()),
+            ("Basic abc ", HeaderProblem::UnsupportedScheme.into()),
             ("Bearer  abc", HeaderProblem::ExtraWhitespace.into()),
             (" Bearer abc", HeaderProblem::ExtraWhitespace.into()),
             ("Bearer abc ", HeaderProblem::ExtraWhitespace.into()),

@@ -27,7 +27,9 @@ use crate::stats::Counters;
 /// Timing and size limits for fetched JWKS. The defaults suit production; tests shorten them.
 #[derive(Debug, Clone)]
 pub struct JwksPolicy {
-    /// A fetched key set older than this is refreshed on the next verification. Default 5 min.
+    /// A fetched key set older than this is refreshed by the next verification, inline: that
+    /// request waits for the fetch, concurrent ones keep using the current set (requests with no
+    /// usable key, or an unknown `kid`, wait for a fetch in flight). Default 5 min.
     pub refresh_interval: Duration,
     /// A fetched key set older than this is never used, even if refreshing keeps failing: the
     /// bound on stale-if-error. Must be at least `refresh_interval`. Default 15 min.

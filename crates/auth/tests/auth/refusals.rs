@@ -138,7 +138,7 @@ async fn refusal_table() {
         ("Basic scheme", Some(b"Basic YWxpY2U6c2VjcmV0".to_vec()), HeaderProblem::UnsupportedScheme.into()),
         ("DPoP scheme", Some(format!("DPoP {good}").into_bytes()), HeaderProblem::UnsupportedScheme.into()),
         ("Bearer without token", Some(b"Bearer".to_vec()), HeaderProblem::MissingToken.into()),
-        ("empty token", Some(b"Bearer ".to_vec()), HeaderProblem::ExtraWhitespace.into()),
+        ("empty token", Some(b"Bearer ".to_vec()), HeaderProblem::MissingToken.into()),
         ("two spaces", Some(format!("Bearer  {good}").into_bytes()), HeaderProblem::ExtraWhitespace.into()),
         ("trailing garbage", Some(format!("Bearer {good} extra").into_bytes()), HeaderProblem::NotToken68.into()),
         ("comma list", Some(format!("Bearer {good}, Basic x").into_bytes()), HeaderProblem::NotToken68.into()),
