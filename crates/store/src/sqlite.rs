@@ -5,6 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -23,11 +24,8 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 const READERS: u32 = 2;
 
 const SELECT_HEAD: &str = "SELECT last_seq, last_hash FROM audit_chain_head WHERE id = 1";
-const INSERT_RECORD: &str = concat!(
-    "INSERT INTO audit_log (",
-    audit_columns!(),
-    ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
-);
+/// Most rows per INSERT statement (15 parameters each; SQLite allows 32766 per statement).
+const INSERT_CHUNK: usize = 64;
 const UPDATE_HEAD: &str = "UPDATE audit_chain_head SET last_seq = ?1, last_hash = ?2 WHERE id = 1";
 const SELECT_PAGE: &str =
     concat!("SELECT ", audit_columns!(), " FROM audit_log WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3");
@@ -78,6 +76,8 @@ impl SqliteStore {
         // An in-memory database disappears with its last connection: never let the pool close it.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            // A local file connection does not go stale; skip the per-acquire round trip.
+            .test_before_acquire(false)
             .min_connections(if in_memory { 1 } else { 0 })
             .idle_timeout(if in_memory { None } else { Some(Duration::from_secs(600)) })
             .max_lifetime(if in_memory { None } else { Some(Duration::from_secs(1800)) })
@@ -122,26 +122,31 @@ impl SqliteStore {
             .map_err(sqlx_error)?
             .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
         let (rows, head) = chain::link(Head::from_columns(seq, &hash)?, records)?;
-        for row in rows {
-            sqlx::query(INSERT_RECORD)
-                .bind(row.seq)
-                .bind(row.at_ms)
-                .bind(row.record.trace_id)
-                .bind(row.record.stage)
-                .bind(row.decision)
-                .bind(row.record.operation)
-                .bind(row.record.principal_digest)
-                .bind(row.record.tenant_digest)
-                .bind(row.record.client_digest)
-                .bind(row.scopes_json)
-                .bind(row.record.policy_version)
-                .bind(row.record.code)
-                .bind(row.record.detail)
-                .bind(row.prev_hash.to_vec())
-                .bind(row.hash.to_vec())
-                .execute(&mut *transaction)
-                .await
-                .map_err(sqlx_error)?;
+        // Multi-row INSERTs: one statement per chunk instead of one per record, since every
+        // statement is a round trip to sqlx's SQLite worker thread.
+        let mut rows = rows.into_iter().peekable();
+        while rows.peek().is_some() {
+            let chunk: Vec<_> = rows.by_ref().take(INSERT_CHUNK).collect();
+            let mut query = sqlx::query(insert_statement(chunk.len()));
+            for row in chunk {
+                query = query
+                    .bind(row.seq)
+                    .bind(row.at_ms)
+                    .bind(row.record.trace_id)
+                    .bind(row.record.stage)
+                    .bind(row.decision)
+                    .bind(row.record.operation)
+                    .bind(row.record.principal_digest)
+                    .bind(row.record.tenant_digest)
+                    .bind(row.record.client_digest)
+                    .bind(row.scopes_json)
+                    .bind(row.record.policy_version)
+                    .bind(row.record.code)
+                    .bind(row.record.detail)
+                    .bind(row.prev_hash.to_vec())
+                    .bind(row.hash.to_vec());
+            }
+            query.execute(&mut *transaction).await.map_err(sqlx_error)?;
         }
         sqlx::query(UPDATE_HEAD)
             .bind(head.seq)
@@ -189,6 +194,21 @@ async fn read_head(pool: &SqlitePool, during: &'static str) -> Result<Head, Stor
         .map_err(|error| StoreError::from_sqlx(during, error))?
         .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
     Head::from_columns(seq, &hash)
+}
+
+/// `INSERT INTO audit_log (…) VALUES (?, …), …` for `rows` rows (1..=INSERT_CHUNK), built once
+/// per size; sqlx then caches each as a prepared statement.
+fn insert_statement(rows: usize) -> sqlx::AssertSqlSafe<&'static str> {
+    static STATEMENTS: OnceLock<Vec<String>> = OnceLock::new();
+    let statements = STATEMENTS.get_or_init(|| {
+        let row = format!("({})", vec!["?"; 15].join(", "));
+        (1..=INSERT_CHUNK)
+            .map(|count| format!("INSERT INTO audit_log ({}) VALUES {}", audit_columns!(), vec![row.as_str(); count].join(", ")))
+            .collect()
+    });
+    let index = rows.clamp(1, INSERT_CHUNK) - 1;
+    // Only ever built above from constants: safe to send as SQL.
+    sqlx::AssertSqlSafe(statements[index].as_str())
 }
 
 /// True for `:memory:`, `sqlite::memory:`, `sqlite://:memory:` and URLs with `mode=memory`.
