@@ -23,9 +23,10 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Read connections for a file database (verify and recent run beside the writer).
 const READERS: u32 = 2;
 
-const SELECT_HEAD: &str = "SELECT last_seq, last_hash FROM audit_chain_head WHERE id = 1";
 /// Most rows per INSERT statement (15 parameters each; SQLite allows 32766 per statement).
 const INSERT_CHUNK: usize = 64;
+
+const SELECT_HEAD: &str = "SELECT last_seq, last_hash FROM audit_chain_head WHERE id = 1";
 const UPDATE_HEAD: &str = "UPDATE audit_chain_head SET last_seq = ?1, last_hash = ?2 WHERE id = 1";
 const SELECT_PAGE: &str =
     concat!("SELECT ", audit_columns!(), " FROM audit_log WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3");
@@ -73,10 +74,10 @@ impl SqliteStore {
         // WAL does not apply to an in-memory database.
         let options = if in_memory { options } else { options.journal_mode(SqliteJournalMode::Wal) };
 
-        // An in-memory database disappears with its last connection: never let the pool close it.
+        // A local connection does not go stale: skip the per-acquire round trip. An in-memory
+        // database disappears with its last connection: never let the pool close that one.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
-            // A local file connection does not go stale; skip the per-acquire round trip.
             .test_before_acquire(false)
             .min_connections(if in_memory { 1 } else { 0 })
             .idle_timeout(if in_memory { None } else { Some(Duration::from_secs(600)) })
@@ -203,7 +204,9 @@ fn insert_statement(rows: usize) -> sqlx::AssertSqlSafe<&'static str> {
     let statements = STATEMENTS.get_or_init(|| {
         let row = format!("({})", vec!["?"; 15].join(", "));
         (1..=INSERT_CHUNK)
-            .map(|count| format!("INSERT INTO audit_log ({}) VALUES {}", audit_columns!(), vec![row.as_str(); count].join(", ")))
+            .map(|count| {
+                format!("INSERT INTO audit_log ({}) VALUES {}", audit_columns!(), vec![row.as_str(); count].join(", "))
+            })
             .collect()
     });
     let index = rows.clamp(1, INSERT_CHUNK) - 1;

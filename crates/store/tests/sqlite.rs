@@ -16,15 +16,20 @@ struct SqliteFixture {
     store: Arc<dyn AuditStore>,
 }
 
-/// A directory no other test (or earlier run) uses.
-fn unique_directory() -> PathBuf {
+/// A path no other test (or earlier run) uses; nothing is created.
+fn unique_path() -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let directory = std::env::temp_dir().join(format!(
+    std::env::temp_dir().join(format!(
         "palisade-store-test-{}-{}-{nanos}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    ))
+}
+
+/// A fresh directory no other test uses.
+fn unique_directory() -> PathBuf {
+    let directory = unique_path();
     std::fs::create_dir_all(&directory).expect("create test directory");
     directory
 }
@@ -42,7 +47,7 @@ impl Harness for SqliteHarness {
     fn open_unreachable(&self) -> HarnessFuture<'_, Result<Arc<dyn AuditStore>, StoreError>> {
         // SQLite does not create directories: even root cannot open this.
         Box::pin(async {
-            let path = unique_directory().join("missing-directory").join("audit.db");
+            let path = unique_path().join("audit.db");
             SqliteStore::open(path.to_str().expect("utf-8 path"))
                 .await
                 .map(|store| Arc::new(store) as Arc<dyn AuditStore>)
