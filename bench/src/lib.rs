@@ -1,0 +1,52 @@
+//! Shared pieces of the benchmark binaries: the loopback-only rule both of them enforce, and the
+//! `tools/call` request the load generator sends by default.
+//!
+//! The benchmark drives unauthenticated servers as hard as it can, so neither binary ever talks
+//! to, or listens on, anything but a loopback address.
+
+use std::net::SocketAddr;
+
+/// The default request: a 2026-07-28 `tools/call` of the conformance fixture's simplest tool,
+/// with the `_meta` every request of that revision must carry.
+pub const DEFAULT_TOOLS_CALL: &str = concat!(
+    r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"test_simple_text","arguments":{},"#,
+    r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","#,
+    r#""io.modelcontextprotocol/clientCapabilities":{}}}}"#
+);
+
+/// `Ok` when every address is loopback, otherwise an error naming the first one that is not.
+pub fn require_loopback<'a>(addrs: impl IntoIterator<Item = &'a SocketAddr>) -> anyhow::Result<()> {
+    let mut any = false;
+    for addr in addrs {
+        any = true;
+        if !addr.ip().is_loopback() {
+            anyhow::bail!("refusing {addr}: the benchmark only runs against loopback addresses");
+        }
+    }
+    anyhow::ensure!(any, "no address to check");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_passes() {
+        let ok: Vec<SocketAddr> = ["127.0.0.1:1", "127.8.9.10:2", "[::1]:3"].iter().flat_map(|a| a.parse()).collect();
+        assert!(require_loopback(&ok).is_ok());
+        for bad in ["10.0.0.1:80", "0.0.0.0:80", "[::]:80", "192.168.1.1:80"] {
+            let addr: SocketAddr = bad.parse().expect("a socket address");
+            assert!(require_loopback(&[addr]).is_err(), "{bad}");
+        }
+        assert!(require_loopback(&[]).is_err());
+    }
+
+    #[test]
+    fn the_default_request_is_a_tools_call_with_meta() {
+        let frame: serde_json::Value = serde_json::from_str(DEFAULT_TOOLS_CALL).expect("valid JSON");
+        assert_eq!(frame["method"], "tools/call");
+        assert_eq!(frame["params"]["name"], "test_simple_text");
+        assert_eq!(frame["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+    }
+}
