@@ -1,0 +1,92 @@
+//! The properties the fuzz targets check, as plain functions: the libFuzzer binaries in
+//! `fuzz_targets/` and the corpus replayer in `src/bin/replay.rs` run the same code.
+//!
+//! A property that fails panics; libFuzzer reports that as a crash, the replayer as a failed file.
+
+use palisade_wire::RequestMeta;
+use palisade_wire::header::{decode_value, encode_value, matches_json};
+use palisade_wire::jsonrpc::{self, Message, RequestId, parse_message};
+use serde_json::{Value, json};
+
+/// A fuzz target: its name (the binary and `corpus/<name>/`) and its property.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// Name of the libFuzzer binary and of its corpus directory.
+    pub name: &'static str,
+    /// Runs the property on one input; panics when it does not hold.
+    pub check: fn(&[u8]),
+}
+
+/// Every fuzz target, for the replayer.
+pub const TARGETS: &[Target] =
+    &[Target { name: "jsonrpc_frame", check: jsonrpc_frame }, Target { name: "header_value", check: header_value }];
+
+/// One inbound JSON-RPC frame: parsing never panics; an accepted frame re-serialises to a frame
+/// that parses to the same id and method, its id is echoed with its JSON type, and its `_meta` is
+/// validated without panicking; a refused frame still yields a wire error object.
+pub fn jsonrpc_frame(data: &[u8]) {
+    let message = match parse_message(data) {
+        Ok(message) => message,
+        Err(refusal) => {
+            let frame = jsonrpc::error_frame(refusal.id.as_ref(), &refusal.error);
+            assert!(frame["error"]["code"].is_i64(), "error frame without an integer code: {frame}");
+            return;
+        }
+    };
+    let (id, method, params) = match &message {
+        Message::Request(request) => (Some(&request.id), &request.method, &request.params),
+        Message::Notification(notification) => (None, &notification.method, &notification.params),
+    };
+    if let Some(id) = id {
+        let echoed = jsonrpc::result_frame(id, Value::Null);
+        assert_eq!(RequestId::from_value(&echoed["id"]).as_ref(), Some(id), "id not echoed with its type");
+    }
+    let mut rebuilt = json!({ "jsonrpc": "2.0", "method": method, "params": params });
+    if let Some(id) = id {
+        rebuilt["id"] = id.to_value();
+    }
+    let bytes = serde_json::to_vec(&rebuilt).expect("a Value always serialises");
+    match parse_message(&bytes).expect("a re-serialised accepted frame must parse") {
+        Message::Request(again) => {
+            assert_eq!(Some(&again.id), id, "id changed across a round trip");
+            assert_eq!(&again.method, method, "method changed across a round trip");
+        }
+        Message::Notification(again) => {
+            assert!(id.is_none(), "a request came back as a notification");
+            assert_eq!(&again.method, method, "method changed across a round trip");
+        }
+    }
+    if let Ok(meta) = RequestMeta::from_params(params) {
+        let _ = meta.check_supported();
+        let _ = meta.has_capability("sampling");
+        let _ = meta.has_extension("io.modelcontextprotocol/tasks");
+    }
+}
+
+/// One `Mcp-*` header value: decoding never panics; whatever decodes re-encodes to a legal header
+/// value that decodes back to the same string; any UTF-8 input, taken as a value to send,
+/// survives `encode_value` → `decode_value`; and a decoded string matches itself as JSON.
+pub fn header_value(data: &[u8]) {
+    if let Ok(decoded) = decode_value(data) {
+        assert_round_trip(&decoded);
+        assert!(matches_json(&decoded, &Value::String(decoded.clone())), "a string must match itself");
+        if let Ok(parsed) = serde_json::from_str::<Value>(&decoded) {
+            let _ = matches_json(&decoded, &parsed);
+        }
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        assert_round_trip(text);
+    }
+}
+
+fn assert_round_trip(value: &str) {
+    let encoded = encode_value(value);
+    assert!(
+        encoded.bytes().all(|b| (0x20..=0x7e).contains(&b)),
+        "encode_value produced a byte that is not legal in a header: {encoded:?}"
+    );
+    match decode_value(encoded.as_bytes()) {
+        Ok(again) => assert_eq!(again, value, "round trip changed the value (encoded as {encoded:?})"),
+        Err(error) => panic!("encode_value({value:?}) = {encoded:?} does not decode: {error}"),
+    }
+}
