@@ -90,6 +90,8 @@ pub struct RawAuth {
     pub tenant_claim: Option<String>,
     /// Claim naming the OAuth client.
     pub client_claim: Option<String>,
+    /// Verified tokens remembered (keyed by their SHA-256, never past `exp`); 0 disables.
+    pub token_cache_capacity: Option<usize>,
     /// Trusted external issuers.
     #[serde(default)]
     pub issuers: Vec<RawIssuer>,
@@ -173,6 +175,8 @@ pub struct Settings {
     pub tenant_claim: String,
     /// Client claim.
     pub client_claim: String,
+    /// Verified-token cache size (0 = off).
+    pub token_cache_capacity: usize,
     /// External issuers.
     pub issuers: Vec<Issuer>,
 }
@@ -220,6 +224,10 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
     }
     if let Some(v) = number("PALISADE_MAX_BODY_BYTES")? {
         raw.limits.max_body_bytes = Some(usize::try_from(v).map_err(|_| bad("PALISADE_MAX_BODY_BYTES", "too large"))?);
+    }
+    if let Some(v) = number("PALISADE_TOKEN_CACHE_CAPACITY")? {
+        raw.auth.token_cache_capacity =
+            Some(usize::try_from(v).map_err(|_| bad("PALISADE_TOKEN_CACHE_CAPACITY", "too large"))?);
     }
     if let Some(v) = number("PALISADE_REQUEST_TIMEOUT_SECS")? {
         raw.limits.request_timeout_secs = Some(v);
@@ -274,6 +282,10 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     if leeway_secs > palisade_auth::MAX_LEEWAY_SECS {
         return Err(bad("auth.leeway_secs", format!("must be at most {}", palisade_auth::MAX_LEEWAY_SECS)));
     }
+    let token_cache_capacity = raw.auth.token_cache_capacity.unwrap_or(10_000);
+    if token_cache_capacity > palisade_auth::MAX_CACHE_CAPACITY {
+        return Err(bad("auth.token_cache_capacity", format!("must be at most {}", palisade_auth::MAX_CACHE_CAPACITY)));
+    }
     let mut issuers = Vec::new();
     for (index, issuer) in raw.auth.issuers.into_iter().enumerate() {
         let key = format!("auth.issuers[{index}].algorithms");
@@ -316,6 +328,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         required_typ: raw.auth.required_typ,
         tenant_claim: raw.auth.tenant_claim.unwrap_or_else(|| "tenant".into()),
         client_claim: raw.auth.client_claim.unwrap_or_else(|| "client_id".into()),
+        token_cache_capacity,
         issuers,
     })
 }

@@ -341,6 +341,7 @@ fn bearer_authenticator(settings: &Settings, app: AppName) -> anyhow::Result<Aut
     config.required_typ = settings.required_typ.clone();
     config.tenant_claim = settings.tenant_claim.clone();
     config.client_claim = settings.client_claim.clone();
+    config.cache_capacity = settings.token_cache_capacity;
     config.scopes_supported = app.scopes_supported().iter().map(|s| (*s).to_owned()).collect();
     config.resource_name = Some("Palisade".into());
     let verifier =

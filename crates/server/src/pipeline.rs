@@ -214,7 +214,8 @@ impl<'a> AuditTrail<'a> {
     /// Records the allow decision; an error means it is not durable and the request must stop.
     async fn allow(&self, stage: &str) -> Result<(), ProtocolError> {
         self.server.metrics.observe_decision(stage, "allow");
-        tracing::info!(trace_id = %self.trace_id, stage, decision = "allow", operation = %self.operation, "decision");
+        // Allows are the common case and are in the audit log: debug level keeps the log cheap.
+        tracing::debug!(trace_id = %self.trace_id, stage, decision = "allow", operation = %self.operation, "decision");
         let Some(writer) = &self.server.audit else { return Ok(()) };
         writer.append(self.record(stage, Decision::Allow, None)).await.map_err(|error| {
             tracing::error!(trace_id = %self.trace_id, %error, "audit log unavailable: refusing the request");
