@@ -175,31 +175,41 @@ impl ResourceDef {
     }
 }
 
+/// The options resources and resource templates share: scopes, description, MIME type, `ttlMs`.
+macro_rules! resource_options {
+    ($builder:ty) => {
+        impl $builder {
+            /// Scopes the caller must hold to read it.
+            pub fn scopes(mut self, scopes: &[&str]) -> Self {
+                self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+                self
+            }
+
+            /// Description.
+            pub fn description(mut self, description: impl Into<String>) -> Self {
+                self.definition.insert("description".into(), json!(description.into()));
+                self
+            }
+
+            /// MIME type.
+            pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
+                self.definition.insert("mimeType".into(), json!(mime_type.into()));
+                self
+            }
+
+            /// How long a client may cache a read (`ttlMs`), default 0.
+            pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
+                self.ttl_ms = ttl_ms;
+                self
+            }
+        }
+    };
+}
+
+resource_options!(ResourceBuilder);
+resource_options!(ResourceTemplateBuilder);
+
 impl ResourceBuilder {
-    /// Scopes the caller must hold to read this resource.
-    pub fn scopes(mut self, scopes: &[&str]) -> Self {
-        self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
-        self
-    }
-
-    /// Description.
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.definition.insert("description".into(), json!(description.into()));
-        self
-    }
-
-    /// MIME type.
-    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
-        self.definition.insert("mimeType".into(), json!(mime_type.into()));
-        self
-    }
-
-    /// How long a client may cache a read (`ttlMs`), default 0.
-    pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
-        self.ttl_ms = ttl_ms;
-        self
-    }
-
     /// Finishes the resource with its reader.
     pub fn reader<F, Fut>(self, reader: F) -> ResourceDef
     where
@@ -251,30 +261,6 @@ impl ResourceTemplateDef {
 }
 
 impl ResourceTemplateBuilder {
-    /// Scopes the caller must hold to read resources of this template.
-    pub fn scopes(mut self, scopes: &[&str]) -> Self {
-        self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
-        self
-    }
-
-    /// Description.
-    pub fn description(mut self, description: impl Into<String>) -> Self {
-        self.definition.insert("description".into(), json!(description.into()));
-        self
-    }
-
-    /// MIME type of the resources it produces.
-    pub fn mime_type(mut self, mime_type: impl Into<String>) -> Self {
-        self.definition.insert("mimeType".into(), json!(mime_type.into()));
-        self
-    }
-
-    /// `ttlMs` for reads, default 0.
-    pub fn ttl_ms(mut self, ttl_ms: u64) -> Self {
-        self.ttl_ms = ttl_ms;
-        self
-    }
-
     /// Finishes the template with its reader, which gets the URI and its variables.
     pub fn reader<F, Fut>(self, reader: F) -> ResourceTemplateDef
     where
