@@ -3,10 +3,19 @@
 //! long-running export arrive with the handle, kill-switch and task controls.
 
 use palisade_server::{
-    App, CallToolResult, Content, GetPromptResult, Outcome, PromptArgument, PromptDef, PromptMessage, ProtocolError,
-    ResourceContents, ResourceDef, ToolDef,
+    App, CallToolResult, Content, Effect, GetPromptResult, Outcome, PromptArgument, PromptDef, PromptMessage,
+    ProtocolError, ResourceContents, ResourceDef, ToolDef,
 };
+use serde::Deserialize;
 use serde_json::{Value, json};
+
+/// Arguments of `product_get`; its input schema is generated from this type.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ProductGet {
+    /// Stock-keeping unit, e.g. `TEA-001`.
+    sku: String,
+}
 
 /// Scope for reading the catalogue, policies and prompt.
 pub const SCOPE_READ: &str = "shop:read";
@@ -50,7 +59,7 @@ pub fn app() -> App {
                 .description("Lists products whose name contains the query (case-insensitive); all products without one")
                 .input_schema(json!({ "type": "object", "properties": {
                     "query": { "type": "string", "maxLength": 100 } }, "additionalProperties": false }))
-                .annotations(json!({ "readOnlyHint": true }))
+                .effect(Effect::ReadOnly)
                 .scopes(&[SCOPE_READ])
                 .handler(|_, args| async move {
                     let query = args.get("query").and_then(Value::as_str).unwrap_or_default().to_lowercase();
@@ -67,20 +76,16 @@ pub fn app() -> App {
             ToolDef::new("product_get")
                 .title("Get a product")
                 .description("Returns one product by SKU")
-                .input_schema(json!({ "type": "object", "properties": {
-                    "sku": { "type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$" } },
-                    "required": ["sku"], "additionalProperties": false }))
                 .output_schema(json!({ "type": "object", "properties": {
                     "sku": { "type": "string" }, "name": { "type": "string" },
                     "priceCents": { "type": "integer" }, "stock": { "type": "integer" } },
                     "required": ["sku", "name", "priceCents", "stock"] }))
-                .annotations(json!({ "readOnlyHint": true }))
+                .effect(Effect::ReadOnly)
                 .scopes(&[SCOPE_READ])
-                .handler(|_, args| async move {
-                    let sku = args.get("sku").and_then(Value::as_str).unwrap_or_default();
-                    let result = match CATALOGUE.iter().find(|p| p.sku == sku) {
+                .typed_handler(|_, args: ProductGet| async move {
+                    let result = match CATALOGUE.iter().find(|p| p.sku == args.sku) {
                         Some(product) => CallToolResult::structured(product_json(product)),
-                        None => CallToolResult::error(format!("no product with SKU {sku}")),
+                        None => CallToolResult::error(format!("no product with SKU {}", args.sku)),
                     };
                     let result: ToolResult = Ok(Outcome::Complete(result));
                     result

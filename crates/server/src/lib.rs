@@ -27,7 +27,8 @@ pub use events::{EventBus, ServerEvent};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use pipeline::Server;
 pub use registry::{
-    App, AppBuilder, Completion, CompletionRef, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef, ToolDef,
+    App, AppBuilder, Completion, CompletionRef, Effect, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
+    ToolDef,
 };
 
 /// A boxed, sendable future: the return type of every registered handler.

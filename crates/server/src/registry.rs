@@ -57,6 +57,7 @@ pub struct ToolDef {
     pub(crate) name: String,
     pub(crate) definition: Value,
     pub(crate) required_scopes: Vec<String>,
+    pub(crate) effect: Effect,
     pub(crate) header_params: Vec<(String, String)>,
     pub(crate) handler: ToolHandler,
     pub(crate) validator: Option<Arc<jsonschema::Validator>>,
@@ -67,6 +68,17 @@ pub struct ToolBuilder {
     name: String,
     definition: Map<String, Value>,
     required_scopes: Vec<String>,
+    effect: Effect,
+}
+
+/// What calling a tool does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Effect {
+    /// Reads only; no state changes.
+    ReadOnly,
+    /// Changes state (the default: a tool is side-effecting unless declared otherwise).
+    #[default]
+    SideEffecting,
 }
 
 impl ToolDef {
@@ -77,12 +89,17 @@ impl ToolDef {
         let mut definition = Map::new();
         definition.insert("name".into(), json!(name));
         definition.insert("inputSchema".into(), json!({ "type": "object" }));
-        ToolBuilder { name, definition, required_scopes: Vec::new() }
+        ToolBuilder { name, definition, required_scopes: Vec::new(), effect: Effect::default() }
     }
 
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What calling the tool does.
+    pub fn effect(&self) -> Effect {
+        self.effect
     }
 
     /// The definition as listed by `tools/list`.
@@ -129,6 +146,39 @@ impl ToolBuilder {
         self
     }
 
+    /// Declares what calling the tool does. Shown to clients as annotations (information only,
+    /// never policy); the kill-switch stage keys its side-effect checks on it.
+    pub fn effect(mut self, effect: Effect) -> Self {
+        let annotations = self.definition.entry("annotations").or_insert_with(|| json!({}));
+        if let Value::Object(annotations) = annotations {
+            annotations.insert("readOnlyHint".into(), json!(effect == Effect::ReadOnly));
+        }
+        self.effect = effect;
+        self
+    }
+
+    /// Finishes the tool with a handler taking typed arguments. The input schema is generated
+    /// from `A` (JSON Schema 2020-12); arguments are validated against it and deserialized before
+    /// the handler runs, and a mismatch is a tool error the model can read.
+    pub fn typed_handler<A, F, Fut>(self, handler: F) -> ToolDef
+    where
+        A: serde::de::DeserializeOwned + schemars::JsonSchema + Send + 'static,
+        F: Fn(RequestContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Outcome<CallToolResult>, ProtocolError>> + Send + 'static,
+    {
+        let schema = serde_json::to_value(schemars::schema_for!(A)).unwrap_or_else(|_| json!({ "type": "object" }));
+        let handler = Arc::new(handler);
+        self.input_schema(schema).handler(move |ctx, arguments| {
+            let handler = handler.clone();
+            async move {
+                match serde_json::from_value::<A>(Value::Object(arguments)) {
+                    Ok(typed) => handler(ctx, typed).await,
+                    Err(error) => Ok(Outcome::Complete(CallToolResult::error(format!("invalid arguments: {error}")))),
+                }
+            }
+        })
+    }
+
     /// Finishes the tool with its handler.
     pub fn handler<F, Fut>(self, handler: F) -> ToolDef
     where
@@ -139,6 +189,7 @@ impl ToolBuilder {
             name: self.name,
             definition: Value::Object(self.definition),
             required_scopes: self.required_scopes,
+            effect: self.effect,
             header_params: Vec::new(),
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
             validator: None,

@@ -64,6 +64,34 @@ async fn the_demo_requires_a_token_with_the_right_scope() {
     assert_eq!(ok.status, 200);
     assert_eq!(ok.result()["structuredContent"]["sku"], "TEA-001");
 
+    // Typed arguments: the generated schema refuses unknown members and wrong types before the
+    // handler runs, as a tool error the model can read.
+    for bad in [json!({ "sku": 5 }), json!({ "sku": "TEA-001", "extra": true }), json!({})] {
+        let params = with_meta(json!({ "name": "product_get", "arguments": bad }), json!({}));
+        let body = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params });
+        let request = product_call(&server, Some(&reader)).body(body.to_string());
+        let refused = send(request).await;
+        assert_eq!(refused.result()["isError"], true, "{bad}");
+    }
+    let listed = send(
+        reqwest::Client::new()
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/list")
+            .header("authorization", format!("Bearer {reader}"))
+            .body(
+                json!({ "jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": with_meta(json!({}), json!({})) })
+                    .to_string(),
+            ),
+    )
+    .await;
+    let product_get =
+        listed.result()["tools"].as_array().unwrap().iter().find(|t| t["name"] == "product_get").unwrap().clone();
+    assert_eq!(product_get["inputSchema"]["properties"]["sku"]["type"], "string");
+    assert_eq!(product_get["inputSchema"]["required"], json!(["sku"]));
+    assert_eq!(product_get["annotations"]["readOnlyHint"], true);
+
     let outsider = token(&server, "bob", "shop:basket");
     let response = product_call(&server, Some(&outsider)).send().await.unwrap();
     assert_eq!(response.status(), 403);
