@@ -3,6 +3,10 @@
 //!
 //! A property that fails panics; libFuzzer reports that as a crash, the replayer as a failed file.
 
+mod bearer;
+
+pub use bearer::bearer_token;
+
 use palisade_wire::RequestMeta;
 use palisade_wire::header::{decode_value, encode_value, matches_json};
 use palisade_wire::jsonrpc::{self, Message, RequestId, parse_message};
@@ -18,8 +22,11 @@ pub struct Target {
 }
 
 /// Every fuzz target, for the replayer.
-pub const TARGETS: &[Target] =
-    &[Target { name: "jsonrpc_frame", check: jsonrpc_frame }, Target { name: "header_value", check: header_value }];
+pub const TARGETS: &[Target] = &[
+    Target { name: "jsonrpc_frame", check: jsonrpc_frame },
+    Target { name: "header_value", check: header_value },
+    Target { name: "bearer_token", check: bearer_token },
+];
 
 /// One inbound JSON-RPC frame: parsing never panics; an accepted frame re-serialises to a frame
 /// that parses to the same id and method, its id is echoed with its JSON type, and its `_meta` is
