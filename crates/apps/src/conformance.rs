@@ -199,6 +199,16 @@ fn protocol_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppB
             done(CallToolResult::text("Mutation triggered"))
         }))
         .tool(
+            ToolDef::new("test_confirmed_action")
+                .description("Runs only after the user confirmed this exact call")
+                .input_schema(json!({ "type": "object", "properties": { "target": { "type": "string" } }, "required": ["target"] }))
+                .needs_confirmation()
+                .handler(|_, args| async move {
+                    let target = args.get("target").and_then(Value::as_str).unwrap_or_default().to_owned();
+                    done(CallToolResult::text(format!("action done on {target}")))
+                }),
+        )
+        .tool(
             ToolDef::new("test_slow")
                 .description("Sleeps for the given number of milliseconds (at most 60000), then answers")
                 .input_schema(json!({ "type": "object", "properties": { "ms": { "type": "integer", "minimum": 0, "maximum": 60000 } }, "required": ["ms"] }))

@@ -580,7 +580,20 @@ impl Server {
                         return Ok(result.to_value());
                     }
                 }
-                let outcome = (tool.handler)(ctx_clone_for(&ctx), arguments).await?;
+                if tool.needs_confirmation
+                    && let Some(answer) = self.confirmation(&mut ctx, tool, params, &arguments)?
+                {
+                    return Ok(answer);
+                }
+                let outcome = match (tool.handler)(ctx_clone_for(&ctx), arguments).await? {
+                    // Later rounds of a confirmed call carry the confirmation forward.
+                    Outcome::InputRequired(mut input) if tool.needs_confirmation => {
+                        let app_state = input.state.take().unwrap_or(Value::Null);
+                        input.state = Some(json!({ "confirmed": true, "app": app_state }));
+                        Outcome::InputRequired(input)
+                    }
+                    outcome => outcome,
+                };
                 self.finish_round(&ctx, Method::ToolsCall, params, outcome.map_complete(|r| r.to_value()))
             }
             Method::PromptsGet => {
@@ -628,6 +641,57 @@ impl Server {
             Method::Complete => self.complete(params),
             Method::Listen => Err(ProtocolError::Internal),
         }
+    }
+
+    /// The confirmation step of a needs-confirmation tool. `None`: confirmed, run the handler
+    /// (with the application's own state unwrapped into the context). `Some(result)`: answer
+    /// with it (the question, or the refusal after a decline).
+    fn confirmation(
+        &self,
+        ctx: &mut RequestContext,
+        tool: &crate::registry::ToolDef,
+        params: &Map<String, Value>,
+        arguments: &Map<String, Value>,
+    ) -> Result<Option<Value>, ProtocolError> {
+        const KEY: &str = "palisade.confirm";
+        let envelope = ctx.request_state.take();
+        let confirmed = envelope.as_ref().and_then(|s| s.get("confirmed")).and_then(Value::as_bool);
+        ctx.request_state = envelope.and_then(|mut s| s.get_mut("app").map(Value::take)).filter(|v| !v.is_null());
+        match confirmed {
+            Some(true) => Ok(None),
+            // We asked (the sealed state says so, for exactly these params): read the answer.
+            Some(false) => match ctx.input_responses.remove(KEY) {
+                Some(answer) if answer["action"] == "accept" && answer["content"]["confirm"] == true => Ok(None),
+                Some(_) => Ok(Some(crate::CallToolResult::error("the user did not confirm this call").to_value())),
+                None => self.ask_confirmation(ctx, tool, params, arguments).map(Some),
+            },
+            None => self.ask_confirmation(ctx, tool, params, arguments).map(Some),
+        }
+    }
+
+    fn ask_confirmation(
+        &self,
+        ctx: &RequestContext,
+        tool: &crate::registry::ToolDef,
+        params: &Map<String, Value>,
+        arguments: &Map<String, Value>,
+    ) -> Result<Value, ProtocolError> {
+        let mut shown = Value::Object(arguments.clone()).to_string();
+        if shown.len() > 500 {
+            let cut = (0..=500).rev().find(|i| shown.is_char_boundary(*i)).unwrap_or(0);
+            shown.truncate(cut);
+            shown.push('…');
+        }
+        let schema =
+            json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] });
+        let question = InputRequired::new()
+            .elicit(
+                "palisade.confirm",
+                format!("Allow the tool {} to run with these arguments? {shown}", tool.name),
+                schema,
+            )
+            .with_state(json!({ "confirmed": false }));
+        self.finish_round(ctx, Method::ToolsCall, params, Outcome::InputRequired(question))
     }
 
     /// Reads `requestState` and `inputResponses` of an MRTR retry into the context.

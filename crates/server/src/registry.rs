@@ -58,6 +58,7 @@ pub struct ToolDef {
     pub(crate) definition: Value,
     pub(crate) required_scopes: Vec<String>,
     pub(crate) effect: Effect,
+    pub(crate) needs_confirmation: bool,
     pub(crate) header_params: Vec<(String, String)>,
     pub(crate) handler: ToolHandler,
     pub(crate) validator: Option<Arc<jsonschema::Validator>>,
@@ -69,6 +70,7 @@ pub struct ToolBuilder {
     definition: Map<String, Value>,
     required_scopes: Vec<String>,
     effect: Effect,
+    needs_confirmation: bool,
 }
 
 /// What calling a tool does.
@@ -89,7 +91,13 @@ impl ToolDef {
         let mut definition = Map::new();
         definition.insert("name".into(), json!(name));
         definition.insert("inputSchema".into(), json!({ "type": "object" }));
-        ToolBuilder { name, definition, required_scopes: Vec::new(), effect: Effect::default() }
+        ToolBuilder {
+            name,
+            definition,
+            required_scopes: Vec::new(),
+            effect: Effect::default(),
+            needs_confirmation: false,
+        }
     }
 
     /// The tool's name.
@@ -157,6 +165,15 @@ impl ToolBuilder {
         self
     }
 
+    /// Requires the user's confirmation of each concrete call: before the handler runs, the
+    /// pipeline asks (an MRTR elicitation showing the arguments) and the answer is bound, through
+    /// the sealed request state, to exactly these arguments. Needs the client's elicitation
+    /// capability (`-32021` otherwise).
+    pub fn needs_confirmation(mut self) -> Self {
+        self.needs_confirmation = true;
+        self
+    }
+
     /// Finishes the tool with a handler taking typed arguments. The input schema is generated
     /// from `A` (JSON Schema 2020-12); arguments are validated against it and deserialized before
     /// the handler runs, and a mismatch is a tool error the model can read.
@@ -190,6 +207,7 @@ impl ToolBuilder {
             definition: Value::Object(self.definition),
             required_scopes: self.required_scopes,
             effect: self.effect,
+            needs_confirmation: self.needs_confirmation,
             header_params: Vec::new(),
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
             validator: None,

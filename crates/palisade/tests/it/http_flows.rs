@@ -172,6 +172,46 @@ async fn mrtr_state_is_sealed_bound_and_single_purpose() {
 }
 
 #[tokio::test]
+async fn confirmation_is_bound_to_the_exact_arguments() {
+    let server = Palisade::start(&[]);
+    let client = Client::new(&server);
+    let elicit = json!({ "elicitation": {} });
+    let call = with_meta(json!({ "name": "test_confirmed_action", "arguments": { "target": "a" } }), elicit.clone());
+    let asked = client.request("tools/call", call.clone()).await;
+    let asked = asked.result();
+    assert_eq!(asked["resultType"], "input_required");
+    let question = &asked["inputRequests"]["palisade.confirm"];
+    assert_eq!(question["method"], "elicitation/create");
+    assert!(question["params"]["message"].as_str().unwrap().contains(r#"{"target":"a"}"#));
+    let state = asked["requestState"].clone();
+    let answer = |action: &str| json!({ "palisade.confirm": { "action": action, "content": { "confirm": true } } });
+
+    // The approval for target "a" does not approve target "b".
+    let mut other =
+        with_meta(json!({ "name": "test_confirmed_action", "arguments": { "target": "b" } }), elicit.clone());
+    other["inputResponses"] = answer("accept");
+    other["requestState"] = state.clone();
+    assert_eq!(client.request("tools/call", other).await.error_code(), -32602);
+    // An answer without the server's question is not a confirmation: it is asked again.
+    let mut unasked = call.clone();
+    unasked["inputResponses"] = answer("accept");
+    assert_eq!(client.request("tools/call", unasked).await.result()["resultType"], "input_required");
+    // Declined: a tool error, the action does not run.
+    let mut declined = call.clone();
+    declined["inputResponses"] = answer("decline");
+    declined["requestState"] = state.clone();
+    assert_eq!(client.request("tools/call", declined).await.result()["isError"], true);
+    // Accepted: it runs.
+    let mut accepted = call.clone();
+    accepted["inputResponses"] = answer("accept");
+    accepted["requestState"] = state;
+    assert_eq!(client.request("tools/call", accepted).await.result()["content"][0]["text"], "action done on a");
+    // Without the elicitation capability the server cannot ask: -32021.
+    let no_caps = with_meta(json!({ "name": "test_confirmed_action", "arguments": { "target": "a" } }), json!({}));
+    assert_eq!(client.request("tools/call", no_caps).await.error_code(), -32021);
+}
+
+#[tokio::test]
 async fn listen_acknowledges_first_tags_every_message_and_honours_the_filter() {
     let server = Palisade::start(&[]);
     let client = Client::new(&server);
