@@ -1,10 +1,15 @@
 //! Shared pieces of the benchmark binaries: the loopback-only rule both of them enforce, and the
-//! `tools/call` request the load generator sends by default.
+//! `tools/call` requests the load generator sends.
 //!
-//! The benchmark drives unauthenticated servers as hard as it can, so neither binary ever talks
-//! to, or listens on, anything but a loopback address.
+//! The benchmark drives servers (some unauthenticated) as hard as it can, so neither binary ever
+//! talks to, or listens on, anything but a loopback address.
 
 use std::net::SocketAddr;
+
+use serde_json::{Value, json};
+
+/// The tool [`DEFAULT_TOOLS_CALL`] calls.
+pub const DEFAULT_TOOL: &str = "test_simple_text";
 
 /// The default request: a 2026-07-28 `tools/call` of the conformance fixture's simplest tool,
 /// with the `_meta` every request of that revision must carry.
@@ -13,6 +18,24 @@ pub const DEFAULT_TOOLS_CALL: &str = concat!(
     r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","#,
     r#""io.modelcontextprotocol/clientCapabilities":{}}}}"#
 );
+
+/// A 2026-07-28 `tools/call` of `tool` with `arguments`, shaped like [`DEFAULT_TOOLS_CALL`].
+pub fn tools_call(tool: &str, arguments: Value) -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": tool,
+            "arguments": arguments,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": palisade_wire::PROTOCOL_VERSION,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    })
+    .to_string()
+}
 
 /// `Ok` when every address is loopback, otherwise an error naming the first one that is not.
 pub fn require_loopback<'a>(addrs: impl IntoIterator<Item = &'a SocketAddr>) -> anyhow::Result<()> {
@@ -48,5 +71,16 @@ mod tests {
         assert_eq!(frame["method"], "tools/call");
         assert_eq!(frame["params"]["name"], "test_simple_text");
         assert_eq!(frame["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");
+    }
+
+    #[test]
+    fn tools_call_matches_the_default_shape() {
+        let default: Value = serde_json::from_str(DEFAULT_TOOLS_CALL).expect("valid JSON");
+        let built: Value = serde_json::from_str(&tools_call(DEFAULT_TOOL, json!({}))).expect("valid JSON");
+        assert_eq!(built, default);
+        let product: Value =
+            serde_json::from_str(&tools_call("product_get", json!({ "sku": "TEA-001" }))).expect("valid JSON");
+        assert_eq!(product["params"]["name"], "product_get");
+        assert_eq!(product["params"]["arguments"]["sku"], "TEA-001");
     }
 }

@@ -1,7 +1,8 @@
 //! `loadgen`: a closed-loop HTTP/1.1 load generator for MCP `tools/call` over Streamable HTTP.
 //! C keep-alive connections each keep one request in flight; after a warm-up, every response is
-//! checked (200 and a `"result"` member) and its latency recorded; prints one JSON line (stdout)
-//! and one human line (stderr). A run with any failed request is reported as invalid.
+//! checked (200, a `"result"` member, and not a tool error `"isError":true`) and its latency
+//! recorded; prints one JSON line (stdout) and one human line (stderr). A run with any failed
+//! request is reported as invalid.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -39,8 +40,14 @@ struct Args {
     headers: Vec<(HeaderName, HeaderValue)>,
     /// Request body (one JSON-RPC request); default: a tools/call of `test_simple_text`.
     /// `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` are derived from it.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["tool", "arguments"])]
     body_file: Option<PathBuf>,
+    /// Call this tool instead of `test_simple_text` (same request shape and `_meta`).
+    #[arg(long)]
+    tool: Option<String>,
+    /// The tool's arguments, a JSON object (default `{}`).
+    #[arg(long, value_name = "JSON")]
+    arguments: Option<String>,
     /// Label copied into the output.
     #[arg(long, default_value = "")]
     label: String,
@@ -142,9 +149,18 @@ async fn target(args: &Args) -> anyhow::Result<Target> {
     let addr = *addrs.first().context("no address")?;
     let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
 
-    let body = match &args.body_file {
-        Some(file) => Bytes::from(std::fs::read(file).with_context(|| format!("reading {}", file.display()))?),
-        None => Bytes::from_static(palisade_bench::DEFAULT_TOOLS_CALL.as_bytes()),
+    let body = match (&args.body_file, &args.tool, &args.arguments) {
+        (Some(file), _, _) => Bytes::from(std::fs::read(file).with_context(|| format!("reading {}", file.display()))?),
+        (None, None, None) => Bytes::from_static(palisade_bench::DEFAULT_TOOLS_CALL.as_bytes()),
+        (None, tool, arguments) => {
+            let arguments: Value = match arguments {
+                Some(raw) => serde_json::from_str(raw).context("--arguments is not JSON")?,
+                None => json!({}),
+            };
+            anyhow::ensure!(arguments.is_object(), "--arguments must be a JSON object");
+            let name = tool.as_deref().unwrap_or(palisade_bench::DEFAULT_TOOL);
+            Bytes::from(palisade_bench::tools_call(name, arguments))
+        }
     };
     let frame: Value = serde_json::from_slice(&body).context("the body is not JSON")?;
     let method = frame["method"].as_str().context("the body has no method")?;
@@ -193,6 +209,10 @@ async fn send(sender: &mut Sender, target: &Target) -> Result<(), String> {
     }
     if !body.windows(8).any(|window| window == b"\"result\"") {
         return Err(format!("no result: {}", String::from_utf8_lossy(&body[..body.len().min(300)])));
+    }
+    // A tool error is a JSON-RPC result too, but not the path being measured.
+    if body.windows(14).any(|window| window == b"\"isError\":true") {
+        return Err(format!("tool error: {}", String::from_utf8_lossy(&body[..body.len().min(300)])));
     }
     Ok(())
 }
