@@ -287,7 +287,8 @@ fn load_or_create_secret(path: &Path) -> anyhow::Result<ServerSecret> {
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = [0u8; 32];
-            aws_lc_rs_fill(&mut bytes)?;
+            palisade_server::secret::fill_random(&mut bytes)
+                .map_err(|_| anyhow::anyhow!("the OS random number generator failed"))?;
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent)?;
             }
@@ -297,10 +298,6 @@ fn load_or_create_secret(path: &Path) -> anyhow::Result<ServerSecret> {
         }
         Err(error) => Err(anyhow::anyhow!("{}: {error}", path.display())),
     }
-}
-
-fn aws_lc_rs_fill(bytes: &mut [u8]) -> anyhow::Result<()> {
-    palisade_server::secret::fill_random(bytes).map_err(|_| anyhow::anyhow!("the OS random number generator failed"))
 }
 
 fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {

@@ -93,6 +93,7 @@ impl NotificationSink {
 
 /// Everything a handler may know about its request. The raw bearer token and any raw handle are
 /// deliberately absent.
+#[derive(Clone)]
 pub struct RequestContext {
     pub(crate) id: RequestId,
     pub(crate) meta: RequestMeta,

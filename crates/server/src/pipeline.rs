@@ -585,7 +585,7 @@ impl Server {
                 {
                     return Ok(answer);
                 }
-                let outcome = match (tool.handler)(ctx_clone_for(&ctx), arguments).await? {
+                let outcome = match (tool.handler)(ctx.clone(), arguments).await? {
                     // Later rounds of a confirmed call carry the confirmation forward.
                     Outcome::InputRequired(mut input) if tool.needs_confirmation => {
                         let app_state = input.state.take().unwrap_or(Value::Null);
@@ -607,7 +607,7 @@ impl Server {
                     )));
                 }
                 self.prepare_round(&mut ctx, Method::PromptsGet, params)?;
-                let outcome = (prompt.handler)(ctx_clone_for(&ctx), arguments).await?;
+                let outcome = (prompt.handler)(ctx.clone(), arguments).await?;
                 self.finish_round(&ctx, Method::PromptsGet, params, outcome.map_complete(|r| r.to_value()))
             }
             Method::ResourcesRead => {
@@ -623,7 +623,7 @@ impl Server {
                         .ok_or_else(|| ProtocolError::ResourceNotFound { uri: uri.clone() })?;
                     (template.reader.clone(), vars, template.ttl_ms)
                 };
-                let outcome = reader(ctx_clone_for(&ctx), uri.clone(), vars).await?;
+                let outcome = reader(ctx.clone(), uri.clone(), vars).await?;
                 let outcome = outcome.map_complete(|contents| {
                     json!({
                         "contents": contents.iter().map(crate::ResourceContents::to_value).collect::<Vec<_>>(),
@@ -972,20 +972,6 @@ impl<T> Outcome<T> {
             Outcome::Complete(value) => Outcome::Complete(f(value)),
             Outcome::InputRequired(input) => Outcome::InputRequired(input),
         }
-    }
-}
-
-/// A handler owns its context; the pipeline keeps its own view for sealing the answer.
-fn ctx_clone_for(ctx: &RequestContext) -> RequestContext {
-    RequestContext {
-        id: ctx.id.clone(),
-        meta: ctx.meta.clone(),
-        principal: ctx.principal.clone(),
-        input_responses: ctx.input_responses.clone(),
-        request_state: ctx.request_state.clone(),
-        sink: ctx.sink.clone(),
-        cancel: ctx.cancel.clone(),
-        events: ctx.events.clone(),
     }
 }
 

@@ -150,7 +150,7 @@ impl ToolBuilder {
 
     /// Scopes the caller must hold to call this tool.
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
-        self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self.required_scopes = owned(scopes);
         self
     }
 
@@ -250,7 +250,7 @@ macro_rules! resource_options {
         impl $builder {
             /// Scopes the caller must hold to read it.
             pub fn scopes(mut self, scopes: &[&str]) -> Self {
-                self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+                self.required_scopes = owned(scopes);
                 self
             }
 
@@ -440,7 +440,7 @@ impl PromptDef {
 impl PromptBuilder {
     /// Scopes the caller must hold to get this prompt.
     pub fn scopes(mut self, scopes: &[&str]) -> Self {
-        self.required_scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+        self.required_scopes = owned(scopes);
         self
     }
 
@@ -662,6 +662,11 @@ impl AppBuilder {
         }
         Ok(self.app)
     }
+}
+
+/// Declared scopes as owned strings.
+fn owned(scopes: &[&str]) -> Vec<String> {
+    scopes.iter().map(|s| (*s).to_owned()).collect()
 }
 
 fn check_unique<'a>(kind: &'static str, names: impl Iterator<Item = &'a str>) -> Result<(), RegistryError> {

@@ -41,10 +41,3 @@ impl Drop for ServerSecret {
 pub fn fill_random(bytes: &mut [u8]) -> Result<(), aws_lc_rs::error::Unspecified> {
     SystemRandom::new().fill(bytes)
 }
-
-/// Lowercase hex of the first `bytes` bytes of SHA-256(input): the only form in which a secret
-/// value (a token, a handle) may appear in a log.
-pub fn digest_prefix(input: &[u8], bytes: usize) -> String {
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, input);
-    digest.as_ref().iter().take(bytes).map(|b| format!("{b:02x}")).collect()
-}
