@@ -16,7 +16,7 @@ pub enum StoreError {
     /// The store cannot be reached or used right now: connecting failed, the pool timed out or is
     /// closed, an I/O error, the database is shutting down, a lock was not granted in time, or the
     /// commit did not finish within the writer's timeout. Retrying later may succeed.
-    #[error("audit store unavailable during {during}")]
+    #[error("store unavailable during {during}")]
     Unavailable {
         /// The operation that failed, e.g. `"append"`.
         during: &'static str,
@@ -26,7 +26,7 @@ pub enum StoreError {
     },
     /// A write lost a race that the store's serialization should have prevented (unique key
     /// violation, serialization failure, deadlock). Nothing was written; retrying may succeed.
-    #[error("audit store write conflict during {during}")]
+    #[error("store write conflict during {during}")]
     Conflict {
         /// The operation that failed.
         during: &'static str,
@@ -38,7 +38,7 @@ pub enum StoreError {
     /// head row is missing, a column has an impossible value, the file is not a database).
     /// Tampering with records is *not* reported this way: `verify_chain` reports it in its
     /// [`ChainReport`](crate::ChainReport).
-    #[error("audit store data is corrupt: {what}")]
+    #[error("store data is corrupt: {what}")]
     Corrupt {
         /// What is wrong, in a fixed phrase (may name a sequence number).
         what: String,
@@ -48,7 +48,7 @@ pub enum StoreError {
     },
     /// The schema could not be brought to this version: an applied migration was modified or is
     /// unknown to this binary (a newer binary migrated the database), or a migration failed.
-    #[error("audit store schema migration failed")]
+    #[error("store schema migration failed")]
     Migration {
         /// The migrator's error.
         #[source]
@@ -56,21 +56,21 @@ pub enum StoreError {
     },
     /// The store URL or options are unusable (unsupported scheme, unparseable URL). The text names
     /// at most the scheme, never the URL (it may hold a password).
-    #[error("audit store configuration rejected: {reason}")]
+    #[error("store configuration rejected: {reason}")]
     Config {
         /// What is wrong.
         reason: String,
     },
     /// A record this store refuses to write (see [`AuditRecord::validate`](crate::AuditRecord::validate)).
     /// Nothing of its batch was written.
-    #[error("audit record rejected: {reason}")]
+    #[error("record rejected: {reason}")]
     InvalidRecord {
         /// Which rule the record broke.
         reason: &'static str,
     },
     /// The database refused an operation for a reason none of the other variants covers (e.g. a
     /// missing table after someone dropped it).
-    #[error("audit store database error during {during}")]
+    #[error("store database error during {during}")]
     Backend {
         /// The operation that failed.
         during: &'static str,
@@ -238,6 +238,6 @@ mod tests {
         let error = StoreError::from_sqlx("append", sqlx::Error::PoolClosed);
         let copy = error.clone();
         assert!(std::error::Error::source(&copy).is_some());
-        assert_eq!(error.to_string(), "audit store unavailable during append");
+        assert_eq!(error.to_string(), "store unavailable during append");
     }
 }

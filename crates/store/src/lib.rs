@@ -1,6 +1,7 @@
-//! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]) on SQLite and
-//! PostgreSQL, group commit in front of it ([`AuditWriter`]), and [`open_store`] choosing a backend
-//! from a URL. Later: handles, tasks, pins.
+//! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]) and explicit
+//! application handles ([`HandleStore`]) on SQLite and PostgreSQL, group commit in front of the
+//! log ([`AuditWriter`]), and [`open_store`] choosing a backend from a URL ([`Store`] is every
+//! trait at once). Later: tasks, pins.
 //!
 //! **Architecture Invariant:** the audit log is one chain. Record `seq` stores
 //! `hash = SHA-256(prev_hash || canonical JSON of the record)`; appenders in any number of tasks,
@@ -29,6 +30,7 @@ mod chain;
 #[doc(hidden)]
 pub mod conformance;
 mod error;
+mod handles;
 mod postgres;
 mod record;
 mod sqlite;
@@ -37,16 +39,26 @@ mod writer;
 
 pub use chain::{ChainBreak, ChainBreakKind, ChainReport};
 pub use error::{ErrorSource, StoreError};
+pub use handles::{
+    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_FIELD_BYTES, MAX_HANDLE_LIST, MAX_HANDLE_SCOPES,
+    NewHandle, Revocation, RevokeSelector, hex_prefix,
+};
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use record::{AuditRecord, Decision, GENESIS_HASH, MAX_FIELD_BYTES, MAX_SCOPES, StoredAuditRecord, chain_hash};
 pub use sqlite::SqliteStore;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture};
 pub use writer::{AuditWriter, AuditWriterConfig};
 
-/// Opens the audit store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
+/// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
+/// the handles, so an operator backs up, migrates and fails over one thing.
+pub trait Store: AuditStore + HandleStore {}
+
+impl<T: AuditStore + HandleStore> Store for T {}
+
+/// Opens the store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
 /// `postgres://…` / `postgresql://…` (see [`PostgresStore::connect`]). Migrates and checks
 /// readiness before returning. Any other scheme is a [`StoreError::Config`] naming only the scheme.
-pub async fn open_store(url: &str) -> Result<Arc<dyn AuditStore>, StoreError> {
+pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     if url.starts_with("sqlite:") {
         Ok(Arc::new(SqliteStore::open(url).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
@@ -85,7 +97,7 @@ mod tests {
         let error = open_store("mysql://root:hunter2@db/audit").await.err().unwrap();
         assert_eq!(
             error.to_string(),
-            "audit store configuration rejected: unsupported store URL scheme `mysql`; expected a sqlite:, postgres:// or postgresql:// URL"
+            "store configuration rejected: unsupported store URL scheme `mysql`; expected a sqlite:, postgres:// or postgresql:// URL"
         );
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use palisade_store::conformance::{Fixture, Harness, HarnessFuture, sample_record};
 use palisade_store::{
-    AuditStore, AuditWriter, AuditWriterConfig, PostgresOptions, PostgresStore, StoreError, open_store,
+    AuditWriter, AuditWriterConfig, PostgresOptions, PostgresStore, Store, StoreError, open_store,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -47,7 +47,7 @@ struct PostgresFixture {
     admin: PgPool,
     schema: String,
     store_url: String,
-    store: Arc<dyn AuditStore>,
+    store: Arc<dyn Store>,
 }
 
 async fn admin_pool(url: &str) -> PgPool {
@@ -75,11 +75,11 @@ impl Harness for PostgresHarness {
         })
     }
 
-    fn open_unreachable(&self) -> HarnessFuture<'_, Result<Arc<dyn AuditStore>, StoreError>> {
+    fn open_unreachable(&self) -> HarnessFuture<'_, Result<Arc<dyn Store>, StoreError>> {
         Box::pin(async {
             let url = format!("postgres://postgres@127.0.0.1:{}/palisade_test", closed_port());
             let options = PostgresOptions { acquire_timeout: Duration::from_secs(1), ..test_options() };
-            PostgresStore::connect_with(&url, options).await.map(|store| Arc::new(store) as Arc<dyn AuditStore>)
+            PostgresStore::connect_with(&url, options).await.map(|store| Arc::new(store) as Arc<dyn Store>)
         })
     }
 }
@@ -91,14 +91,14 @@ fn closed_port() -> u16 {
 }
 
 impl Fixture for PostgresFixture {
-    fn store(&self) -> Arc<dyn AuditStore> {
+    fn store(&self) -> Arc<dyn Store> {
         self.store.clone()
     }
 
-    fn another_instance(&self) -> HarnessFuture<'_, Arc<dyn AuditStore>> {
+    fn another_instance(&self) -> HarnessFuture<'_, Arc<dyn Store>> {
         Box::pin(async {
             let store = PostgresStore::connect_with(&self.store_url, test_options()).await.expect("second instance");
-            Arc::new(store) as Arc<dyn AuditStore>
+            Arc::new(store) as Arc<dyn Store>
         })
     }
 
@@ -131,7 +131,7 @@ async fn lazy_store_on_a_closed_port_fails_every_waiter() {
     let _ = database_url();
     let url = format!("postgres://postgres@127.0.0.1:{}/palisade_test", closed_port());
     let options = PostgresOptions { acquire_timeout: Duration::from_millis(500), ..test_options() };
-    let store: Arc<dyn AuditStore> = Arc::new(PostgresStore::connect_lazy_with(&url, options).expect("lazy pool"));
+    let store: Arc<dyn Store> = Arc::new(PostgresStore::connect_lazy_with(&url, options).expect("lazy pool"));
     assert!(matches!(store.ping().await, Err(StoreError::Unavailable { .. })));
     let writer = Arc::new(AuditWriter::new(store, AuditWriterConfig::default()));
     let mut tasks = tokio::task::JoinSet::new();

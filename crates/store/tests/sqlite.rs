@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use palisade_store::conformance::{Fixture, Harness, HarnessFuture, sample_record};
-use palisade_store::{AuditStore, AuditWriter, AuditWriterConfig, SqliteStore, StoreError, open_store};
+use palisade_store::{AuditWriter, AuditWriterConfig, SqliteStore, Store, StoreError, open_store};
 
 struct SqliteHarness;
 
 struct SqliteFixture {
     directory: PathBuf,
     path: PathBuf,
-    store: Arc<dyn AuditStore>,
+    store: Arc<dyn Store>,
 }
 
 /// A path no other test (or earlier run) uses; nothing is created.
@@ -44,26 +44,24 @@ impl Harness for SqliteHarness {
         })
     }
 
-    fn open_unreachable(&self) -> HarnessFuture<'_, Result<Arc<dyn AuditStore>, StoreError>> {
+    fn open_unreachable(&self) -> HarnessFuture<'_, Result<Arc<dyn Store>, StoreError>> {
         // SQLite does not create directories: even root cannot open this.
         Box::pin(async {
             let path = unique_path().join("audit.db");
-            SqliteStore::open(path.to_str().expect("utf-8 path"))
-                .await
-                .map(|store| Arc::new(store) as Arc<dyn AuditStore>)
+            SqliteStore::open(path.to_str().expect("utf-8 path")).await.map(|store| Arc::new(store) as Arc<dyn Store>)
         })
     }
 }
 
 impl Fixture for SqliteFixture {
-    fn store(&self) -> Arc<dyn AuditStore> {
+    fn store(&self) -> Arc<dyn Store> {
         self.store.clone()
     }
 
-    fn another_instance(&self) -> HarnessFuture<'_, Arc<dyn AuditStore>> {
+    fn another_instance(&self) -> HarnessFuture<'_, Arc<dyn Store>> {
         Box::pin(async {
             let store = SqliteStore::open(self.path.to_str().expect("utf-8 path")).await.expect("open second store");
-            Arc::new(store) as Arc<dyn AuditStore>
+            Arc::new(store) as Arc<dyn Store>
         })
     }
 
