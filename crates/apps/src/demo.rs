@@ -1,10 +1,18 @@
-//! The demo shop (v1): a read-only catalogue, the shop's policies as resources and one prompt,
-//! every one of them behind a scope, on Palisade's public library API. Baskets, checkout and the
-//! long-running export arrive with the handle, kill-switch and task controls.
+//! The demo shop: a catalogue, the shop's policies as resources, one prompt, and baskets held
+//! across calls by explicit handles (no sessions), every one of them behind a scope, on
+//! Palisade's public library API. Checkout and the long-running export arrive with the
+//! kill-switch and task controls.
+//!
+//! Baskets live in this process's memory (the demo's own application data); their handles live
+//! in Palisade's store. After a restart the handles still resolve to nothing: the loader finds no
+//! basket, so the call is refused like any other stale handle.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use palisade_server::{
-    App, CallToolResult, Content, Effect, GetPromptResult, Outcome, PromptArgument, PromptDef, PromptMessage,
-    ProtocolError, ResourceContents, ResourceDef, ToolDef,
+    App, CallToolResult, Content, Effect, GetPromptResult, HandleObject, HandlePolicy, HandleType, Outcome,
+    PromptArgument, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef, ToolDef,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,11 +25,103 @@ struct ProductGet {
     sku: String,
 }
 
+/// Arguments of `basket_add_item` besides the basket handle.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AddItem {
+    /// Stock-keeping unit, e.g. `TEA-001`.
+    sku: String,
+    /// How many to add (1–99).
+    #[schemars(range(min = 1, max = 99))]
+    quantity: u32,
+}
+
 /// Scope for reading the catalogue, policies and prompt.
 pub const SCOPE_READ: &str = "shop:read";
+/// Scope for creating and using baskets.
+pub const SCOPE_BASKET: &str = "shop:basket";
 
 /// Every scope the demo understands (published in the protected-resource metadata).
-pub const SCOPES: &[&str] = &[SCOPE_READ];
+pub const SCOPES: &[&str] = &[SCOPE_READ, SCOPE_BASKET];
+
+/// The object type of basket handles.
+pub const BASKET: &str = "basket";
+
+/// One basket. `generation` is the version handles are bound to: it changes when the basket's
+/// identity does (never on adding items), so a handle outlives edits but not a replaced basket.
+struct Basket {
+    owner: String,
+    client: String,
+    generation: u64,
+    items: BTreeMap<String, u32>,
+}
+
+/// Baskets by (tenant, basket id): a basket id never crosses tenants.
+#[derive(Default)]
+struct Baskets(Mutex<HashMap<(String, String), Basket>>);
+
+impl Baskets {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Basket>> {
+        // A panic while holding the lock cannot leave a basket half-written (every update is one
+        // insert), so a poisoned lock is still consistent.
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn owner_of(ctx_principal: &palisade_server::auth::VerifiedPrincipal) -> String {
+    format!("{}#{}", ctx_principal.issuer(), ctx_principal.subject())
+}
+
+fn basket_json(basket: &Basket) -> Value {
+    let mut total = 0u64;
+    let items: Vec<Value> = basket
+        .items
+        .iter()
+        .map(|(sku, quantity)| {
+            let price = CATALOGUE.iter().find(|p| p.sku == sku).map_or(0, |p| p.price_cents);
+            total += price * u64::from(*quantity);
+            json!({ "sku": sku, "quantity": quantity, "priceCents": price })
+        })
+        .collect();
+    json!({ "items": items, "totalCents": total })
+}
+
+fn basket_type(baskets: Arc<Baskets>) -> HandleType {
+    let loader_baskets = baskets.clone();
+    HandleType::new(
+        BASKET,
+        move |tenant: String, basket_id: String| {
+            let baskets = loader_baskets.clone();
+            async move {
+                let guard = baskets.lock();
+                Ok(guard.get(&(tenant, basket_id.clone())).map(|basket| HandleObject {
+                    object_ref: basket_id,
+                    version: basket.generation.to_string(),
+                    value: json!({ "owner": basket.owner, "client": basket.client }),
+                }))
+            }
+        },
+        // The application's own object check, at mint and on every use: only the basket's owner,
+        // through the client that created it.
+        |principal, object, _scope, _phase| async move {
+            object.value["owner"] == json!(owner_of(&principal))
+                && object.value["client"].as_str() == principal.client_id()
+        },
+    )
+    .default_policy(HandlePolicy {
+        ttl: std::time::Duration::from_secs(2 * 3600),
+        allowed_scopes: vec![SCOPE_BASKET.into()],
+        max_scopes: 1,
+        version: 1,
+    })
+}
+
+fn tenant_of(ctx: &RequestContext) -> Result<String, ProtocolError> {
+    ctx.principal()
+        .tenant()
+        .map(str::to_owned)
+        .ok_or_else(|| ProtocolError::invalid_params("baskets need a caller with a tenant"))
+}
 
 struct Product {
     sku: &'static str,
@@ -51,8 +151,87 @@ type ToolResult = Result<Outcome<CallToolResult>, ProtocolError>;
 
 /// The demo application.
 pub fn app() -> App {
+    let baskets = Arc::new(Baskets::default());
+    let (create, add, view) = (baskets.clone(), baskets.clone(), baskets.clone());
     App::builder("palisade-demo-shop", env!("CARGO_PKG_VERSION"))
-        .instructions("A small tea shop. Search the catalogue, look up products, read the shop's policies.")
+        .instructions(
+            "A small tea shop. Search the catalogue, look up products, read the shop's policies. \
+             basket_create returns a basket handle: pass it to basket_add_item and basket_view.",
+        )
+        .handle_type(basket_type(baskets))
+        .tool(
+            ToolDef::new("basket_create")
+                .title("Create a basket")
+                .description("Creates an empty basket and returns its handle (valid for 2 hours, only for you)")
+                .output_schema(json!({ "type": "object", "properties": { "basket": { "type": "string" } },
+                    "required": ["basket"] }))
+                .effect(Effect::SideEffecting)
+                .scopes(&[SCOPE_BASKET])
+                .handler(move |ctx, _| {
+                    let baskets = create.clone();
+                    async move {
+                        let tenant = tenant_of(&ctx)?;
+                        let mut id = [0u8; 16];
+                        palisade_server::secret::fill_random(&mut id).map_err(|_| ProtocolError::Internal)?;
+                        let basket_id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                        let basket = Basket {
+                            owner: owner_of(ctx.principal()),
+                            client: ctx.principal().client_id().unwrap_or_default().to_owned(),
+                            generation: 1,
+                            items: BTreeMap::new(),
+                        };
+                        baskets.lock().insert((tenant.clone(), basket_id.clone()), basket);
+                        match ctx.mint_handle(BASKET, &basket_id, "1", &[SCOPE_BASKET]).await {
+                            Ok(handle) => Ok(Outcome::Complete(CallToolResult::structured(json!({ "basket": handle })))),
+                            Err(error) => {
+                                baskets.lock().remove(&(tenant, basket_id));
+                                Err(error.into())
+                            }
+                        }
+                    }
+                }),
+        )
+        .tool(
+            ToolDef::new("basket_add_item")
+                .title("Add to a basket")
+                .description("Adds a quantity of a product to the basket")
+                .effect(Effect::SideEffecting)
+                .scopes(&[SCOPE_BASKET])
+                .handle_argument("basket", BASKET, SCOPE_BASKET)
+                .typed_handler(move |ctx, args: AddItem| {
+                    let baskets = add.clone();
+                    async move {
+                        if !CATALOGUE.iter().any(|p| p.sku == args.sku) {
+                            return Ok(Outcome::Complete(CallToolResult::error(format!("no product with SKU {}", args.sku))));
+                        }
+                        let tenant = tenant_of(&ctx)?;
+                        let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
+                        let mut guard = baskets.lock();
+                        let basket = guard.get_mut(&(tenant, handle.object_ref.clone())).ok_or(ProtocolError::Internal)?;
+                        let quantity = basket.items.entry(args.sku).or_insert(0);
+                        *quantity = quantity.saturating_add(args.quantity).min(999);
+                        Ok(Outcome::Complete(CallToolResult::structured(basket_json(basket))))
+                    }
+                }),
+        )
+        .tool(
+            ToolDef::new("basket_view")
+                .title("View a basket")
+                .description("Lists the basket's items and total")
+                .effect(Effect::ReadOnly)
+                .scopes(&[SCOPE_BASKET])
+                .handle_argument("basket", BASKET, SCOPE_BASKET)
+                .handler(move |ctx, _| {
+                    let baskets = view.clone();
+                    async move {
+                        let tenant = tenant_of(&ctx)?;
+                        let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
+                        let guard = baskets.lock();
+                        let basket = guard.get(&(tenant, handle.object_ref.clone())).ok_or(ProtocolError::Internal)?;
+                        Ok(Outcome::Complete(CallToolResult::structured(basket_json(basket))))
+                    }
+                }),
+        )
         .tool(
             ToolDef::new("catalog_search")
                 .title("Search the catalogue")

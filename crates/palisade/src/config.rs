@@ -2,8 +2,12 @@
 //! parsed into raw types and validated once into [`Settings`], which cannot be invalid. A bad
 //! value is reported with the name of its key.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
+
+use palisade_server::HandlePolicy;
 
 use serde::Deserialize;
 
@@ -48,6 +52,38 @@ pub struct RawConfig {
     /// Authentication.
     #[serde(default)]
     pub auth: RawAuth,
+    /// Explicit application handles.
+    #[serde(default)]
+    pub handles: RawHandles,
+}
+
+/// `[handles]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHandles {
+    /// File holding the 32-byte subject key (64 hex characters). Default
+    /// `<data_dir>/handle-subject-key`, generated on first run. `PALISADE_HANDLES_SUBJECT_KEY`
+    /// (64 hex characters) overrides the file.
+    pub subject_key_file: Option<PathBuf>,
+    /// How long expired or revoked handle rows are kept before the retention job deletes them.
+    pub retention_secs: Option<u64>,
+    /// Per object type policy, overriding the application's defaults.
+    #[serde(default)]
+    pub policies: BTreeMap<String, RawHandlePolicy>,
+}
+
+/// `[handles.policies.<object type>]`
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHandlePolicy {
+    /// Handle lifetime.
+    pub ttl_secs: u64,
+    /// Scopes a handle of this type may grant.
+    pub allowed_scopes: Vec<String>,
+    /// Most scopes per handle.
+    pub max_scopes: usize,
+    /// Raising it invalidates older handles.
+    pub policy_version: i64,
 }
 
 /// `[limits]`
@@ -179,6 +215,12 @@ pub struct Settings {
     pub token_cache_capacity: usize,
     /// External issuers.
     pub issuers: Vec<Issuer>,
+    /// The handle subject key file.
+    pub handle_subject_key_file: PathBuf,
+    /// Retention of dead handle rows.
+    pub handle_retention: Duration,
+    /// Handle policies by object type.
+    pub handle_policies: BTreeMap<String, HandlePolicy>,
 }
 
 /// Parses TOML text.
@@ -231,6 +273,9 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
     }
     if let Some(v) = number("PALISADE_REQUEST_TIMEOUT_SECS")? {
         raw.limits.request_timeout_secs = Some(v);
+    }
+    if let Some(v) = env("PALISADE_HANDLES_SUBJECT_KEY_FILE") {
+        raw.handles.subject_key_file = Some(v.into());
     }
     Ok(())
 }
@@ -310,6 +355,23 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     if auth_mode == AuthMode::None && !listen.ip().is_loopback() {
         return Err(bad("listen", "an unauthenticated server may listen on loopback addresses only"));
     }
+    let handle_subject_key_file = raw.handles.subject_key_file.unwrap_or_else(|| data_dir.join("handle-subject-key"));
+    let retention_secs = raw.handles.retention_secs.unwrap_or(86_400);
+    if !(60..=365 * 86_400).contains(&retention_secs) {
+        return Err(bad("handles.retention_secs", "must be between 60 and 31536000"));
+    }
+    let mut handle_policies = BTreeMap::new();
+    for (object_type, policy) in raw.handles.policies {
+        let key = format!("handles.policies.{object_type}");
+        let policy = HandlePolicy {
+            ttl: Duration::from_secs(policy.ttl_secs),
+            allowed_scopes: policy.allowed_scopes,
+            max_scopes: policy.max_scopes,
+            version: policy.policy_version,
+        };
+        policy.validate().map_err(|why| bad(&key, why))?;
+        handle_policies.insert(object_type, policy);
+    }
     Ok(Settings {
         app,
         listen,
@@ -330,6 +392,9 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         client_claim: raw.auth.client_claim.unwrap_or_else(|| "client_id".into()),
         token_cache_capacity,
         issuers,
+        handle_subject_key_file,
+        handle_retention: Duration::from_secs(retention_secs),
+        handle_policies,
     })
 }
 
@@ -375,6 +440,20 @@ mod tests {
             ("store = \"mysql://x\"", "store"),
             ("unknown_key = 1", "unknown_key"),
             ("public_url = \"http://x/mcp#frag\"", "public_url"),
+            ("[handles]\nretention_secs = 1", "handles.retention_secs"),
+            (
+                "[handles.policies.basket]\nttl_secs = 0\nallowed_scopes = [\"a\"]\nmax_scopes = 1\npolicy_version = 1",
+                "handles.policies.basket",
+            ),
+            (
+                "[handles.policies.basket]\nttl_secs = 60\nallowed_scopes = [\"a\", \"a\"]\nmax_scopes = 1\npolicy_version = 1",
+                "handles.policies.basket",
+            ),
+            (
+                "[handles.policies.basket]\nttl_secs = 60\nallowed_scopes = [\"a\"]\nmax_scopes = 1\npolicy_version = 0",
+                "handles.policies.basket",
+            ),
+            ("[handles]\nsubject_key = \"x\"", "subject_key"),
         ] {
             let error = check(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");

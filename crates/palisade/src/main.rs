@@ -15,8 +15,10 @@ use palisade_apps::AppName;
 use palisade_auth::dev_issuer::DevIssuer;
 use palisade_auth::{IssuerConfig, JwksSource, ResourceServerConfig, TokenVerifier};
 use palisade_server::auth::{Authenticator, EnvironmentPrincipal};
+use palisade_server::clock::{Clock as _, SystemClock};
 use palisade_server::secret::ServerSecret;
-use palisade_server::{Server, ServerConfig};
+use palisade_server::{HandleService, Server, ServerConfig, SubjectKey};
+use palisade_store::{AuditRecord, Decision, Revocation, RevokeSelector};
 
 use crate::config::{AppChoice, AuthMode, Settings};
 
@@ -50,6 +52,68 @@ enum Command {
         #[command(subcommand)]
         command: AuditCommand,
     },
+    /// Explicit application handles: list a subject's (digests only) and revoke.
+    Handles {
+        #[command(subcommand)]
+        command: HandlesCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum HandlesCommand {
+    /// List a subject's handles, newest first: digests and bindings, never the handles.
+    List {
+        /// The subject (`sub`).
+        #[arg(long)]
+        subject: String,
+        /// The issuer (`iss`). Default: the dev issuer.
+        #[arg(long)]
+        issuer: Option<String>,
+        /// Most rows to show.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Configuration file (store URL, subject key).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Revoke handles: one by digest, or in bulk. Recorded in the audit log with the receipt.
+    Revoke(RevokeArgs),
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("selector").required(true).multiple(false)
+    .args(["digest", "subject", "tenant", "client", "object", "policy_below"])))]
+struct RevokeArgs {
+    /// One handle, by the full SHA-256 hex digest `handles list` shows.
+    #[arg(long)]
+    digest: Option<String>,
+    /// Every handle of a subject (with --issuer; default the dev issuer).
+    #[arg(long)]
+    subject: Option<String>,
+    /// The subject's issuer.
+    #[arg(long, requires = "subject")]
+    issuer: Option<String>,
+    /// Every handle in a tenant.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Every handle of an OAuth client.
+    #[arg(long)]
+    client: Option<String>,
+    /// Every handle on one object (deleted): TENANT TYPE REF.
+    #[arg(long, num_args = 3, value_names = ["TENANT", "TYPE", "REF"])]
+    object: Option<Vec<String>>,
+    /// Every handle of an object type minted under a policy version below N: TYPE N.
+    #[arg(long, num_args = 2, value_names = ["TYPE", "N"])]
+    policy_below: Option<Vec<String>>,
+    /// Why (recorded with each handle).
+    #[arg(long)]
+    reason: String,
+    /// The operator's receipt id for this revocation (recorded with each handle).
+    #[arg(long)]
+    receipt: String,
+    /// Configuration file (store URL, subject key).
+    #[arg(long)]
+    config: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -159,6 +223,10 @@ fn main() -> ExitCode {
             Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
             Command::Dev { command: DevCommand::Token(args) } => dev_token(args),
             Command::Audit { command: AuditCommand::Verify { config } } => audit_verify(config.as_deref()).await,
+            Command::Handles { command: HandlesCommand::List { subject, issuer, limit, config } } => {
+                handles_list(config.as_deref(), issuer, &subject, limit).await
+            }
+            Command::Handles { command: HandlesCommand::Revoke(args) } => handles_revoke(args).await,
         }
     });
     match result {
@@ -262,6 +330,115 @@ async fn audit_verify(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     Ok(if report.is_intact() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// The handle subject key: `PALISADE_HANDLES_SUBJECT_KEY` (64 hex characters) or the key file
+/// (created on first run). Either must hold exactly 32 bytes, or the process does not start.
+fn handle_subject_key(settings: &Settings) -> anyhow::Result<SubjectKey> {
+    let bytes = match env("PALISADE_HANDLES_SUBJECT_KEY") {
+        Some(text) => parse_key_hex(&text)
+            .ok_or_else(|| anyhow::anyhow!("PALISADE_HANDLES_SUBJECT_KEY must be 64 hex characters (32 bytes)"))?,
+        None => load_or_create_key(&settings.handle_subject_key_file, "the handle subject key")?,
+    };
+    SubjectKey::from_bytes(&bytes).map_err(anyhow::Error::msg)
+}
+
+async fn handles_list(
+    config: Option<&Path>,
+    issuer: Option<String>,
+    subject: &str,
+    limit: u32,
+) -> anyhow::Result<ExitCode> {
+    let settings = settings(config, None)?;
+    prepare_sqlite_dir(&settings)?;
+    let key = handle_subject_key(&settings)?;
+    let issuer = issuer.unwrap_or_else(|| dev_issuer_id(&settings));
+    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let rows = store.list_handles(key.subject_digest(&issuer, subject), limit).await.context("listing handles")?;
+    #[allow(clippy::print_stdout)]
+    for row in rows {
+        let digest: String = row.digest.iter().map(|b| format!("{b:02x}")).collect();
+        let state = match (&row.revoked_ms, &row.revocation_reason) {
+            (Some(at), reason) => format!("revoked at {at} ({})", reason.as_deref().unwrap_or("")),
+            (None, _) => format!("expires at {}", row.expires_ms),
+        };
+        println!(
+            "{digest} tenant={} client={} {}:{} policy={} created={} {state}",
+            row.tenant, row.client, row.object_type, row.object_ref, row.policy_version, row.created_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn handles_revoke(args: RevokeArgs) -> anyhow::Result<ExitCode> {
+    let settings = settings(args.config.as_deref(), None)?;
+    prepare_sqlite_dir(&settings)?;
+    let key = handle_subject_key(&settings)?;
+    let selector = if let Some(digest) = &args.digest {
+        let bytes = parse_key_hex(digest).ok_or_else(|| config::ConfigError {
+            key: "--digest".into(),
+            reason: "must be the 64-hex-character SHA-256 digest `handles list` shows".into(),
+        })?;
+        RevokeSelector::Digest(bytes)
+    } else if let Some(subject) = &args.subject {
+        let issuer = args.issuer.clone().unwrap_or_else(|| dev_issuer_id(&settings));
+        RevokeSelector::Subject(key.subject_digest(&issuer, subject))
+    } else if let Some(tenant) = &args.tenant {
+        RevokeSelector::Tenant(tenant.clone())
+    } else if let Some(client) = &args.client {
+        RevokeSelector::Client(client.clone())
+    } else if let Some([tenant, object_type, object_ref]) = args.object.as_deref() {
+        RevokeSelector::Object {
+            tenant: tenant.clone(),
+            object_type: object_type.clone(),
+            object_ref: object_ref.clone(),
+        }
+    } else if let Some([object_type, below]) = args.policy_below.as_deref() {
+        let below = below.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| config::ConfigError {
+            key: "--policy-below".into(),
+            reason: "the version must be a positive integer".into(),
+        })?;
+        RevokeSelector::PolicyBelow { object_type: object_type.clone(), below }
+    } else {
+        anyhow::bail!("name which handles to revoke");
+    };
+    let what = selector_kind(&selector);
+    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let now = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
+    let revocation = Revocation { reason: args.reason.clone(), receipt: Some(args.receipt.clone()), at_ms: now };
+    let count = store.revoke_handles(selector, revocation).await.context("revoking handles")?;
+    let record = AuditRecord {
+        at_ms: SystemClock.now_ms(),
+        trace_id: format!("operator-{now}"),
+        stage: "operator".into(),
+        decision: Decision::Allow,
+        operation: "handles/revoke".into(),
+        principal_digest: None,
+        tenant_digest: None,
+        client_digest: None,
+        scopes: Vec::new(),
+        policy_version: None,
+        code: None,
+        detail: Some(format!("selector={what} revoked={count} receipt={}", args.receipt)),
+    };
+    store.append_batch(vec![record]).await.context("recording the revocation in the audit log")?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("revoked {count} handle(s) (receipt {})", args.receipt);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The kind of a revocation selector, for the audit record (no identifiers).
+fn selector_kind(selector: &RevokeSelector) -> &'static str {
+    match selector {
+        RevokeSelector::Digest(_) | RevokeSelector::Owned { .. } => "digest",
+        RevokeSelector::Subject(_) | RevokeSelector::SubjectInTenant { .. } => "subject",
+        RevokeSelector::Tenant(_) => "tenant",
+        RevokeSelector::Client(_) => "client",
+        RevokeSelector::Object { .. } => "object",
+        RevokeSelector::PolicyBelow { .. } => "policy",
+    }
+}
+
 fn prepare_sqlite_dir(settings: &Settings) -> anyhow::Result<()> {
     if let Some(path) = settings.store.strip_prefix("sqlite:") {
         let path = path.trim_start_matches("//");
@@ -272,19 +449,21 @@ fn prepare_sqlite_dir(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Loads the 32-byte server secret (64 hex characters) or creates it, readable by the owner only.
-fn load_or_create_secret(path: &Path) -> anyhow::Result<ServerSecret> {
+/// 64 hex characters as 32 bytes.
+fn parse_key_hex(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim();
+    if text.len() != 64 || !text.is_ascii() {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..32).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()).collect();
+    bytes?.try_into().ok()
+}
+
+/// Loads a 32-byte key (64 hex characters) or creates it, readable by the owner only.
+fn load_or_create_key(path: &Path, what: &str) -> anyhow::Result<[u8; 32]> {
     match std::fs::read_to_string(path) {
-        Ok(text) => {
-            let text = text.trim();
-            let bytes: Option<Vec<u8>> = (text.len() == 64)
-                .then(|| (0..32).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()).collect())
-                .flatten();
-            let bytes: [u8; 32] = bytes.and_then(|b| b.try_into().ok()).ok_or_else(|| {
-                anyhow::anyhow!("{}: the server secret must be 64 hex characters (32 bytes)", path.display())
-            })?;
-            Ok(ServerSecret::from_bytes(bytes))
-        }
+        Ok(text) => parse_key_hex(&text)
+            .ok_or_else(|| anyhow::anyhow!("{}: {what} must be 64 hex characters (32 bytes)", path.display())),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             let mut bytes = [0u8; 32];
             palisade_server::secret::fill_random(&mut bytes)
@@ -294,7 +473,7 @@ fn load_or_create_secret(path: &Path) -> anyhow::Result<ServerSecret> {
             }
             let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
             write_private(path, &hex)?;
-            Ok(ServerSecret::from_bytes(bytes))
+            Ok(bytes)
         }
         Err(error) => Err(anyhow::anyhow!("{}: {error}", path.display())),
     }
@@ -385,9 +564,26 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         ..ServerConfig::default()
     };
     prepare_sqlite_dir(&settings)?;
-    let secret = load_or_create_secret(&settings.secret_file)?;
+    let secret = ServerSecret::from_bytes(load_or_create_key(&settings.secret_file, "the server secret")?);
+    let subject_key = handle_subject_key(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-    let server = Arc::new(Server::new(app_name.build(), config, authenticator, secret).with_audit(store));
+    let app = app_name.build();
+    let handles = HandleService::new(
+        store.clone(),
+        subject_key,
+        app.handle_types(),
+        &settings.handle_policies,
+        Arc::new(SystemClock),
+    )
+    .map_err(|reason| config::ConfigError { key: "handles.policies".into(), reason })?;
+    let handles = Arc::new(handles);
+    let server = Server::new(app, config, authenticator, secret).with_audit(store).with_handles(handles.clone());
+    let server = Arc::new(server);
+    let retention = handles.spawn_retention(
+        std::time::Duration::from_secs(300),
+        settings.handle_retention,
+        server.shutdown_token().clone(),
+    );
     if args.stdio {
         palisade_server::stdio::serve(server.clone(), tokio::io::stdin(), tokio::io::stdout())
             .await
@@ -402,6 +598,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         println!("listening on http://{local}/mcp");
     }
     palisade_server::http::serve(server.clone(), listener, shutdown_signal()).await?;
+    retention.abort();
     server.flush_audit().await;
     Ok(ExitCode::SUCCESS)
 }

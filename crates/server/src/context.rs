@@ -1,6 +1,7 @@
 //! What a handler sees of its request ([`RequestContext`]) and what it may answer besides a
 //! result ([`Outcome::InputRequired`], the MRTR round trip).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use palisade_wire::jsonrpc::notification_frame;
@@ -11,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auth::VerifiedPrincipal;
 use crate::events::EventBus;
+use crate::handles::{HandleError, HandleService, ResolvedHandle};
 
 /// A handler's answer: the result, or a request for more input from the client (MRTR).
 #[derive(Debug, Clone, PartialEq)]
@@ -103,6 +105,8 @@ pub struct RequestContext {
     pub(crate) sink: NotificationSink,
     pub(crate) cancel: CancellationToken,
     pub(crate) events: EventBus,
+    pub(crate) handles: Option<Arc<HandleService>>,
+    pub(crate) resolved: Arc<BTreeMap<String, ResolvedHandle>>,
 }
 
 impl RequestContext {
@@ -144,6 +148,39 @@ impl RequestContext {
     /// Cancelled when the client closes the stream or sends `notifications/cancelled`.
     pub fn cancellation(&self) -> &CancellationToken {
         &self.cancel
+    }
+
+    /// The object behind the handle argument `argument`, resolved and authorized by the pipeline
+    /// for this call (see [`ToolBuilder::handle_argument`](crate::registry::ToolBuilder::handle_argument)).
+    pub fn handle(&self, argument: &str) -> Option<&ResolvedHandle> {
+        self.resolved.get(argument)
+    }
+
+    /// Mints a handle to an object for the caller (bound to its subject, tenant and client),
+    /// granting `scopes`; return it to the client as an ordinary result value. See
+    /// [`HandleService::mint`] for what is checked.
+    pub async fn mint_handle(
+        &self,
+        object_type: &str,
+        object_ref: &str,
+        object_version: &str,
+        scopes: &[&str],
+    ) -> Result<String, HandleError> {
+        let service = self.handles.as_ref().ok_or(HandleError::Unavailable)?;
+        service.mint(&self.principal, object_type, object_ref, object_version, scopes).await
+    }
+
+    /// Revokes the handle passed in `argument` of this call (e.g. a basket consumed by checkout).
+    /// `Ok(false)` when it was already revoked.
+    pub async fn revoke_handle(&self, argument: &str, reason: &str) -> Result<bool, HandleError> {
+        let service = self.handles.as_ref().ok_or(HandleError::Unavailable)?;
+        let resolved = self.resolved.get(argument).ok_or(HandleError::Denied)?;
+        service.revoke_resolved(&self.principal, resolved, reason).await
+    }
+
+    /// The handle service (to revoke on object deletion, for instance), when the server has one.
+    pub fn handle_service(&self) -> Option<&HandleService> {
+        self.handles.as_deref()
     }
 
     /// Reports progress if the client asked for it (it sent a `progressToken`).

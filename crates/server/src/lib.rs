@@ -12,6 +12,7 @@ pub mod content;
 pub mod context;
 pub mod cursor;
 pub mod events;
+pub mod handles;
 pub mod http;
 pub mod metrics;
 pub mod mrtr;
@@ -24,6 +25,10 @@ pub use config::ServerConfig;
 pub use content::{CallToolResult, Content, GetPromptResult, PromptMessage, ResourceContents};
 pub use context::{InputRequired, Outcome, RequestContext};
 pub use events::{EventBus, ServerEvent};
+pub use handles::{
+    HandleError, HandleObject, HandlePhase, HandlePolicy, HandleService, HandleType, PrincipalEvent, ResolvedHandle,
+    SubjectKey,
+};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use pipeline::Server;
 pub use registry::{

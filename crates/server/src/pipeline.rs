@@ -8,9 +8,12 @@
 //!    string the client chose beyond picking a registered entry
 //! 4. **kill switch**  `pre_dispatch` — not implemented yet; no stage pretends to do it
 //! 5. **authorize**    the operation's required scopes
-//! 6. **handles**      declared handle arguments — not implemented yet
-//! 7. **dispatch**     argument validation, then the handler (prepare; commit fences come with
-//!    the kill switch)
+//! 6. **handles**      every declared handle argument resolved with its per-use checks (owner,
+//!    expiry, revocation, policy version, scope, object version, the application's authorization);
+//!    any failure is one generic `-32602` and nothing runs. Then the allow decision is made
+//!    durable (with the handles' digest prefixes), else `503`
+//! 7. **dispatch**     argument validation, handle arguments removed, then the handler (prepare;
+//!    commit fences come with the kill switch)
 //! 8. **respond + audit** `resultType` and serverInfo added, the decision logged without secrets
 
 use std::collections::BTreeMap;
@@ -33,6 +36,7 @@ use crate::config::ServerConfig;
 use crate::context::{InputRequired, NotificationSink, Outcome, RequestContext};
 use crate::cursor::Cursors;
 use crate::events::{EventBus, ServerEvent};
+use crate::handles::{HandleError, HandleService, ResolvedHandle};
 use crate::mrtr::{Binding, StateSealer};
 use crate::registry::{App, CompletionRef};
 use crate::secret::ServerSecret;
@@ -171,6 +175,9 @@ struct AuditTrail<'a> {
     trace_id: String,
     operation: String,
     principal: Option<Arc<VerifiedPrincipal>>,
+    /// Digest prefixes of the handles involved, and their policy versions.
+    detail: Option<String>,
+    policy_version: Option<String>,
 }
 
 impl<'a> AuditTrail<'a> {
@@ -181,7 +188,7 @@ impl<'a> AuditTrail<'a> {
         let trace_id = bytes.iter().map(|b| format!("{b:02x}")).collect();
         // Until classification, the operation is the method name as sent, cut to a sane length.
         let operation = method.chars().take(64).collect();
-        Self { server, trace_id, operation, principal: None }
+        Self { server, trace_id, operation, principal: None, detail: None, policy_version: None }
     }
 
     fn principal(&mut self, principal: &Arc<VerifiedPrincipal>) {
@@ -205,9 +212,9 @@ impl<'a> AuditTrail<'a> {
             tenant_digest: principal.and_then(|p| p.tenant()).map(digest),
             client_digest: principal.and_then(|p| p.client_id()).map(digest),
             scopes: principal.map(VerifiedPrincipal::scopes).unwrap_or_default(),
-            policy_version: None,
+            policy_version: self.policy_version.clone(),
             code,
-            detail: None,
+            detail: self.detail.clone(),
         }
     }
 
@@ -248,6 +255,7 @@ pub struct Server {
     shutdown: CancellationToken,
     audit: Option<AuditWriter>,
     store: Option<Arc<dyn AuditStore>>,
+    handles: Option<Arc<HandleService>>,
     digest_key: aws_lc_rs::hmac::Key,
     metrics: Metrics,
 }
@@ -261,6 +269,7 @@ impl Server {
             digest_key: secret.derive("palisade/audit-digest/v1"),
             audit: None,
             store: None,
+            handles: None,
             metrics: Metrics::default(),
             cursors: Cursors::new(&secret),
             events: EventBus::new(config.listen_queue),
@@ -278,6 +287,17 @@ impl Server {
         self.audit = Some(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
         self.store = Some(store);
         self
+    }
+
+    /// Resolves declared handle arguments with `service` (see [`crate::handles`]).
+    pub fn with_handles(mut self, service: Arc<HandleService>) -> Self {
+        self.handles = Some(service);
+        self
+    }
+
+    /// The handle service, when the server has one.
+    pub fn handles(&self) -> Option<&Arc<HandleService>> {
+        self.handles.as_ref()
     }
 
     /// Whether every dependency answers (the store, when there is one).
@@ -379,12 +399,17 @@ impl Server {
             let error = ProtocolError::InsufficientScope { required: required.to_vec() };
             return audit.refuse(&id, "authorize", &error, refusal.challenge).await;
         }
+        // 6. handles: every declared handle argument, resolved with its per-use checks.
+        let resolved = match self.resolve_handles(&operation, &principal, &request.params, &mut audit).await {
+            Ok(resolved) => resolved,
+            Err(error) => return audit.refuse(&id, "handles", &error, None).await,
+        };
         // The allow decision is durable before any handler runs: if it cannot be recorded, the
         // request is refused (fail closed).
-        if let Err(error) = audit.allow("authorize").await {
+        let stage = if resolved.is_empty() { "authorize" } else { "handles" };
+        if let Err(error) = audit.allow(stage).await {
             return audit.refuse(&id, "audit", &error, None).await;
         }
-        // 6. handles: not implemented yet.
         // 7. dispatch.
         let ctx = RequestContext {
             id: id.clone(),
@@ -395,6 +420,8 @@ impl Server {
             sink,
             cancel: cancel.clone(),
             events: self.events.clone(),
+            handles: self.handles.clone(),
+            resolved: Arc::new(resolved),
         };
         let result = if method == Method::Listen {
             self.listen(ctx, &request.params).await
@@ -415,6 +442,52 @@ impl Server {
                 Reply::error(Some(&id), &error)
             }
         }
+    }
+
+    /// Stage 6: resolves the handle arguments the called tool declares. Any failure is one generic
+    /// error (the audit record says which argument, by digest prefix only); a store outage is
+    /// `503`. Tools without handle arguments pass through.
+    async fn resolve_handles(
+        &self,
+        operation: &OperationKey,
+        principal: &Arc<VerifiedPrincipal>,
+        params: &Map<String, Value>,
+        audit: &mut AuditTrail<'_>,
+    ) -> Result<BTreeMap<String, ResolvedHandle>, ProtocolError> {
+        let mut resolved = BTreeMap::new();
+        let declared = match (operation.method, operation.target()) {
+            (Method::ToolsCall, Some(name)) => self.app.tool(name).map(|t| t.handle_args.as_slice()).unwrap_or(&[]),
+            _ => &[],
+        };
+        if declared.is_empty() {
+            return Ok(resolved);
+        }
+        let Some(service) = &self.handles else {
+            tracing::error!(operation = %operation, "a tool declares handle arguments but the server has no handle service");
+            return Err(ProtocolError::Unavailable);
+        };
+        let mut details = Vec::new();
+        let mut versions = Vec::new();
+        for argument in declared {
+            let raw = params.get("arguments").and_then(|a| a.get(&argument.name)).and_then(Value::as_str);
+            let outcome = match raw {
+                Some(raw) => {
+                    let prefix = crate::handles::handle_digest(raw);
+                    details.push(format!("{}={}", argument.name, palisade_store::hex_prefix(&prefix)));
+                    service.resolve(principal, raw, &argument.object_type, &argument.required_scope).await
+                }
+                None => {
+                    details.push(format!("{}=missing", argument.name));
+                    Err(HandleError::Denied)
+                }
+            };
+            audit.detail = Some(details.join(" "));
+            let handle = outcome?;
+            versions.push(format!("{}:{}", handle.object_type, handle.policy_version));
+            audit.policy_version = Some(versions.join(" "));
+            resolved.insert(argument.name.clone(), handle);
+        }
+        Ok(resolved)
     }
 
     fn required_scopes(&self, operation: &OperationKey) -> &[String] {
@@ -564,7 +637,7 @@ impl Server {
             }
             Method::ToolsCall => {
                 let tool = operation.target().and_then(|name| app.tool(name)).ok_or(ProtocolError::Internal)?;
-                let arguments = match params.get("arguments") {
+                let mut arguments = match params.get("arguments") {
                     None | Some(Value::Null) => Map::new(),
                     Some(Value::Object(arguments)) => arguments.clone(),
                     Some(_) => return Err(ProtocolError::invalid_params("arguments must be an object")),
@@ -579,6 +652,11 @@ impl Server {
                             crate::CallToolResult::error(format!("invalid arguments: {}", problems.join("; ")));
                         return Ok(result.to_value());
                     }
+                }
+                // Handles were resolved in stage 6: the handler (and a confirmation question) gets
+                // the objects, never the raw handles.
+                for argument in &tool.handle_args {
+                    arguments.remove(&argument.name);
                 }
                 if tool.needs_confirmation
                     && let Some(answer) = self.confirmation(&mut ctx, tool, params, &arguments)?

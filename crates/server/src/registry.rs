@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use crate::BoxFuture;
 use crate::content::{CallToolResult, GetPromptResult, ResourceContents};
 use crate::context::{Outcome, RequestContext};
+use crate::handles::{HandleArgument, HandleType, handle_argument_schema};
 
 type ToolHandler = Arc<
     dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Outcome<CallToolResult>, ProtocolError>>
@@ -42,6 +43,16 @@ pub enum RegistryError {
     /// A tool name outside 1–128 characters of `[A-Za-z0-9_.-]`.
     #[error("invalid tool name {0:?}")]
     InvalidName(String),
+    /// A handle argument or handle type that cannot work.
+    #[error("tool {tool:?}: handle argument {argument:?}: {why}")]
+    InvalidHandle {
+        /// The tool (or the handle type, for a duplicate type).
+        tool: String,
+        /// The argument.
+        argument: String,
+        /// What is wrong.
+        why: String,
+    },
     /// An input or output schema that is not usable.
     #[error("tool {tool:?}: {why}")]
     InvalidSchema {
@@ -60,6 +71,7 @@ pub struct ToolDef {
     pub(crate) effect: Effect,
     pub(crate) needs_confirmation: bool,
     pub(crate) header_params: Vec<(String, String)>,
+    pub(crate) handle_args: Vec<HandleArgument>,
     pub(crate) handler: ToolHandler,
     pub(crate) validator: Option<Arc<jsonschema::Validator>>,
 }
@@ -71,6 +83,7 @@ pub struct ToolBuilder {
     required_scopes: Vec<String>,
     effect: Effect,
     needs_confirmation: bool,
+    handle_args: Vec<HandleArgument>,
 }
 
 /// What calling a tool does.
@@ -97,6 +110,7 @@ impl ToolDef {
             required_scopes: Vec::new(),
             effect: Effect::default(),
             needs_confirmation: false,
+            handle_args: Vec::new(),
         }
     }
 
@@ -113,6 +127,11 @@ impl ToolDef {
     /// The definition as listed by `tools/list`.
     pub fn definition(&self) -> &Value {
         &self.definition
+    }
+
+    /// The arguments declared as handles.
+    pub fn handle_arguments(&self) -> &[HandleArgument] {
+        &self.handle_args
     }
 }
 
@@ -174,6 +193,20 @@ impl ToolBuilder {
         self
     }
 
+    /// Declares the argument `name` a handle to an `object_type` object that must grant
+    /// `required_scope`. The argument is added to the input schema (a required string of the
+    /// handle's exact shape). Before the handler runs, the pipeline resolves it with every
+    /// per-use check and removes it from the arguments: the handler reads the resolved object
+    /// with [`RequestContext::handle`] and never sees the raw handle.
+    pub fn handle_argument(mut self, name: &str, object_type: &str, required_scope: &str) -> Self {
+        self.handle_args.push(HandleArgument {
+            name: name.to_owned(),
+            object_type: object_type.to_owned(),
+            required_scope: required_scope.to_owned(),
+        });
+        self
+    }
+
     /// Finishes the tool with a handler taking typed arguments. The input schema is generated
     /// from `A` (JSON Schema 2020-12); arguments are validated against it and deserialized before
     /// the handler runs, and a mismatch is a tool error the model can read.
@@ -202,13 +235,29 @@ impl ToolBuilder {
         F: Fn(RequestContext, Map<String, Value>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Outcome<CallToolResult>, ProtocolError>> + Send + 'static,
     {
+        let mut definition = self.definition;
+        if let Some(Value::Object(schema)) = definition.get_mut("inputSchema") {
+            for argument in &self.handle_args {
+                let properties = schema.entry("properties").or_insert_with(|| json!({}));
+                if let Value::Object(properties) = properties {
+                    properties.insert(argument.name.clone(), handle_argument_schema(&argument.object_type));
+                }
+                let required = schema.entry("required").or_insert_with(|| json!([]));
+                if let Value::Array(required) = required
+                    && !required.iter().any(|r| r == &json!(argument.name))
+                {
+                    required.push(json!(argument.name));
+                }
+            }
+        }
         ToolDef {
             name: self.name,
-            definition: Value::Object(self.definition),
+            definition: Value::Object(definition),
             required_scopes: self.required_scopes,
             effect: self.effect,
             needs_confirmation: self.needs_confirmation,
             header_params: Vec::new(),
+            handle_args: self.handle_args,
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
             validator: None,
         }
@@ -516,6 +565,7 @@ pub struct App {
     pub(crate) templates: Vec<ResourceTemplateDef>,
     pub(crate) prompts: Vec<PromptDef>,
     pub(crate) completion: Option<CompletionHandler>,
+    pub(crate) handle_types: Vec<HandleType>,
     pub(crate) list_ttl_ms: u64,
 }
 
@@ -537,6 +587,7 @@ impl App {
                 templates: Vec::new(),
                 prompts: Vec::new(),
                 completion: None,
+                handle_types: Vec::new(),
                 list_ttl_ms: 60_000,
             },
         }
@@ -545,6 +596,11 @@ impl App {
     /// The tools, in registration order (which is also `tools/list` order).
     pub fn tools(&self) -> &[ToolDef] {
         &self.tools
+    }
+
+    /// The object types handles may refer to.
+    pub fn handle_types(&self) -> &[HandleType] {
+        &self.handle_types
     }
 
     pub(crate) fn tool(&self, name: &str) -> Option<&ToolDef> {
@@ -627,6 +683,12 @@ impl AppBuilder {
         self
     }
 
+    /// Registers an object type that handles may refer to.
+    pub fn handle_type(mut self, handle_type: HandleType) -> Self {
+        self.app.handle_types.push(handle_type);
+        self
+    }
+
     /// Sets the completion provider for prompt arguments and template variables.
     pub fn completion<F>(mut self, handler: F) -> Self
     where
@@ -642,6 +704,7 @@ impl AppBuilder {
         check_unique("prompt", self.app.prompts.iter().map(|p| p.name.as_str()))?;
         check_unique("resource", self.app.resources.iter().map(|r| r.uri.as_str()))?;
         check_unique("template", self.app.templates.iter().map(|t| t.template.as_str()))?;
+        check_unique("handle type", self.app.handle_types.iter().map(HandleType::name))?;
         for tool in &mut self.app.tools {
             let valid_name = (1..=128).contains(&tool.name.len())
                 && tool.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
@@ -659,9 +722,31 @@ impl AppBuilder {
                 .map_err(|e| RegistryError::InvalidSchema { tool: tool.name.clone(), why: e.to_string() })?;
             tool.validator = Some(Arc::new(validator));
             tool.header_params = header_params(&tool.name, schema)?;
+            check_handle_arguments(tool, &self.app.handle_types)?;
         }
         Ok(self.app)
     }
+}
+
+/// Each handle argument names a registered type and a scope, and no argument is declared twice.
+fn check_handle_arguments(tool: &ToolDef, types: &[HandleType]) -> Result<(), RegistryError> {
+    for (index, argument) in tool.handle_args.iter().enumerate() {
+        let invalid = |why: &str| RegistryError::InvalidHandle {
+            tool: tool.name.clone(),
+            argument: argument.name.clone(),
+            why: why.to_owned(),
+        };
+        if !types.iter().any(|t| t.name() == argument.object_type) {
+            return Err(invalid("its object type is not registered with AppBuilder::handle_type"));
+        }
+        if argument.required_scope.is_empty() || argument.name.is_empty() {
+            return Err(invalid("a handle argument needs a name and a required scope"));
+        }
+        if tool.handle_args[..index].iter().any(|earlier| earlier.name == argument.name) {
+            return Err(invalid("declared twice"));
+        }
+    }
+    Ok(())
 }
 
 /// Declared scopes as owned strings.

@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use palisade_store::conformance::{Fixture, Harness, HarnessFuture, sample_record};
-use palisade_store::{
-    AuditWriter, AuditWriterConfig, PostgresOptions, PostgresStore, Store, StoreError, open_store,
-};
+use palisade_store::{AuditWriter, AuditWriterConfig, PostgresOptions, PostgresStore, Store, StoreError, open_store};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 fn database_url() -> String {

@@ -14,8 +14,12 @@ fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
 
 /// A token from the demo's dev issuer for the server in `data_dir` listening on `127.0.0.1:0`.
 fn token(server: &Palisade, subject: &str, scope: &str) -> String {
+    token_for(server, subject, "acme", "it", scope)
+}
+
+fn token_for(server: &Palisade, subject: &str, tenant: &str, client: &str, scope: &str) -> String {
     let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
-    let args = ["dev", "token", "--subject", subject, "--tenant", "acme", "--client", "it", "--scope", scope];
+    let args = ["dev", "token", "--subject", subject, "--tenant", tenant, "--client", client, "--scope", scope];
     let output = palisade(&args, &env);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
@@ -48,14 +52,14 @@ async fn the_demo_requires_a_token_with_the_right_scope() {
     assert_eq!(
         challenge,
         format!(
-            r#"Bearer resource_metadata="http://127.0.0.1:0/.well-known/oauth-protected-resource/mcp", scope="shop:read""#
+            r#"Bearer resource_metadata="http://127.0.0.1:0/.well-known/oauth-protected-resource/mcp", scope="shop:read shop:basket""#
         )
     );
     for path in [metadata_url.clone(), format!("http://127.0.0.1:{}/.well-known/oauth-protected-resource", server.port)]
     {
         let metadata: Value = reqwest::get(&path).await.unwrap().json().await.unwrap();
         assert_eq!(metadata["resource"], "http://127.0.0.1:0/mcp");
-        assert_eq!(metadata["scopes_supported"], json!(["shop:read"]));
+        assert_eq!(metadata["scopes_supported"], json!(["shop:read", "shop:basket"]));
         assert_eq!(metadata["authorization_servers"], json!(["http://127.0.0.1:0/dev-issuer"]));
     }
 
@@ -125,6 +129,72 @@ async fn the_demo_requires_a_token_with_the_right_scope() {
     let verify = palisade(&["audit", "verify"], &[("PALISADE_DATA_DIR", server.data_dir.path())]);
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
     assert!(String::from_utf8_lossy(&verify.stdout).starts_with("audit log intact:"));
+}
+
+fn basket_call(server: &Palisade, token: &str, tool: &str, arguments: Value) -> reqwest::RequestBuilder {
+    let params = with_meta(json!({ "name": tool, "arguments": arguments }), json!({}));
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
+    reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .header("authorization", format!("Bearer {token}"))
+        .body(body.to_string())
+}
+
+#[tokio::test]
+async fn demo_baskets_are_held_by_handles_only_their_owner_can_use() {
+    let server = Palisade::start_app("demo", &[]);
+    let alice = token(&server, "alice", "shop:read shop:basket");
+    let created = send(basket_call(&server, &alice, "basket_create", json!({}))).await;
+    let basket = created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned();
+    assert_eq!(basket.len(), 43, "32 random bytes, base64url");
+    let added = send(basket_call(
+        &server,
+        &alice,
+        "basket_add_item",
+        json!({ "basket": basket, "sku": "TEA-001", "quantity": 2 }),
+    ))
+    .await;
+    assert_eq!(added.result()["structuredContent"]["totalCents"], 1300, "{:?}", added.response());
+    let viewed = send(basket_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
+    assert_eq!(viewed.result()["structuredContent"]["items"][0]["quantity"], 2);
+
+    // Another user, tenant or client presenting the handle gets the one generic refusal.
+    for other in [
+        token_for(&server, "bob", "acme", "it", "shop:read shop:basket"),
+        token_for(&server, "alice", "globex", "it", "shop:read shop:basket"),
+        token_for(&server, "alice", "acme", "other-client", "shop:read shop:basket"),
+    ] {
+        let refused = send(basket_call(&server, &other, "basket_view", json!({ "basket": basket }))).await;
+        assert_eq!(refused.status, 400);
+        assert_eq!(refused.error_code(), -32602);
+    }
+    // The basket was not touched by the refused calls.
+    let viewed = send(basket_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
+    assert_eq!(viewed.result()["structuredContent"]["totalCents"], 1300);
+
+    // Operators see digests, never handles, and revoke with a receipt.
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let listed = palisade(&["handles", "list", "--subject", "alice"], &env);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains("tenant=acme client=it basket:") && !listed.contains(&basket), "{listed}");
+    let revoke = ["handles", "revoke", "--subject", "alice", "--reason", "logout", "--receipt", "ticket-42"];
+    let revoked = palisade(&revoke, &env);
+    assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
+    assert!(String::from_utf8_lossy(&revoked.stdout).contains("revoked 1 handle(s)"));
+    let refused = send(basket_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
+    assert_eq!(refused.error_code(), -32602);
+    let bad = palisade(&["handles", "revoke", "--digest", "xyz", "--reason", "r", "--receipt", "t"], &env);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--digest"));
+    let verify = palisade(&["audit", "verify"], &env);
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }
 
 #[test]
