@@ -24,8 +24,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a caller waits for a pooled connection.
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
-/// Read connections for a file database (verify and recent run beside the writer).
-const READERS: u32 = 2;
+/// Read connections for a file database: handle lookups, verify and recent run beside the writer.
+const READERS: u32 = 4;
 
 /// Most rows per INSERT statement (15 parameters each; SQLite allows 32766 per statement).
 const INSERT_CHUNK: usize = 64;
