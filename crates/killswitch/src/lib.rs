@@ -32,6 +32,20 @@
 //! authority's deliberate DISABLE from a doubt (authority unreachable, slow, malformed or stale
 //! answer, rollback, expired policy, store error).
 //!
+//! # Configuration inputs
+//!
+//! - Policy: the root public key file, the signed envelope file, the key trust root directory
+//!   (holding the authority public key file the policy names and pins).
+//! - Authority client: `https://host:port` URL, CA bundle PEM (the only trust anchors), client
+//!   certificate chain PEM and key PEM, timeout (default 2 s), response cap (default 64 KiB).
+//! - Generation store: a SQLite path/URL, or a `redis://` URL (Valkey/Redis) for several
+//!   instances; keys of one authority share one `{authority}` hash slot.
+//! - Target key: 32 bytes shared by every instance and the authority's operators (a key file, or
+//!   derived from the server secret).
+//! - Authority (`serve`): listener, authority id (= the policy's `authority`), head signing key
+//!   file, server certificate chain + key PEM, client CA PEM, SQLite database, head TTL, commit
+//!   token TTL.
+//!
 //! # Operator tooling (library side of the CLI)
 //!
 //! - `palisade keys gen`: [`keys::generate_keypair_files`] (Ed25519, one base64 line per file,
