@@ -1,0 +1,434 @@
+//! `AuthorityDb`: the authority's state in SQLite, and the redeem function a backend sharing the
+//! database runs inside its commit transaction.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use serde::Serialize;
+use sqlx::Row;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use super::AuthorityServiceError;
+use crate::envelope::sha256_hex;
+use crate::head::{RedeemRequest, TargetState};
+use crate::policy::MAX_SAFE_INTEGER;
+use crate::target::{TargetDigest, TargetKind, hex};
+
+const SCHEMA: [&str; 3] = [
+    "CREATE TABLE IF NOT EXISTS killswitch_authority_targets (
+        kind TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('ENABLE', 'DISABLE')),
+        generation INTEGER NOT NULL CHECK (generation > 0),
+        reason_code TEXT NOT NULL,
+        updated_at_ms INTEGER NOT NULL,
+        PRIMARY KEY (kind, digest)
+    ) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS killswitch_authority_tokens (
+        token_sha256 TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        generation INTEGER NOT NULL,
+        issued_at_ms INTEGER NOT NULL,
+        expires_at_ms INTEGER NOT NULL,
+        redeemed_at_ms INTEGER
+    ) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS killswitch_authority_tokens_expiry ON killswitch_authority_tokens (expires_at_ms)",
+];
+
+/// A target nobody has touched is ENABLE at generation 1 with this reason.
+pub const DEFAULT_REASON: &str = "default_enable";
+
+const SELECT_TARGET: &str = "SELECT state, generation, reason_code, updated_at_ms FROM killswitch_authority_targets WHERE kind = ?1 AND digest = ?2";
+const SET_STATE: &str =
+    "INSERT INTO killswitch_authority_targets (kind, digest, state, generation, reason_code, updated_at_ms)
+    VALUES (?1, ?2, ?3, 2, ?4, ?5)
+    ON CONFLICT (kind, digest) DO UPDATE SET state = excluded.state, generation = generation + 1,
+        reason_code = excluded.reason_code, updated_at_ms = excluded.updated_at_ms
+    RETURNING generation";
+const MATERIALIZE_DEFAULT: &str = "INSERT INTO killswitch_authority_targets
+    (kind, digest, state, generation, reason_code, updated_at_ms) VALUES (?1, ?2, 'ENABLE', 1, ?3, ?4)
+    ON CONFLICT (kind, digest) DO NOTHING";
+const INSERT_TOKEN: &str = "INSERT INTO killswitch_authority_tokens
+    (token_sha256, kind, digest, generation, issued_at_ms, expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// One statement: atomic against a concurrent DISABLE (SQLite serializes writers).
+const REDEEM: &str = "UPDATE killswitch_authority_tokens SET redeemed_at_ms = ?1
+    WHERE token_sha256 = ?2 AND kind = ?3 AND digest = ?4 AND generation = ?5
+      AND redeemed_at_ms IS NULL AND expires_at_ms > ?1
+      AND EXISTS (SELECT 1 FROM killswitch_authority_targets t
+                  WHERE t.kind = ?3 AND t.digest = ?4 AND t.generation = ?5 AND t.state = 'ENABLE')";
+const SELECT_TOKEN: &str = "SELECT kind, digest, generation, expires_at_ms, redeemed_at_ms
+    FROM killswitch_authority_tokens WHERE token_sha256 = ?1";
+
+/// A target's authoritative state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TargetStatus {
+    /// The target.
+    pub target: TargetDigest,
+    /// ENABLE or DISABLE.
+    pub state: TargetState,
+    /// The head generation (1 for a target never touched).
+    pub generation: u64,
+    /// Why.
+    pub reason_code: String,
+    /// When it last changed (epoch ms; 0 for a target never touched).
+    pub updated_at_ms: i64,
+}
+
+/// Why a commit token did not redeem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedeemRejection {
+    /// No such token.
+    Unknown,
+    /// Already redeemed once.
+    AlreadyUsed,
+    /// Past its expiry.
+    Expired,
+    /// Issued for another target or generation.
+    Mismatch,
+    /// The target's generation moved on (a DISABLE, or a later re-enable) since issue.
+    Superseded,
+}
+
+/// Why redemption failed. Either way the backend must not commit.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedeemError {
+    /// The token is not (or no longer) valid.
+    #[error("commit token rejected: {0:?}")]
+    Rejected(RedeemRejection),
+    /// The database could not be used.
+    #[error("commit token could not be redeemed: storage unavailable")]
+    Storage(#[source] sqlx::Error),
+}
+
+fn storage(during: &'static str) -> impl FnOnce(sqlx::Error) -> AuthorityServiceError {
+    move |source| AuthorityServiceError::Storage { during, source: Some(source) }
+}
+
+fn to_i64(value: u64) -> Result<i64, AuthorityServiceError> {
+    i64::try_from(value).map_err(|_| AuthorityServiceError::InvalidInput { what: "generation out of range" })
+}
+
+/// The authority's database.
+#[derive(Clone)]
+pub struct AuthorityDb {
+    pool: SqlitePool,
+    random: std::sync::Arc<SystemRandom>,
+}
+
+impl std::fmt::Debug for AuthorityDb {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("AuthorityDb").finish_non_exhaustive()
+    }
+}
+
+impl AuthorityDb {
+    /// Opens (creating if missing) the database: a file path or a `sqlite:` URL. WAL, 5 s busy
+    /// timeout.
+    pub async fn open(path_or_url: &str) -> Result<Self, AuthorityServiceError> {
+        let options = if path_or_url.starts_with("sqlite:") {
+            SqliteConnectOptions::from_str(path_or_url).map_err(storage("open"))?
+        } else {
+            SqliteConnectOptions::new().filename(path_or_url)
+        };
+        let in_memory = path_or_url.contains(":memory:") || path_or_url.contains("mode=memory");
+        let options =
+            options.create_if_missing(true).busy_timeout(Duration::from_secs(5)).synchronous(SqliteSynchronous::Normal);
+        let options = if in_memory { options } else { options.journal_mode(SqliteJournalMode::Wal) };
+        let pool = SqlitePoolOptions::new()
+            .max_connections(if in_memory { 1 } else { 4 })
+            .min_connections(u32::from(in_memory))
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_with(options)
+            .await
+            .map_err(storage("open"))?;
+        Self::from_pool(pool).await
+    }
+
+    /// Uses an existing pool — e.g. a backend's own database, so it can redeem tokens inside its
+    /// commit transactions; creates the tables if missing.
+    pub async fn from_pool(pool: SqlitePool) -> Result<Self, AuthorityServiceError> {
+        for statement in SCHEMA {
+            sqlx::query(statement).execute(&pool).await.map_err(storage("schema"))?;
+        }
+        Ok(Self { pool, random: std::sync::Arc::new(SystemRandom::new()) })
+    }
+
+    /// The pool (for a backend sharing the database).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// `palisade authority disable`: sets DISABLE with a new (higher) generation.
+    pub async fn disable(
+        &self,
+        target: &TargetDigest,
+        reason_code: &str,
+        now_ms: i64,
+    ) -> Result<TargetStatus, AuthorityServiceError> {
+        self.set_state(target, TargetState::Disable, reason_code, now_ms).await
+    }
+
+    /// `palisade authority enable`: sets ENABLE with a new (higher) generation.
+    pub async fn enable(
+        &self,
+        target: &TargetDigest,
+        reason_code: &str,
+        now_ms: i64,
+    ) -> Result<TargetStatus, AuthorityServiceError> {
+        self.set_state(target, TargetState::Enable, reason_code, now_ms).await
+    }
+
+    async fn set_state(
+        &self,
+        target: &TargetDigest,
+        state: TargetState,
+        reason_code: &str,
+        now_ms: i64,
+    ) -> Result<TargetStatus, AuthorityServiceError> {
+        if !target.is_well_formed() {
+            return Err(AuthorityServiceError::InvalidInput { what: "target digest" });
+        }
+        if !is_reason_code(reason_code) {
+            return Err(AuthorityServiceError::InvalidInput {
+                what: "reason code (1-256 bytes, no control characters)",
+            });
+        }
+        let generation: i64 = sqlx::query_scalar(SET_STATE)
+            .bind(target.kind.as_str())
+            .bind(&target.digest)
+            .bind(state.as_str())
+            .bind(reason_code)
+            .bind(now_ms)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(storage("set state"))?;
+        let generation =
+            u64::try_from(generation).map_err(|_| AuthorityServiceError::Corrupt { what: "generation" })?;
+        if generation > MAX_SAFE_INTEGER {
+            return Err(AuthorityServiceError::Corrupt { what: "generation beyond 2^53" });
+        }
+        tracing::info!(target_kind = %target.kind, generation, state = state.as_str(), "authority state changed");
+        Ok(TargetStatus {
+            target: target.clone(),
+            state,
+            generation,
+            reason_code: reason_code.to_owned(),
+            updated_at_ms: now_ms,
+        })
+    }
+
+    /// `palisade authority status`: every target that has a stored state, by kind and digest.
+    pub async fn status(&self) -> Result<Vec<TargetStatus>, AuthorityServiceError> {
+        let rows = sqlx::query(
+            "SELECT kind, digest, state, generation, reason_code, updated_at_ms FROM killswitch_authority_targets ORDER BY kind, digest",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(storage("status"))?;
+        rows.iter()
+            .map(|row| {
+                let kind: String = row.try_get(0).map_err(storage("status"))?;
+                let kind =
+                    TargetKind::from_name(&kind).ok_or(AuthorityServiceError::Corrupt { what: "target kind" })?;
+                let digest: String = row.try_get(1).map_err(storage("status"))?;
+                status_from_columns(
+                    TargetDigest { kind, digest },
+                    row.try_get(2).map_err(storage("status"))?,
+                    row.try_get(3).map_err(storage("status"))?,
+                    row.try_get(4).map_err(storage("status"))?,
+                    row.try_get(5).map_err(storage("status"))?,
+                )
+            })
+            .collect()
+    }
+
+    /// One target's state (ENABLE at generation 1 if never touched).
+    pub async fn target_status(&self, target: &TargetDigest) -> Result<TargetStatus, AuthorityServiceError> {
+        let mut connection = self.pool.acquire().await.map_err(storage("status"))?;
+        read_target(&mut connection, target).await
+    }
+
+    /// Reads every target's state in one transaction and, when `issue` is given as
+    /// `(now_ms, token_ttl_ms)`, issues a one-use commit token for each ENABLE target (stored as
+    /// its SHA-256 only).
+    pub(crate) async fn read_heads(
+        &self,
+        targets: &[TargetDigest],
+        issue: Option<(i64, i64)>,
+    ) -> Result<Vec<(TargetStatus, Option<String>)>, AuthorityServiceError> {
+        let mut transaction = match issue {
+            Some(_) => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            None => self.pool.begin().await,
+        }
+        .map_err(storage("read heads"))?;
+        let mut heads = Vec::with_capacity(targets.len());
+        for target in targets {
+            let status = read_target(&mut transaction, target).await?;
+            let token = match issue {
+                Some((now_ms, ttl_ms)) if status.state == TargetState::Enable => {
+                    let mut bytes = [0_u8; 32];
+                    self.random
+                        .fill(&mut bytes)
+                        .map_err(|_| AuthorityServiceError::Corrupt { what: "random generator" })?;
+                    let token = hex(&bytes);
+                    sqlx::query(MATERIALIZE_DEFAULT)
+                        .bind(target.kind.as_str())
+                        .bind(&target.digest)
+                        .bind(DEFAULT_REASON)
+                        .bind(now_ms)
+                        .execute(&mut *transaction)
+                        .await
+                        .map_err(storage("issue token"))?;
+                    sqlx::query(INSERT_TOKEN)
+                        .bind(sha256_hex(token.as_bytes()))
+                        .bind(target.kind.as_str())
+                        .bind(&target.digest)
+                        .bind(to_i64(status.generation)?)
+                        .bind(now_ms)
+                        .bind(now_ms.saturating_add(ttl_ms))
+                        .execute(&mut *transaction)
+                        .await
+                        .map_err(storage("issue token"))?;
+                    Some(token)
+                }
+                _ => None,
+            };
+            heads.push((status, token));
+        }
+        transaction.commit().await.map_err(storage("read heads"))?;
+        Ok(heads)
+    }
+
+    /// Redeems a token in its own transaction (the HTTP redeem endpoint).
+    pub async fn redeem(&self, request: &RedeemRequest, now_ms: i64) -> Result<(), RedeemError> {
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(RedeemError::Storage)?;
+        redeem_commit_token(&mut transaction, request, now_ms).await?;
+        transaction.commit().await.map_err(RedeemError::Storage)
+    }
+
+    /// Deletes tokens that expired before `before_ms`; returns how many.
+    pub async fn purge_expired_tokens(&self, before_ms: i64) -> Result<u64, AuthorityServiceError> {
+        let result = sqlx::query("DELETE FROM killswitch_authority_tokens WHERE expires_at_ms < ?1")
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await
+            .map_err(storage("purge"))?;
+        Ok(result.rows_affected())
+    }
+}
+
+/// Redeems a commit token inside the caller's transaction on a database shared with the
+/// authority. Call it in the same transaction as the protected effect, before committing; on
+/// `Err` roll back. Start that transaction with `BEGIN IMMEDIATE`
+/// (`pool.begin_with("BEGIN IMMEDIATE")`) so it holds SQLite's write lock from the start.
+///
+/// Succeeds only if the token exists, was issued for this target and generation, is unused and
+/// unexpired, and the target is still ENABLE at that generation — one SQL statement, so a
+/// DISABLE committed before it always wins.
+pub async fn redeem_commit_token(
+    connection: &mut SqliteConnection,
+    request: &RedeemRequest,
+    now_ms: i64,
+) -> Result<(), RedeemError> {
+    let Ok(generation) = i64::try_from(request.generation) else {
+        return Err(RedeemError::Rejected(RedeemRejection::Mismatch));
+    };
+    let token_digest = sha256_hex(request.token.as_bytes());
+    let result = sqlx::query(REDEEM)
+        .bind(now_ms)
+        .bind(&token_digest)
+        .bind(request.target.kind.as_str())
+        .bind(&request.target.digest)
+        .bind(generation)
+        .execute(&mut *connection)
+        .await
+        .map_err(RedeemError::Storage)?;
+    if result.rows_affected() == 1 {
+        return Ok(());
+    }
+    // Find out why, for the operator's log; the answer is a refusal either way.
+    let row = sqlx::query(SELECT_TOKEN)
+        .bind(&token_digest)
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(RedeemError::Storage)?;
+    let rejection = match row {
+        None => RedeemRejection::Unknown,
+        Some(row) => {
+            let kind: String = row.try_get(0).map_err(RedeemError::Storage)?;
+            let digest: String = row.try_get(1).map_err(RedeemError::Storage)?;
+            let issued_generation: i64 = row.try_get(2).map_err(RedeemError::Storage)?;
+            let expires_at_ms: i64 = row.try_get(3).map_err(RedeemError::Storage)?;
+            let redeemed_at_ms: Option<i64> = row.try_get(4).map_err(RedeemError::Storage)?;
+            if redeemed_at_ms.is_some() {
+                RedeemRejection::AlreadyUsed
+            } else if kind != request.target.kind.as_str()
+                || digest != request.target.digest
+                || issued_generation != generation
+            {
+                RedeemRejection::Mismatch
+            } else if expires_at_ms <= now_ms {
+                RedeemRejection::Expired
+            } else {
+                RedeemRejection::Superseded
+            }
+        }
+    };
+    Err(RedeemError::Rejected(rejection))
+}
+
+async fn read_target(
+    connection: &mut SqliteConnection,
+    target: &TargetDigest,
+) -> Result<TargetStatus, AuthorityServiceError> {
+    let row = sqlx::query(SELECT_TARGET)
+        .bind(target.kind.as_str())
+        .bind(&target.digest)
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(storage("read target"))?;
+    match row {
+        None => Ok(TargetStatus {
+            target: target.clone(),
+            state: TargetState::Enable,
+            generation: 1,
+            reason_code: DEFAULT_REASON.to_owned(),
+            updated_at_ms: 0,
+        }),
+        Some(row) => status_from_columns(
+            target.clone(),
+            row.try_get(0).map_err(storage("read target"))?,
+            row.try_get(1).map_err(storage("read target"))?,
+            row.try_get(2).map_err(storage("read target"))?,
+            row.try_get(3).map_err(storage("read target"))?,
+        ),
+    }
+}
+
+fn status_from_columns(
+    target: TargetDigest,
+    state: String,
+    generation: i64,
+    reason_code: String,
+    updated_at_ms: i64,
+) -> Result<TargetStatus, AuthorityServiceError> {
+    let state = match state.as_str() {
+        "ENABLE" => TargetState::Enable,
+        "DISABLE" => TargetState::Disable,
+        _ => return Err(AuthorityServiceError::Corrupt { what: "state" }),
+    };
+    let generation = u64::try_from(generation).map_err(|_| AuthorityServiceError::Corrupt { what: "generation" })?;
+    Ok(TargetStatus { target, state, generation, reason_code, updated_at_ms })
+}
+
+fn is_reason_code(reason: &str) -> bool {
+    !reason.trim().is_empty() && reason.len() <= 256 && !reason.chars().any(char::is_control)
+}

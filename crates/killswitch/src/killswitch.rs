@@ -1,0 +1,432 @@
+//! The `KillSwitch` facade the request pipeline calls twice per covered operation:
+//! [`KillSwitch::pre_dispatch`] (before the handler) and [`KillSwitch::pre_side_effect`] (after
+//! the side-effect-free preparation, before the commit). Each asks the authority once for every
+//! target of the operation, verifies the signed heads, accepts their generations monotonically
+//! and refuses on any DISABLE or doubt. The second phase yields the [`CommitFence`] that only it
+//! can make.
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use crate::client::{AuthorityClient, AuthorityError, CommitToken, VerifiedHead};
+use crate::clock::Clock;
+use crate::generation::{GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome};
+use crate::head::{Phase, RedeemRequest, TargetState};
+use crate::policy::{Coverage, Policy, RegistryError};
+use crate::target::{TargetDigest, TargetKey, TargetKind, TargetValues};
+
+/// Why the kill switch refused. Every variant is a refusal; only [`KillSwitchError::Disabled`]
+/// is the authority's deliberate decision, the rest are doubts (fail closed).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KillSwitchError {
+    /// The server exposes operations the signed registry does not list (at start).
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The policy's generation is lower than one accepted before, or the same generation with a
+    /// different policy (at start).
+    #[error("policy generation refused by the generation store ({outcome:?})")]
+    PolicyGenerationRefused {
+        /// STALE or CONFLICT.
+        outcome: MonotonicOutcome,
+    },
+    /// The operation is not in the signed registry.
+    #[error("operation {operation} is absent from the signed registry")]
+    UnlistedOperation {
+        /// The operation key.
+        operation: String,
+    },
+    /// The policy's `not_after` has passed.
+    #[error("kill-switch policy expired")]
+    PolicyExpired,
+    /// The request lacks a value for a target kind the rule requires.
+    #[error("required target {kind} missing")]
+    MissingTarget {
+        /// The kind.
+        kind: TargetKind,
+    },
+    /// The authority could not be asked, or its answer did not verify.
+    #[error("disable authority answer unusable")]
+    Authority(#[from] AuthorityError),
+    /// The generation store could not be used.
+    #[error("generation store unusable")]
+    Store(#[from] GenerationStoreError),
+    /// A head's generation is lower than one accepted before (rollback / replayed old head).
+    #[error("authority head for {kind} is older than one accepted before")]
+    StaleGeneration {
+        /// The target's kind.
+        kind: TargetKind,
+    },
+    /// A head claims an accepted generation with a different state.
+    #[error("authority head for {kind} conflicts with the accepted head of its generation")]
+    GenerationConflict {
+        /// The target's kind.
+        kind: TargetKind,
+    },
+    /// The authority says DISABLE for a target of this operation.
+    #[error("operation disabled by the authority (target {kind}, generation {generation})")]
+    Disabled {
+        /// The disabled target's kind.
+        kind: TargetKind,
+        /// The head generation.
+        generation: u64,
+        /// The authority's reason code.
+        reason_code: String,
+    },
+    /// The rule requires a commit fence and the authority issued no token for a target.
+    #[error("commit fence required but no token issued for {kind}")]
+    FenceMissing {
+        /// The target's kind.
+        kind: TargetKind,
+    },
+    /// The clearance passed to `pre_side_effect` belongs to another operation, policy or targets.
+    #[error("dispatch clearance does not match this operation")]
+    ClearanceMismatch,
+}
+
+impl KillSwitchError {
+    /// Whether the refusal is the authority's DISABLE (as opposed to a doubt).
+    pub fn is_disabled(&self) -> bool {
+        matches!(self, KillSwitchError::Disabled { .. })
+    }
+}
+
+/// A target observed DISABLE, broadcast to [`KillSwitch::subscribe_disables`] subscribers (e.g.
+/// to close listen streams on that target).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DisableEvent {
+    /// The target.
+    pub target: TargetDigest,
+    /// The DISABLE head's generation.
+    pub generation: u64,
+    /// The authority's reason code.
+    pub reason_code: String,
+}
+
+/// Proof that `pre_dispatch` passed for one operation and its targets. Only the kill switch makes
+/// one; `pre_side_effect` requires it.
+#[derive(Debug, Clone)]
+pub struct DispatchClearance {
+    operation: String,
+    policy_digest: String,
+    targets: Vec<TargetDigest>,
+    generations: Vec<u64>,
+    not_applicable_reason: Option<String>,
+}
+
+impl DispatchClearance {
+    /// The operation key.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The targets checked (empty for NOT_APPLICABLE).
+    pub fn targets(&self) -> &[TargetDigest] {
+        &self.targets
+    }
+
+    /// The head generation accepted per target (same order as `targets`).
+    pub fn generations(&self) -> &[u64] {
+        &self.generations
+    }
+
+    /// The registry's technical reason when the operation is NOT_APPLICABLE.
+    pub fn not_applicable_reason(&self) -> Option<&str> {
+        self.not_applicable_reason.as_deref()
+    }
+}
+
+/// One target's commit token, bound by the authority to the target and its head generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceToken {
+    /// The target.
+    pub target: TargetDigest,
+    /// The ENABLE head generation the token is bound to.
+    pub generation: u64,
+    /// The one-use token.
+    pub token: CommitToken,
+}
+
+impl FenceToken {
+    /// What the backend redeems in its commit transaction.
+    pub fn redeem_request(&self) -> RedeemRequest {
+        RedeemRequest {
+            token: self.token.expose().to_owned(),
+            target: self.target.clone(),
+            generation: self.generation,
+        }
+    }
+}
+
+/// The commit fence: the authority's one-use tokens for every target of a covered operation,
+/// for the backend to redeem atomically with its effect. Only [`KillSwitch::pre_side_effect`]
+/// makes one; a backend commit path should take it by value.
+#[derive(Debug, Clone)]
+pub struct CommitFence {
+    operation: String,
+    policy_generation: u64,
+    required: bool,
+    tokens: Vec<FenceToken>,
+    not_applicable_reason: Option<String>,
+}
+
+impl CommitFence {
+    /// The operation key.
+    pub fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    /// The policy generation it was issued under.
+    pub fn policy_generation(&self) -> u64 {
+        self.policy_generation
+    }
+
+    /// Whether the registry requires the backend to redeem every token in its commit.
+    pub fn is_required(&self) -> bool {
+        self.required
+    }
+
+    /// The tokens, one per target (empty for NOT_APPLICABLE; may be partial only when not required).
+    pub fn tokens(&self) -> &[FenceToken] {
+        &self.tokens
+    }
+
+    /// The registry's technical reason when the operation is NOT_APPLICABLE (empty fence set by design).
+    pub fn not_applicable_reason(&self) -> Option<&str> {
+        self.not_applicable_reason.as_deref()
+    }
+
+    /// The redeem requests, one per token.
+    pub fn redeem_requests(&self) -> Vec<RedeemRequest> {
+        self.tokens.iter().map(FenceToken::redeem_request).collect()
+    }
+}
+
+/// What [`KillSwitch::start`] needs.
+pub struct KillSwitchConfig {
+    /// The verified policy ([`Policy::load`]).
+    pub policy: Policy,
+    /// Every operation key the server exposes; the registry must list each.
+    pub exposed_operations: Vec<String>,
+    /// The authority client.
+    pub authority: AuthorityClient,
+    /// The generation store shared by every instance.
+    pub store: Arc<dyn GenerationStore>,
+    /// The target digest key (shared by every instance and the authority's operators).
+    pub target_key: TargetKey,
+    /// The clock ([`crate::SystemClock`] in production).
+    pub clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for KillSwitchConfig {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("KillSwitchConfig").field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    policy: Policy,
+    authority: AuthorityClient,
+    store: Arc<dyn GenerationStore>,
+    target_key: TargetKey,
+    clock: Arc<dyn Clock>,
+    disables: broadcast::Sender<DisableEvent>,
+}
+
+/// The kill switch. Cheap to clone.
+#[derive(Clone)]
+pub struct KillSwitch {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for KillSwitch {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("KillSwitch").field("policy", &self.inner.policy).finish_non_exhaustive()
+    }
+}
+
+enum Checked {
+    NotApplicable(String),
+    Covered { require_fence: bool, targets: Vec<TargetDigest>, heads: Vec<VerifiedHead> },
+}
+
+impl KillSwitch {
+    /// Starts the kill switch: refuses a registry missing any exposed operation, an expired
+    /// policy, and a policy generation lower than (or conflicting with) one accepted before;
+    /// records the policy generation in the generation store.
+    pub async fn start(config: KillSwitchConfig) -> Result<Self, KillSwitchError> {
+        let KillSwitchConfig { policy, exposed_operations, authority, store, target_key, clock } = config;
+        policy.check_complete(exposed_operations.iter().map(String::as_str))?;
+        if policy.is_expired(clock.now_ms()) {
+            return Err(KillSwitchError::PolicyExpired);
+        }
+        let record = GenerationRecord {
+            authority: policy.authority().to_owned(),
+            subject: GenerationSubject::Policy,
+            generation: policy.generation(),
+            digest: policy.digest().to_owned(),
+            state: "POLICY".to_owned(),
+        };
+        let outcomes = store.accept_all(std::slice::from_ref(&record)).await?;
+        match outcomes.as_slice() {
+            [outcome] if outcome.is_acceptable() => {}
+            [outcome] => return Err(KillSwitchError::PolicyGenerationRefused { outcome: *outcome }),
+            _ => return Err(GenerationStoreError::Corrupt { what: "outcome count" }.into()),
+        }
+        let (disables, _) = broadcast::channel(256);
+        Ok(Self { inner: Arc::new(Inner { policy, authority, store, target_key, clock, disables }) })
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> &Policy {
+        &self.inner.policy
+    }
+
+    /// Subscribes to DISABLE observations (from either phase's authority answers).
+    pub fn subscribe_disables(&self) -> broadcast::Receiver<DisableEvent> {
+        self.inner.disables.subscribe()
+    }
+
+    /// The digest of a target value, as the authority and [`DisableEvent`]s name it.
+    pub fn target_digest(&self, kind: TargetKind, value: &str) -> TargetDigest {
+        self.inner.target_key.digest(kind, value)
+    }
+
+    /// Phase 1, before the handler runs. NOT_APPLICABLE operations pass without a query.
+    pub async fn pre_dispatch(
+        &self,
+        operation: &str,
+        targets: &TargetValues,
+    ) -> Result<DispatchClearance, KillSwitchError> {
+        let clearance = match self.check(operation, targets, Phase::PreDispatch).await? {
+            Checked::NotApplicable(reason) => DispatchClearance {
+                operation: operation.to_owned(),
+                policy_digest: self.inner.policy.digest().to_owned(),
+                targets: Vec::new(),
+                generations: Vec::new(),
+                not_applicable_reason: Some(reason),
+            },
+            Checked::Covered { targets, heads, .. } => DispatchClearance {
+                operation: operation.to_owned(),
+                policy_digest: self.inner.policy.digest().to_owned(),
+                targets,
+                generations: heads.iter().map(|head| head.generation).collect(),
+                not_applicable_reason: None,
+            },
+        };
+        Ok(clearance)
+    }
+
+    /// Phase 2, after the side-effect-free preparation and before the commit: asks again (the
+    /// state may have changed since dispatch) and returns the commit fence.
+    pub async fn pre_side_effect(
+        &self,
+        operation: &str,
+        targets: &TargetValues,
+        clearance: &DispatchClearance,
+    ) -> Result<CommitFence, KillSwitchError> {
+        if clearance.operation != operation || clearance.policy_digest != self.inner.policy.digest() {
+            return Err(KillSwitchError::ClearanceMismatch);
+        }
+        match self.check(operation, targets, Phase::PreSideEffect).await? {
+            Checked::NotApplicable(reason) => Ok(CommitFence {
+                operation: operation.to_owned(),
+                policy_generation: self.inner.policy.generation(),
+                required: false,
+                tokens: Vec::new(),
+                not_applicable_reason: Some(reason),
+            }),
+            Checked::Covered { require_fence, targets: digests, heads } => {
+                if digests != clearance.targets {
+                    return Err(KillSwitchError::ClearanceMismatch);
+                }
+                let mut tokens = Vec::with_capacity(heads.len());
+                for head in heads {
+                    match head.commit_token {
+                        Some(token) => {
+                            tokens.push(FenceToken { target: head.target, generation: head.generation, token })
+                        }
+                        None if require_fence => return Err(KillSwitchError::FenceMissing { kind: head.target.kind }),
+                        None => {}
+                    }
+                }
+                Ok(CommitFence {
+                    operation: operation.to_owned(),
+                    policy_generation: self.inner.policy.generation(),
+                    required: require_fence,
+                    tokens,
+                    not_applicable_reason: None,
+                })
+            }
+        }
+    }
+
+    async fn check(&self, operation: &str, values: &TargetValues, phase: Phase) -> Result<Checked, KillSwitchError> {
+        let inner = &self.inner;
+        if inner.policy.is_expired(inner.clock.now_ms()) {
+            return Err(KillSwitchError::PolicyExpired);
+        }
+        let rule = inner
+            .policy
+            .lookup(operation)
+            .ok_or_else(|| KillSwitchError::UnlistedOperation { operation: operation.to_owned() })?;
+        if rule.coverage == Coverage::NotApplicable {
+            return Ok(Checked::NotApplicable(rule.technical_reason.clone().unwrap_or_default()));
+        }
+        let targets = rule
+            .required_target_kinds
+            .iter()
+            .map(|kind| {
+                let value = values.get(*kind).ok_or(KillSwitchError::MissingTarget { kind: *kind })?;
+                Ok(inner.target_key.digest(*kind, value))
+            })
+            .collect::<Result<Vec<_>, KillSwitchError>>()?;
+        let heads = inner.authority.current_heads(&inner.policy, phase, &targets, inner.clock.as_ref()).await?;
+        let records: Vec<GenerationRecord> = heads
+            .iter()
+            .map(|head| GenerationRecord {
+                authority: inner.policy.authority().to_owned(),
+                subject: GenerationSubject::Target(head.target.clone()),
+                generation: head.generation,
+                digest: head.state_digest.clone(),
+                state: head.state.as_str().to_owned(),
+            })
+            .collect();
+        let outcomes = inner.store.accept_all(&records).await?;
+        if outcomes.len() != heads.len() {
+            return Err(GenerationStoreError::Corrupt { what: "outcome count" }.into());
+        }
+        for (head, outcome) in heads.iter().zip(&outcomes) {
+            match outcome {
+                MonotonicOutcome::Stale => return Err(KillSwitchError::StaleGeneration { kind: head.target.kind }),
+                MonotonicOutcome::Conflict => {
+                    return Err(KillSwitchError::GenerationConflict { kind: head.target.kind });
+                }
+                MonotonicOutcome::Accepted | MonotonicOutcome::Replay => {}
+            }
+        }
+        // Broadcast every DISABLE of the answer before refusing, so listeners learn all of them.
+        let mut refusal = None;
+        for head in &heads {
+            if head.state == TargetState::Disable {
+                let event = DisableEvent {
+                    target: head.target.clone(),
+                    generation: head.generation,
+                    reason_code: head.reason_code.clone(),
+                };
+                // No subscriber is not an error.
+                let _ = inner.disables.send(event);
+                refusal.get_or_insert(KillSwitchError::Disabled {
+                    kind: head.target.kind,
+                    generation: head.generation,
+                    reason_code: head.reason_code.clone(),
+                });
+            }
+        }
+        if let Some(refusal) = refusal {
+            return Err(refusal);
+        }
+        Ok(Checked::Covered { require_fence: rule.require_commit_fence, targets, heads })
+    }
+}
