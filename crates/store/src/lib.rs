@@ -1,7 +1,7 @@
 //! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]) and explicit
-//! application handles ([`HandleStore`]) on SQLite and PostgreSQL, group commit in front of the
+//! application handles ([`HandleStore`]) and durable tasks ([`TaskStore`]) on SQLite and PostgreSQL, group commit in front of the
 //! log ([`AuditWriter`]), and [`open_store`] choosing a backend from a URL ([`Store`] is every
-//! trait at once). Later: tasks, pins.
+//! trait at once). Later: pins.
 //!
 //! **Architecture Invariant:** the audit log is one chain. Record `seq` stores
 //! `hash = SHA-256(prev_hash || canonical JSON of the record)`; appenders in any number of tasks,
@@ -35,6 +35,7 @@ mod postgres;
 mod record;
 mod sqlite;
 mod store;
+mod tasks;
 mod writer;
 
 pub use chain::{ChainBreak, ChainBreakKind, ChainReport};
@@ -47,13 +48,14 @@ pub use postgres::{PostgresOptions, PostgresStore};
 pub use record::{AuditRecord, Decision, GENESIS_HASH, MAX_FIELD_BYTES, MAX_SCOPES, StoredAuditRecord, chain_hash};
 pub use sqlite::SqliteStore;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture};
+pub use tasks::{MAX_TASK_HISTORY, TERMINAL_STATUSES, TaskRow, TaskStore};
 pub use writer::{AuditWriter, AuditWriterConfig};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.
-pub trait Store: AuditStore + HandleStore {}
+pub trait Store: AuditStore + HandleStore + TaskStore {}
 
-impl<T: AuditStore + HandleStore> Store for T {}
+impl<T: AuditStore + HandleStore + TaskStore> Store for T {}
 
 /// Opens the store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
 /// `postgres://…` / `postgresql://…` (see [`PostgresStore::connect`]). Migrates and checks

@@ -12,6 +12,9 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use crate::chain::{self, AuditRow, Head, decode_row};
 use crate::handles::{Bind, SummaryRow, decode_summary, revoke_statement, sql};
 use crate::store::{MAX_RECENT, StoreFuture};
+use crate::tasks::{
+    self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
+};
 use crate::{
     AuditRecord, AuditStore, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST,
     NewHandle, Revocation, RevokeSelector, StoreError, StoredAuditRecord,
@@ -347,6 +350,221 @@ impl HandleStore for PostgresStore {
     fn purge_handles(&self, before_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
         Box::pin(self.purge_handles_inner(before_ms, limit))
     }
+}
+
+impl PostgresStore {
+    async fn insert_task_inner(&self, task: TaskRow) -> Result<(), StoreError> {
+        task.validate()?;
+        let during = "insert_task";
+        let sqlx_error = |error| StoreError::from_sqlx(during, error);
+        let (digest, at, status) = (task.digest.to_vec(), task.created_ms, task.status.clone());
+        let mut transaction = self.pool.begin().await.map_err(sqlx_error)?;
+        bind_task_insert!(sqlx::query(tasks::sql::INSERT), task)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        sqlx::query(tasks::sql::HISTORY_INSERT)
+            .bind(digest.clone())
+            .bind(at)
+            .bind(status)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        // Delivered to every instance's listener at commit.
+        sqlx::query(NOTIFY_TASK).bind(hex(&digest)).execute(&mut *transaction).await.map_err(sqlx_error)?;
+        transaction.commit().await.map_err(sqlx_error)
+    }
+
+    async fn load_owned_task_inner(
+        &self,
+        digest: [u8; 32],
+        owner: &HandleOwner,
+        now_ms: i64,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let row: Option<TaskTuple> = sqlx::query_as(tasks::sql::LOAD_OWNED)
+            .bind(digest.to_vec())
+            .bind(owner.subject_key.to_vec())
+            .bind(owner.tenant.as_str())
+            .bind(owner.client.as_str())
+            .bind(now_ms)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|error| StoreError::from_sqlx("load_task", error))?;
+        row.map(decode_task).transpose()
+    }
+
+    async fn load_task_inner(&self, digest: [u8; 32]) -> Result<Option<TaskRow>, StoreError> {
+        let row: Option<TaskTuple> = sqlx::query_as(tasks::sql::LOAD)
+            .bind(digest.to_vec())
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|error| StoreError::from_sqlx("load_task", error))?;
+        row.map(decode_task).transpose()
+    }
+
+    async fn swap_task_inner(&self, next: TaskRow, expected_version: i64) -> Result<bool, StoreError> {
+        next.validate()?;
+        let during = "swap_task";
+        let sqlx_error = |error| StoreError::from_sqlx(during, error);
+        let (digest, at, status) = (next.digest.to_vec(), next.updated_ms, next.status.clone());
+        let mut transaction = self.pool.begin().await.map_err(sqlx_error)?;
+        let previous: Option<(String,)> = sqlx::query_as(STATUS_FOR_UPDATE)
+            .bind(digest.clone())
+            .fetch_optional(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        let done = bind_task_swap!(sqlx::query(tasks::sql::SWAP), next, expected_version)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if previous.is_some_and(|(previous,)| previous != status) {
+            sqlx::query(tasks::sql::HISTORY_INSERT)
+                .bind(digest.clone())
+                .bind(at)
+                .bind(status)
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+        }
+        // Delivered to every instance's listener at commit.
+        sqlx::query(NOTIFY_TASK).bind(hex(&digest)).execute(&mut *transaction).await.map_err(sqlx_error)?;
+        transaction.commit().await.map_err(sqlx_error)?;
+        Ok(true)
+    }
+
+    async fn orphaned_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<Vec<TaskRow>, StoreError> {
+        let rows: Vec<TaskTuple> = sqlx::query_as(tasks::sql::ORPHANS)
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|error| StoreError::from_sqlx("orphaned_tasks", error))?;
+        rows.into_iter().map(decode_task).collect()
+    }
+
+    async fn task_history_inner(&self, digest: [u8; 32]) -> Result<Vec<(i64, String)>, StoreError> {
+        sqlx::query_as(tasks::sql::HISTORY)
+            .bind(digest.to_vec())
+            .bind(i64::from(MAX_TASK_HISTORY))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|error| StoreError::from_sqlx("task_history", error))
+    }
+
+    async fn purge_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let during = "purge_tasks";
+        let sqlx_error = |error| StoreError::from_sqlx(during, error);
+        let mut transaction = self.pool.begin().await.map_err(sqlx_error)?;
+        sqlx::query(tasks::sql::PURGE_HISTORY)
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        let done = sqlx::query(tasks::sql::PURGE)
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        transaction.commit().await.map_err(sqlx_error)?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl TaskStore for PostgresStore {
+    fn insert_task(&self, task: TaskRow) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_task_inner(task))
+    }
+
+    fn load_owned_task(&self, digest: [u8; 32], owner: &HandleOwner, now_ms: i64) -> StoreFuture<'_, Option<TaskRow>> {
+        let owner = owner.clone();
+        Box::pin(async move { self.load_owned_task_inner(digest, &owner, now_ms).await })
+    }
+
+    fn load_task(&self, digest: [u8; 32]) -> StoreFuture<'_, Option<TaskRow>> {
+        Box::pin(self.load_task_inner(digest))
+    }
+
+    fn swap_task(&self, next: TaskRow, expected_version: i64) -> StoreFuture<'_, bool> {
+        Box::pin(self.swap_task_inner(next, expected_version))
+    }
+
+    fn orphaned_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, Vec<TaskRow>> {
+        Box::pin(self.orphaned_tasks_inner(now_ms, limit))
+    }
+
+    fn task_history(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<(i64, String)>> {
+        Box::pin(self.task_history_inner(digest))
+    }
+
+    fn purge_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(self.purge_tasks_inner(now_ms, limit))
+    }
+
+    fn task_changes(&self) -> Option<tokio::sync::mpsc::Receiver<[u8; 32]>> {
+        Some(spawn_task_listener(self.pool.clone()))
+    }
+}
+
+/// The current status, locked until commit (the swap's history row needs it).
+const STATUS_FOR_UPDATE: &str = "SELECT status FROM tasks WHERE task_digest = $1 FOR UPDATE";
+/// The channel task changes are announced on.
+const TASK_CHANNEL: &str = "palisade_tasks";
+const NOTIFY_TASK: &str = "SELECT pg_notify('palisade_tasks', $1)";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// Listens on the task channel (reconnecting after errors) and forwards changed digests.
+fn spawn_task_listener(pool: PgPool) -> tokio::sync::mpsc::Receiver<[u8; 32]> {
+    let (sender, receiver) = tokio::sync::mpsc::channel(1024);
+    tokio::spawn(async move {
+        loop {
+            let listener = async {
+                let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+                listener.listen(TASK_CHANNEL).await?;
+                Ok::<_, sqlx::Error>(listener)
+            };
+            match listener.await {
+                Ok(mut listener) => loop {
+                    match listener.recv().await {
+                        Ok(notification) => {
+                            let Some(digest) = unhex(notification.payload()) else { continue };
+                            if sender.send(digest).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "task change listener lost its connection");
+                            break;
+                        }
+                    }
+                },
+                Err(error) => tracing::warn!(%error, "task change listener cannot connect"),
+            }
+            if sender.is_closed() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    receiver
+}
+
+fn unhex(text: &str) -> Option<[u8; 32]> {
+    if text.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (index, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * index..2 * index + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 impl AuditStore for PostgresStore {

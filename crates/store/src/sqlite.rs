@@ -13,6 +13,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use crate::chain::{self, AuditRow, Head, decode_row};
 use crate::handles::{Bind, SummaryRow, decode_summary, revoke_statement, sql};
 use crate::store::{MAX_RECENT, StoreFuture};
+use crate::tasks::{
+    self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
+};
 use crate::{
     AuditRecord, AuditStore, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST,
     NewHandle, Revocation, RevokeSelector, StoreError, StoredAuditRecord,
@@ -331,6 +334,158 @@ impl HandleStore for SqliteStore {
 
     fn purge_handles(&self, before_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
         Box::pin(self.purge_handles_inner(before_ms, limit))
+    }
+}
+
+impl SqliteStore {
+    async fn insert_task_inner(&self, task: TaskRow) -> Result<(), StoreError> {
+        task.validate()?;
+        let during = "insert_task";
+        let sqlx_error = |error| StoreError::from_sqlx(during, error);
+        let (digest, at, status) = (task.digest.to_vec(), task.created_ms, task.status.clone());
+        let mut transaction = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(sqlx_error)?;
+        bind_task_insert!(sqlx::query(sqlite_sql!(tasks::sql::INSERT)), task)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        sqlx::query(sqlite_sql!(tasks::sql::HISTORY_INSERT))
+            .bind(digest.clone())
+            .bind(at)
+            .bind(status)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+
+        transaction.commit().await.map_err(sqlx_error)
+    }
+
+    async fn load_owned_task_inner(
+        &self,
+        digest: [u8; 32],
+        owner: &HandleOwner,
+        now_ms: i64,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let row: Option<TaskTuple> = sqlx::query_as(sqlite_sql!(tasks::sql::LOAD_OWNED))
+            .bind(digest.to_vec())
+            .bind(owner.subject_key.to_vec())
+            .bind(owner.tenant.as_str())
+            .bind(owner.client.as_str())
+            .bind(now_ms)
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(|error| StoreError::from_sqlx("load_task", error))?;
+        row.map(decode_task).transpose()
+    }
+
+    async fn load_task_inner(&self, digest: [u8; 32]) -> Result<Option<TaskRow>, StoreError> {
+        let row: Option<TaskTuple> = sqlx::query_as(sqlite_sql!(tasks::sql::LOAD))
+            .bind(digest.to_vec())
+            .fetch_optional(&self.reader)
+            .await
+            .map_err(|error| StoreError::from_sqlx("load_task", error))?;
+        row.map(decode_task).transpose()
+    }
+
+    async fn swap_task_inner(&self, next: TaskRow, expected_version: i64) -> Result<bool, StoreError> {
+        next.validate()?;
+        let during = "swap_task";
+        let sqlx_error = |error| StoreError::from_sqlx(during, error);
+        let (digest, at, status) = (next.digest.to_vec(), next.updated_ms, next.status.clone());
+        let mut transaction = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(sqlx_error)?;
+        let previous: Option<(String,)> = sqlx::query_as(sqlite_sql!(tasks::sql::STATUS))
+            .bind(digest.clone())
+            .fetch_optional(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        let done = bind_task_swap!(sqlx::query(sqlite_sql!(tasks::sql::SWAP)), next, expected_version)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        if done.rows_affected() != 1 {
+            return Ok(false);
+        }
+        if previous.is_some_and(|(previous,)| previous != status) {
+            sqlx::query(sqlite_sql!(tasks::sql::HISTORY_INSERT))
+                .bind(digest.clone())
+                .bind(at)
+                .bind(status)
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+        }
+
+        transaction.commit().await.map_err(sqlx_error)?;
+        Ok(true)
+    }
+
+    async fn orphaned_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<Vec<TaskRow>, StoreError> {
+        let rows: Vec<TaskTuple> = sqlx::query_as(sqlite_sql!(tasks::sql::ORPHANS))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await
+            .map_err(|error| StoreError::from_sqlx("orphaned_tasks", error))?;
+        rows.into_iter().map(decode_task).collect()
+    }
+
+    async fn task_history_inner(&self, digest: [u8; 32]) -> Result<Vec<(i64, String)>, StoreError> {
+        sqlx::query_as(sqlite_sql!(tasks::sql::HISTORY))
+            .bind(digest.to_vec())
+            .bind(i64::from(MAX_TASK_HISTORY))
+            .fetch_all(&self.reader)
+            .await
+            .map_err(|error| StoreError::from_sqlx("task_history", error))
+    }
+
+    async fn purge_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let during = "purge_tasks";
+        let sqlx_error = |error| StoreError::from_sqlx(during, error);
+        let mut transaction = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(sqlx_error)?;
+        sqlx::query(sqlite_sql!(tasks::sql::PURGE_HISTORY))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        let done = sqlx::query(sqlite_sql!(tasks::sql::PURGE))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        transaction.commit().await.map_err(sqlx_error)?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl TaskStore for SqliteStore {
+    fn insert_task(&self, task: TaskRow) -> StoreFuture<'_, ()> {
+        Box::pin(self.insert_task_inner(task))
+    }
+
+    fn load_owned_task(&self, digest: [u8; 32], owner: &HandleOwner, now_ms: i64) -> StoreFuture<'_, Option<TaskRow>> {
+        let owner = owner.clone();
+        Box::pin(async move { self.load_owned_task_inner(digest, &owner, now_ms).await })
+    }
+
+    fn load_task(&self, digest: [u8; 32]) -> StoreFuture<'_, Option<TaskRow>> {
+        Box::pin(self.load_task_inner(digest))
+    }
+
+    fn swap_task(&self, next: TaskRow, expected_version: i64) -> StoreFuture<'_, bool> {
+        Box::pin(self.swap_task_inner(next, expected_version))
+    }
+
+    fn orphaned_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, Vec<TaskRow>> {
+        Box::pin(self.orphaned_tasks_inner(now_ms, limit))
+    }
+
+    fn task_history(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<(i64, String)>> {
+        Box::pin(self.task_history_inner(digest))
+    }
+
+    fn purge_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(self.purge_tasks_inner(now_ms, limit))
     }
 }
 
