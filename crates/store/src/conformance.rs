@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::{
     AuditRecord, AuditStore, AuditWriter, AuditWriterConfig, ChainBreak, ChainBreakKind, Decision, GENESIS_HASH,
-    HandleOwner, HandleStore, NewHandle, Revocation, RevokeSelector, Store, StoreError, TaskRow, TaskStore, chain_hash,
+    HandleOwner, HandleStore, NewHandle, Revocation, RevokeSelector, Store, StoreError, TaskRow, chain_hash,
 };
 
 /// A boxed future for harness methods.
