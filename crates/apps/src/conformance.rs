@@ -10,7 +10,7 @@ use palisade_server::content::ResourceBody;
 use palisade_server::{
     App, CallToolResult, Completion, CompletionRef, Content, GetPromptResult, InputRequired, LogLevel, Outcome,
     PromptArgument, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef,
-    ResourceTemplateDef, ToolDef,
+    ResourceTemplateDef, TaskSupport, ToolDef,
 };
 use serde_json::{Value, json};
 
@@ -70,6 +70,7 @@ pub fn app() -> App {
     let builder = mrtr_tools(builder);
     let builder = resources(builder);
     let builder = prompts(builder);
+    let builder = task_tools(builder);
     builder
         .completion(|reference, argument, value, _context| {
             let candidates: &[&str] = match (reference, argument) {
@@ -423,6 +424,100 @@ fn prompts(builder: palisade_server::AppBuilder) -> palisade_server::AppBuilder 
                             string_schema("context"),
                         ))),
                     }
+                }),
+        )
+}
+
+/// The tasks extension's fixtures (the `tasks-*` scenarios name them).
+fn task_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppBuilder {
+    let confirm_schema = json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] });
+    let multi_schema = json!({ "type": "object", "properties": { "name": { "type": "string" }, "confirm": { "type": "boolean" } } });
+    builder
+        .tool(
+            ToolDef::new("greet")
+                .description("Greets someone (never a task)")
+                .input_schema(json!({ "type": "object", "properties": { "name": { "type": "string" } }, "required": ["name"] }))
+                .handler(|_, args| async move {
+                    let name = args.get("name").and_then(Value::as_str).unwrap_or("world").to_owned();
+                    done(CallToolResult::text(format!("Hello, {name}!")))
+                }),
+        )
+        .tool(
+            ToolDef::new("slow_compute")
+                .description("Sleeps `seconds`, then answers; a task when the client can take one; stops when cancelled")
+                .input_schema(json!({ "type": "object", "properties": {
+                    "seconds": { "type": "number", "minimum": 0, "maximum": 600 }, "label": { "type": "string" } } }))
+                .task_support(TaskSupport::Optional)
+                .idempotent()
+                .handler(|ctx, args| async move {
+                    let seconds = args.get("seconds").and_then(Value::as_f64).unwrap_or(1.0).clamp(0.0, 600.0);
+                    let label = args.get("label").and_then(Value::as_str).unwrap_or("result").to_owned();
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {
+                            done(CallToolResult::text(format!("Computed {label} after {seconds} s")))
+                        }
+                        () = ctx.cancellation().cancelled() => Err(ProtocolError::Internal),
+                    }
+                }),
+        )
+        .tool(simple("failing_job", "Runs only as a task; reports a tool error after about a second").task_support(TaskSupport::Required).handler(|_, _| async {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            done(CallToolResult::error("the job failed"))
+        }))
+        .tool(simple("protocol_error_job", "A task whose tool fails with a protocol error").task_support(TaskSupport::Optional).handler(|_, _| async {
+            Err(ProtocolError::Internal)
+        }))
+        .tool(
+            ToolDef::new("confirm_delete")
+                .description("A task that asks the user to confirm before it deletes a file")
+                .input_schema(json!({ "type": "object", "properties": { "filename": { "type": "string" } } }))
+                .task_support(TaskSupport::Optional)
+                .handler(move |ctx, args| {
+                    let schema = confirm_schema.clone();
+                    async move {
+                        let filename = args.get("filename").and_then(Value::as_str).unwrap_or("file").to_owned();
+                        match ctx.input_response("confirm") {
+                            Some(answer) if answer["action"] == "accept" && answer["content"]["confirm"] == true => {
+                                done(CallToolResult::text(format!("Deleted {filename}")))
+                            }
+                            Some(_) => done(CallToolResult::text(format!("Kept {filename}"))),
+                            None => Ok(Outcome::InputRequired(InputRequired::new().elicit(
+                                "confirm",
+                                format!("Delete {filename}?"),
+                                schema,
+                            ))),
+                        }
+                    }
+                }),
+        )
+        .tool(simple("multi_input", "A task that asks two questions at once").task_support(TaskSupport::Optional).handler(move |ctx, _| {
+            let schema = multi_schema.clone();
+            async move {
+                let (first, second) = (ctx.input_response("first"), ctx.input_response("second"));
+                if first.is_some() && second.is_some() {
+                    return done(CallToolResult::text("Both answers received"));
+                }
+                let mut input = InputRequired::new();
+                if first.is_none() {
+                    input = input.elicit("first", "First question", schema.clone());
+                }
+                if second.is_none() {
+                    input = input.elicit("second", "Second question", schema);
+                }
+                Ok(Outcome::InputRequired(input))
+            }
+        }))
+        .tool(
+            simple("test_tool_with_task", "Asks for a name (MRTR), then finishes as a task")
+                .task_support(TaskSupport::Required)
+                .task_prelude(|ctx, _| async move {
+                    Ok(elicited_str(&ctx, "user_name", "name")
+                        .is_none()
+                        .then(|| InputRequired::new().elicit("user_name", "What is your name?", string_schema("name"))))
+                })
+                .handler(|ctx, _| async move {
+                    let name = elicited_str(&ctx, "user_name", "name").unwrap_or_default();
+                    done(CallToolResult::text(format!("Hello, {name}! Your task is complete.")))
                 }),
         )
 }

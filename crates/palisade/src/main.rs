@@ -17,7 +17,7 @@ use palisade_auth::{IssuerConfig, JwksSource, ResourceServerConfig, TokenVerifie
 use palisade_server::auth::{Authenticator, EnvironmentPrincipal};
 use palisade_server::clock::{Clock as _, SystemClock};
 use palisade_server::secret::ServerSecret;
-use palisade_server::{HandleService, Server, ServerConfig, SubjectKey};
+use palisade_server::{HandleService, Server, ServerConfig, SubjectKey, TaskConfig, TaskService};
 use palisade_store::{AuditRecord, Decision, Revocation, RevokeSelector};
 
 use crate::config::{AppChoice, AuthMode, Settings};
@@ -333,12 +333,16 @@ async fn audit_verify(config: Option<&Path>) -> anyhow::Result<ExitCode> {
 /// The handle subject key: `PALISADE_HANDLES_SUBJECT_KEY` (64 hex characters) or the key file
 /// (created on first run). Either must hold exactly 32 bytes, or the process does not start.
 fn handle_subject_key(settings: &Settings) -> anyhow::Result<SubjectKey> {
+    SubjectKey::from_bytes(&subject_key_bytes(settings)?).map_err(anyhow::Error::msg)
+}
+
+fn subject_key_bytes(settings: &Settings) -> anyhow::Result<[u8; 32]> {
     let bytes = match env("PALISADE_HANDLES_SUBJECT_KEY") {
         Some(text) => parse_key_hex(&text)
             .ok_or_else(|| anyhow::anyhow!("PALISADE_HANDLES_SUBJECT_KEY must be 64 hex characters (32 bytes)"))?,
         None => load_or_create_key(&settings.handle_subject_key_file, "the handle subject key")?,
     };
-    SubjectKey::from_bytes(&bytes).map_err(anyhow::Error::msg)
+    Ok(bytes)
 }
 
 async fn handles_list(
@@ -565,20 +569,36 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     prepare_sqlite_dir(&settings)?;
     let secret = ServerSecret::from_bytes(load_or_create_key(&settings.secret_file, "the server secret")?);
-    let subject_key = handle_subject_key(&settings)?;
+    let subject_key = subject_key_bytes(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     let app = app_name.build();
     let handles = HandleService::new(
         store.clone(),
-        subject_key,
+        SubjectKey::from_bytes(&subject_key).map_err(anyhow::Error::msg)?,
         app.handle_types(),
         &settings.handle_policies,
         Arc::new(SystemClock),
     )
     .map_err(|reason| config::ConfigError { key: "handles.policies".into(), reason })?;
     let handles = Arc::new(handles);
-    let server = Server::new(app, config, authenticator, secret).with_audit(store).with_handles(handles.clone());
+    let tasks = Arc::new(TaskService::new(
+        store.clone(),
+        SubjectKey::from_bytes(&subject_key).map_err(anyhow::Error::msg)?,
+        TaskConfig::default(),
+        Arc::new(SystemClock),
+    ));
+    let server = Server::new(app, config, authenticator, secret)
+        .with_audit(store)
+        .with_handles(handles.clone())
+        .with_tasks(tasks.clone());
     let server = Arc::new(server);
+    // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
+    let maintenance = tasks.spawn_maintenance(
+        server.shared_app(),
+        server.events().clone(),
+        std::time::Duration::from_secs(10),
+        server.shutdown_token().clone(),
+    );
     let retention = handles.spawn_retention(
         std::time::Duration::from_secs(300),
         settings.handle_retention,
@@ -599,6 +619,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     palisade_server::http::serve(server.clone(), listener, shutdown_signal()).await?;
     retention.abort();
+    maintenance.abort();
     server.flush_audit().await;
     Ok(ExitCode::SUCCESS)
 }

@@ -79,6 +79,40 @@ impl VerifiedPrincipal {
         }
     }
 
+    /// The principal as a task stores it for its worker: identity and grant, never the token.
+    pub(crate) fn to_stored(&self) -> serde_json::Value {
+        let scopes = match &self.scopes {
+            Scopes::Unrestricted => serde_json::Value::Null,
+            Scopes::Granted(granted) => serde_json::json!(granted),
+        };
+        serde_json::json!({
+            "issuer": self.issuer, "subject": self.subject, "tenant": self.tenant,
+            "client": self.client_id, "scopes": scopes, "expiresAtMs": self.expires_at_ms,
+        })
+    }
+
+    /// The principal a task's worker runs as: the one the task was created under, established
+    /// by the authentication stage then and stored by the pipeline (crate-private on purpose).
+    pub(crate) fn from_stored(stored: &serde_json::Value) -> Option<Self> {
+        let text = |key: &str| stored.get(key).and_then(serde_json::Value::as_str).map(str::to_owned);
+        let scopes = match stored.get("scopes")? {
+            serde_json::Value::Null => Scopes::Unrestricted,
+            serde_json::Value::Array(items) => {
+                Scopes::Granted(items.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+            }
+            _ => return None,
+        };
+        Some(Self {
+            issuer: text("issuer")?,
+            subject: text("subject")?,
+            tenant: text("tenant"),
+            client_id: text("client"),
+            scopes,
+            expires_at_ms: stored.get("expiresAtMs").and_then(serde_json::Value::as_u64),
+            token_digest: None,
+        })
+    }
+
     /// A stable, non-secret key for the caller's partition (issuer, subject, tenant, client),
     /// used to bind request state and cursors to who asked.
     pub fn partition_key(&self) -> String {

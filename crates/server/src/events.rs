@@ -18,6 +18,12 @@ pub enum ServerEvent {
         /// The resource URI.
         uri: String,
     },
+    /// A task's row changed (on this or, through the store, another instance). Carries only the
+    /// digest: a listen stream re-reads the task for its own caller before delivering anything.
+    TaskChanged {
+        /// SHA-256 of the task id.
+        digest: [u8; 32],
+    },
 }
 
 /// Publishes events to every open listen stream.
@@ -56,6 +62,11 @@ impl EventBus {
     /// Announces that a resource's contents changed.
     pub fn resource_updated(&self, uri: impl Into<String>) {
         self.publish(ServerEvent::ResourceUpdated { uri: uri.into() });
+    }
+
+    /// Announces that a task changed.
+    pub(crate) fn task_changed(&self, digest: [u8; 32]) {
+        self.publish(ServerEvent::TaskChanged { digest });
     }
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<ServerEvent> {

@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod registry;
 pub mod secret;
 pub mod stdio;
+pub mod tasks;
 
 pub use config::ServerConfig;
 pub use content::{CallToolResult, Content, GetPromptResult, PromptMessage, ResourceContents};
@@ -31,6 +32,7 @@ pub use handles::{
 };
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use pipeline::Server;
+pub use tasks::{RestartPolicy, TaskConfig, TaskService, TaskSupport};
 pub use registry::{
     App, AppBuilder, Completion, CompletionRef, Effect, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
     ToolDef,

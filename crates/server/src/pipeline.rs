@@ -37,6 +37,7 @@ use crate::context::{InputRequired, NotificationSink, Outcome, RequestContext};
 use crate::cursor::Cursors;
 use crate::events::{EventBus, ServerEvent};
 use crate::handles::{HandleError, HandleService, ResolvedHandle};
+use crate::tasks::{TASKS_EXTENSION, TaskService, TaskSupport};
 use crate::mrtr::{Binding, StateSealer};
 use crate::registry::{App, CompletionRef};
 use crate::secret::ServerSecret;
@@ -64,6 +65,12 @@ pub enum Method {
     Complete,
     /// `subscriptions/listen`
     Listen,
+    /// `tasks/get` (tasks extension)
+    TasksGet,
+    /// `tasks/update` (tasks extension)
+    TasksUpdate,
+    /// `tasks/cancel` (tasks extension)
+    TasksCancel,
 }
 
 impl Method {
@@ -80,6 +87,9 @@ impl Method {
             "prompts/get" => Self::PromptsGet,
             "completion/complete" => Self::Complete,
             "subscriptions/listen" => Self::Listen,
+            "tasks/get" => Self::TasksGet,
+            "tasks/update" => Self::TasksUpdate,
+            "tasks/cancel" => Self::TasksCancel,
             _ => return None,
         })
     }
@@ -97,6 +107,9 @@ impl Method {
             Self::PromptsGet => "prompts/get",
             Self::Complete => "completion/complete",
             Self::Listen => "subscriptions/listen",
+            Self::TasksGet => "tasks/get",
+            Self::TasksUpdate => "tasks/update",
+            Self::TasksCancel => "tasks/cancel",
         }
     }
 }
@@ -245,7 +258,7 @@ impl<'a> AuditTrail<'a> {
 
 /// A running server: the application plus everything the pipeline needs. Shared by transports.
 pub struct Server {
-    app: App,
+    app: Arc<App>,
     config: ServerConfig,
     authenticator: Authenticator,
     sealer: StateSealer,
@@ -256,6 +269,7 @@ pub struct Server {
     audit: Option<AuditWriter>,
     store: Option<Arc<dyn AuditStore>>,
     handles: Option<Arc<HandleService>>,
+    tasks: Option<Arc<TaskService>>,
     digest_key: aws_lc_rs::hmac::Key,
     metrics: Metrics,
 }
@@ -270,12 +284,13 @@ impl Server {
             audit: None,
             store: None,
             handles: None,
+            tasks: None,
             metrics: Metrics::default(),
             cursors: Cursors::new(&secret),
             events: EventBus::new(config.listen_queue),
             clock: Arc::new(SystemClock),
             shutdown: CancellationToken::new(),
-            app,
+            app: Arc::new(app),
             config,
             authenticator,
         }
@@ -293,6 +308,25 @@ impl Server {
     pub fn with_handles(mut self, service: Arc<HandleService>) -> Self {
         self.handles = Some(service);
         self
+    }
+
+    /// Runs task-capable tools as durable tasks with `service` and serves `tasks/*` (see
+    /// [`crate::tasks`]). Also starts forwarding task changes from other instances (when the
+    /// store pushes them) to this instance's listen streams.
+    pub fn with_tasks(mut self, service: Arc<TaskService>) -> Self {
+        service.spawn_fan_in(self.events.clone());
+        self.tasks = Some(service);
+        self
+    }
+
+    /// The task service, when the server has one.
+    pub fn tasks(&self) -> Option<&Arc<TaskService>> {
+        self.tasks.as_ref()
+    }
+
+    /// The application, shared (task workers hold it beyond a request).
+    pub fn shared_app(&self) -> Arc<App> {
+        self.app.clone()
     }
 
     /// The handle service, when the server has one.
@@ -546,6 +580,7 @@ impl Server {
             Method::PromptsList | Method::PromptsGet => !app.prompts.is_empty(),
             Method::Complete => app.completion.is_some(),
             Method::Discover | Method::Listen => true,
+            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => self.tasks.is_some(),
         };
         if advertised { Ok(method) } else { Err(not_found()) }
     }
@@ -615,6 +650,14 @@ impl Server {
                     });
                 Some(registered.ok_or_else(|| ProtocolError::ResourceNotFound { uri: uri.to_owned() })?)
             }
+            // Any tasks/* request without the extension is -32021, before the id is looked at.
+            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {
+                let declared = RequestMeta::from_params(params).map(|meta| meta.has_extension(TASKS_EXTENSION));
+                if !declared.unwrap_or(false) {
+                    return Err(missing_tasks_capability());
+                }
+                None
+            }
             _ => None,
         };
         Ok(OperationKey { method, target })
@@ -653,6 +696,14 @@ impl Server {
                         return Ok(result.to_value());
                     }
                 }
+                // Task-capable tools: a task when the request declares the extension; a tool that
+                // only runs as a task refuses a request that does not (before any handler runs).
+                let as_task = tool.task_support != TaskSupport::Forbidden
+                    && self.tasks.is_some()
+                    && ctx.meta.has_extension(TASKS_EXTENSION);
+                if tool.task_support == TaskSupport::Required && !as_task {
+                    return Err(missing_tasks_capability());
+                }
                 // Handles were resolved in stage 6: the handler (and a confirmation question) gets
                 // the objects, never the raw handles.
                 for argument in &tool.handle_args {
@@ -662,6 +713,9 @@ impl Server {
                     && let Some(answer) = self.confirmation(&mut ctx, tool, params, &arguments)?
                 {
                     return Ok(answer);
+                }
+                if as_task {
+                    return self.create_task(operation, tool, ctx, params, arguments).await;
                 }
                 let outcome = match (tool.handler)(ctx.clone(), arguments).await? {
                     // Later rounds of a confirmed call carry the confirmation forward.
@@ -718,7 +772,37 @@ impl Server {
             }
             Method::Complete => self.complete(params),
             Method::Listen => Err(ProtocolError::Internal),
+            Method::TasksGet => self.task_service()?.get(&ctx.principal, params).await,
+            Method::TasksUpdate => {
+                self.task_service()?.update(&self.app, &self.events, &ctx.principal, params).await
+            }
+            Method::TasksCancel => self.task_service()?.cancel(&self.events, &ctx.principal, params).await,
         }
+    }
+
+    fn task_service(&self) -> Result<&Arc<TaskService>, ProtocolError> {
+        self.tasks.as_ref().ok_or(ProtocolError::Internal)
+    }
+
+    /// Runs the tool's prelude (an MRTR round may come first), then creates the durable task and
+    /// answers the flat `CreateTaskResult` only once it is committed.
+    async fn create_task(
+        &self,
+        operation: &OperationKey,
+        tool: &crate::registry::ToolDef,
+        ctx: RequestContext,
+        params: &Map<String, Value>,
+        arguments: Map<String, Value>,
+    ) -> Result<Value, ProtocolError> {
+        if let Some(prelude) = &tool.task_prelude
+            && let Some(input) = prelude(ctx.clone(), arguments.clone()).await?
+        {
+            return self.finish_round(&ctx, Method::ToolsCall, params, Outcome::InputRequired(input));
+        }
+        let service = self.task_service()?;
+        let meta = params.get("_meta").cloned().unwrap_or_else(|| json!({}));
+        let scopes = self.required_scopes(operation).to_vec();
+        service.create(&self.app, &self.events, &ctx, &tool.name, arguments, meta, &scopes).await
     }
 
     /// The confirmation step of a needs-confirmation tool. `None`: confirmed, run the handler
@@ -857,6 +941,9 @@ impl Server {
         if let Some(instructions) = &self.app.instructions {
             result["instructions"] = json!(instructions);
         }
+        if self.tasks.is_some() {
+            result["capabilities"]["extensions"] = json!({ TASKS_EXTENSION: {} });
+        }
         result
     }
 
@@ -966,10 +1053,32 @@ impl Server {
                 .collect::<Result<_, _>>()?,
             Some(_) => return Err(ProtocolError::invalid_params("resourceSubscriptions must be an array")),
         };
-        if filter.contains_key("taskIds") && !ctx.meta.has_extension("io.modelcontextprotocol/tasks") {
-            return Err(ProtocolError::MissingCapability {
-                required: json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }),
-            });
+        let requested_tasks: Option<Vec<String>> = match filter.get("taskIds") {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(ids)) => Some(
+                ids.iter()
+                    .map(|id| {
+                        id.as_str()
+                            .filter(|id| !id.is_empty())
+                            .map(str::to_owned)
+                            .ok_or_else(|| ProtocolError::invalid_params("taskIds must be non-empty strings"))
+                    })
+                    .collect::<Result<_, _>>()?,
+            ),
+            Some(_) => return Err(ProtocolError::invalid_params("taskIds must be an array")),
+        };
+        if requested_tasks.is_some() && !ctx.meta.has_extension(TASKS_EXTENSION) {
+            return Err(missing_tasks_capability());
+        }
+        // Only the caller's own tasks: others are dropped from the acknowledged set, silently
+        // (the same answer for unknown and foreign ids).
+        let mut tasks: BTreeMap<[u8; 32], (String, i64)> = BTreeMap::new();
+        if let (Some(requested), Some(service)) = (&requested_tasks, &self.tasks) {
+            for id in requested.iter().take(100) {
+                if service.owns(&ctx.principal, id).await? {
+                    tasks.insert(crate::tasks::task_digest(id), (id.clone(), -1));
+                }
+            }
         }
         // Only resources that exist (and, once policies exist, that the caller may read).
         let uris: Vec<String> = uris.into_iter().filter(|uri| self.app.knows_resource(uri)).collect();
@@ -987,6 +1096,10 @@ impl Server {
         if !uris.is_empty() {
             honoured.insert("resourceSubscriptions".into(), json!(uris));
         }
+        if requested_tasks.is_some() {
+            let ids: Vec<&String> = tasks.values().map(|(id, _)| id).collect();
+            honoured.insert("taskIds".into(), json!(ids));
+        }
         // Subscribe before acknowledging, so no event between the two is lost.
         let mut events = self.events.subscribe();
         let ack = notification_frame(
@@ -997,10 +1110,26 @@ impl Server {
             return Err(ProtocolError::Internal);
         }
         let complete = json!({ "resultType": "complete", "_meta": stream_meta });
+        // The stream ends (gracefully) when the credential it was opened with expires.
+        let expiry = ctx.principal.expires_at_ms().map(|at| {
+            let left = at.saturating_sub(self.clock.now_ms());
+            tokio::time::Instant::now() + std::time::Duration::from_millis(left)
+        });
+        let credential_expired = async {
+            match expiry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(credential_expired);
         loop {
             let event = tokio::select! {
                 () = self.shutdown.cancelled() => return Ok(complete),
                 () = ctx.cancel.cancelled() => return Err(ProtocolError::Internal),
+                () = &mut credential_expired => {
+                    tracing::info!(stage = "listen", "listen stream closed: the credential expired");
+                    return Ok(complete);
+                }
                 event = events.recv() => event,
             };
             let frame = match event {
@@ -1015,6 +1144,21 @@ impl Server {
                 }
                 Ok(ServerEvent::ResourceUpdated { uri }) if uris.contains(&uri) => {
                     notification_frame("notifications/resources/updated", json!({ "uri": uri, "_meta": stream_meta }))
+                }
+                Ok(ServerEvent::TaskChanged { digest }) if tasks.contains_key(&digest) => {
+                    let (Some(service), Some((id, last_version))) = (&self.tasks, tasks.get_mut(&digest)) else {
+                        continue;
+                    };
+                    // Re-authorized at delivery: the task is re-read for this listener's caller.
+                    let Some((version, mut detailed)) = service.detailed_for(&ctx.principal, id).await? else {
+                        continue;
+                    };
+                    if version <= *last_version {
+                        continue; // already delivered (local and store fan-out both announce)
+                    }
+                    *last_version = version;
+                    detailed["_meta"] = stream_meta.clone();
+                    notification_frame("notifications/tasks", detailed)
                 }
                 Ok(_) => continue,
                 // The client fell behind the bus or its own queue: end the stream gracefully.
@@ -1064,6 +1208,10 @@ fn is_legacy_version_header(raw: Option<&[u8]>) -> bool {
 
 /// HTTP only: `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` present where required and
 /// equal to the body. Runs after the `_meta` shape check and before version support.
+fn missing_tasks_capability() -> ProtocolError {
+    ProtocolError::MissingCapability { required: json!({ "extensions": { TASKS_EXTENSION: {} } }) }
+}
+
 fn check_routing_headers(request: &Request, headers: &TransportHeaders) -> Result<(), ProtocolError> {
     let mismatch = |what: &str| ProtocolError::HeaderMismatch(what.to_owned());
     if let Some(name) = &headers.duplicate {

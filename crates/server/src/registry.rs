@@ -11,13 +11,17 @@ use serde_json::{Map, Value, json};
 
 use crate::BoxFuture;
 use crate::content::{CallToolResult, GetPromptResult, ResourceContents};
-use crate::context::{Outcome, RequestContext};
+use crate::context::{InputRequired, Outcome, RequestContext};
+use crate::tasks::{RestartPolicy, TaskSupport};
 use crate::handles::{HandleArgument, HandleType, handle_argument_schema};
 
 type ToolHandler = Arc<
     dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Outcome<CallToolResult>, ProtocolError>>
         + Send
         + Sync,
+>;
+type TaskPrelude = Arc<
+    dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Option<InputRequired>, ProtocolError>> + Send + Sync,
 >;
 type ResourceReader =
     Arc<dyn Fn(RequestContext, String, BTreeMap<String, String>) -> BoxFuture<ReadResult> + Send + Sync>;
@@ -72,6 +76,9 @@ pub struct ToolDef {
     pub(crate) needs_confirmation: bool,
     pub(crate) header_params: Vec<(String, String)>,
     pub(crate) handle_args: Vec<HandleArgument>,
+    pub(crate) task_support: TaskSupport,
+    pub(crate) restart: RestartPolicy,
+    pub(crate) task_prelude: Option<TaskPrelude>,
     pub(crate) handler: ToolHandler,
     pub(crate) validator: Option<Arc<jsonschema::Validator>>,
 }
@@ -84,6 +91,9 @@ pub struct ToolBuilder {
     effect: Effect,
     needs_confirmation: bool,
     handle_args: Vec<HandleArgument>,
+    task_support: TaskSupport,
+    restart: RestartPolicy,
+    task_prelude: Option<TaskPrelude>,
 }
 
 /// What calling a tool does.
@@ -111,6 +121,9 @@ impl ToolDef {
             effect: Effect::default(),
             needs_confirmation: false,
             handle_args: Vec::new(),
+            task_support: TaskSupport::default(),
+            restart: RestartPolicy::default(),
+            task_prelude: None,
         }
     }
 
@@ -132,6 +145,11 @@ impl ToolDef {
     /// The arguments declared as handles.
     pub fn handle_arguments(&self) -> &[HandleArgument] {
         &self.handle_args
+    }
+
+    /// Whether the tool runs as a task.
+    pub fn task_support(&self) -> TaskSupport {
+        self.task_support
     }
 }
 
@@ -190,6 +208,32 @@ impl ToolBuilder {
     /// capability (`-32021` otherwise).
     pub fn needs_confirmation(mut self) -> Self {
         self.needs_confirmation = true;
+        self
+    }
+
+    /// Declares whether the tool runs as a task (the server decides; a request opts in by
+    /// declaring the `io.modelcontextprotocol/tasks` extension). Default: never.
+    pub fn task_support(mut self, support: TaskSupport) -> Self {
+        self.task_support = support;
+        self
+    }
+
+    /// Declares the tool idempotent: a task left `working` by an instance that died is run
+    /// again by another. Without it such a task fails, saying why.
+    pub fn idempotent(mut self) -> Self {
+        self.restart = RestartPolicy::Resume;
+        self
+    }
+
+    /// For a task-capable tool: a synchronous first step that may ask the client for input
+    /// (an MRTR round) before any task exists. `Ok(None)` creates the task; its handler then sees
+    /// the answers gathered here in [`RequestContext::input_response`].
+    pub fn task_prelude<F, Fut>(mut self, prelude: F) -> Self
+    where
+        F: Fn(RequestContext, Map<String, Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Option<InputRequired>, ProtocolError>> + Send + 'static,
+    {
+        self.task_prelude = Some(Arc::new(move |ctx, args| Box::pin(prelude(ctx, args))));
         self
     }
 
@@ -258,6 +302,9 @@ impl ToolBuilder {
             needs_confirmation: self.needs_confirmation,
             header_params: Vec::new(),
             handle_args: self.handle_args,
+            task_support: self.task_support,
+            restart: self.restart,
+            task_prelude: self.task_prelude,
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
             validator: None,
         }
@@ -744,6 +791,9 @@ fn check_handle_arguments(tool: &ToolDef, types: &[HandleType]) -> Result<(), Re
         }
         if tool.handle_args[..index].iter().any(|earlier| earlier.name == argument.name) {
             return Err(invalid("declared twice"));
+        }
+        if tool.task_support != TaskSupport::Forbidden {
+            return Err(invalid("a task-capable tool cannot take handles (a task would have to store the raw handle)"));
         }
     }
     Ok(())

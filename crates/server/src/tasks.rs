@@ -1,0 +1,678 @@
+//! Durable, partitioned Tasks: the `io.modelcontextprotocol/tasks` extension (seed 002,
+//! protocol.md §13).
+//!
+//! A task-capable tool ([`TaskSupport`]) called by a client that declares the extension on that
+//! request gets a flat `CreateTaskResult`, sent only after the task row is committed. The task id
+//! is 256 bits from the OS CSPRNG; the store keeps only its SHA-256, bound to the caller (keyed
+//! subject digest, tenant, client), the originating request (id, method, tool, arguments digest)
+//! and the scopes it was authorized under. Every `tasks/get|update|cancel` and every listen
+//! event re-checks that binding; anything unknown, expired or foreign is the same `-32602`.
+//!
+//! **Worker.** The tool's handler runs in a spawned segment on the instance that holds the task's
+//! lease: `working` → (`input_required` → `working`)* → `completed` | `failed` | `cancelled`.
+//! Every write is a compare-and-swap in the store that refuses terminal rows. Cancellation is
+//! cooperative: the intent is recorded, the running segment observes it (polling the store, so
+//! it works across instances) and cancels the handler's token. A task left `working` by a dead
+//! instance (its lease ran out) is resumed by another if the tool is declared idempotent, and
+//! failed with an explanation otherwise — never silently lost or run twice undeclared.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use aws_lc_rs::digest;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use palisade_store::{HandleOwner, StoreError, TaskRow, TaskStore};
+use palisade_wire::canonical::canonical_bytes;
+use palisade_wire::{ProtocolError, RequestId, RequestMeta};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::VerifiedPrincipal;
+use crate::clock::Clock;
+use crate::context::{NotificationSink, Outcome, RequestContext};
+use crate::events::EventBus;
+use crate::handles::SubjectKey;
+use crate::registry::App;
+use crate::secret::fill_random;
+
+/// The extension's identifier.
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// Whether a tool runs as a task. The server decides; the client only says it can take one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskSupport {
+    /// Always synchronous.
+    #[default]
+    Forbidden,
+    /// A task when the request declares the extension, synchronous otherwise.
+    Optional,
+    /// Only as a task: a request without the extension gets `-32021`.
+    Required,
+}
+
+/// What happens to a `working` task whose instance died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestartPolicy {
+    /// The tool may have had effects: the task fails, saying why.
+    #[default]
+    Fail,
+    /// The tool is idempotent: another instance runs it again from the start.
+    Resume,
+}
+
+/// Task lifetimes and worker timing.
+#[derive(Debug, Clone)]
+pub struct TaskConfig {
+    /// Retention after creation (`ttlMs`); `None` keeps tasks until deleted.
+    pub ttl: Option<Duration>,
+    /// Suggested `pollIntervalMs`.
+    pub poll_interval: Duration,
+    /// How long a worker's claim lasts without renewal; after it, another instance may take over.
+    pub lease: Duration,
+    /// How often a running segment checks the store for a cancellation request.
+    pub cancel_poll: Duration,
+}
+
+impl Default for TaskConfig {
+    fn default() -> Self {
+        Self {
+            ttl: Some(Duration::from_secs(3600)),
+            poll_interval: Duration::from_millis(500),
+            lease: Duration::from_secs(30),
+            cancel_poll: Duration::from_millis(200),
+        }
+    }
+}
+
+/// What a worker needs to run the tool again, stored with the task (never a token, never a
+/// raw handle: tools with handle arguments cannot be task-capable).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Execution {
+    principal: Value,
+    arguments: Map<String, Value>,
+    meta: Value,
+    request_id: Value,
+    #[serde(default)]
+    state: Option<Value>,
+}
+
+/// The tasks service of one server instance.
+pub struct TaskService {
+    store: Arc<dyn TaskStore>,
+    subject_key: SubjectKey,
+    config: TaskConfig,
+    clock: Arc<dyn Clock>,
+    instance: String,
+    running: Mutex<HashMap<[u8; 32], CancellationToken>>,
+}
+
+/// A task reference a request named, already checked against its caller.
+struct Owned {
+    id: String,
+    row: TaskRow,
+}
+
+impl TaskService {
+    /// A service over `store`. `subject_key` keys the owner digest (share it across instances).
+    pub fn new(store: Arc<dyn TaskStore>, subject_key: SubjectKey, config: TaskConfig, clock: Arc<dyn Clock>) -> Self {
+        let mut id = [0u8; 8];
+        // The instance id only names leases; a weak one costs nothing but clarity.
+        let _ = fill_random(&mut id);
+        let instance = id.iter().map(|b| format!("{b:02x}")).collect();
+        Self { store, subject_key, config, clock, instance, running: Mutex::new(HashMap::new()) }
+    }
+
+    fn now_ms(&self) -> i64 {
+        i64::try_from(self.clock.now_ms()).unwrap_or(i64::MAX)
+    }
+
+    fn lease_until(&self) -> i64 {
+        self.now_ms().saturating_add(i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX))
+    }
+
+    /// The partition a principal's tasks live in. Callers without a tenant or client (loopback,
+    /// stdio) share the `(none)` value for it.
+    pub(crate) fn owner(&self, principal: &VerifiedPrincipal) -> HandleOwner {
+        let part = |value: Option<&str>| value.filter(|v| !v.is_empty()).unwrap_or("(none)").to_owned();
+        HandleOwner {
+            subject_key: self.subject_key.subject_digest(principal.issuer(), principal.subject()),
+            tenant: part(principal.tenant()),
+            client: part(principal.client_id()),
+        }
+    }
+
+    /// Creates the task for a `tools/call` and commits it; only then starts the worker and
+    /// returns the flat `CreateTaskResult`.
+    pub(crate) async fn create(
+        self: &Arc<Self>,
+        app: &Arc<App>,
+        events: &EventBus,
+        ctx: &RequestContext,
+        tool: &str,
+        arguments: Map<String, Value>,
+        raw_meta: Value,
+        scopes: &[String],
+    ) -> Result<Value, ProtocolError> {
+        let mut raw = [0u8; 32];
+        fill_random(&mut raw).map_err(|_| ProtocolError::Unavailable)?;
+        let id = URL_SAFE_NO_PAD.encode(raw);
+        let now = self.now_ms();
+        let execution = Execution {
+            principal: ctx.principal.to_stored(),
+            arguments: arguments.clone(),
+            meta: raw_meta,
+            request_id: ctx.id.to_value(),
+            state: None,
+        };
+        let responses = Value::Object(ctx.input_responses.clone());
+        let answered: Vec<&String> = ctx.input_responses.keys().collect();
+        let row = TaskRow {
+            digest: task_digest(&id),
+            owner: self.owner(&ctx.principal),
+            request_id: ctx.id.to_value().to_string(),
+            method: "tools/call".into(),
+            tool: tool.to_owned(),
+            arguments_digest: sha256(&canonical_bytes(&Value::Object(arguments))),
+            scopes: scopes.join(" "),
+            execution: serde_json::to_string(&execution).map_err(|_| ProtocolError::Internal)?,
+            status: "working".into(),
+            status_message: None,
+            input_requests: None,
+            input_responses: responses.to_string(),
+            answered_keys: json!(answered).to_string(),
+            result: None,
+            error: None,
+            cancel_requested: false,
+            created_ms: now,
+            updated_ms: now,
+            ttl_ms: self.config.ttl.map(|ttl| i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+            poll_interval_ms: Some(i64::try_from(self.config.poll_interval.as_millis()).unwrap_or(500).max(1)),
+            lease_owner: Some(self.instance.clone()),
+            lease_until_ms: Some(self.lease_until()),
+            attempts: 1,
+            version: 1,
+        };
+        let created = task_json(&id, &row, false);
+        self.store.insert_task(row).await.map_err(store_error)?;
+        self.spawn_segment(app.clone(), events.clone(), task_digest(&id));
+        let mut result = created;
+        result["resultType"] = json!("task");
+        Ok(result)
+    }
+
+    /// Loads the task a `tasks/*` request names, for its caller only.
+    async fn owned(&self, principal: &VerifiedPrincipal, params: &Map<String, Value>) -> Result<Owned, ProtocolError> {
+        let invalid = || ProtocolError::invalid_params("unknown or expired taskId");
+        let id = params.get("taskId").and_then(Value::as_str).ok_or_else(invalid)?;
+        if id.is_empty() || id.len() > 128 {
+            return Err(invalid());
+        }
+        let row = self
+            .store
+            .load_owned_task(task_digest(id), &self.owner(principal), self.now_ms())
+            .await
+            .map_err(store_error)?
+            .ok_or_else(invalid)?;
+        Ok(Owned { id: id.to_owned(), row })
+    }
+
+    /// `tasks/get`: the DetailedTask.
+    pub(crate) async fn get(&self, principal: &VerifiedPrincipal, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
+        let owned = self.owned(principal, params).await?;
+        Ok(task_json(&owned.id, &owned.row, true))
+    }
+
+    /// `tasks/update`: accepts the answered subset of the outstanding input requests (unknown and
+    /// already-answered keys ignored); when nothing is outstanding any more, the task resumes.
+    pub(crate) async fn update(
+        self: &Arc<Self>,
+        app: &Arc<App>,
+        events: &EventBus,
+        principal: &VerifiedPrincipal,
+        params: &Map<String, Value>,
+    ) -> Result<Value, ProtocolError> {
+        let responses = match params.get("inputResponses") {
+            Some(Value::Object(responses)) => responses.clone(),
+            _ => return Err(ProtocolError::invalid_params("inputResponses must be an object")),
+        };
+        let Owned { mut row, .. } = self.owned(principal, params).await?;
+        loop {
+            if row.is_terminal() || row.status != "input_required" {
+                return Ok(json!({}));
+            }
+            let mut outstanding = parse_object(row.input_requests.as_deref());
+            let mut accepted = parse_object(Some(&row.input_responses));
+            let mut answered: Vec<String> = serde_json::from_str(&row.answered_keys).unwrap_or_default();
+            let mut changed = false;
+            for (key, response) in &responses {
+                if outstanding.contains_key(key) && !answered.contains(key) {
+                    outstanding.remove(key);
+                    accepted.insert(key.clone(), response.clone());
+                    answered.push(key.clone());
+                    changed = true;
+                }
+            }
+            if !changed {
+                return Ok(json!({}));
+            }
+            let expected = row.version;
+            let mut next = row.clone();
+            next.input_responses = Value::Object(accepted).to_string();
+            next.answered_keys = json!(answered).to_string();
+            next.updated_ms = self.now_ms();
+            let resume = outstanding.is_empty();
+            if resume {
+                next.status = "working".into();
+                next.input_requests = None;
+                next.lease_owner = Some(self.instance.clone());
+                next.lease_until_ms = Some(self.lease_until());
+                next.attempts += 1;
+            } else {
+                next.input_requests = Some(Value::Object(outstanding).to_string());
+            }
+            if self.store.swap_task(next, expected).await.map_err(store_error)? {
+                events.task_changed(row.digest);
+                if resume {
+                    self.spawn_segment(app.clone(), events.clone(), row.digest);
+                }
+                return Ok(json!({}));
+            }
+            row = self.store.load_task(row.digest).await.map_err(store_error)?.ok_or(ProtocolError::Internal)?;
+        }
+    }
+
+    /// `tasks/cancel`: records the intent (a task waiting for input is cancelled at once; a
+    /// running one when its worker observes it). Terminal tasks: the same empty ack.
+    pub(crate) async fn cancel(
+        &self,
+        events: &EventBus,
+        principal: &VerifiedPrincipal,
+        params: &Map<String, Value>,
+    ) -> Result<Value, ProtocolError> {
+        let Owned { mut row, .. } = self.owned(principal, params).await?;
+        loop {
+            if row.is_terminal() || row.cancel_requested {
+                break;
+            }
+            let expected = row.version;
+            let mut next = row.clone();
+            next.cancel_requested = true;
+            next.updated_ms = self.now_ms();
+            if row.status == "input_required" {
+                next.status = "cancelled".into();
+                next.input_requests = None;
+                next.status_message = Some("cancelled by the client".into());
+            }
+            if self.store.swap_task(next, expected).await.map_err(store_error)? {
+                events.task_changed(row.digest);
+                break;
+            }
+            row = self.store.load_task(row.digest).await.map_err(store_error)?.ok_or(ProtocolError::Internal)?;
+        }
+        if let Some(token) = self.lock_running().get(&row.digest) {
+            token.cancel();
+        }
+        Ok(json!({}))
+    }
+
+    /// Whether `id` names a task `principal` owns (listen's `taskIds` filter).
+    pub(crate) async fn owns(&self, principal: &VerifiedPrincipal, id: &str) -> Result<bool, ProtocolError> {
+        if id.is_empty() || id.len() > 128 {
+            return Ok(false);
+        }
+        let found =
+            self.store.load_owned_task(task_digest(id), &self.owner(principal), self.now_ms()).await.map_err(store_error)?;
+        Ok(found.is_some())
+    }
+
+    /// The current DetailedTask for a listen event, re-authorized against the listener.
+    pub(crate) async fn detailed_for(
+        &self,
+        principal: &VerifiedPrincipal,
+        id: &str,
+    ) -> Result<Option<(i64, Value)>, ProtocolError> {
+        let found =
+            self.store.load_owned_task(task_digest(id), &self.owner(principal), self.now_ms()).await.map_err(store_error)?;
+        Ok(found.map(|row| (row.version, task_json(id, &row, true))))
+    }
+
+    fn lock_running(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], CancellationToken>> {
+        self.running.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts one execution segment of a task this instance holds.
+    fn spawn_segment(self: &Arc<Self>, app: Arc<App>, events: EventBus, digest: [u8; 32]) {
+        let service = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = service.run_segment(&app, &events, digest).await {
+                tracing::error!(%error, "task worker could not record its outcome");
+            }
+        });
+    }
+
+    /// Runs the tool once for the task and records what came of it.
+    async fn run_segment(
+        self: &Arc<Self>,
+        app: &Arc<App>,
+        events: &EventBus,
+        digest: [u8; 32],
+    ) -> Result<(), StoreError> {
+        let Some(row) = self.store.load_task(digest).await? else { return Ok(()) };
+        if row.is_terminal() || row.status != "working" {
+            return Ok(());
+        }
+        let cancel = CancellationToken::new();
+        self.lock_running().insert(digest, cancel.clone());
+        let outcome = self.execute(app, &row, cancel.clone()).await;
+        self.lock_running().remove(&digest);
+        let mut row = row;
+        loop {
+            let expected = row.version;
+            let mut next = row.clone();
+            next.updated_ms = self.now_ms();
+            next.lease_owner = None;
+            next.lease_until_ms = None;
+            if cancel.is_cancelled() || row.cancel_requested {
+                next.status = "cancelled".into();
+                next.status_message = Some("cancelled by the client".into());
+            } else {
+                match &outcome {
+                    Segment::Completed(result) => {
+                        next.status = "completed".into();
+                        next.result = Some(result.to_string());
+                    }
+                    Segment::Failed(error) => {
+                        next.status = "failed".into();
+                        next.error = Some(error.to_string());
+                    }
+                    Segment::NeedsInput { requests, state } => {
+                        let answered: Vec<String> = serde_json::from_str(&row.answered_keys).unwrap_or_default();
+                        if requests.keys().any(|key| answered.contains(key)) || requests.is_empty() {
+                            next.status = "failed".into();
+                            next.error = Some(
+                                ProtocolError::invalid_params("the tool asked again for an input key already answered")
+                                    .to_wire()
+                                    .to_string(),
+                            );
+                        } else {
+                            next.status = "input_required".into();
+                            next.input_requests = Some(Value::Object(requests.clone()).to_string());
+                            let mut execution: Execution =
+                                serde_json::from_str(&row.execution).map_err(|_| StoreError::Closed)?;
+                            execution.state = state.clone();
+                            next.execution = serde_json::to_string(&execution).map_err(|_| StoreError::Closed)?;
+                        }
+                    }
+                }
+            }
+            if self.store.swap_task(next, expected).await? {
+                events.task_changed(digest);
+                return Ok(());
+            }
+            match self.store.load_task(digest).await? {
+                Some(current) if !current.is_terminal() => row = current,
+                _ => return Ok(()),
+            }
+        }
+    }
+
+    /// Runs the handler with the task's stored principal, arguments and answers; watches for
+    /// cancellation in the store meanwhile and renews the lease.
+    async fn execute(self: &Arc<Self>, app: &Arc<App>, row: &TaskRow, cancel: CancellationToken) -> Segment {
+        let failed = |error: ProtocolError| Segment::Failed(error.to_wire());
+        let Ok(execution) = serde_json::from_str::<Execution>(&row.execution) else {
+            return failed(ProtocolError::Internal);
+        };
+        let Some(principal) = VerifiedPrincipal::from_stored(&execution.principal) else {
+            return failed(ProtocolError::Internal);
+        };
+        let mut params = Map::new();
+        params.insert("_meta".into(), execution.meta.clone());
+        let Ok(meta) = RequestMeta::from_params(&params) else { return failed(ProtocolError::Internal) };
+        let Some(tool) = app.tool(&row.tool) else { return failed(ProtocolError::Internal) };
+        let (sink, _dropped) = NotificationSink::channel(1);
+        let ctx = RequestContext {
+            id: RequestId::from_value(&execution.request_id).unwrap_or(RequestId::Number(0)),
+            meta,
+            principal: Arc::new(principal),
+            input_responses: parse_object(Some(&row.input_responses)),
+            request_state: execution.state.clone(),
+            sink,
+            cancel: cancel.clone(),
+            events: EventBus::new(1),
+            handles: None,
+            resolved: Arc::new(BTreeMap::new()),
+        };
+        let handler = tool.handler.clone();
+        let work = tokio::spawn(handler(ctx, execution.arguments));
+        let watcher = self.clone().watch(row.digest, cancel.clone());
+        let outcome = work.await;
+        watcher.abort();
+        match outcome {
+            Ok(Ok(Outcome::Complete(result))) => Segment::Completed(result.to_value()),
+            Ok(Ok(Outcome::InputRequired(input))) => Segment::NeedsInput { requests: input.requests, state: input.state },
+            Ok(Err(error)) => failed(error),
+            // A panicking tool is a protocol-level failure of the task, not a crash of the server.
+            Err(_) => failed(ProtocolError::Internal),
+        }
+    }
+
+    /// While a segment runs: cancel its token when the store says cancellation was asked for
+    /// (from any instance), and keep renewing the lease.
+    fn watch(self: Arc<Self>, digest: [u8; 32], cancel: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut renew_at = tokio::time::Instant::now() + self.config.lease / 3;
+            loop {
+                tokio::time::sleep(self.config.cancel_poll).await;
+                let Ok(Some(row)) = self.store.load_task(digest).await else { continue };
+                if row.cancel_requested || row.is_terminal() {
+                    cancel.cancel();
+                    return;
+                }
+                if tokio::time::Instant::now() >= renew_at {
+                    let mut next = row.clone();
+                    next.lease_owner = Some(self.instance.clone());
+                    next.lease_until_ms = Some(self.lease_until());
+                    let _ = self.store.swap_task(next, row.version).await;
+                    renew_at = tokio::time::Instant::now() + self.config.lease / 3;
+                }
+            }
+        })
+    }
+
+    /// Takes over tasks whose instance died (lease expired): resumes idempotent tools, fails the
+    /// others with a reason. Returns how many were handled.
+    pub async fn recover(self: &Arc<Self>, app: &Arc<App>, events: &EventBus, limit: u32) -> Result<usize, StoreError> {
+        let orphans = self.store.orphaned_tasks(self.now_ms(), limit).await?;
+        let mut handled = 0;
+        for row in orphans {
+            let restart = app.tool(&row.tool).map(|tool| tool.restart).unwrap_or_default();
+            let expected = row.version;
+            let mut next = row.clone();
+            next.updated_ms = self.now_ms();
+            match restart {
+                RestartPolicy::Resume => {
+                    next.lease_owner = Some(self.instance.clone());
+                    next.lease_until_ms = Some(self.lease_until());
+                    next.attempts += 1;
+                }
+                RestartPolicy::Fail => {
+                    next.status = "failed".into();
+                    next.lease_owner = None;
+                    next.lease_until_ms = None;
+                    next.error = Some(
+                        json!({ "code": -32603, "message": "the task was interrupted by a server restart and its tool is not declared idempotent" })
+                            .to_string(),
+                    );
+                }
+            }
+            if self.store.swap_task(next, expected).await? {
+                handled += 1;
+                events.task_changed(row.digest);
+                if restart == RestartPolicy::Resume {
+                    let service = self.clone();
+                    let (app, events) = (app.clone(), events.clone());
+                    tokio::spawn(async move {
+                        if let Err(error) = service.run_segment(&app, &events, row.digest).await {
+                            tracing::error!(%error, "resumed task could not record its outcome");
+                        }
+                    });
+                }
+            }
+        }
+        Ok(handled)
+    }
+
+    /// Recovery every `period` and purging of expired tasks, until `shutdown`.
+    pub fn spawn_maintenance(
+        self: &Arc<Self>,
+        app: Arc<App>,
+        events: EventBus,
+        period: Duration,
+        shutdown: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let service = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(period);
+            loop {
+                tokio::select! {
+                    _ = ticker.tick() => {}
+                    () = shutdown.cancelled() => return,
+                }
+                if let Err(error) = service.recover(&app, &events, 100).await {
+                    tracing::warn!(%error, "task recovery pass failed");
+                }
+                match service.store.purge_tasks(service.now_ms(), 1_000).await {
+                    Ok(0) => {}
+                    Ok(purged) => tracing::info!(purged, "expired tasks purged"),
+                    Err(error) => tracing::warn!(%error, "task purge failed"),
+                }
+            }
+        })
+    }
+
+    /// Forwards task changes made on other instances (when the store can push them) to this
+    /// instance's listen streams.
+    pub fn spawn_fan_in(&self, events: EventBus) -> Option<tokio::task::JoinHandle<()>> {
+        let mut changes = self.store.task_changes()?;
+        Some(tokio::spawn(async move {
+            while let Some(digest) = changes.recv().await {
+                events.task_changed(digest);
+            }
+        }))
+    }
+
+    /// The status history of a task its owner asks about (audit and tests).
+    pub async fn history(&self, principal: &VerifiedPrincipal, id: &str) -> Result<Vec<(i64, String)>, ProtocolError> {
+        if !self.owns(principal, id).await? {
+            return Err(ProtocolError::invalid_params("unknown or expired taskId"));
+        }
+        self.store.task_history(task_digest(id)).await.map_err(store_error)
+    }
+}
+
+/// What one execution segment came to.
+enum Segment {
+    Completed(Value),
+    Failed(Value),
+    NeedsInput { requests: Map<String, Value>, state: Option<Value> },
+}
+
+fn store_error(error: StoreError) -> ProtocolError {
+    tracing::error!(%error, "task store error");
+    ProtocolError::Unavailable
+}
+
+/// SHA-256 of a task id (what the store keys on).
+pub fn task_digest(id: &str) -> [u8; 32] {
+    sha256(id.as_bytes())
+}
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let digest = digest::digest(&digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(digest.as_ref());
+    out
+}
+
+fn parse_object(text: Option<&str>) -> Map<String, Value> {
+    text.and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|value| match value {
+            Value::Object(map) => Some(map),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// RFC 3339 UTC with milliseconds, from Unix milliseconds.
+fn iso8601(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let day_of_year = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// The wire form of a task: the flat Task fields, and with `detailed` the status-specific
+/// `inputRequests` / `result` / `error`. Never `requestState`.
+fn task_json(id: &str, row: &TaskRow, detailed: bool) -> Value {
+    let mut task = json!({
+        "taskId": id,
+        "status": row.status,
+        "createdAt": iso8601(row.created_ms),
+        "lastUpdatedAt": iso8601(row.updated_ms),
+        "ttlMs": row.ttl_ms,
+    });
+    if let Some(poll) = row.poll_interval_ms {
+        task["pollIntervalMs"] = json!(poll);
+    }
+    if let Some(message) = &row.status_message {
+        task["statusMessage"] = json!(message);
+    }
+    if detailed {
+        match row.status.as_str() {
+            "input_required" => task["inputRequests"] = Value::Object(parse_object(row.input_requests.as_deref())),
+            "completed" => {
+                task["result"] = row.result.as_deref().and_then(|r| serde_json::from_str(r).ok()).unwrap_or(json!({}))
+            }
+            "failed" => {
+                task["error"] = row
+                    .error
+                    .as_deref()
+                    .and_then(|e| serde_json::from_str(e).ok())
+                    .unwrap_or(json!({ "code": -32603, "message": "internal error" }))
+            }
+            _ => {}
+        }
+    }
+    task
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(1_764_374_400_123), "2025-11-29T00:00:00.123Z");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}
