@@ -430,13 +430,17 @@ fn prompts(builder: palisade_server::AppBuilder) -> palisade_server::AppBuilder 
 
 /// The tasks extension's fixtures (the `tasks-*` scenarios name them).
 fn task_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppBuilder {
-    let confirm_schema = json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] });
-    let multi_schema = json!({ "type": "object", "properties": { "name": { "type": "string" }, "confirm": { "type": "boolean" } } });
+    let confirm_schema =
+        json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] });
+    let multi_schema =
+        json!({ "type": "object", "properties": { "name": { "type": "string" }, "confirm": { "type": "boolean" } } });
     builder
         .tool(
             ToolDef::new("greet")
                 .description("Greets someone (never a task)")
-                .input_schema(json!({ "type": "object", "properties": { "name": { "type": "string" } }, "required": ["name"] }))
+                .input_schema(
+                    json!({ "type": "object", "properties": { "name": { "type": "string" } }, "required": ["name"] }),
+                )
                 .handler(|_, args| async move {
                     let name = args.get("name").and_then(Value::as_str).unwrap_or("world").to_owned();
                     done(CallToolResult::text(format!("Hello, {name}!")))
@@ -444,7 +448,9 @@ fn task_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppBuild
         )
         .tool(
             ToolDef::new("slow_compute")
-                .description("Sleeps `seconds`, then answers; a task when the client can take one; stops when cancelled")
+                .description(
+                    "Sleeps `seconds`, then answers; a task when the client can take one; stops when cancelled",
+                )
                 .input_schema(json!({ "type": "object", "properties": {
                     "seconds": { "type": "number", "minimum": 0, "maximum": 600 }, "label": { "type": "string" } } }))
                 .task_support(TaskSupport::Optional)
@@ -460,13 +466,19 @@ fn task_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppBuild
                     }
                 }),
         )
-        .tool(simple("failing_job", "Runs only as a task; reports a tool error after about a second").task_support(TaskSupport::Required).handler(|_, _| async {
-            tokio::time::sleep(Duration::from_millis(800)).await;
-            done(CallToolResult::error("the job failed"))
-        }))
-        .tool(simple("protocol_error_job", "A task whose tool fails with a protocol error").task_support(TaskSupport::Optional).handler(|_, _| async {
-            Err(ProtocolError::Internal)
-        }))
+        .tool(
+            simple("failing_job", "Runs only as a task; reports a tool error after about a second")
+                .task_support(TaskSupport::Required)
+                .handler(|_, _| async {
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                    done(CallToolResult::error("the job failed"))
+                }),
+        )
+        .tool(
+            simple("protocol_error_job", "A task whose tool fails with a protocol error")
+                .task_support(TaskSupport::Optional)
+                .handler(|_, _| async { Err(ProtocolError::Internal) }),
+        )
         .tool(
             ToolDef::new("confirm_delete")
                 .description("A task that asks the user to confirm before it deletes a file")
@@ -490,23 +502,27 @@ fn task_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppBuild
                     }
                 }),
         )
-        .tool(simple("multi_input", "A task that asks two questions at once").task_support(TaskSupport::Optional).handler(move |ctx, _| {
-            let schema = multi_schema.clone();
-            async move {
-                let (first, second) = (ctx.input_response("first"), ctx.input_response("second"));
-                if first.is_some() && second.is_some() {
-                    return done(CallToolResult::text("Both answers received"));
-                }
-                let mut input = InputRequired::new();
-                if first.is_none() {
-                    input = input.elicit("first", "First question", schema.clone());
-                }
-                if second.is_none() {
-                    input = input.elicit("second", "Second question", schema);
-                }
-                Ok(Outcome::InputRequired(input))
-            }
-        }))
+        .tool(
+            simple("multi_input", "A task that asks two questions at once")
+                .task_support(TaskSupport::Optional)
+                .handler(move |ctx, _| {
+                    let schema = multi_schema.clone();
+                    async move {
+                        let (first, second) = (ctx.input_response("first"), ctx.input_response("second"));
+                        if first.is_some() && second.is_some() {
+                            return done(CallToolResult::text("Both answers received"));
+                        }
+                        let mut input = InputRequired::new();
+                        if first.is_none() {
+                            input = input.elicit("first", "First question", schema.clone());
+                        }
+                        if second.is_none() {
+                            input = input.elicit("second", "Second question", schema);
+                        }
+                        Ok(Outcome::InputRequired(input))
+                    }
+                }),
+        )
         .tool(
             simple("test_tool_with_task", "Asks for a name (MRTR), then finishes as a task")
                 .task_support(TaskSupport::Required)

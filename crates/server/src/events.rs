@@ -24,6 +24,21 @@ pub enum ServerEvent {
         /// SHA-256 of the task id.
         digest: [u8; 32],
     },
+    /// A principal lost its standing (tokens revoked, role changed, left a tenant): its open
+    /// listen streams end.
+    PrincipalRevoked {
+        /// Issuer.
+        issuer: String,
+        /// Subject.
+        subject: String,
+        /// Only streams in this tenant; `None`: every tenant.
+        tenant: Option<String>,
+    },
+    /// An OAuth client was disabled: its open listen streams end.
+    ClientRevoked {
+        /// Client id.
+        client: String,
+    },
 }
 
 /// Publishes events to every open listen stream.

@@ -32,11 +32,11 @@ pub use handles::{
 };
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use pipeline::Server;
-pub use tasks::{RestartPolicy, TaskConfig, TaskService, TaskSupport};
 pub use registry::{
     App, AppBuilder, Completion, CompletionRef, Effect, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
     ToolDef,
 };
+pub use tasks::{RestartPolicy, TaskConfig, TaskService, TaskSupport};
 
 /// A boxed, sendable future: the return type of every registered handler.
 pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;

@@ -36,11 +36,11 @@ use crate::config::ServerConfig;
 use crate::context::{InputRequired, NotificationSink, Outcome, RequestContext};
 use crate::cursor::Cursors;
 use crate::events::{EventBus, ServerEvent};
-use crate::handles::{HandleError, HandleService, ResolvedHandle};
-use crate::tasks::{TASKS_EXTENSION, TaskService, TaskSupport};
+use crate::handles::{HandleError, HandleService, PrincipalEvent, ResolvedHandle};
 use crate::mrtr::{Binding, StateSealer};
 use crate::registry::{App, CompletionRef};
 use crate::secret::ServerSecret;
+use crate::tasks::{TASKS_EXTENSION, TaskCall, TaskService, TaskSupport};
 
 /// The methods of 2026-07-28 this server implements; anything else is `-32601`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,6 +317,26 @@ impl Server {
         service.spawn_fan_in(self.events.clone());
         self.tasks = Some(service);
         self
+    }
+
+    /// A principal-level revocation (from an identity system): ends the principal's handles
+    /// (when the server has a handle service) and closes its open listen streams. Returns how
+    /// many handles were revoked.
+    pub async fn principal_event(&self, event: PrincipalEvent) -> Result<u64, HandleError> {
+        let revoked = match &self.handles {
+            Some(handles) => handles.on_principal_event(event.clone()).await?,
+            None => 0,
+        };
+        self.events.publish(match event {
+            PrincipalEvent::TokensRevoked { issuer, subject } | PrincipalEvent::RoleChanged { issuer, subject } => {
+                ServerEvent::PrincipalRevoked { issuer, subject, tenant: None }
+            }
+            PrincipalEvent::TenantSwitched { issuer, subject, from_tenant } => {
+                ServerEvent::PrincipalRevoked { issuer, subject, tenant: Some(from_tenant) }
+            }
+            PrincipalEvent::ClientRevoked { client } => ServerEvent::ClientRevoked { client },
+        });
+        Ok(revoked)
     }
 
     /// The task service, when the server has one.
@@ -773,9 +793,7 @@ impl Server {
             Method::Complete => self.complete(params),
             Method::Listen => Err(ProtocolError::Internal),
             Method::TasksGet => self.task_service()?.get(&ctx.principal, params).await,
-            Method::TasksUpdate => {
-                self.task_service()?.update(&self.app, &self.events, &ctx.principal, params).await
-            }
+            Method::TasksUpdate => self.task_service()?.update(&self.app, &self.events, &ctx.principal, params).await,
             Method::TasksCancel => self.task_service()?.cancel(&self.events, &ctx.principal, params).await,
         }
     }
@@ -801,8 +819,9 @@ impl Server {
         }
         let service = self.task_service()?;
         let meta = params.get("_meta").cloned().unwrap_or_else(|| json!({}));
-        let scopes = self.required_scopes(operation).to_vec();
-        service.create(&self.app, &self.events, &ctx, &tool.name, arguments, meta, &scopes).await
+        let call =
+            TaskCall { tool: tool.name.clone(), arguments, meta, scopes: self.required_scopes(operation).to_vec() };
+        service.create(&self.app, &self.events, &ctx, call).await
     }
 
     /// The confirmation step of a needs-confirmation tool. `None`: confirmed, run the handler
@@ -1110,9 +1129,10 @@ impl Server {
             return Err(ProtocolError::Internal);
         }
         let complete = json!({ "resultType": "complete", "_meta": stream_meta });
-        // The stream ends (gracefully) when the credential it was opened with expires.
+        // The stream ends (gracefully) when the credential it was opened with expires (wall
+        // time, the token verifier's time base).
         let expiry = ctx.principal.expires_at_ms().map(|at| {
-            let left = at.saturating_sub(self.clock.now_ms());
+            let left = at.saturating_sub(SystemClock.now_ms());
             tokio::time::Instant::now() + std::time::Duration::from_millis(left)
         });
         let credential_expired = async {
@@ -1144,6 +1164,18 @@ impl Server {
                 }
                 Ok(ServerEvent::ResourceUpdated { uri }) if uris.contains(&uri) => {
                     notification_frame("notifications/resources/updated", json!({ "uri": uri, "_meta": stream_meta }))
+                }
+                Ok(ServerEvent::PrincipalRevoked { issuer, subject, tenant })
+                    if issuer == ctx.principal.issuer()
+                        && subject == ctx.principal.subject()
+                        && tenant.as_deref().is_none_or(|t| Some(t) == ctx.principal.tenant()) =>
+                {
+                    tracing::info!(stage = "listen", "listen stream closed: the principal was revoked");
+                    return Ok(complete);
+                }
+                Ok(ServerEvent::ClientRevoked { client }) if Some(client.as_str()) == ctx.principal.client_id() => {
+                    tracing::info!(stage = "listen", "listen stream closed: the client was revoked");
+                    return Ok(complete);
                 }
                 Ok(ServerEvent::TaskChanged { digest }) if tasks.contains_key(&digest) => {
                     let (Some(service), Some((id, last_version))) = (&self.tasks, tasks.get_mut(&digest)) else {

@@ -12,8 +12,8 @@ use serde_json::{Map, Value, json};
 use crate::BoxFuture;
 use crate::content::{CallToolResult, GetPromptResult, ResourceContents};
 use crate::context::{InputRequired, Outcome, RequestContext};
-use crate::tasks::{RestartPolicy, TaskSupport};
 use crate::handles::{HandleArgument, HandleType, handle_argument_schema};
+use crate::tasks::{RestartPolicy, TaskSupport};
 
 type ToolHandler = Arc<
     dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Outcome<CallToolResult>, ProtocolError>>

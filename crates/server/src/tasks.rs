@@ -98,6 +98,18 @@ struct Execution {
     state: Option<Value>,
 }
 
+/// The `tools/call` a task is created for.
+pub(crate) struct TaskCall {
+    /// The registered tool.
+    pub tool: String,
+    /// Its validated arguments.
+    pub arguments: Map<String, Value>,
+    /// The request's `_meta` (client capabilities for the worker's context).
+    pub meta: Value,
+    /// The scopes the call was authorized under.
+    pub scopes: Vec<String>,
+}
+
 /// The tasks service of one server instance.
 pub struct TaskService {
     store: Arc<dyn TaskStore>,
@@ -150,11 +162,9 @@ impl TaskService {
         app: &Arc<App>,
         events: &EventBus,
         ctx: &RequestContext,
-        tool: &str,
-        arguments: Map<String, Value>,
-        raw_meta: Value,
-        scopes: &[String],
+        call: TaskCall,
     ) -> Result<Value, ProtocolError> {
+        let TaskCall { tool, arguments, meta: raw_meta, scopes } = call;
         let mut raw = [0u8; 32];
         fill_random(&mut raw).map_err(|_| ProtocolError::Unavailable)?;
         let id = URL_SAFE_NO_PAD.encode(raw);
@@ -173,7 +183,7 @@ impl TaskService {
             owner: self.owner(&ctx.principal),
             request_id: ctx.id.to_value().to_string(),
             method: "tools/call".into(),
-            tool: tool.to_owned(),
+            tool,
             arguments_digest: sha256(&canonical_bytes(&Value::Object(arguments))),
             scopes: scopes.join(" "),
             execution: serde_json::to_string(&execution).map_err(|_| ProtocolError::Internal)?,
@@ -219,7 +229,11 @@ impl TaskService {
     }
 
     /// `tasks/get`: the DetailedTask.
-    pub(crate) async fn get(&self, principal: &VerifiedPrincipal, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
+    pub(crate) async fn get(
+        &self,
+        principal: &VerifiedPrincipal,
+        params: &Map<String, Value>,
+    ) -> Result<Value, ProtocolError> {
         let owned = self.owned(principal, params).await?;
         Ok(task_json(&owned.id, &owned.row, true))
     }
@@ -322,8 +336,11 @@ impl TaskService {
         if id.is_empty() || id.len() > 128 {
             return Ok(false);
         }
-        let found =
-            self.store.load_owned_task(task_digest(id), &self.owner(principal), self.now_ms()).await.map_err(store_error)?;
+        let found = self
+            .store
+            .load_owned_task(task_digest(id), &self.owner(principal), self.now_ms())
+            .await
+            .map_err(store_error)?;
         Ok(found.is_some())
     }
 
@@ -333,8 +350,11 @@ impl TaskService {
         principal: &VerifiedPrincipal,
         id: &str,
     ) -> Result<Option<(i64, Value)>, ProtocolError> {
-        let found =
-            self.store.load_owned_task(task_digest(id), &self.owner(principal), self.now_ms()).await.map_err(store_error)?;
+        let found = self
+            .store
+            .load_owned_task(task_digest(id), &self.owner(principal), self.now_ms())
+            .await
+            .map_err(store_error)?;
         Ok(found.map(|row| (row.version, task_json(id, &row, true))))
     }
 
@@ -452,7 +472,9 @@ impl TaskService {
         watcher.abort();
         match outcome {
             Ok(Ok(Outcome::Complete(result))) => Segment::Completed(result.to_value()),
-            Ok(Ok(Outcome::InputRequired(input))) => Segment::NeedsInput { requests: input.requests, state: input.state },
+            Ok(Ok(Outcome::InputRequired(input))) => {
+                Segment::NeedsInput { requests: input.requests, state: input.state }
+            }
             Ok(Err(error)) => failed(error),
             // A panicking tool is a protocol-level failure of the task, not a crash of the server.
             Err(_) => failed(ProtocolError::Internal),
@@ -622,12 +644,7 @@ fn iso8601(ms: i64) -> String {
     let day = day_of_year - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        (rem % 3600) / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
 }
 
 /// The wire form of a task: the flat Task fields, and with `detailed` the status-specific

@@ -7,8 +7,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,79 +23,15 @@ use palisade_server::{
     App, CallToolResult, HandleObject, HandlePolicy, HandleService, HandleType, Outcome, PrincipalEvent, Server,
     ServerConfig, SubjectKey, ToolDef,
 };
-use palisade_store::{PostgresOptions, PostgresStore, SqliteStore, Store};
+use palisade_store::Store;
 use serde_json::{Value, json};
+
+use common::{Backend, TempDir, fresh_store, pg_address, temp_dir, unique};
 
 const RESOURCE: &str = "http://127.0.0.1:1/mcp";
 const ISSUER: &str = "http://127.0.0.1:1/dev-issuer";
 const TTL: Duration = Duration::from_secs(60);
 const START_MS: u64 = 1_800_000_000_000;
-
-// ---- Backends ----------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, Debug)]
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-fn unique(name: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{name}_{}_{}_{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL").ok().filter(|url| !url.is_empty()).unwrap_or_else(|| {
-        panic!("DATABASE_URL is not set: the PostgreSQL handle tests need a running PostgreSQL server")
-    })
-}
-
-/// A fresh store: a new SQLite file, or a new PostgreSQL schema. `via` replaces the PostgreSQL
-/// host:port (the outage test routes through a proxy it can cut).
-async fn fresh_store(backend: Backend, via: Option<String>) -> (Arc<dyn Store>, TempDir) {
-    let dir = temp_dir(&unique("handles"));
-    match backend {
-        Backend::Sqlite => {
-            let path = dir.0.join("store.db");
-            (Arc::new(SqliteStore::open(path.to_str().unwrap()).await.unwrap()), dir)
-        }
-        Backend::Postgres => {
-            let url = database_url();
-            let schema = unique("handles_test");
-            let admin = sqlx::PgPool::connect(&url).await.unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.unwrap();
-            admin.close().await;
-            let mut url = format!("{url}{}options[search_path]={schema}", if url.contains('?') { '&' } else { '?' });
-            if let Some(via) = via {
-                let parsed = url::Url::parse(&url).unwrap();
-                let host_port = format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap_or(5432));
-                url = url.replacen(&host_port, &via, 1);
-            }
-            let options = PostgresOptions { max_connections: 6, acquire_timeout: Duration::from_secs(2) };
-            (Arc::new(PostgresStore::connect_with(&url, options).await.unwrap()), dir)
-        }
-    }
-}
-
-fn pg_address() -> String {
-    let parsed = url::Url::parse(&database_url()).unwrap();
-    format!("{}:{}", parsed.host_str().unwrap(), parsed.port().unwrap_or(5432))
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir(name: &str) -> TempDir {
-    let path = std::env::temp_dir().join(format!("palisade-{name}"));
-    std::fs::create_dir_all(&path).unwrap();
-    TempDir(path)
-}
 
 // ---- The application under test ----------------------------------------------------------------
 
@@ -239,23 +177,8 @@ impl Fixture {
     }
 
     async fn call(&self, token: &str, tool: &str, arguments: Value) -> (u16, Value) {
-        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-            "name": tool, "arguments": arguments, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } } });
-        let response = reqwest::Client::new()
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28")
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", tool)
-            .header("authorization", format!("Bearer {token}"))
-            .body(body.to_string())
-            .send()
+        common::rpc(&self.url, Some(token), "tools/call", json!({ "name": tool, "arguments": arguments }), json!({}))
             .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap())
     }
 
     /// Mints a handle for `token`'s principal on `doc` (created at version 1 in `tenant`).
