@@ -1,7 +1,8 @@
 //! The demo shop: a catalogue, the shop's policies as resources, one prompt, and baskets held
 //! across calls by explicit handles (no sessions), every one of them behind a scope, on
-//! Palisade's public library API. Checkout and the long-running export arrive with the
-//! kill-switch and task controls.
+//! Palisade's public library API. `orders_export` (your baskets, after a confirmation) runs as a
+//! durable task with its progress in the task's status message. Checkout arrives with the
+//! kill-switch control.
 //!
 //! Baskets live in this process's memory (the demo's own application data); their handles live
 //! in Palisade's store. After a restart the handles still resolve to nothing: the loader finds no
@@ -11,8 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use palisade_server::{
-    App, CallToolResult, Content, Effect, GetPromptResult, HandleObject, HandlePolicy, HandleType, Outcome,
-    PromptArgument, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef, ToolDef,
+    App, CallToolResult, Content, Effect, GetPromptResult, HandleObject, HandlePolicy, HandleType, InputRequired,
+    Outcome, PromptArgument, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef,
+    TaskSupport, ToolDef,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -116,6 +118,46 @@ fn basket_type(baskets: Arc<Baskets>) -> HandleType {
     })
 }
 
+/// `orders_export`: asks for confirmation (the task waits in `input_required`), then exports the
+/// caller's baskets one by one, reporting progress in the task's status message.
+async fn export_baskets(ctx: &RequestContext, baskets: &Baskets) -> ToolResult {
+    match ctx.input_response("confirm") {
+        None => {
+            let schema = json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] });
+            return Ok(Outcome::InputRequired(InputRequired::new().elicit(
+                "confirm",
+                "Export all your baskets in this tenant?",
+                schema,
+            )));
+        }
+        Some(answer) if answer["action"] != "accept" || answer["content"]["confirm"] != true => {
+            return Ok(Outcome::Complete(CallToolResult::error("the export was not confirmed")));
+        }
+        Some(_) => {}
+    }
+    let tenant = tenant_of(ctx)?;
+    let owner = owner_of(ctx.principal());
+    let mine: Vec<Value> = {
+        let guard = baskets.lock();
+        guard
+            .iter()
+            .filter(|((basket_tenant, _), basket)| *basket_tenant == tenant && basket.owner == owner)
+            .map(|(_, basket)| basket_json(basket))
+            .collect()
+    };
+    let total = mine.len();
+    for done in 0..=total {
+        ctx.set_task_status(&format!("exported {done} of {total} baskets")).await;
+        if done < total {
+            tokio::select! {
+                () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+                () = ctx.cancellation().cancelled() => return Err(ProtocolError::Internal),
+            }
+        }
+    }
+    Ok(Outcome::Complete(CallToolResult::structured(json!({ "baskets": mine, "count": total }))))
+}
+
 fn tenant_of(ctx: &RequestContext) -> Result<String, ProtocolError> {
     ctx.principal()
         .tenant()
@@ -152,7 +194,7 @@ type ToolResult = Result<Outcome<CallToolResult>, ProtocolError>;
 /// The demo application.
 pub fn app() -> App {
     let baskets = Arc::new(Baskets::default());
-    let (create, add, view) = (baskets.clone(), baskets.clone(), baskets.clone());
+    let (create, add, view, export) = (baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone());
     App::builder("palisade-demo-shop", env!("CARGO_PKG_VERSION"))
         .instructions(
             "A small tea shop. Search the catalogue, look up products, read the shop's policies. \
@@ -268,6 +310,23 @@ pub fn app() -> App {
                     };
                     let result: ToolResult = Ok(Outcome::Complete(result));
                     result
+                }),
+        )
+        .tool(
+            ToolDef::new("orders_export")
+                .title("Export your baskets")
+                .description(
+                    "Exports every basket you hold in this tenant, after you confirm. Runs as a task: \
+                     progress shows in tasks/get",
+                )
+                .input_schema(json!({ "type": "object", "properties": {}, "additionalProperties": false }))
+                .effect(Effect::ReadOnly)
+                .scopes(&[SCOPE_BASKET])
+                .task_support(TaskSupport::Required)
+                .idempotent()
+                .handler(move |ctx, _| {
+                    let baskets = export.clone();
+                    async move { export_baskets(&ctx, &baskets).await }
                 }),
         )
         .resource(

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::auth::VerifiedPrincipal;
 use crate::events::EventBus;
 use crate::handles::{HandleError, HandleService, ResolvedHandle};
+use crate::tasks::TaskProgress;
 
 /// A handler's answer: the result, or a request for more input from the client (MRTR).
 #[derive(Debug, Clone, PartialEq)]
@@ -107,6 +108,7 @@ pub struct RequestContext {
     pub(crate) events: EventBus,
     pub(crate) handles: Option<Arc<HandleService>>,
     pub(crate) resolved: Arc<BTreeMap<String, ResolvedHandle>>,
+    pub(crate) task: Option<TaskProgress>,
 }
 
 impl RequestContext {
@@ -181,6 +183,19 @@ impl RequestContext {
     /// The handle service (to revoke on object deletion, for instance), when the server has one.
     pub fn handle_service(&self) -> Option<&HandleService> {
         self.handles.as_deref()
+    }
+
+    /// Whether this handler runs as a task.
+    pub fn is_task(&self) -> bool {
+        self.task.is_some()
+    }
+
+    /// In a task: sets its `statusMessage` (progress a client sees in `tasks/get` and on listen
+    /// streams). Outside a task: nothing.
+    pub async fn set_task_status(&self, message: &str) {
+        if let Some(task) = &self.task {
+            task.set_status_message(&self.events, message).await;
+        }
     }
 
     /// Reports progress if the client asked for it (it sent a `progressToken`).

@@ -476,6 +476,7 @@ impl Server {
             events: self.events.clone(),
             handles: self.handles.clone(),
             resolved: Arc::new(resolved),
+            task: None,
         };
         let result = if method == Method::Listen {
             self.listen(ctx, &request.params).await

@@ -385,7 +385,7 @@ impl TaskService {
         }
         let cancel = CancellationToken::new();
         self.lock_running().insert(digest, cancel.clone());
-        let outcome = self.execute(app, &row, cancel.clone()).await;
+        let outcome = self.execute(app, events, &row, cancel.clone()).await;
         self.lock_running().remove(&digest);
         let mut row = row;
         loop {
@@ -440,7 +440,7 @@ impl TaskService {
 
     /// Runs the handler with the task's stored principal, arguments and answers; watches for
     /// cancellation in the store meanwhile and renews the lease.
-    async fn execute(self: &Arc<Self>, app: &Arc<App>, row: &TaskRow, cancel: CancellationToken) -> Segment {
+    async fn execute(self: &Arc<Self>, app: &Arc<App>, events: &EventBus, row: &TaskRow, cancel: CancellationToken) -> Segment {
         let failed = |error: ProtocolError| Segment::Failed(error.to_wire());
         let Ok(execution) = serde_json::from_str::<Execution>(&row.execution) else {
             return failed(ProtocolError::Internal);
@@ -461,9 +461,10 @@ impl TaskService {
             request_state: execution.state.clone(),
             sink,
             cancel: cancel.clone(),
-            events: EventBus::new(1),
+            events: events.clone(),
             handles: None,
             resolved: Arc::new(BTreeMap::new()),
+            task: Some(TaskProgress { service: self.clone(), digest: row.digest }),
         };
         let handler = tool.handler.clone();
         let work = tokio::spawn(handler(ctx, execution.arguments));
@@ -592,6 +593,41 @@ impl TaskService {
             return Err(ProtocolError::invalid_params("unknown or expired taskId"));
         }
         self.store.task_history(task_digest(id)).await.map_err(store_error)
+    }
+}
+
+/// What a handler running as a task can report: its status message, visible in `tasks/get`
+/// and on listen streams.
+#[derive(Clone)]
+pub(crate) struct TaskProgress {
+    service: Arc<TaskService>,
+    digest: [u8; 32],
+}
+
+impl TaskProgress {
+    /// Sets the task's `statusMessage` (best effort: a lost race with a terminal write is fine).
+    pub(crate) async fn set_status_message(&self, events: &EventBus, message: &str) {
+        let message: String = message.chars().take(500).collect();
+        for _ in 0..3 {
+            let Ok(Some(row)) = self.service.store.load_task(self.digest).await else { return };
+            if row.is_terminal() {
+                return;
+            }
+            let mut next = row.clone();
+            next.status_message = Some(message.clone());
+            next.updated_ms = self.service.now_ms();
+            match self.service.store.swap_task(next, row.version).await {
+                Ok(true) => {
+                    events.task_changed(self.digest);
+                    return;
+                }
+                Ok(false) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, "task status message not recorded");
+                    return;
+                }
+            }
+        }
     }
 }
 

@@ -6,7 +6,8 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Palisade, TempDir, send, with_meta};
+use crate::harness::{Client, Palisade, TempDir, send, with_meta};
+use crate::schema;
 
 fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(envs.iter().copied()).output().expect("run palisade")
@@ -195,6 +196,64 @@ async fn demo_baskets_are_held_by_handles_only_their_owner_can_use() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--digest"));
     let verify = palisade(&["audit", "verify"], &env);
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
+}
+
+/// A demo request with a bearer token and the tasks extension declared; every frame is checked
+/// against the core or the tasks extension schema.
+async fn demo_task_rpc(server: &Palisade, token: &str, method: &str, params: Value) -> Value {
+    let caps = json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } });
+    let params = with_meta(params, caps);
+    let body = json!({ "jsonrpc": "2.0", "id": 7, "method": method, "params": params });
+    let request = Client::new(server).post(method, &params).header("authorization", format!("Bearer {token}"));
+    let exchange = send(request.body(body.to_string())).await;
+    let frame = exchange.response().clone();
+    schema::check_response(method, &frame);
+    frame
+}
+
+#[tokio::test]
+async fn demo_orders_export_runs_as_a_task_with_confirmation_and_progress() {
+    let server = Palisade::start_app("demo", &[]);
+    let alice = token(&server, "alice", "shop:read shop:basket");
+    let created = send(basket_call(&server, &alice, "basket_create", json!({}))).await;
+    let basket = created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned();
+    send(basket_call(&server, &alice, "basket_add_item", json!({ "basket": basket, "sku": "MUG-001", "quantity": 1 }))).await;
+
+    let call = json!({ "name": "orders_export", "arguments": {} });
+    let task = demo_task_rpc(&server, &alice, "tools/call", call).await;
+    assert_eq!(task["result"]["resultType"], "task", "{task}");
+    let id = task["result"]["taskId"].as_str().unwrap().to_owned();
+    let poll = |expected: &'static str| {
+        let (server, alice, id) = (&server, &alice, id.clone());
+        async move {
+            for _ in 0..100 {
+                let got = demo_task_rpc(server, alice, "tasks/get", json!({ "taskId": id })).await;
+                if got["result"]["status"] == expected {
+                    return got["result"].clone();
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            panic!("task never reached {expected}");
+        }
+    };
+    let waiting = poll("input_required").await;
+    assert_eq!(waiting["inputRequests"]["confirm"]["method"], "elicitation/create");
+    // Another user cannot see or answer it.
+    let bob = token(&server, "bob", "shop:read shop:basket");
+    let foreign = demo_task_rpc(&server, &bob, "tasks/get", json!({ "taskId": id })).await;
+    assert_eq!(foreign["error"]["code"], -32602);
+    let answer = json!({ "taskId": id, "inputResponses": { "confirm": { "action": "accept", "content": { "confirm": true } } } });
+    let ack = demo_task_rpc(&server, &alice, "tasks/update", answer).await;
+    assert_eq!(ack["result"]["resultType"], "complete");
+    let done = poll("completed").await;
+    assert_eq!(done["result"]["structuredContent"]["count"], 1, "{done}");
+    assert_eq!(done["statusMessage"], "exported 1 of 1 baskets");
+    // Without the extension the export is refused before anything runs.
+    let params = with_meta(json!({ "name": "orders_export", "arguments": {} }), json!({}));
+    let body = json!({ "jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": params });
+    let request = Client::new(&server).post("tools/call", &params).header("authorization", format!("Bearer {alice}"));
+    let refused = send(request.body(body.to_string())).await;
+    assert_eq!(refused.error_code(), -32021);
 }
 
 #[test]

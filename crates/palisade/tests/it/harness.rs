@@ -150,6 +150,7 @@ impl Client {
         let name = match method {
             "tools/call" | "prompts/get" => params.get("name"),
             "resources/read" => params.get("uri"),
+            "tasks/get" | "tasks/update" | "tasks/cancel" => params.get("taskId"),
             _ => None,
         };
         if let Some(name) = name.and_then(Value::as_str) {

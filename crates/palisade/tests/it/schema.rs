@@ -14,15 +14,32 @@ fn document() -> &'static Value {
     })
 }
 
+/// The tasks extension's schema (its definitions live in their own document).
+fn tasks_document() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../spec/2026-07-28/ext-tasks.schema.json");
+        serde_json::from_str(&std::fs::read_to_string(path).expect("schema file")).expect("schema JSON")
+    })
+}
+
 fn validate_against(definition: &str, instance: &Value) {
+    validate_in(document(), "core", definition, instance);
+}
+
+fn validate_tasks(definition: &str, instance: &Value) {
+    validate_in(tasks_document(), "tasks", definition, instance);
+}
+
+fn validate_in(document: &Value, name: &str, definition: &str, instance: &Value) {
     static CACHE: OnceLock<Mutex<HashMap<String, std::sync::Arc<jsonschema::Validator>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let validator = {
         let mut cache = cache.lock().unwrap();
         cache
-            .entry(definition.to_owned())
+            .entry(format!("{name}:{definition}"))
             .or_insert_with(|| {
-                let mut schema = document().clone();
+                let mut schema = document.clone();
                 assert!(schema["$defs"].get(definition).is_some(), "schema has no definition {definition}");
                 schema["$ref"] = json!(format!("#/$defs/{definition}"));
                 std::sync::Arc::new(jsonschema::draft202012::new(&schema).expect("schema compiles"))
@@ -57,6 +74,17 @@ pub fn check_response(method: &str, frame: &Value) {
         validate_against("InputRequiredResult", result);
         return;
     }
+    let task_definition = match method {
+        "tools/call" if result["resultType"] == "task" => Some("CreateTaskResult"),
+        "tasks/get" => Some("GetTaskResult"),
+        "tasks/update" => Some("UpdateTaskResult"),
+        "tasks/cancel" => Some("CancelTaskResult"),
+        _ => None,
+    };
+    if let Some(definition) = task_definition {
+        validate_tasks(definition, result);
+        return;
+    }
     let definition = match method {
         "server/discover" => "DiscoverResult",
         "tools/list" => "ListToolsResult",
@@ -83,6 +111,7 @@ pub fn check_notification(frame: &Value) {
         "notifications/prompts/list_changed" => "PromptListChangedNotification",
         "notifications/resources/list_changed" => "ResourceListChangedNotification",
         "notifications/resources/updated" => "ResourceUpdatedNotification",
+        "notifications/tasks" => return validate_tasks("TaskStatusNotification", frame),
         other => panic!("unexpected notification {other}"),
     };
     validate_against(definition, frame);
