@@ -510,6 +510,53 @@ async fn two_instances_share_tasks_through_postgres() {
     let _ = &b.server;
 }
 
+/// Two tenants listening to their own tasks while both tenants' tasks change hundreds of times:
+/// every delivered event belongs to the listener, and each listener sees all of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listeners_in_two_tenants_never_see_each_others_events() {
+    const TASKS: usize = 60;
+    let f = start(Backend::Sqlite).await;
+    let tokens = [f.token("alice", "acme", "cli"), f.token("alice", "globex", "cli")];
+    let mut ids: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+    for (tenant, token) in tokens.iter().enumerate() {
+        for _ in 0..TASKS {
+            ids[tenant].push(create(&f.a.url, token, "ask", json!({})).await);
+        }
+    }
+    for (tenant, token) in tokens.iter().enumerate() {
+        settle(&f.a.url, token, ids[tenant].last().unwrap()).await;
+    }
+    // Each listener also names the other tenant's ids: they must be dropped from the ack.
+    let mut streams = Vec::new();
+    for (tenant, token) in tokens.iter().enumerate() {
+        let mut named = ids[tenant].clone();
+        named.extend(ids[1 - tenant].iter().take(10).cloned());
+        let mut stream = open_listen(&f.a.url, token, json!(named)).await;
+        let ack = stream.next().await;
+        let acknowledged = ack["params"]["notifications"]["taskIds"].as_array().unwrap().clone();
+        assert_eq!(acknowledged.len(), TASKS, "only the listener's own ids are acknowledged");
+        assert!(acknowledged.iter().all(|id| ids[tenant].iter().any(|own| id == own.as_str())));
+        streams.push(stream);
+    }
+    for (tenant, token) in tokens.iter().enumerate() {
+        for id in &ids[tenant] {
+            task(&f.a.url, token, "tasks/update", id, json!({ "inputResponses": { "a": tenant, "b": tenant } })).await;
+        }
+    }
+    for (tenant, stream) in streams.iter_mut().enumerate() {
+        let mut completed = std::collections::BTreeSet::new();
+        while completed.len() < TASKS {
+            let frame = stream.next().await;
+            let id = frame["params"]["taskId"].as_str().unwrap().to_owned();
+            assert!(ids[tenant].contains(&id), "tenant {tenant} received another tenant's task event: {frame}");
+            if frame["params"]["status"] == "completed" {
+                assert_eq!(frame["params"]["result"]["structuredContent"]["a"], tenant);
+                completed.insert(id);
+            }
+        }
+    }
+}
+
 /// Revoking the principal (the identity system's hook) ends its open listen streams; another
 /// principal's stream stays open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
