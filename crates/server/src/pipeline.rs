@@ -320,13 +320,28 @@ impl Server {
     }
 
     /// A principal-level revocation (from an identity system): ends the principal's handles
-    /// (when the server has a handle service) and closes its open listen streams. Returns how
-    /// many handles were revoked.
+    /// (when the server has a handle service), cancels its unfinished tasks and closes its open
+    /// listen streams. Returns how many handles were revoked.
     pub async fn principal_event(&self, event: PrincipalEvent) -> Result<u64, HandleError> {
         let revoked = match &self.handles {
             Some(handles) => handles.on_principal_event(event.clone()).await?,
             None => 0,
         };
+        // The principal's unfinished tasks stop too (its standing is re-checked at execution).
+        if let Some(tasks) = &self.tasks {
+            let (who, tenant) = match &event {
+                PrincipalEvent::TokensRevoked { issuer, subject } | PrincipalEvent::RoleChanged { issuer, subject } => {
+                    (Some((issuer, subject)), None)
+                }
+                PrincipalEvent::TenantSwitched { issuer, subject, from_tenant } => {
+                    (Some((issuer, subject)), Some(from_tenant.as_str()))
+                }
+                PrincipalEvent::ClientRevoked { .. } => (None, None),
+            };
+            if let Some((issuer, subject)) = who {
+                tasks.revoke_principal(&self.events, issuer, subject, tenant).await.map_err(HandleError::from)?;
+            }
+        }
         self.events.publish(match event {
             PrincipalEvent::TokensRevoked { issuer, subject } | PrincipalEvent::RoleChanged { issuer, subject } => {
                 ServerEvent::PrincipalRevoked { issuer, subject, tenant: None }

@@ -331,6 +331,50 @@ impl TaskService {
         Ok(json!({}))
     }
 
+    /// The principal lost its standing (tokens revoked, role changed, left `tenant`): every task
+    /// of it that has not finished is cancelled — at once when waiting for input, by its worker
+    /// (observing the recorded intent, on whichever instance runs it) when running. Returns how
+    /// many tasks were stopped.
+    pub async fn revoke_principal(
+        &self,
+        events: &EventBus,
+        issuer: &str,
+        subject: &str,
+        tenant: Option<&str>,
+    ) -> Result<usize, StoreError> {
+        let subject_key = self.subject_key.subject_digest(issuer, subject);
+        let mut stopped = 0;
+        for mut row in self.store.active_tasks_of(subject_key, tenant, 10_000).await? {
+            for _ in 0..5 {
+                if row.is_terminal() || row.cancel_requested {
+                    break;
+                }
+                let expected = row.version;
+                let mut next = row.clone();
+                next.cancel_requested = true;
+                next.updated_ms = self.now_ms();
+                next.status_message = Some("cancelled: the caller's access was revoked".into());
+                if row.status == "input_required" {
+                    next.status = "cancelled".into();
+                    next.input_requests = None;
+                }
+                if self.store.swap_task(next, expected).await? {
+                    stopped += 1;
+                    events.task_changed(row.digest);
+                    if let Some(token) = self.lock_running().get(&row.digest) {
+                        token.cancel();
+                    }
+                    break;
+                }
+                match self.store.load_task(row.digest).await? {
+                    Some(current) => row = current,
+                    None => break,
+                }
+            }
+        }
+        Ok(stopped)
+    }
+
     /// Whether `id` names a task `principal` owns (listen's `taskIds` filter).
     pub(crate) async fn owns(&self, principal: &VerifiedPrincipal, id: &str) -> Result<bool, ProtocolError> {
         if id.is_empty() || id.len() > 128 {
@@ -440,7 +484,13 @@ impl TaskService {
 
     /// Runs the handler with the task's stored principal, arguments and answers; watches for
     /// cancellation in the store meanwhile and renews the lease.
-    async fn execute(self: &Arc<Self>, app: &Arc<App>, events: &EventBus, row: &TaskRow, cancel: CancellationToken) -> Segment {
+    async fn execute(
+        self: &Arc<Self>,
+        app: &Arc<App>,
+        events: &EventBus,
+        row: &TaskRow,
+        cancel: CancellationToken,
+    ) -> Segment {
         let failed = |error: ProtocolError| Segment::Failed(error.to_wire());
         let Ok(execution) = serde_json::from_str::<Execution>(&row.execution) else {
             return failed(ProtocolError::Internal);

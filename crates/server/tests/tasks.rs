@@ -570,9 +570,24 @@ async fn listen_ends_when_the_principal_is_revoked() {
     let mut bob_stream = open_listen(&f.a.url, &bob, json!([theirs])).await;
     alice_stream.next().await;
     bob_stream.next().await;
+    let running = create(&f.a.url, &alice, "job", json!({ "ms": 30_000 })).await;
+    let bobs_running = create(&f.a.url, &bob, "job", json!({ "ms": 30_000 })).await;
     let event = palisade_server::PrincipalEvent::TokensRevoked { issuer: ISSUER.into(), subject: "alice".into() };
     f.a.server.principal_event(event).await.unwrap();
-    assert_eq!(alice_stream.next().await["result"]["resultType"], "complete");
+    // Her stream may first carry her own task's cancellation, then it ends.
+    loop {
+        let frame = alice_stream.next().await;
+        if frame.get("result").is_some() {
+            assert_eq!(frame["result"]["resultType"], "complete");
+            break;
+        }
+        assert_eq!(frame["params"]["taskId"], mine.as_str(), "{frame}");
+    }
+    // Her unfinished tasks stop: the waiting one at once, the running one through its worker.
+    // (Her token itself still verifies: revocation at the issuer is the identity system's part.)
+    assert_eq!(get(&f.a.url, &alice, &mine).await["status"], "cancelled");
+    assert_eq!(settle(&f.a.url, &alice, &running).await["status"], "cancelled");
+    assert_eq!(get(&f.a.url, &bob, &bobs_running).await["status"], "working", "another principal's task runs on");
     // Bob's stream still delivers.
     task(&f.a.url, &bob, "tasks/cancel", &theirs, json!({})).await;
     assert_eq!(bob_stream.next().await["method"], "notifications/tasks");

@@ -687,6 +687,10 @@ pub async fn task_is_visible_to_its_owner_until_it_expires(harness: &dyn Harness
     }
     assert!(store.load_owned_task([1; 32], &alice, 10_999).await.expect("load").is_some());
     assert!(store.load_owned_task([1; 32], &alice, 11_000).await.expect("load").is_none(), "expired");
+    let active = |tenant: Option<&'static str>| store.active_tasks_of([1; 32], tenant, 10);
+    assert_eq!(active(None).await.expect("active").len(), 1);
+    assert_eq!(active(Some("shop")).await.expect("active").len(), 1);
+    assert!(active(Some("other")).await.expect("active").is_empty());
     let duplicate = store.insert_task(sample_task(1, &owner(9, "evil", "x"))).await;
     assert!(matches!(duplicate, Err(StoreError::Conflict { .. })), "{duplicate:?}");
     fixture.cleanup().await;

@@ -435,6 +435,22 @@ impl PostgresStore {
         Ok(true)
     }
 
+    async fn active_tasks_of_inner(
+        &self,
+        subject_key: [u8; 32],
+        tenant: Option<String>,
+        limit: u32,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let rows: Vec<TaskTuple> = sqlx::query_as(tasks::sql::ACTIVE_OF)
+            .bind(subject_key.to_vec())
+            .bind(tenant)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|error| StoreError::from_sqlx("active_tasks_of", error))?;
+        rows.into_iter().map(decode_task).collect()
+    }
+
     async fn orphaned_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<Vec<TaskRow>, StoreError> {
         let rows: Vec<TaskTuple> = sqlx::query_as(tasks::sql::ORPHANS)
             .bind(now_ms)
@@ -491,6 +507,15 @@ impl TaskStore for PostgresStore {
 
     fn swap_task(&self, next: TaskRow, expected_version: i64) -> StoreFuture<'_, bool> {
         Box::pin(self.swap_task_inner(next, expected_version))
+    }
+
+    fn active_tasks_of(
+        &self,
+        subject_key: [u8; 32],
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<TaskRow>> {
+        Box::pin(self.active_tasks_of_inner(subject_key, tenant.map(str::to_owned), limit))
     }
 
     fn orphaned_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, Vec<TaskRow>> {

@@ -128,6 +128,11 @@ pub trait TaskStore: Send + Sync + std::fmt::Debug + 'static {
     /// `false` when another writer got there first (or the row is terminal): re-read and decide.
     fn swap_task(&self, next: TaskRow, expected_version: i64) -> StoreFuture<'_, bool>;
 
+    /// Up to `limit` non-terminal tasks of a subject (in one tenant, or in all), oldest first:
+    /// what a principal-level revocation must stop.
+    fn active_tasks_of(&self, subject_key: [u8; 32], tenant: Option<&str>, limit: u32)
+    -> StoreFuture<'_, Vec<TaskRow>>;
+
     /// Up to `limit` tasks in `working` whose lease ended before `now_ms` (their instance died).
     fn orphaned_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, Vec<TaskRow>>;
 
@@ -175,6 +180,12 @@ pub(crate) mod sql {
          lease_owner = $11, lease_until_ms = $12, attempts = $13, version = version + 1 \
          WHERE task_digest = $1 AND version = $14 AND status NOT IN ('completed', 'failed', 'cancelled')";
     pub const STATUS: &str = "SELECT status FROM tasks WHERE task_digest = $1";
+    pub const ACTIVE_OF: &str = concat!(
+        "SELECT ",
+        task_columns!(),
+        " FROM tasks WHERE subject_key = $1 AND ($2 IS NULL OR tenant_id = $2) \
+         AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_ms LIMIT $3"
+    );
     pub const HISTORY_INSERT: &str = "INSERT INTO task_history (task_digest, at_ms, status) VALUES ($1, $2, $3)";
     pub const HISTORY: &str =
         "SELECT at_ms, status FROM task_history WHERE task_digest = $1 ORDER BY at_ms, id LIMIT $2";
