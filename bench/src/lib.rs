@@ -1,5 +1,6 @@
-//! Shared pieces of the benchmark binaries: the loopback-only rule both of them enforce, and the
-//! `tools/call` requests the load generator sends.
+//! Shared pieces of the benchmark binaries: the loopback-only rule the HTTP ones enforce, the
+//! `tools/call` requests the load generator sends, latency percentiles, and a throw-away
+//! PostgreSQL schema for the in-process store benchmarks.
 //!
 //! The benchmark drives servers (some unauthenticated) as hard as it can, so neither binary ever
 //! talks to, or listens on, anything but a loopback address.
@@ -48,6 +49,37 @@ pub fn require_loopback<'a>(addrs: impl IntoIterator<Item = &'a SocketAddr>) -> 
     }
     anyhow::ensure!(any, "no address to check");
     Ok(())
+}
+
+/// The `q` quantile (0..=1) of sorted `latencies`, in microseconds (0 when empty).
+pub fn percentile_us(latencies: &[std::time::Duration], q: f64) -> u128 {
+    let index = ((latencies.len() as f64 - 1.0) * q).max(0.0) as usize;
+    latencies.get(index).map_or(0, |d| d.as_micros())
+}
+
+/// A fresh schema on the PostgreSQL server at `url`, dropped by [`PgSchema::drop`].
+pub struct PgSchema {
+    admin: sqlx::PgPool,
+    name: String,
+    /// `url` with the schema as its search path.
+    pub url: String,
+}
+
+impl PgSchema {
+    /// Creates a schema named after `prefix` and this process.
+    pub async fn create(url: &str, prefix: &str) -> anyhow::Result<Self> {
+        let name = format!("{prefix}_{}", std::process::id());
+        let admin = sqlx::PgPool::connect(url).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}"))).execute(&admin).await?;
+        let separator = if url.contains('?') { '&' } else { '?' };
+        Ok(Self { url: format!("{url}{separator}options[search_path]={name}"), admin, name })
+    }
+
+    /// Drops the schema and everything in it.
+    pub async fn drop(self) -> anyhow::Result<()> {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.name))).execute(&self.admin).await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -90,7 +90,7 @@ async fn measure(label: &str, store: Arc<dyn Store>, args: &Args) -> anyhow::Res
         latencies.extend(joined??);
     }
     latencies.sort();
-    let at = |q: f64| latencies.get(((latencies.len() as f64 - 1.0) * q) as usize).map_or(0, |d| d.as_micros());
+    let at = |q: f64| palisade_bench::percentile_us(&latencies, q);
     #[allow(clippy::print_stdout)]
     {
         println!(
@@ -116,15 +116,11 @@ async fn main() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&dir);
     result?;
     if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|url| !url.is_empty()) {
-        let schema = format!("handle_bench_{}", std::process::id());
-        let admin = sqlx::PgPool::connect(&url).await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await?;
-        let separator = if url.contains('?') { '&' } else { '?' };
+        let schema = palisade_bench::PgSchema::create(&url, "handle_bench").await?;
         let options = PostgresOptions { max_connections: 8, ..PostgresOptions::default() };
-        let store =
-            PostgresStore::connect_with(&format!("{url}{separator}options[search_path]={schema}"), options).await?;
+        let store = PostgresStore::connect_with(&schema.url, options).await?;
         let result = measure("postgres", Arc::new(store), &args).await;
-        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await?;
+        schema.drop().await?;
         result?;
     }
     Ok(())

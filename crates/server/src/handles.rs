@@ -544,7 +544,12 @@ impl HandleService {
 
 /// SHA-256 of a handle.
 pub fn handle_digest(handle: &str) -> [u8; 32] {
-    let digest = digest::digest(&digest::SHA256, handle.as_bytes());
+    sha256(handle.as_bytes())
+}
+
+/// SHA-256 of `bytes`.
+pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let digest = digest::digest(&digest::SHA256, bytes);
     let mut out = [0u8; 32];
     out.copy_from_slice(digest.as_ref());
     out

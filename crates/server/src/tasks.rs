@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use aws_lc_rs::digest;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_store::{HandleOwner, StoreError, TaskRow, TaskStore};
@@ -33,7 +32,7 @@ use crate::auth::VerifiedPrincipal;
 use crate::clock::Clock;
 use crate::context::{NotificationSink, Outcome, RequestContext};
 use crate::events::EventBus;
-use crate::handles::SubjectKey;
+use crate::handles::{SubjectKey, sha256};
 use crate::registry::App;
 use crate::secret::fill_random;
 
@@ -305,29 +304,8 @@ impl TaskService {
         principal: &VerifiedPrincipal,
         params: &Map<String, Value>,
     ) -> Result<Value, ProtocolError> {
-        let Owned { mut row, .. } = self.owned(principal, params).await?;
-        loop {
-            if row.is_terminal() || row.cancel_requested {
-                break;
-            }
-            let expected = row.version;
-            let mut next = row.clone();
-            next.cancel_requested = true;
-            next.updated_ms = self.now_ms();
-            if row.status == "input_required" {
-                next.status = "cancelled".into();
-                next.input_requests = None;
-                next.status_message = Some("cancelled by the client".into());
-            }
-            if self.store.swap_task(next, expected).await.map_err(store_error)? {
-                events.task_changed(row.digest);
-                break;
-            }
-            row = self.store.load_task(row.digest).await.map_err(store_error)?.ok_or(ProtocolError::Internal)?;
-        }
-        if let Some(token) = self.lock_running().get(&row.digest) {
-            token.cancel();
-        }
+        let Owned { row, .. } = self.owned(principal, params).await?;
+        self.request_cancel(events, row, "cancelled by the client").await.map_err(store_error)?;
         Ok(json!({}))
     }
 
@@ -344,35 +322,43 @@ impl TaskService {
     ) -> Result<usize, StoreError> {
         let subject_key = self.subject_key.subject_digest(issuer, subject);
         let mut stopped = 0;
-        for mut row in self.store.active_tasks_of(subject_key, tenant, 10_000).await? {
-            for _ in 0..5 {
-                if row.is_terminal() || row.cancel_requested {
-                    break;
-                }
-                let expected = row.version;
-                let mut next = row.clone();
-                next.cancel_requested = true;
-                next.updated_ms = self.now_ms();
-                next.status_message = Some("cancelled: the caller's access was revoked".into());
-                if row.status == "input_required" {
-                    next.status = "cancelled".into();
-                    next.input_requests = None;
-                }
-                if self.store.swap_task(next, expected).await? {
-                    stopped += 1;
-                    events.task_changed(row.digest);
-                    if let Some(token) = self.lock_running().get(&row.digest) {
-                        token.cancel();
-                    }
-                    break;
-                }
-                match self.store.load_task(row.digest).await? {
-                    Some(current) => row = current,
-                    None => break,
-                }
+        for row in self.store.active_tasks_of(subject_key, tenant, 10_000).await? {
+            if self.request_cancel(events, row, "cancelled: the caller's access was revoked").await? {
+                stopped += 1;
             }
         }
         Ok(stopped)
+    }
+
+    /// Records a cancellation request (a task waiting for input is cancelled at once; a running
+    /// one when its worker observes the intent) and cancels a local worker. Retries lost races;
+    /// `false` when the task was already finished or cancelling.
+    async fn request_cancel(&self, events: &EventBus, mut row: TaskRow, message: &str) -> Result<bool, StoreError> {
+        loop {
+            if row.is_terminal() || row.cancel_requested {
+                return Ok(false);
+            }
+            let expected = row.version;
+            let mut next = row.clone();
+            next.cancel_requested = true;
+            next.updated_ms = self.now_ms();
+            next.status_message = Some(message.to_owned());
+            if row.status == "input_required" {
+                next.status = "cancelled".into();
+                next.input_requests = None;
+            }
+            if self.store.swap_task(next, expected).await? {
+                events.task_changed(row.digest);
+                if let Some(token) = self.lock_running().get(&row.digest) {
+                    token.cancel();
+                }
+                return Ok(true);
+            }
+            match self.store.load_task(row.digest).await? {
+                Some(current) => row = current,
+                None => return Ok(false),
+            }
+        }
     }
 
     /// Whether `id` names a task `principal` owns (listen's `taskIds` filter).
@@ -696,13 +682,6 @@ fn store_error(error: StoreError) -> ProtocolError {
 /// SHA-256 of a task id (what the store keys on).
 pub fn task_digest(id: &str) -> [u8; 32] {
     sha256(id.as_bytes())
-}
-
-fn sha256(bytes: &[u8]) -> [u8; 32] {
-    let digest = digest::digest(&digest::SHA256, bytes);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(digest.as_ref());
-    out
 }
 
 fn parse_object(text: Option<&str>) -> Map<String, Value> {

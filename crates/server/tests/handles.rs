@@ -512,28 +512,7 @@ async fn sqlite_outage_fails_closed() {
     assert_eq!(f.runs(), 0, "nothing ran while the store was down");
 }
 
-macro_rules! on_both_backends {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Backend::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+crate::on_both_backends!(
     guessing_finds_nothing,
     substitution_across_subject_tenant_and_client,
     expiry_is_exact,

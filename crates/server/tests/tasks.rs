@@ -452,28 +452,7 @@ impl SseReader {
     }
 }
 
-macro_rules! on_both_backends {
-    ($($case:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Backend::Sqlite).await;
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Backend::Postgres).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_backends!(
+crate::on_both_backends!(
     extension_gates_and_removed_methods,
     foreign_unknown_and_expired_ids_look_the_same,
     lifecycle_results_errors_and_terminal_immutability,

@@ -352,6 +352,139 @@ pub(crate) fn revoke_statement(selector: RevokeSelector, revocation: Revocation)
     (statement, binds)
 }
 
+/// Implements [`HandleStore`] for a backend from the shared statements (one text for both).
+/// `writer`/`reader` name the pools, `sql` adapts a constant statement's placeholders and
+/// `dynamic` a built one.
+macro_rules! impl_handle_store {
+    (store: $store:ty, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident, dynamic: $dynamic:expr) => {
+        impl $store {
+            async fn insert_handle_inner(&self, handle: NewHandle) -> Result<(), StoreError> {
+                handle.validate()?;
+                sqlx::query($sql!(sql::INSERT))
+                    .bind(handle.digest.to_vec())
+                    .bind(handle.owner.subject_key.to_vec())
+                    .bind(handle.owner.tenant)
+                    .bind(handle.owner.client)
+                    .bind(handle.object_type)
+                    .bind(handle.object_ref)
+                    .bind(handle.object_version)
+                    .bind(handle.scopes.join(" "))
+                    .bind(handle.policy_version)
+                    .bind(handle.created_ms)
+                    .bind(handle.expires_ms)
+                    .execute(&self.$writer)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("insert_handle", error))?;
+                Ok(())
+            }
+
+            async fn lookup_handle_inner(
+                &self,
+                digest: [u8; 32],
+                owner: &HandleOwner,
+                now_ms: i64,
+            ) -> Result<Option<LiveHandle>, StoreError> {
+                let row: Option<(String, String, String, String, i64, i64)> = sqlx::query_as($sql!(sql::LOOKUP))
+                    .bind(digest.to_vec())
+                    .bind(owner.subject_key.to_vec())
+                    .bind(owner.tenant.as_str())
+                    .bind(owner.client.as_str())
+                    .bind(now_ms)
+                    .fetch_optional(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("lookup_handle", error))?;
+                Ok(row.map(|(object_type, object_ref, object_version, scopes, policy_version, expires_ms)| {
+                    LiveHandle {
+                        object_type,
+                        object_ref,
+                        object_version,
+                        scopes: scopes.split(' ').map(str::to_owned).collect(),
+                        policy_version,
+                        expires_ms,
+                    }
+                }))
+            }
+
+            async fn revoke_handles_inner(
+                &self,
+                selector: RevokeSelector,
+                revocation: Revocation,
+            ) -> Result<u64, StoreError> {
+                revocation.validate()?;
+                let (statement, binds) = revoke_statement(selector, revocation);
+                // Built by `revoke_statement` from constant clauses: safe to send as SQL.
+                let mut query = sqlx::query(sqlx::AssertSqlSafe($dynamic(statement)));
+                for bind in binds {
+                    query = match bind {
+                        Bind::Bytes(bytes) => query.bind(bytes),
+                        Bind::Text(text) => query.bind(text),
+                        Bind::OptText(text) => query.bind(text),
+                        Bind::Int(int) => query.bind(int),
+                    };
+                }
+                let done = query
+                    .execute(&self.$writer)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("revoke_handles", error))?;
+                Ok(done.rows_affected())
+            }
+
+            async fn list_handles_inner(
+                &self,
+                subject_key: [u8; 32],
+                limit: u32,
+            ) -> Result<Vec<HandleSummary>, StoreError> {
+                let rows: Vec<SummaryRow> = sqlx::query_as($sql!(sql::LIST))
+                    .bind(subject_key.to_vec())
+                    .bind(i64::from(limit.min(MAX_HANDLE_LIST)))
+                    .fetch_all(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("list_handles", error))?;
+                rows.into_iter().map(decode_summary).collect()
+            }
+
+            async fn purge_handles_inner(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
+                let done = sqlx::query($sql!(sql::PURGE))
+                    .bind(before_ms)
+                    .bind(i64::from(limit))
+                    .execute(&self.$writer)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("purge_handles", error))?;
+                Ok(done.rows_affected())
+            }
+        }
+
+        impl HandleStore for $store {
+            fn insert_handle(&self, handle: NewHandle) -> StoreFuture<'_, ()> {
+                Box::pin(self.insert_handle_inner(handle))
+            }
+
+            fn lookup_handle(
+                &self,
+                digest: [u8; 32],
+                owner: &HandleOwner,
+                now_ms: i64,
+            ) -> StoreFuture<'_, Option<LiveHandle>> {
+                let owner = owner.clone();
+                Box::pin(async move { self.lookup_handle_inner(digest, &owner, now_ms).await })
+            }
+
+            fn revoke_handles(&self, selector: RevokeSelector, revocation: Revocation) -> StoreFuture<'_, u64> {
+                Box::pin(self.revoke_handles_inner(selector, revocation))
+            }
+
+            fn list_handles(&self, subject_key: [u8; 32], limit: u32) -> StoreFuture<'_, Vec<HandleSummary>> {
+                Box::pin(self.list_handles_inner(subject_key, limit))
+            }
+
+            fn purge_handles(&self, before_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+                Box::pin(self.purge_handles_inner(before_ms, limit))
+            }
+        }
+    };
+}
+pub(crate) use impl_handle_store;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -230,289 +230,34 @@ macro_rules! sqlite_sql {
     }};
 }
 
+crate::handles::impl_handle_store!(
+    store: SqliteStore,
+    writer: writer,
+    reader: reader,
+    sql: sqlite_sql,
+    dynamic: |statement: String| statement.replace('$', "?")
+);
+
 impl SqliteStore {
-    async fn insert_handle_inner(&self, handle: NewHandle) -> Result<(), StoreError> {
-        handle.validate()?;
-        sqlx::query(sqlite_sql!(sql::INSERT))
-            .bind(handle.digest.to_vec())
-            .bind(handle.owner.subject_key.to_vec())
-            .bind(handle.owner.tenant)
-            .bind(handle.owner.client)
-            .bind(handle.object_type)
-            .bind(handle.object_ref)
-            .bind(handle.object_version)
-            .bind(handle.scopes.join(" "))
-            .bind(handle.policy_version)
-            .bind(handle.created_ms)
-            .bind(handle.expires_ms)
-            .execute(&self.writer)
-            .await
-            .map_err(|error| StoreError::from_sqlx("insert_handle", error))?;
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.writer.begin_with("BEGIN IMMEDIATE").await
+    }
+
+    /// One process: the server's own bus sees every task change.
+    async fn notify_task(&self, _: &mut sqlx::Transaction<'static, sqlx::Sqlite>, _: &[u8]) -> Result<(), sqlx::Error> {
         Ok(())
     }
-
-    async fn lookup_handle_inner(
-        &self,
-        digest: [u8; 32],
-        owner: &HandleOwner,
-        now_ms: i64,
-    ) -> Result<Option<LiveHandle>, StoreError> {
-        let row: Option<(String, String, String, String, i64, i64)> = sqlx::query_as(sqlite_sql!(sql::LOOKUP))
-            .bind(digest.to_vec())
-            .bind(owner.subject_key.to_vec())
-            .bind(owner.tenant.as_str())
-            .bind(owner.client.as_str())
-            .bind(now_ms)
-            .fetch_optional(&self.reader)
-            .await
-            .map_err(|error| StoreError::from_sqlx("lookup_handle", error))?;
-        Ok(row.map(|(object_type, object_ref, object_version, scopes, policy_version, expires_ms)| LiveHandle {
-            object_type,
-            object_ref,
-            object_version,
-            scopes: scopes.split(' ').map(str::to_owned).collect(),
-            policy_version,
-            expires_ms,
-        }))
-    }
-
-    async fn revoke_handles_inner(&self, selector: RevokeSelector, revocation: Revocation) -> Result<u64, StoreError> {
-        revocation.validate()?;
-        let (statement, binds) = revoke_statement(selector, revocation);
-        // Built by `revoke_statement` from constant clauses: safe to send as SQL.
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(statement.replace('$', "?")));
-        for bind in binds {
-            query = match bind {
-                Bind::Bytes(bytes) => query.bind(bytes),
-                Bind::Text(text) => query.bind(text),
-                Bind::OptText(text) => query.bind(text),
-                Bind::Int(int) => query.bind(int),
-            };
-        }
-        let done = query.execute(&self.writer).await.map_err(|error| StoreError::from_sqlx("revoke_handles", error))?;
-        Ok(done.rows_affected())
-    }
-
-    async fn list_handles_inner(&self, subject_key: [u8; 32], limit: u32) -> Result<Vec<HandleSummary>, StoreError> {
-        let rows: Vec<SummaryRow> = sqlx::query_as(sqlite_sql!(sql::LIST))
-            .bind(subject_key.to_vec())
-            .bind(i64::from(limit.min(MAX_HANDLE_LIST)))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|error| StoreError::from_sqlx("list_handles", error))?;
-        rows.into_iter().map(decode_summary).collect()
-    }
-
-    async fn purge_handles_inner(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
-        let done = sqlx::query(sqlite_sql!(sql::PURGE))
-            .bind(before_ms)
-            .bind(i64::from(limit))
-            .execute(&self.writer)
-            .await
-            .map_err(|error| StoreError::from_sqlx("purge_handles", error))?;
-        Ok(done.rows_affected())
-    }
 }
 
-impl HandleStore for SqliteStore {
-    fn insert_handle(&self, handle: NewHandle) -> StoreFuture<'_, ()> {
-        Box::pin(self.insert_handle_inner(handle))
-    }
-
-    fn lookup_handle(&self, digest: [u8; 32], owner: &HandleOwner, now_ms: i64) -> StoreFuture<'_, Option<LiveHandle>> {
-        let owner = owner.clone();
-        Box::pin(async move { self.lookup_handle_inner(digest, &owner, now_ms).await })
-    }
-
-    fn revoke_handles(&self, selector: RevokeSelector, revocation: Revocation) -> StoreFuture<'_, u64> {
-        Box::pin(self.revoke_handles_inner(selector, revocation))
-    }
-
-    fn list_handles(&self, subject_key: [u8; 32], limit: u32) -> StoreFuture<'_, Vec<HandleSummary>> {
-        Box::pin(self.list_handles_inner(subject_key, limit))
-    }
-
-    fn purge_handles(&self, before_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
-        Box::pin(self.purge_handles_inner(before_ms, limit))
-    }
-}
-
-impl SqliteStore {
-    async fn insert_task_inner(&self, task: TaskRow) -> Result<(), StoreError> {
-        task.validate()?;
-        let during = "insert_task";
-        let sqlx_error = |error| StoreError::from_sqlx(during, error);
-        let (digest, at, status) = (task.digest.to_vec(), task.created_ms, task.status.clone());
-        let mut transaction = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(sqlx_error)?;
-        bind_task_insert!(sqlx::query(sqlite_sql!(tasks::sql::INSERT)), task)
-            .execute(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-        sqlx::query(sqlite_sql!(tasks::sql::HISTORY_INSERT))
-            .bind(digest.clone())
-            .bind(at)
-            .bind(status)
-            .execute(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-
-        transaction.commit().await.map_err(sqlx_error)
-    }
-
-    async fn load_owned_task_inner(
-        &self,
-        digest: [u8; 32],
-        owner: &HandleOwner,
-        now_ms: i64,
-    ) -> Result<Option<TaskRow>, StoreError> {
-        let row: Option<TaskTuple> = sqlx::query_as(sqlite_sql!(tasks::sql::LOAD_OWNED))
-            .bind(digest.to_vec())
-            .bind(owner.subject_key.to_vec())
-            .bind(owner.tenant.as_str())
-            .bind(owner.client.as_str())
-            .bind(now_ms)
-            .fetch_optional(&self.reader)
-            .await
-            .map_err(|error| StoreError::from_sqlx("load_task", error))?;
-        row.map(decode_task).transpose()
-    }
-
-    async fn load_task_inner(&self, digest: [u8; 32]) -> Result<Option<TaskRow>, StoreError> {
-        let row: Option<TaskTuple> = sqlx::query_as(sqlite_sql!(tasks::sql::LOAD))
-            .bind(digest.to_vec())
-            .fetch_optional(&self.reader)
-            .await
-            .map_err(|error| StoreError::from_sqlx("load_task", error))?;
-        row.map(decode_task).transpose()
-    }
-
-    async fn swap_task_inner(&self, next: TaskRow, expected_version: i64) -> Result<bool, StoreError> {
-        next.validate()?;
-        let during = "swap_task";
-        let sqlx_error = |error| StoreError::from_sqlx(during, error);
-        let (digest, at, status) = (next.digest.to_vec(), next.updated_ms, next.status.clone());
-        let mut transaction = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(sqlx_error)?;
-        let previous: Option<(String,)> = sqlx::query_as(sqlite_sql!(tasks::sql::STATUS))
-            .bind(digest.clone())
-            .fetch_optional(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-        let done = bind_task_swap!(sqlx::query(sqlite_sql!(tasks::sql::SWAP)), next, expected_version)
-            .execute(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-        if done.rows_affected() != 1 {
-            return Ok(false);
-        }
-        if previous.is_some_and(|(previous,)| previous != status) {
-            sqlx::query(sqlite_sql!(tasks::sql::HISTORY_INSERT))
-                .bind(digest.clone())
-                .bind(at)
-                .bind(status)
-                .execute(&mut *transaction)
-                .await
-                .map_err(sqlx_error)?;
-        }
-
-        transaction.commit().await.map_err(sqlx_error)?;
-        Ok(true)
-    }
-
-    async fn active_tasks_of_inner(
-        &self,
-        subject_key: [u8; 32],
-        tenant: Option<String>,
-        limit: u32,
-    ) -> Result<Vec<TaskRow>, StoreError> {
-        let rows: Vec<TaskTuple> = sqlx::query_as(sqlite_sql!(tasks::sql::ACTIVE_OF))
-            .bind(subject_key.to_vec())
-            .bind(tenant)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|error| StoreError::from_sqlx("active_tasks_of", error))?;
-        rows.into_iter().map(decode_task).collect()
-    }
-
-    async fn orphaned_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<Vec<TaskRow>, StoreError> {
-        let rows: Vec<TaskTuple> = sqlx::query_as(sqlite_sql!(tasks::sql::ORPHANS))
-            .bind(now_ms)
-            .bind(i64::from(limit))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|error| StoreError::from_sqlx("orphaned_tasks", error))?;
-        rows.into_iter().map(decode_task).collect()
-    }
-
-    async fn task_history_inner(&self, digest: [u8; 32]) -> Result<Vec<(i64, String)>, StoreError> {
-        sqlx::query_as(sqlite_sql!(tasks::sql::HISTORY))
-            .bind(digest.to_vec())
-            .bind(i64::from(MAX_TASK_HISTORY))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|error| StoreError::from_sqlx("task_history", error))
-    }
-
-    async fn purge_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
-        let during = "purge_tasks";
-        let sqlx_error = |error| StoreError::from_sqlx(during, error);
-        let mut transaction = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(sqlx_error)?;
-        sqlx::query(sqlite_sql!(tasks::sql::PURGE_HISTORY))
-            .bind(now_ms)
-            .bind(i64::from(limit))
-            .execute(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-        let done = sqlx::query(sqlite_sql!(tasks::sql::PURGE))
-            .bind(now_ms)
-            .bind(i64::from(limit))
-            .execute(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-        transaction.commit().await.map_err(sqlx_error)?;
-        Ok(done.rows_affected())
-    }
-}
-
-impl TaskStore for SqliteStore {
-    fn insert_task(&self, task: TaskRow) -> StoreFuture<'_, ()> {
-        Box::pin(self.insert_task_inner(task))
-    }
-
-    fn load_owned_task(&self, digest: [u8; 32], owner: &HandleOwner, now_ms: i64) -> StoreFuture<'_, Option<TaskRow>> {
-        let owner = owner.clone();
-        Box::pin(async move { self.load_owned_task_inner(digest, &owner, now_ms).await })
-    }
-
-    fn load_task(&self, digest: [u8; 32]) -> StoreFuture<'_, Option<TaskRow>> {
-        Box::pin(self.load_task_inner(digest))
-    }
-
-    fn swap_task(&self, next: TaskRow, expected_version: i64) -> StoreFuture<'_, bool> {
-        Box::pin(self.swap_task_inner(next, expected_version))
-    }
-
-    fn active_tasks_of(
-        &self,
-        subject_key: [u8; 32],
-        tenant: Option<&str>,
-        limit: u32,
-    ) -> StoreFuture<'_, Vec<TaskRow>> {
-        Box::pin(self.active_tasks_of_inner(subject_key, tenant.map(str::to_owned), limit))
-    }
-
-    fn orphaned_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, Vec<TaskRow>> {
-        Box::pin(self.orphaned_tasks_inner(now_ms, limit))
-    }
-
-    fn task_history(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<(i64, String)>> {
-        Box::pin(self.task_history_inner(digest))
-    }
-
-    fn purge_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
-        Box::pin(self.purge_tasks_inner(now_ms, limit))
-    }
-}
+tasks::impl_task_store!(
+    store: SqliteStore,
+    begin: begin_write,
+    reader: reader,
+    sql: sqlite_sql,
+    status_sql: sqlite_sql!(tasks::sql::STATUS),
+    notify: notify_task,
+    extra: {}
+);
 
 /// True for `:memory:`, `sqlite::memory:`, `sqlite://:memory:` and URLs with `mode=memory`.
 fn is_in_memory(path_or_url: &str) -> bool {

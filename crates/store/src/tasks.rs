@@ -322,3 +322,198 @@ macro_rules! bind_task_swap {
     }};
 }
 pub(crate) use bind_task_swap;
+
+/// Implements [`TaskStore`] for a backend from the shared statements: one text for both, so the
+/// two backends cannot drift. `begin` opens the write transaction, `notify` announces a change
+/// inside it (PostgreSQL `pg_notify`; a no-op on SQLite), `sql` adapts a statement's placeholders.
+macro_rules! impl_task_store {
+    (
+        store: $store:ty,
+        begin: $begin:ident,
+        reader: $reader:ident,
+        sql: $sql:ident,
+        status_sql: $status_sql:expr,
+        notify: $notify:ident,
+        extra: { $($extra:tt)* }
+    ) => {
+        impl $store {
+            async fn insert_task_inner(&self, task: TaskRow) -> Result<(), StoreError> {
+                task.validate()?;
+                let during = "insert_task";
+                let sqlx_error = |error| StoreError::from_sqlx(during, error);
+                let (digest, at, status) = (task.digest.to_vec(), task.created_ms, task.status.clone());
+                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
+                bind_task_insert!(sqlx::query($sql!(tasks::sql::INSERT)), task)
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(sqlx_error)?;
+                sqlx::query($sql!(tasks::sql::HISTORY_INSERT))
+                    .bind(digest.clone())
+                    .bind(at)
+                    .bind(status)
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(sqlx_error)?;
+                self.$notify(&mut transaction, &digest).await.map_err(sqlx_error)?;
+                transaction.commit().await.map_err(sqlx_error)
+            }
+
+            async fn load_owned_task_inner(
+                &self,
+                digest: [u8; 32],
+                owner: &HandleOwner,
+                now_ms: i64,
+            ) -> Result<Option<TaskRow>, StoreError> {
+                let row: Option<TaskTuple> = sqlx::query_as($sql!(tasks::sql::LOAD_OWNED))
+                    .bind(digest.to_vec())
+                    .bind(owner.subject_key.to_vec())
+                    .bind(owner.tenant.as_str())
+                    .bind(owner.client.as_str())
+                    .bind(now_ms)
+                    .fetch_optional(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("load_task", error))?;
+                row.map(decode_task).transpose()
+            }
+
+            async fn load_task_inner(&self, digest: [u8; 32]) -> Result<Option<TaskRow>, StoreError> {
+                let row: Option<TaskTuple> = sqlx::query_as($sql!(tasks::sql::LOAD))
+                    .bind(digest.to_vec())
+                    .fetch_optional(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("load_task", error))?;
+                row.map(decode_task).transpose()
+            }
+
+            async fn swap_task_inner(&self, next: TaskRow, expected_version: i64) -> Result<bool, StoreError> {
+                next.validate()?;
+                let during = "swap_task";
+                let sqlx_error = |error| StoreError::from_sqlx(during, error);
+                let (digest, at, status) = (next.digest.to_vec(), next.updated_ms, next.status.clone());
+                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
+                let previous: Option<(String,)> = sqlx::query_as($status_sql)
+                    .bind(digest.clone())
+                    .fetch_optional(&mut *transaction)
+                    .await
+                    .map_err(sqlx_error)?;
+                let done = bind_task_swap!(sqlx::query($sql!(tasks::sql::SWAP)), next, expected_version)
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(sqlx_error)?;
+                if done.rows_affected() != 1 {
+                    return Ok(false);
+                }
+                if previous.is_some_and(|(previous,)| previous != status) {
+                    sqlx::query($sql!(tasks::sql::HISTORY_INSERT))
+                        .bind(digest.clone())
+                        .bind(at)
+                        .bind(status)
+                        .execute(&mut *transaction)
+                        .await
+                        .map_err(sqlx_error)?;
+                }
+                self.$notify(&mut transaction, &digest).await.map_err(sqlx_error)?;
+                transaction.commit().await.map_err(sqlx_error)?;
+                Ok(true)
+            }
+
+            async fn active_tasks_of_inner(
+                &self,
+                subject_key: [u8; 32],
+                tenant: Option<String>,
+                limit: u32,
+            ) -> Result<Vec<TaskRow>, StoreError> {
+                let rows: Vec<TaskTuple> = sqlx::query_as($sql!(tasks::sql::ACTIVE_OF))
+                    .bind(subject_key.to_vec())
+                    .bind(tenant)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("active_tasks_of", error))?;
+                rows.into_iter().map(decode_task).collect()
+            }
+
+            async fn orphaned_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<Vec<TaskRow>, StoreError> {
+                let rows: Vec<TaskTuple> = sqlx::query_as($sql!(tasks::sql::ORPHANS))
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("orphaned_tasks", error))?;
+                rows.into_iter().map(decode_task).collect()
+            }
+
+            async fn task_history_inner(&self, digest: [u8; 32]) -> Result<Vec<(i64, String)>, StoreError> {
+                sqlx::query_as($sql!(tasks::sql::HISTORY))
+                    .bind(digest.to_vec())
+                    .bind(i64::from(MAX_TASK_HISTORY))
+                    .fetch_all(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("task_history", error))
+            }
+
+            async fn purge_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+                let during = "purge_tasks";
+                let sqlx_error = |error| StoreError::from_sqlx(during, error);
+                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
+                sqlx::query($sql!(tasks::sql::PURGE_HISTORY))
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(sqlx_error)?;
+                let done = sqlx::query($sql!(tasks::sql::PURGE))
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(sqlx_error)?;
+                transaction.commit().await.map_err(sqlx_error)?;
+                Ok(done.rows_affected())
+            }
+        }
+
+        impl TaskStore for $store {
+            fn insert_task(&self, task: TaskRow) -> StoreFuture<'_, ()> {
+                Box::pin(self.insert_task_inner(task))
+            }
+
+            fn load_owned_task(&self, digest: [u8; 32], owner: &HandleOwner, now_ms: i64) -> StoreFuture<'_, Option<TaskRow>> {
+                let owner = owner.clone();
+                Box::pin(async move { self.load_owned_task_inner(digest, &owner, now_ms).await })
+            }
+
+            fn load_task(&self, digest: [u8; 32]) -> StoreFuture<'_, Option<TaskRow>> {
+                Box::pin(self.load_task_inner(digest))
+            }
+
+            fn swap_task(&self, next: TaskRow, expected_version: i64) -> StoreFuture<'_, bool> {
+                Box::pin(self.swap_task_inner(next, expected_version))
+            }
+
+            fn active_tasks_of(
+                &self,
+                subject_key: [u8; 32],
+                tenant: Option<&str>,
+                limit: u32,
+            ) -> StoreFuture<'_, Vec<TaskRow>> {
+                Box::pin(self.active_tasks_of_inner(subject_key, tenant.map(str::to_owned), limit))
+            }
+
+            fn orphaned_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, Vec<TaskRow>> {
+                Box::pin(self.orphaned_tasks_inner(now_ms, limit))
+            }
+
+            fn task_history(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<(i64, String)>> {
+                Box::pin(self.task_history_inner(digest))
+            }
+
+            fn purge_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+                Box::pin(self.purge_tasks_inner(now_ms, limit))
+            }
+
+                $($extra)*
+            }
+    };
+}
+pub(crate) use impl_task_store;

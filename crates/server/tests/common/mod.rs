@@ -104,3 +104,27 @@ pub async fn rpc(url: &str, token: Option<&str>, method: &str, mut params: Value
     let status = response.status().as_u16();
     (status, response.json().await.unwrap())
 }
+
+/// Instantiates each `case(Backend)` in the calling test file as a test on SQLite (module
+/// `sqlite`) and on PostgreSQL (module `postgres`).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Backend::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Backend::Postgres).await;
+                }
+            )*
+        }
+    };
+}

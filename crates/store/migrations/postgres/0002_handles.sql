@@ -10,7 +10,7 @@ CREATE TABLE handles (
     object_type        TEXT    NOT NULL CHECK (object_type <> ''),
     object_ref         TEXT    NOT NULL CHECK (object_ref <> ''),
     object_version     TEXT    NOT NULL CHECK (object_version <> ''),
-    scopes             TEXT[]  NOT NULL CHECK (cardinality(scopes) > 0),
+    scopes             TEXT    NOT NULL CHECK (scopes <> ''), -- sorted, unique, space-separated
     policy_version     BIGINT  NOT NULL CHECK (policy_version > 0),
     created_ms         BIGINT  NOT NULL CHECK (created_ms >= 0),
     expires_ms         BIGINT  NOT NULL CHECK (expires_ms > created_ms),
