@@ -1,0 +1,212 @@
+//! Stage 4 of the pipeline, the kill switch (control C5), and its second phase for handlers.
+//!
+//! - [`exposed_operations`]: every operation key an application exposes (each advertised plain
+//!   method, each tool, prompt, resource and resource template), the list the signed registry
+//!   must cover; `palisade policy init` writes its skeleton from it.
+//! - Stage 4 (`pre_dispatch`) runs for every classified request, before authorization. Its
+//!   targets are built by the server: the configured server release, the principal's tenant and
+//!   client, the *registered* tool or resource; never a client string beyond the registered name.
+//! - [`RequestContext::pre_side_effect`] is the second phase: after the handler's side-effect-free
+//!   preparation and before its commit, with this request's clearance and targets. It returns the
+//!   [`CommitFence`] only that phase can make; a backend redeems its tokens in the commit
+//!   transaction.
+//!
+//! **Architecture Invariant:** with a kill switch configured, a request whose operation is not
+//! in the signed registry, or whose authority answer is DISABLE or in any doubt, runs no handler.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use palisade_killswitch::{
+    CommitFence, DispatchClearance, ExposedOperation, KillSwitch, KillSwitchError, RegistryError, TargetKind,
+    TargetValues,
+};
+use palisade_wire::ProtocolError;
+
+use crate::auth::VerifiedPrincipal;
+use crate::context::RequestContext;
+use crate::pipeline::{Method, OperationKey, advertised};
+use crate::registry::{App, Effect};
+
+/// Every method name the pipeline implements, for [`exposed_operations`].
+const METHODS: [&str; 10] = [
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "prompts/get",
+    "completion/complete",
+    "subscriptions/listen",
+];
+
+/// Every operation `app` exposes, keyed exactly as stage 3 classifies requests
+/// ([`OperationKey`]'s display form). Tools declared side-effecting are marked so.
+pub fn exposed_operations(app: &App) -> Vec<ExposedOperation> {
+    let mut exposed = Vec::new();
+    for method in METHODS.iter().filter_map(|name| Method::parse(name)) {
+        if !advertised(app, method) {
+            continue;
+        }
+        let plain = |key: String| ExposedOperation { key, has_side_effect: false };
+        match method {
+            Method::ToolsCall => exposed.extend(app.tools.iter().map(|tool| ExposedOperation {
+                key: format!("{}:{}", method.as_str(), tool.name),
+                has_side_effect: tool.effect == Effect::SideEffecting,
+            })),
+            Method::PromptsGet => {
+                exposed.extend(app.prompts.iter().map(|prompt| plain(format!("{}:{}", method.as_str(), prompt.name))))
+            }
+            Method::ResourcesRead => {
+                exposed.extend(app.resources.iter().map(|r| plain(format!("{}:{}", method.as_str(), r.uri))));
+                exposed.extend(app.templates.iter().map(|t| plain(format!("{}:{}", method.as_str(), t.template))));
+            }
+            _ => exposed.push(plain(method.as_str().to_owned())),
+        }
+    }
+    exposed
+}
+
+/// The kill switch as the server runs it: the library's [`KillSwitch`] and the release this
+/// server reports as its `server_release` target.
+#[derive(Debug, Clone)]
+pub struct KillSwitchStage {
+    switch: Arc<KillSwitch>,
+    server_release: String,
+}
+
+impl KillSwitchStage {
+    /// Checks that the signed registry lists every operation `app` exposes.
+    pub(crate) fn new(switch: Arc<KillSwitch>, server_release: String, app: &App) -> Result<Self, RegistryError> {
+        let exposed = exposed_operations(app);
+        switch.policy().check_complete(exposed.iter().map(|operation| operation.key.as_str()))?;
+        Ok(Self { switch, server_release })
+    }
+
+    /// The policy generation, for audit records.
+    pub(crate) fn policy_version(&self) -> String {
+        format!("killswitch:{}", self.switch.policy().generation())
+    }
+
+    /// The library kill switch.
+    pub(crate) fn switch(&self) -> &Arc<KillSwitch> {
+        &self.switch
+    }
+
+    /// Stage 4: phase one for this request. The error is the client's refusal.
+    pub(crate) async fn pre_dispatch(
+        &self,
+        operation: &OperationKey,
+        principal: &VerifiedPrincipal,
+    ) -> Result<Arc<Cleared>, ProtocolError> {
+        let key = operation.to_string();
+        let mut targets = TargetValues::new().with(TargetKind::ServerRelease, self.server_release.clone());
+        if let Some(tenant) = principal.tenant() {
+            targets.insert(TargetKind::Tenant, tenant);
+        }
+        if let Some(client) = principal.client_id() {
+            targets.insert(TargetKind::Client, client);
+        }
+        match (operation.method(), operation.target()) {
+            (Method::ToolsCall, Some(tool)) => targets.insert(TargetKind::Tool, tool),
+            (Method::ResourcesRead, Some(resource)) => targets.insert(TargetKind::Resource, resource),
+            _ => {}
+        }
+        let clearance = self.switch.pre_dispatch(&key, &targets).await.map_err(|error| refusal(&key, &error))?;
+        let fence_required = self.switch.policy().lookup(&key).is_some_and(|rule| rule.require_commit_fence);
+        Ok(Arc::new(Cleared {
+            switch: self.switch.clone(),
+            operation: key,
+            targets,
+            clearance,
+            fence_required,
+            fence_obtained: AtomicBool::new(false),
+        }))
+    }
+}
+
+/// Maps a kill-switch refusal onto the client's error, logging the cause for the operator.
+fn refusal(operation: &str, error: &KillSwitchError) -> ProtocolError {
+    if error.is_disabled() {
+        tracing::info!(stage = "killswitch", operation, %error, "operation disabled by the authority");
+        return ProtocolError::OperationDisabled;
+    }
+    match error {
+        KillSwitchError::UnlistedOperation { .. } => {
+            tracing::error!(stage = "killswitch", operation, "operation absent from the signed registry: refused");
+        }
+        _ => {
+            tracing::warn!(stage = "killswitch", operation, error = %error, source = ?std::error::Error::source(error), "kill switch in doubt: refused (fail closed)")
+        }
+    }
+    ProtocolError::Unavailable
+}
+
+/// One request's passed `pre_dispatch`: what its second phase needs.
+pub(crate) struct Cleared {
+    switch: Arc<KillSwitch>,
+    operation: String,
+    targets: TargetValues,
+    clearance: DispatchClearance,
+    fence_required: bool,
+    fence_obtained: AtomicBool,
+}
+
+impl Cleared {
+    /// The targets checked, as digests (to match DISABLE events against a listen stream).
+    pub(crate) fn clearance(&self) -> &DispatchClearance {
+        &self.clearance
+    }
+
+    /// Phase two.
+    pub(crate) async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
+        let fence = self
+            .switch
+            .pre_side_effect(&self.operation, &self.targets, &self.clearance)
+            .await
+            .map_err(|error| refusal(&self.operation, &error))?;
+        self.fence_obtained.store(true, Ordering::SeqCst);
+        Ok(fence)
+    }
+
+    /// After a handler completed successfully: a tool whose rule requires a commit fence must
+    /// have asked for one. A handler that did not has committed without the second check; that
+    /// is a defect in the handler, logged loudly.
+    pub(crate) fn check_fence_obtained(&self) {
+        if self.fence_required && !self.fence_obtained.load(Ordering::SeqCst) {
+            tracing::error!(
+                stage = "killswitch",
+                operation = %self.operation,
+                "a tool whose registry rule requires a commit fence completed without calling pre_side_effect"
+            );
+        }
+    }
+}
+
+impl RequestContext {
+    /// Phase two of the kill switch, for a handler about to commit a side effect: asks the
+    /// authority again for this request's targets (the state may have changed since dispatch)
+    /// and returns the [`CommitFence`], whose tokens the backend redeems in the same transaction
+    /// as the effect (`palisade_killswitch::authority::redeem_commit_token`, or
+    /// `AuthorityClient::redeem` before committing). Call it after the side-effect-free
+    /// preparation, immediately before the commit.
+    ///
+    /// A tool whose signed rule says `require_commit_fence` **must** call it before committing.
+    /// DISABLE is [`ProtocolError::OperationDisabled`]; any doubt, and a server running without
+    /// a kill switch, is [`ProtocolError::Unavailable`] (a handler that needs a fence fails
+    /// closed). Handlers that only want the check when a kill switch is configured test
+    /// [`RequestContext::has_kill_switch`] first.
+    pub async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
+        match &self.kill_switch {
+            Some(cleared) => cleared.pre_side_effect().await,
+            None => Err(ProtocolError::Unavailable),
+        }
+    }
+
+    /// Whether this request passed a kill switch (the server runs with one).
+    pub fn has_kill_switch(&self) -> bool {
+        self.kill_switch.is_some()
+    }
+}
