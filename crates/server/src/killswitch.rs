@@ -210,3 +210,47 @@ impl RequestContext {
         self.kill_switch.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use palisade_killswitch::dev::DevAuthorityFiles;
+    use palisade_killswitch::{Clock as _, SystemClock};
+
+    use super::*;
+    use crate::auth::{Authenticator, EnvironmentPrincipal};
+    use crate::registry::ToolDef;
+    use crate::{CallToolResult, Outcome};
+
+    /// Defence in depth: should a request ever classify to an operation the signed registry does
+    /// not list, stage 4 refuses it (the start-up check makes this unreachable through the
+    /// pipeline, so the stage is called directly). No authority is needed to refuse.
+    #[tokio::test]
+    async fn an_unlisted_operation_is_refused_at_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = DevAuthorityFiles::new(dir.path().join("ks"));
+        let app = App::builder("unlisted", "0")
+            .tool(ToolDef::new("listed").handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("ok"))) }))
+            .build()
+            .unwrap();
+        let exposed = exposed_operations(&app);
+        files.prepare(&exposed, SystemClock.now_ms()).unwrap();
+        let keys = exposed.iter().map(|operation| operation.key.clone()).collect();
+        let switch = Arc::new(files.kill_switch("https://127.0.0.1:9", keys).await.unwrap());
+        let stage = KillSwitchStage::new(switch, "1".into(), &app).unwrap();
+        let principal = Authenticator::Environment(EnvironmentPrincipal {
+            subject: "alice".into(),
+            tenant: None,
+            client_id: None,
+            scopes: Default::default(),
+        })
+        .authenticate(None)
+        .await
+        .unwrap();
+        let ghost = OperationKey::for_test(Method::ToolsCall, Some("ghost"));
+        assert_eq!(stage.pre_dispatch(&ghost, &principal).await.err(), Some(ProtocolError::Unavailable));
+        let unknown_method = OperationKey::for_test(Method::PromptsList, None);
+        assert_eq!(stage.pre_dispatch(&unknown_method, &principal).await.err(), Some(ProtocolError::Unavailable));
+    }
+}

@@ -114,6 +114,12 @@ pub struct OperationKey {
 }
 
 impl OperationKey {
+    /// Any key, for tests of later stages (the pipeline only ever classifies).
+    #[cfg(test)]
+    pub(crate) fn for_test(method: Method, target: Option<&str>) -> Self {
+        Self { method, target: target.map(str::to_owned) }
+    }
+
     /// The method.
     pub fn method(&self) -> Method {
         self.method
