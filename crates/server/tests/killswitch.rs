@@ -63,7 +63,7 @@ struct World {
     _dir: tempfile::TempDir,
     files: DevAuthorityFiles,
     authority: Option<RunningDevAuthority>,
-    server: Server,
+    server: Arc<Server>,
     counters: Arc<Counters>,
     audit: Arc<SqliteStore>,
 }
@@ -94,17 +94,13 @@ async fn world(reachable: bool) -> World {
         .with_audit(audit.clone())
         .with_kill_switch(Arc::new(switch), RELEASE)
         .unwrap();
-    World { _dir: dir, files, authority: Some(authority), server, counters, audit }
+    World { _dir: dir, files, authority: Some(authority), server: Arc::new(server), counters, audit }
 }
 
 impl World {
     async fn call(&self, tool: &str) -> Reply {
-        let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {} });
-        let params = json!({ "name": tool, "arguments": {}, "_meta": meta });
-        let params: Map<String, Value> = params.as_object().cloned().unwrap();
-        let request = Request { id: RequestId::Number(1), method: "tools/call".into(), params };
         let (sink, _receiver) = NotificationSink::channel(16);
+        let request = request("tools/call", json!({ "name": tool, "arguments": {} }));
         self.server.handle_request(request, None, sink, CancellationToken::new()).await
     }
 
@@ -118,6 +114,14 @@ impl World {
             db.enable(&target, "test", SystemClock.now_ms()).await.unwrap();
         }
     }
+}
+
+fn request(method: &str, params: Value) -> Request {
+    let mut params: Map<String, Value> = params.as_object().cloned().unwrap();
+    let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {} });
+    params.insert("_meta".into(), meta);
+    Request { id: RequestId::Number(1), method: method.into(), params }
 }
 
 fn error_code(reply: &Reply) -> Option<i64> {
@@ -189,4 +193,26 @@ async fn an_unreachable_authority_fails_closed() {
     }
     assert_eq!(world.counters.counted.load(Ordering::SeqCst), 0);
     assert_eq!(world.counters.prepared.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_observed_disable_ends_the_listen_streams_it_covers() {
+    let world = world(true).await;
+    let (sink, mut frames) = NotificationSink::channel(16);
+    let listen = request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
+    let server = world.server.clone();
+    let stream = tokio::spawn(async move { server.handle_request(listen, None, sink, CancellationToken::new()).await });
+    let ack = frames.recv().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    // The listen operation's targets include the server release; once any check observes its
+    // DISABLE, the stream ends with its complete result.
+    world.set(TargetKind::ServerRelease, RELEASE, true).await;
+    assert_eq!(world.call("counted").await.status, 403);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), stream).await.unwrap().unwrap();
+    assert_eq!(ended.frame["result"]["resultType"], "complete", "{}", ended.frame);
+    // A new stream is refused while disabled.
+    let (sink, _frames) = NotificationSink::channel(16);
+    let listen = request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
+    let refused = world.server.handle_request(listen, None, sink, CancellationToken::new()).await;
+    assert_eq!(refused.status, 403);
 }
