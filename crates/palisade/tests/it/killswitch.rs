@@ -161,3 +161,123 @@ fn policy_init_covers_the_registry_and_an_incomplete_policy_refuses_to_start() {
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("tools/call:basket_checkout"), "{stderr}");
 }
+
+/// A child process killed on drop.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn an_external_authority_process_switches_the_server_and_its_absence_fails_closed() {
+    use std::io::BufRead as _;
+    // The development material (keys, CA, certificates) from a first demo run.
+    let first = Palisade::start_app("demo", &[]);
+    let dev = std::path::Path::new(first.data_dir.path()).join("killswitch-dev");
+    let file = |name: &str| dev.join(name).to_str().unwrap().to_owned();
+    let work = TempDir::new();
+    let path = |name: &str| format!("{}/{name}", work.path());
+    // A fresh authority id, so a shared Redis holds no generations of it yet.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let authority_id = format!("it-authority-{}-{nanos}", std::process::id());
+    succeed(
+        &[
+            "policy",
+            "init",
+            "--app",
+            "demo",
+            "--authority",
+            &authority_id,
+            "--trust-root",
+            &file("trust"),
+            "--out",
+            &path("payload.json"),
+        ],
+        &[],
+    );
+    succeed(
+        &[
+            "policy",
+            "sign",
+            "--payload",
+            &path("payload.json"),
+            "--root-key",
+            &file("policy-root.key"),
+            "--out",
+            &path("policy.json"),
+        ],
+        &[],
+    );
+    let mut authority = Child(
+        Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args([
+                "authority",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--authority-id",
+                &authority_id,
+                "--signing-key",
+                &file("authority-signing.key"),
+                "--cert",
+                &file("authority-server.pem"),
+                "--key",
+                &file("authority-server.key"),
+                "--client-ca",
+                &file("ca.pem"),
+                "--db",
+                &path("authority.db"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(authority.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line.trim().strip_prefix("authority listening on ").unwrap().to_owned();
+    let generation_store = std::env::var("REDIS_URL").unwrap_or_else(|_| format!("sqlite:{}", path("generations.db")));
+    let config = format!(
+        "[killswitch]\nmode = \"authority\"\nroot_public_key = \"{}\"\npolicy = \"{}\"\nkey_trust_root = \"{}\"\n\
+         authority_url = \"{url}\"\nauthority_ca = \"{}\"\nclient_cert = \"{}\"\nclient_key = \"{}\"\n\
+         target_key_file = \"{}\"\nauthority_db = \"{}\"\ngeneration_store = \"{generation_store}\"\n",
+        file("policy-root.pub"),
+        path("policy.json"),
+        file("trust"),
+        file("ca.pem"),
+        file("authority-client.pem"),
+        file("authority-client.key"),
+        file("target.key"),
+        path("authority.db"),
+    );
+    std::fs::write(path("palisade.toml"), config).unwrap();
+    let server = Palisade::start_app("demo", &["--config", &path("palisade.toml"), "--auth", "none"]);
+    let product = || {
+        let params = with_meta(json!({ "name": "product_get", "arguments": { "sku": "TEA-001" } }), json!({}));
+        reqwest::Client::new()
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "product_get")
+            .body(json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params }).to_string())
+    };
+    assert_eq!(send(product()).await.status, 200);
+    let config_flag = ["--config", &path("palisade.toml")];
+    let off =
+        ["authority", "disable", "--target", "tool:product_get", "--reason", "test", config_flag[0], config_flag[1]];
+    succeed(&off, &[]);
+    assert_eq!(send(product()).await.error_code(), -32030);
+    let on = ["authority", "enable", "--target", "tool:product_get", "--reason", "ok", config_flag[0], config_flag[1]];
+    succeed(&on, &[]);
+    assert_eq!(send(product()).await.status, 200);
+    // The authority goes away: covered calls fail closed.
+    drop(authority);
+    let refused = send(product()).await;
+    assert_eq!((refused.status, refused.error_code()), (503, -32603), "{:?}", refused.response());
+}
