@@ -18,36 +18,54 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use palisade_killswitch::{
-    CommitFence, DispatchClearance, ExposedOperation, KillSwitch, KillSwitchError, RegistryError, TargetKind,
-    TargetValues,
+    CommitFence, DisableEvent, DispatchClearance, ExposedOperation, KillSwitch, KillSwitchError, RegistryError,
+    TargetKind, TargetValues,
 };
 use palisade_wire::ProtocolError;
+use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::auth::VerifiedPrincipal;
 use crate::context::RequestContext;
 use crate::pipeline::{Method, OperationKey, advertised};
 use crate::registry::{App, Effect};
 
-/// Every method name the pipeline implements, for [`exposed_operations`].
-const METHODS: [&str; 10] = [
-    "server/discover",
-    "tools/list",
-    "tools/call",
-    "resources/list",
-    "resources/templates/list",
-    "resources/read",
-    "prompts/list",
-    "prompts/get",
-    "completion/complete",
-    "subscriptions/listen",
+/// Every method the pipeline implements, for [`exposed_operations`].
+const METHODS: [Method; 10] = [
+    Method::Discover,
+    Method::ToolsList,
+    Method::ToolsCall,
+    Method::ResourcesList,
+    Method::ResourceTemplatesList,
+    Method::ResourcesRead,
+    Method::PromptsList,
+    Method::PromptsGet,
+    Method::Complete,
+    Method::Listen,
 ];
+
+/// Exhaustive on purpose: a new [`Method`] does not compile until it is added to [`METHODS`]
+/// (and so to the registry the kill switch requires).
+const fn in_methods(method: Method) -> bool {
+    match method {
+        Method::Discover
+        | Method::ToolsList
+        | Method::ToolsCall
+        | Method::ResourcesList
+        | Method::ResourceTemplatesList
+        | Method::ResourcesRead
+        | Method::PromptsList
+        | Method::PromptsGet
+        | Method::Complete
+        | Method::Listen => true,
+    }
+}
 
 /// Every operation `app` exposes, keyed exactly as stage 3 classifies requests
 /// ([`OperationKey`]'s display form). Tools declared side-effecting are marked so.
 pub fn exposed_operations(app: &App) -> Vec<ExposedOperation> {
     let mut exposed = Vec::new();
-    for method in METHODS.iter().filter_map(|name| Method::parse(name)) {
-        if !advertised(app, method) {
+    for method in METHODS {
+        if !in_methods(method) || !advertised(app, method) {
             continue;
         }
         let plain = |key: String| ExposedOperation { key, has_side_effect: false };
@@ -88,11 +106,6 @@ impl KillSwitchStage {
     /// The policy generation, for audit records.
     pub(crate) fn policy_version(&self) -> String {
         format!("killswitch:{}", self.switch.policy().generation())
-    }
-
-    /// The library kill switch.
-    pub(crate) fn switch(&self) -> &Arc<KillSwitch> {
-        &self.switch
     }
 
     /// Stage 4: phase one for this request. The error is the client's refusal.
@@ -154,12 +167,33 @@ pub(crate) struct Cleared {
     fence_obtained: AtomicBool,
 }
 
-impl Cleared {
-    /// The targets checked, as digests (to match DISABLE events against a listen stream).
-    pub(crate) fn clearance(&self) -> &DispatchClearance {
-        &self.clearance
+/// What a listen stream watches: DISABLE observations for one of its request's targets.
+pub(crate) struct DisableWatch(Option<(broadcast::Receiver<DisableEvent>, Arc<Cleared>)>);
+
+impl DisableWatch {
+    /// Subscribes for `ctx`'s targets; without a kill switch it never fires.
+    pub(crate) fn new(ctx: &RequestContext) -> Self {
+        Self(ctx.kill_switch.as_ref().map(|cleared| (cleared.switch.subscribe_disables(), cleared.clone())))
     }
 
+    /// Completes when a DISABLE of one of the targets is observed (by any request's check: the
+    /// authority does not push). Cancel-safe.
+    pub(crate) async fn disabled(&mut self) {
+        let Some((receiver, cleared)) = &mut self.0 else { return std::future::pending().await };
+        loop {
+            match receiver.recv().await {
+                Ok(event) if cleared.clearance.targets().contains(&event.target) => return,
+                Ok(_) => {}
+                // Missed observations may have named these targets: end the stream (the client
+                // listens again, through stage 4).
+                Err(RecvError::Lagged(_)) => return,
+                Err(RecvError::Closed) => return std::future::pending().await,
+            }
+        }
+    }
+}
+
+impl Cleared {
     /// Phase two.
     pub(crate) async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
         let fence = self

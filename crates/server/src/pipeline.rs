@@ -1021,21 +1021,7 @@ impl Server {
         // Subscribe before acknowledging, so no event between the two is lost.
         let mut events = self.events.subscribe();
         // A DISABLE the kill switch observes for one of this stream's targets ends the stream.
-        let mut disables = match (&self.kill_switch, &ctx.kill_switch) {
-            (Some(stage), Some(cleared)) => Some((stage.switch().subscribe_disables(), cleared.clone())),
-            _ => None,
-        };
-        let disabled = async |disables: &mut Option<(_, Arc<crate::killswitch::Cleared>)>| match disables {
-            Some((receiver, cleared)) => loop {
-                let receiver: &mut tokio::sync::broadcast::Receiver<palisade_killswitch::DisableEvent> = receiver;
-                match receiver.recv().await {
-                    Ok(event) if cleared.clearance().targets().contains(&event.target) => return,
-                    Ok(_) | Err(RecvError::Lagged(_)) => {}
-                    Err(RecvError::Closed) => std::future::pending::<()>().await,
-                }
-            },
-            None => std::future::pending::<()>().await,
-        };
+        let mut disables = crate::killswitch::DisableWatch::new(&ctx);
         let ack = notification_frame(
             "notifications/subscriptions/acknowledged",
             json!({ "notifications": honoured, "_meta": stream_meta }),
@@ -1048,7 +1034,7 @@ impl Server {
             let event = tokio::select! {
                 () = self.shutdown.cancelled() => return Ok(complete),
                 () = ctx.cancel.cancelled() => return Err(ProtocolError::Internal),
-                () = disabled(&mut disables) => {
+                () = disables.disabled() => {
                     tracing::info!(stage = "listen", "listen stream closed: a target was disabled");
                     return Ok(complete);
                 }
