@@ -1,8 +1,13 @@
 //! The demo shop: a catalogue, the shop's policies as resources, one prompt, and baskets held
 //! across calls by explicit handles (no sessions), every one of them behind a scope, on
 //! Palisade's public library API. `orders_export` (your baskets, after a confirmation) runs as a
-//! durable task with its progress in the task's status message. Checkout arrives with the
-//! kill-switch control.
+//! durable task with its progress in the task's status message.
+//!
+//! `basket_checkout` is the commit-fence contract of the kill switch: it prepares (validates the
+//! basket), asks for the commit fence (`pre_side_effect`), then in one SQLite transaction on the
+//! database it shares with the disable authority redeems every fence token and inserts the
+//! order; a DISABLE committed before that transaction makes the redemption, and so the order,
+//! fail. Orders need that database ([`Orders`]); without it checkout answers "unavailable".
 //!
 //! Baskets live in this process's memory (the demo's own application data); their handles live
 //! in Palisade's store. After a restart the handles still resolve to nothing: the loader finds no
@@ -11,6 +16,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use palisade_killswitch::CommitFence;
+use palisade_killswitch::authority::{RedeemError, redeem_commit_token};
 use palisade_server::{
     App, CallToolResult, Content, Effect, GetPromptResult, HandleObject, HandlePolicy, HandleType, InputRequired,
     Outcome, PromptArgument, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef,
@@ -18,6 +25,7 @@ use palisade_server::{
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
+use sqlx::SqlitePool;
 
 /// Arguments of `product_get`; its input schema is generated from this type.
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -191,10 +199,167 @@ Tokens and basket handles are never logged; audit records hold keyed digests.";
 
 type ToolResult = Result<Outcome<CallToolResult>, ProtocolError>;
 
-/// The demo application.
+/// Runs between the commit fence and the order transaction (tests widen that window with it).
+pub type CommitHook = Arc<dyn Fn() -> palisade_server::BoxFuture<()> + Send + Sync>;
+
+/// Where checkout records orders: a SQLite database shared with the disable authority, so the
+/// fence tokens are redeemed in the same transaction as the order insert.
+#[derive(Clone)]
+pub struct Orders {
+    pool: SqlitePool,
+    before_commit: Option<CommitHook>,
+}
+
+impl std::fmt::Debug for Orders {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Orders").finish_non_exhaustive()
+    }
+}
+
+impl Orders {
+    /// Uses `pool` (the authority's database), creating the `orders` table if missing.
+    pub async fn open(pool: SqlitePool) -> Result<Self, sqlx::Error> {
+        sqlx::query(
+            "CREATE TABLE IF NOT EXISTS orders (
+                id TEXT PRIMARY KEY,
+                tenant TEXT NOT NULL,
+                owner TEXT NOT NULL,
+                basket TEXT NOT NULL,
+                items TEXT NOT NULL,
+                total_cents INTEGER NOT NULL,
+                created_ms INTEGER NOT NULL
+            )",
+        )
+        .execute(&pool)
+        .await?;
+        Ok(Self { pool, before_commit: None })
+    }
+
+    /// Runs `hook` after the commit fence is obtained and before the order transaction.
+    pub fn before_commit(mut self, hook: CommitHook) -> Self {
+        self.before_commit = Some(hook);
+        self
+    }
+
+    /// How many orders are recorded.
+    pub async fn count(&self) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar("SELECT COUNT(*) FROM orders").fetch_one(&self.pool).await
+    }
+
+    /// Redeems every fence token and inserts the order, in one transaction; nothing is written
+    /// unless every token redeems.
+    async fn commit(&self, fence: &CommitFence, order: &PlacedOrder) -> Result<(), ProtocolError> {
+        let now_ms = palisade_killswitch::Clock::now_ms(&palisade_killswitch::SystemClock);
+        let storage = |error: sqlx::Error| {
+            tracing::error!(%error, "order database unavailable");
+            ProtocolError::Unavailable
+        };
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(storage)?;
+        for request in fence.redeem_requests() {
+            match redeem_commit_token(&mut transaction, &request, now_ms).await {
+                Ok(()) => {}
+                Err(RedeemError::Rejected(why)) => {
+                    // Dropping the transaction rolls it back: no order.
+                    tracing::info!(rejection = ?why, "commit fence rejected: order not placed");
+                    return Err(ProtocolError::OperationDisabled);
+                }
+                Err(RedeemError::Storage(error)) => return Err(storage(error)),
+                Err(error) => {
+                    tracing::error!(%error, "commit fence not redeemed: order not placed");
+                    return Err(ProtocolError::Unavailable);
+                }
+            }
+        }
+        sqlx::query(
+            "INSERT INTO orders (id, tenant, owner, basket, items, total_cents, created_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )
+        .bind(&order.id)
+        .bind(&order.tenant)
+        .bind(&order.owner)
+        .bind(&order.basket)
+        .bind(order.items.to_string())
+        .bind(i64::try_from(order.total_cents).unwrap_or(i64::MAX))
+        .bind(now_ms)
+        .execute(&mut *transaction)
+        .await
+        .map_err(storage)?;
+        transaction.commit().await.map_err(storage)
+    }
+}
+
+struct PlacedOrder {
+    id: String,
+    tenant: String,
+    owner: String,
+    basket: String,
+    items: Value,
+    total_cents: u64,
+}
+
+async fn checkout(ctx: RequestContext, baskets: Arc<Baskets>, orders: Option<Orders>) -> ToolResult {
+    let Some(orders) = orders else {
+        tracing::warn!("basket_checkout needs the order database shared with the disable authority");
+        return Err(ProtocolError::Unavailable);
+    };
+    // Prepare: nothing changes yet.
+    let tenant = tenant_of(&ctx)?;
+    let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
+    let basket_ref = handle.object_ref.clone();
+    let summary = {
+        let guard = baskets.lock();
+        let basket = guard.get(&(tenant.clone(), basket_ref.clone())).ok_or(ProtocolError::Internal)?;
+        basket_json(basket)
+    };
+    if summary["items"].as_array().is_none_or(Vec::is_empty) {
+        return Ok(Outcome::Complete(CallToolResult::error("the basket is empty")));
+    }
+    let mut id = [0u8; 16];
+    palisade_server::secret::fill_random(&mut id).map_err(|_| ProtocolError::Internal)?;
+    let order = PlacedOrder {
+        id: id.iter().map(|b| format!("{b:02x}")).collect(),
+        tenant: tenant.clone(),
+        owner: owner_of(ctx.principal()),
+        basket: basket_ref.clone(),
+        total_cents: summary["totalCents"].as_u64().unwrap_or(0),
+        items: summary["items"].clone(),
+    };
+    // Second kill-switch phase, then the commit with the fence.
+    let fence = ctx.pre_side_effect().await?;
+    if let Some(hook) = &orders.before_commit {
+        hook().await;
+    }
+    orders.commit(&fence, &order).await?;
+    // The basket is consumed: its handle no longer resolves.
+    baskets.lock().remove(&(tenant, basket_ref));
+    if let Err(error) = ctx.revoke_handle("basket", "checked out").await {
+        tracing::warn!(%error, "basket handle not revoked after checkout");
+    }
+    Ok(Outcome::Complete(CallToolResult::structured(
+        json!({ "order": order.id, "items": order.items, "totalCents": order.total_cents }),
+    )))
+}
+
+/// Before an in-memory basket change: the kill switch's second phase, when the server runs one.
+/// Baskets live in memory, so there is no transaction to redeem the fence in; the check still
+/// refuses a change the authority disabled since dispatch.
+async fn check_before_change(ctx: &RequestContext) -> Result<(), ProtocolError> {
+    if ctx.has_kill_switch() {
+        ctx.pre_side_effect().await?;
+    }
+    Ok(())
+}
+
+/// The demo application, without an order database (checkout answers "unavailable").
 pub fn app() -> App {
+    app_with_orders(None)
+}
+
+/// The demo application, recording orders in `orders`.
+pub fn app_with_orders(orders: Option<Orders>) -> App {
     let baskets = Arc::new(Baskets::default());
-    let (create, add, view, export) = (baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone());
+    let (create, add, view, export, pay) =
+        (baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone());
     App::builder("palisade-demo-shop", env!("CARGO_PKG_VERSION"))
         .instructions(
             "A small tea shop. Search the catalogue, look up products, read the shop's policies. \
@@ -216,6 +381,7 @@ pub fn app() -> App {
                         let mut id = [0u8; 16];
                         palisade_server::secret::fill_random(&mut id).map_err(|_| ProtocolError::Internal)?;
                         let basket_id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                        check_before_change(&ctx).await?;
                         let basket = Basket {
                             owner: owner_of(ctx.principal()),
                             client: ctx.principal().client_id().unwrap_or_default().to_owned(),
@@ -248,6 +414,7 @@ pub fn app() -> App {
                         }
                         let tenant = tenant_of(&ctx)?;
                         let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
+                        check_before_change(&ctx).await?;
                         let mut guard = baskets.lock();
                         let basket = guard.get_mut(&(tenant, handle.object_ref.clone())).ok_or(ProtocolError::Internal)?;
                         let quantity = basket.items.entry(args.sku).or_insert(0);
@@ -273,6 +440,18 @@ pub fn app() -> App {
                         Ok(Outcome::Complete(CallToolResult::structured(basket_json(basket))))
                     }
                 }),
+        )
+        .tool(
+            ToolDef::new("basket_checkout")
+                .title("Check out a basket")
+                .description("Places an order for the basket's items; the basket is consumed")
+                .output_schema(json!({ "type": "object", "properties": {
+                    "order": { "type": "string" }, "items": { "type": "array" },
+                    "totalCents": { "type": "integer" } }, "required": ["order", "items", "totalCents"] }))
+                .effect(Effect::SideEffecting)
+                .scopes(&[SCOPE_BASKET])
+                .handle_argument("basket", BASKET, SCOPE_BASKET)
+                .handler(move |ctx, _| checkout(ctx, pay.clone(), orders.clone())),
         )
         .tool(
             ToolDef::new("catalog_search")

@@ -18,8 +18,13 @@ pub enum AppName {
 impl AppName {
     /// Builds the application.
     pub fn build(self) -> App {
+        self.build_with_orders(None)
+    }
+
+    /// Builds the application; the demo records orders in `orders` (ignored by the others).
+    pub fn build_with_orders(self, orders: Option<demo::Orders>) -> App {
         match self {
-            Self::Demo => demo::app(),
+            Self::Demo => demo::app_with_orders(orders),
             Self::Conformance => conformance::app(),
         }
     }

@@ -147,7 +147,7 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, KeyError> {
     std::fs::read(path).map_err(|source| KeyError::Io { path: path.to_path_buf(), action: "read", source })
 }
 
-fn write_new_file(path: &Path, contents: &[u8], secret: bool) -> Result<(), KeyError> {
+pub(crate) fn write_new_file(path: &Path, contents: &[u8], secret: bool) -> Result<(), KeyError> {
     let io_error = |source| KeyError::Io { path: path.to_path_buf(), action: "written", source };
     let mut options = OpenOptions::new();
     options.write(true).create_new(true);

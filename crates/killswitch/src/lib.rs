@@ -69,6 +69,7 @@ pub mod authority;
 mod b64;
 mod client;
 mod clock;
+pub mod dev;
 pub mod envelope;
 pub mod generation;
 pub mod head;

@@ -55,6 +55,44 @@ pub struct RawConfig {
     /// Explicit application handles.
     #[serde(default)]
     pub handles: RawHandles,
+    /// The kill switch.
+    #[serde(default)]
+    pub killswitch: RawKillSwitch,
+}
+
+/// `[killswitch]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawKillSwitch {
+    /// `off`, `dev` (generated keys and an in-process development authority in the data
+    /// directory) or `authority` (an external authority; the files below). Default: `dev` for
+    /// the demo, `off` for the conformance fixture.
+    pub mode: Option<String>,
+    /// The release this server reports as its `server_release` target. Default: the binary's
+    /// version.
+    pub server_release: Option<String>,
+    /// The policy root public key file.
+    pub root_public_key: Option<PathBuf>,
+    /// The signed policy envelope file.
+    pub policy: Option<PathBuf>,
+    /// The key trust root directory (holds the authority public key the policy pins).
+    pub key_trust_root: Option<PathBuf>,
+    /// The authority's `https://host:port` URL.
+    pub authority_url: Option<String>,
+    /// CA bundle (PEM): the only trust anchors for the authority's certificate.
+    pub authority_ca: Option<PathBuf>,
+    /// This server's client certificate chain (PEM).
+    pub client_cert: Option<PathBuf>,
+    /// This server's client key (PEM).
+    pub client_key: Option<PathBuf>,
+    /// Generation store: `sqlite:<path>` or `redis://…`. Default `sqlite:<data_dir>/killswitch-generations.db`.
+    pub generation_store: Option<String>,
+    /// The 32-byte target key file (shared with the authority's operators).
+    pub target_key_file: Option<PathBuf>,
+    /// The authority's SQLite database, when this server shares it (the demo's orders then
+    /// redeem commit tokens in their own transaction); also the default of
+    /// `palisade authority disable|enable|status --db`.
+    pub authority_db: Option<PathBuf>,
 }
 
 /// `[handles]`
@@ -221,6 +259,107 @@ pub struct Settings {
     pub handle_retention: Duration,
     /// Handle policies by object type.
     pub handle_policies: BTreeMap<String, HandlePolicy>,
+    /// The kill switch.
+    pub killswitch: KillSwitchSettings,
+}
+
+/// How the kill switch runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillSwitchMode {
+    /// No kill switch.
+    Off,
+    /// Generated keys, certificates and policy in `dir`, and an in-process authority on loopback.
+    Dev {
+        /// `<data_dir>/killswitch-dev`.
+        dir: PathBuf,
+    },
+    /// An external authority.
+    Authority(Box<ExternalAuthority>),
+}
+
+/// The files and endpoints of an external authority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalAuthority {
+    /// Policy root public key.
+    pub root_public_key: PathBuf,
+    /// Signed policy.
+    pub policy: PathBuf,
+    /// Key trust root.
+    pub key_trust_root: PathBuf,
+    /// `https://…`
+    pub authority_url: String,
+    /// CA bundle.
+    pub authority_ca: PathBuf,
+    /// Client certificate.
+    pub client_cert: PathBuf,
+    /// Client key.
+    pub client_key: PathBuf,
+    /// Generation store URL.
+    pub generation_store: String,
+    /// Target key file.
+    pub target_key_file: PathBuf,
+    /// The authority database, when shared.
+    pub authority_db: Option<PathBuf>,
+}
+
+/// Validated kill-switch settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KillSwitchSettings {
+    /// The mode.
+    pub mode: KillSwitchMode,
+    /// The `server_release` target value.
+    pub server_release: String,
+}
+
+fn validate_killswitch(
+    raw: RawKillSwitch,
+    app: AppChoice,
+    data_dir: &std::path::Path,
+) -> Result<KillSwitchSettings, ConfigError> {
+    let default_mode = if app == AppChoice::Demo { "dev" } else { "off" };
+    let server_release = raw.server_release.unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned());
+    if server_release.trim().is_empty() || server_release.len() > 128 {
+        return Err(bad("killswitch.server_release", "must be 1-128 characters"));
+    }
+    let mode = match raw.mode.as_deref().unwrap_or(default_mode) {
+        "off" => KillSwitchMode::Off,
+        "dev" => KillSwitchMode::Dev { dir: data_dir.join("killswitch-dev") },
+        "authority" => {
+            let required = |value: Option<PathBuf>, key: &str| {
+                value.ok_or_else(|| bad(&format!("killswitch.{key}"), "required in authority mode"))
+            };
+            let authority_url =
+                raw.authority_url.ok_or_else(|| bad("killswitch.authority_url", "required in authority mode"))?;
+            if !authority_url.starts_with("https://") || url::Url::parse(&authority_url).is_err() {
+                return Err(bad("killswitch.authority_url", "must be an https:// URL"));
+            }
+            let generation_store = raw
+                .generation_store
+                .unwrap_or_else(|| format!("sqlite:{}", data_dir.join("killswitch-generations.db").display()));
+            if !(generation_store.starts_with("sqlite:")
+                || generation_store.starts_with("redis://")
+                || generation_store.starts_with("rediss://"))
+            {
+                return Err(bad("killswitch.generation_store", "must be sqlite:<path> or redis://…"));
+            }
+            KillSwitchMode::Authority(Box::new(ExternalAuthority {
+                root_public_key: required(raw.root_public_key, "root_public_key")?,
+                policy: required(raw.policy, "policy")?,
+                key_trust_root: required(raw.key_trust_root, "key_trust_root")?,
+                authority_url,
+                authority_ca: required(raw.authority_ca, "authority_ca")?,
+                client_cert: required(raw.client_cert, "client_cert")?,
+                client_key: required(raw.client_key, "client_key")?,
+                generation_store,
+                target_key_file: required(raw.target_key_file, "target_key_file")?,
+                authority_db: raw.authority_db,
+            }))
+        }
+        other => {
+            return Err(bad("killswitch.mode", format!("unknown mode `{other}`; expected off, dev or authority")));
+        }
+    };
+    Ok(KillSwitchSettings { mode, server_release })
 }
 
 /// Parses TOML text.
@@ -273,6 +412,9 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
     }
     if let Some(v) = number("PALISADE_REQUEST_TIMEOUT_SECS")? {
         raw.limits.request_timeout_secs = Some(v);
+    }
+    if let Some(v) = env("PALISADE_KILLSWITCH_MODE") {
+        raw.killswitch.mode = Some(v);
     }
     if let Some(v) = env("PALISADE_HANDLES_SUBJECT_KEY_FILE") {
         raw.handles.subject_key_file = Some(v.into());
@@ -360,6 +502,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     if !(60..=365 * 86_400).contains(&retention_secs) {
         return Err(bad("handles.retention_secs", "must be between 60 and 31536000"));
     }
+    let killswitch = validate_killswitch(raw.killswitch, app, &data_dir)?;
     let mut handle_policies = BTreeMap::new();
     for (object_type, policy) in raw.handles.policies {
         let key = format!("handles.policies.{object_type}");
@@ -395,6 +538,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         handle_subject_key_file,
         handle_retention: Duration::from_secs(retention_secs),
         handle_policies,
+        killswitch,
     })
 }
 
@@ -420,6 +564,8 @@ mod tests {
         assert!(settings.dev_issuer);
         assert_eq!(settings.public_url, "http://127.0.0.1:8080/mcp");
         assert!(settings.store.starts_with("sqlite:"));
+        assert!(matches!(settings.killswitch.mode, KillSwitchMode::Dev { .. }));
+        assert_eq!(check("app = \"conformance\"").unwrap().killswitch.mode, KillSwitchMode::Off);
     }
 
     #[test]
@@ -454,6 +600,15 @@ mod tests {
                 "handles.policies.basket",
             ),
             ("[handles]\nsubject_key = \"x\"", "subject_key"),
+            ("[killswitch]\nmode = \"maybe\"", "killswitch.mode"),
+            ("[killswitch]\nmode = \"authority\"", "killswitch.authority_url"),
+            ("[killswitch]\nmode = \"authority\"\nauthority_url = \"http://a:1\"", "killswitch.authority_url"),
+            ("[killswitch]\nmode = \"authority\"\nauthority_url = \"https://a:1\"", "killswitch.root_public_key"),
+            (
+                "[killswitch]\nmode = \"authority\"\nauthority_url = \"https://a:1\"\ngeneration_store = \"mem:\"",
+                "killswitch.generation_store",
+            ),
+            ("[killswitch]\nserver_release = \"\"", "killswitch.server_release"),
         ] {
             let error = check(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");

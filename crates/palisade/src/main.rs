@@ -3,6 +3,7 @@
 //! lives in `palisade_server`.
 
 mod config;
+mod killswitch_cli;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -56,6 +57,21 @@ enum Command {
     Handles {
         #[command(subcommand)]
         command: HandlesCommand,
+    },
+    /// Kill-switch keys.
+    Keys {
+        #[command(subcommand)]
+        command: killswitch_cli::KeysCommand,
+    },
+    /// The kill switch's signed operation registry.
+    Policy {
+        #[command(subcommand)]
+        command: killswitch_cli::PolicyCommand,
+    },
+    /// The reference disable authority: serve it, or switch targets off and on.
+    Authority {
+        #[command(subcommand)]
+        command: killswitch_cli::AuthorityCommand,
     },
 }
 
@@ -227,6 +243,9 @@ fn main() -> ExitCode {
                 handles_list(config.as_deref(), issuer, &subject, limit).await
             }
             Command::Handles { command: HandlesCommand::Revoke(args) } => handles_revoke(args).await,
+            Command::Keys { command } => killswitch_cli::keys(command),
+            Command::Policy { command } => killswitch_cli::policy(command),
+            Command::Authority { command } => killswitch_cli::authority(command).await,
         }
     });
     match result {
@@ -571,7 +590,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let secret = ServerSecret::from_bytes(load_or_create_key(&settings.secret_file, "the server secret")?);
     let subject_key = subject_key_bytes(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-    let app = app_name.build();
+    let exposed = palisade_server::killswitch::exposed_operations(&app_name.build());
+    let kill_switch = killswitch_cli::start(&settings, &exposed).await?;
+    let orders = match kill_switch.as_ref().and_then(|runtime| runtime.shared_db.as_ref()) {
+        Some(db) if app_name == AppName::Demo => {
+            Some(palisade_apps::demo::Orders::open(db.pool().clone()).await.context("opening the order table")?)
+        }
+        _ => None,
+    };
+    let app = app_name.build_with_orders(orders);
     let handles = HandleService::new(
         store.clone(),
         SubjectKey::from_bytes(&subject_key).map_err(anyhow::Error::msg)?,
@@ -587,10 +614,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         TaskConfig::default(),
         Arc::new(SystemClock),
     ));
-    let server = Server::new(app, config, authenticator, secret)
+    let mut server = Server::new(app, config, authenticator, secret)
         .with_audit(store)
         .with_handles(handles.clone())
         .with_tasks(tasks.clone());
+    if let Some(runtime) = &kill_switch {
+        server = server
+            .with_kill_switch(runtime.switch.clone(), runtime.server_release.clone())
+            .context("the signed kill-switch registry does not cover this server")?;
+    }
     let server = Arc::new(server);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
     let maintenance = tasks.spawn_maintenance(

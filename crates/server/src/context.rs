@@ -109,6 +109,9 @@ pub struct RequestContext {
     pub(crate) handles: Option<Arc<HandleService>>,
     pub(crate) resolved: Arc<BTreeMap<String, ResolvedHandle>>,
     pub(crate) task: Option<TaskProgress>,
+    /// This request's passed kill-switch `pre_dispatch`, when the server runs one (the second
+    /// phase, `pre_side_effect`, is in [`crate::killswitch`]).
+    pub(crate) kill_switch: Option<Arc<crate::killswitch::Cleared>>,
 }
 
 impl RequestContext {

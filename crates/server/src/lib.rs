@@ -14,6 +14,7 @@ pub mod cursor;
 pub mod events;
 pub mod handles;
 pub mod http;
+pub mod killswitch;
 pub mod metrics;
 pub mod mrtr;
 pub mod pipeline;

@@ -6,14 +6,17 @@
 //! 2. **authenticate** a [`VerifiedPrincipal`] or a refusal (control C1)
 //! 3. **classify**     the server-derived [`OperationKey`]: method + registered name, never a
 //!    string the client chose beyond picking a registered entry
-//! 4. **kill switch**  `pre_dispatch` — not implemented yet; no stage pretends to do it
+//! 4. **kill switch**  `pre_dispatch` (when configured, see [`crate::killswitch`]): the operation
+//!    must be in the signed registry and the authority's signed answer ENABLE for every target;
+//!    DISABLE is "operation disabled", any doubt `503`. Handlers run the second phase,
+//!    [`RequestContext::pre_side_effect`], before committing
 //! 5. **authorize**    the operation's required scopes
 //! 6. **handles**      every declared handle argument resolved with its per-use checks (owner,
 //!    expiry, revocation, policy version, scope, object version, the application's authorization);
 //!    any failure is one generic `-32602` and nothing runs. Then the allow decision is made
 //!    durable (with the handles' digest prefixes), else `503`
-//! 7. **dispatch**     argument validation, handle arguments removed, then the handler (prepare;
-//!    commit fences come with the kill switch)
+//! 7. **dispatch**     argument validation, handle arguments removed, then the handler (prepare,
+//!    `pre_side_effect` for the commit fence, commit)
 //! 8. **respond + audit** `resultType` and serverInfo added, the decision logged without secrets
 
 use std::collections::BTreeMap;
@@ -37,6 +40,7 @@ use crate::context::{InputRequired, NotificationSink, Outcome, RequestContext};
 use crate::cursor::Cursors;
 use crate::events::{EventBus, ServerEvent};
 use crate::handles::{HandleError, HandleService, PrincipalEvent, ResolvedHandle};
+use crate::killswitch::KillSwitchStage;
 use crate::mrtr::{Binding, StateSealer};
 use crate::registry::{App, CompletionRef};
 use crate::secret::ServerSecret;
@@ -123,6 +127,17 @@ pub struct OperationKey {
 }
 
 impl OperationKey {
+    /// The key of a `tools/call` of a registered tool (task workers re-check their tool with it).
+    pub(crate) fn tool_call(tool: &str) -> Self {
+        Self { method: Method::ToolsCall, target: Some(tool.to_owned()) }
+    }
+
+    /// Any key, for tests of later stages (the pipeline only ever classifies).
+    #[cfg(test)]
+    pub(crate) fn for_test(method: Method, target: Option<&str>) -> Self {
+        Self { method, target: target.map(str::to_owned) }
+    }
+
     /// The method.
     pub fn method(&self) -> Method {
         self.method
@@ -272,6 +287,7 @@ pub struct Server {
     tasks: Option<Arc<TaskService>>,
     digest_key: aws_lc_rs::hmac::Key,
     metrics: Metrics,
+    kill_switch: Option<KillSwitchStage>,
 }
 
 impl Server {
@@ -285,6 +301,7 @@ impl Server {
             store: None,
             handles: None,
             tasks: None,
+            kill_switch: None,
             metrics: Metrics::default(),
             cursors: Cursors::new(&secret),
             events: EventBus::new(config.listen_queue),
@@ -362,6 +379,23 @@ impl Server {
     /// The application, shared (task workers hold it beyond a request).
     pub fn shared_app(&self) -> Arc<App> {
         self.app.clone()
+    }
+
+    /// Runs every request through the kill switch (stage 4, and the handlers' second phase),
+    /// reporting `server_release` as this server's release target. Refused when the signed
+    /// registry misses any operation this server exposes.
+    pub fn with_kill_switch(
+        mut self,
+        kill_switch: Arc<palisade_killswitch::KillSwitch>,
+        server_release: impl Into<String>,
+    ) -> Result<Self, palisade_killswitch::RegistryError> {
+        let stage = KillSwitchStage::new(kill_switch, server_release.into(), &self.app)?;
+        // Task workers ask again at execution time (a task may run long after its request).
+        if let Some(tasks) = &self.tasks {
+            tasks.set_kill_switch(stage.clone());
+        }
+        self.kill_switch = Some(stage);
+        Ok(self)
     }
 
     /// The handle service, when the server has one.
@@ -461,7 +495,17 @@ impl Server {
             Err(error) => return audit.refuse(&id, "classify", &error, None).await,
         };
         audit.operation(&operation);
-        // 4. kill switch (pre_dispatch): not implemented yet.
+        // 4. kill switch (pre_dispatch): before any other decision about the operation.
+        let cleared = match &self.kill_switch {
+            Some(stage) => {
+                audit.policy_version = Some(stage.policy_version());
+                match stage.pre_dispatch(&operation, &principal).await {
+                    Ok(cleared) => Some(cleared),
+                    Err(error) => return audit.refuse(&id, "killswitch", &error, None).await,
+                }
+            }
+            None => None,
+        };
         // 5. authorize: the operation's required scopes; a 403 names all of them.
         let required = self.required_scopes(&operation);
         if let Err(refusal) = self.authenticator.require_scopes(&principal, required) {
@@ -492,6 +536,7 @@ impl Server {
             handles: self.handles.clone(),
             resolved: Arc::new(resolved),
             task: None,
+            kill_switch: cleared,
         };
         let result = if method == Method::Listen {
             self.listen(ctx, &request.params).await
@@ -607,18 +652,12 @@ impl Server {
     fn known_method(&self, name: &str) -> Result<Method, ProtocolError> {
         let not_found = || ProtocolError::MethodNotFound { method: name.to_owned() };
         let method = Method::parse(name).ok_or_else(not_found)?;
-        let app = &self.app;
-        let advertised = match method {
-            Method::ToolsList | Method::ToolsCall => !app.tools.is_empty(),
-            Method::ResourcesList | Method::ResourceTemplatesList | Method::ResourcesRead => {
-                !app.resources.is_empty() || !app.templates.is_empty()
-            }
-            Method::PromptsList | Method::PromptsGet => !app.prompts.is_empty(),
-            Method::Complete => app.completion.is_some(),
-            Method::Discover | Method::Listen => true,
-            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => self.tasks.is_some(),
-        };
-        if advertised { Ok(method) } else { Err(not_found()) }
+        let tasks_method = matches!(method, Method::TasksGet | Method::TasksUpdate | Method::TasksCancel);
+        if advertised(&self.app, method) && (!tasks_method || self.tasks.is_some()) {
+            Ok(method)
+        } else {
+            Err(not_found())
+        }
     }
 
     /// HTTP only: every `Mcp-Param-*` header a tool declares is present exactly when its
@@ -753,7 +792,13 @@ impl Server {
                 if as_task {
                     return self.create_task(operation, tool, ctx, params, arguments).await;
                 }
-                let outcome = match (tool.handler)(ctx.clone(), arguments).await? {
+                let outcome = (tool.handler)(ctx.clone(), arguments).await?;
+                if let (Some(cleared), Outcome::Complete(result)) = (&ctx.kill_switch, &outcome)
+                    && !result.is_error
+                {
+                    cleared.check_fence_obtained();
+                }
+                let outcome = match outcome {
                     // Later rounds of a confirmed call carry the confirmation forward.
                     Outcome::InputRequired(mut input) if tool.needs_confirmation => {
                         let app_state = input.state.take().unwrap_or(Value::Null);
@@ -1137,6 +1182,8 @@ impl Server {
         }
         // Subscribe before acknowledging, so no event between the two is lost.
         let mut events = self.events.subscribe();
+        // A DISABLE the kill switch observes for one of this stream's targets ends the stream.
+        let mut disables = crate::killswitch::DisableWatch::new(&ctx);
         let ack = notification_frame(
             "notifications/subscriptions/acknowledged",
             json!({ "notifications": honoured, "_meta": stream_meta }),
@@ -1164,6 +1211,10 @@ impl Server {
                 () = ctx.cancel.cancelled() => return Err(ProtocolError::Internal),
                 () = &mut credential_expired => {
                     tracing::info!(stage = "listen", "listen stream closed: the credential expired");
+                    return Ok(complete);
+                }
+                () = disables.disabled() => {
+                    tracing::info!(stage = "listen", "listen stream closed: a target was disabled");
                     return Ok(complete);
                 }
                 event = events.recv() => event,
@@ -1317,5 +1368,23 @@ fn string_map(value: Option<&Value>) -> Result<BTreeMap<String, String>, Protoco
             })
             .collect(),
         Some(_) => Err(ProtocolError::invalid_params("arguments must be an object")),
+    }
+}
+
+/// Whether `app` advertises `method` (a method without anything to act on is `-32601`).
+pub(crate) fn advertised(app: &App, method: Method) -> bool {
+    match method {
+        Method::ToolsList | Method::ToolsCall => !app.tools.is_empty(),
+        Method::ResourcesList | Method::ResourceTemplatesList | Method::ResourcesRead => {
+            !app.resources.is_empty() || !app.templates.is_empty()
+        }
+        Method::PromptsList | Method::PromptsGet => !app.prompts.is_empty(),
+        Method::Complete => app.completion.is_some(),
+        Method::Discover | Method::Listen => true,
+        // The tasks extension's methods exist when some tool can run as a task (the server must
+        // also have a task service to answer them).
+        Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {
+            app.tools.iter().any(|tool| tool.task_support != TaskSupport::Forbidden)
+        }
     }
 }

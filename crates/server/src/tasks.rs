@@ -33,6 +33,8 @@ use crate::clock::Clock;
 use crate::context::{NotificationSink, Outcome, RequestContext};
 use crate::events::EventBus;
 use crate::handles::{SubjectKey, sha256};
+use crate::killswitch::KillSwitchStage;
+use crate::pipeline::OperationKey;
 use crate::registry::App;
 use crate::secret::fill_random;
 
@@ -117,6 +119,7 @@ pub struct TaskService {
     clock: Arc<dyn Clock>,
     instance: String,
     running: Mutex<HashMap<[u8; 32], CancellationToken>>,
+    kill_switch: std::sync::OnceLock<KillSwitchStage>,
 }
 
 /// A task reference a request named, already checked against its caller.
@@ -132,7 +135,22 @@ impl TaskService {
         // The instance id only names leases; a weak one costs nothing but clarity.
         let _ = fill_random(&mut id);
         let instance = id.iter().map(|b| format!("{b:02x}")).collect();
-        Self { store, subject_key, config, clock, instance, running: Mutex::new(HashMap::new()) }
+        Self {
+            store,
+            subject_key,
+            config,
+            clock,
+            instance,
+            running: Mutex::new(HashMap::new()),
+            kill_switch: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The kill switch every execution segment passes (phase one again, for the task's tool and
+    /// stored principal) before its handler runs; the handler's `pre_side_effect` then works as in
+    /// a request. Set once, by [`Server::with_kill_switch`](crate::Server::with_kill_switch).
+    pub(crate) fn set_kill_switch(&self, stage: KillSwitchStage) {
+        let _ = self.kill_switch.set(stage);
     }
 
     fn now_ms(&self) -> i64 {
@@ -488,6 +506,14 @@ impl TaskService {
         params.insert("_meta".into(), execution.meta.clone());
         let Ok(meta) = RequestMeta::from_params(&params) else { return failed(ProtocolError::Internal) };
         let Some(tool) = app.tool(&row.tool) else { return failed(ProtocolError::Internal) };
+        // Execution-time kill switch: a task runs long after its request was cleared.
+        let cleared = match self.kill_switch.get() {
+            Some(stage) => match stage.pre_dispatch(&OperationKey::tool_call(&row.tool), &principal).await {
+                Ok(cleared) => Some(cleared),
+                Err(error) => return failed(error),
+            },
+            None => None,
+        };
         let (sink, _dropped) = NotificationSink::channel(1);
         let ctx = RequestContext {
             id: RequestId::from_value(&execution.request_id).unwrap_or(RequestId::Number(0)),
@@ -501,6 +527,7 @@ impl TaskService {
             handles: None,
             resolved: Arc::new(BTreeMap::new()),
             task: Some(TaskProgress { service: self.clone(), digest: row.digest }),
+            kill_switch: cleared,
         };
         let handler = tool.handler.clone();
         let work = tokio::spawn(handler(ctx, execution.arguments));

@@ -21,6 +21,8 @@ pub mod codes {
     pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
     /// The requested protocol version is not supported.
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+    /// The operation is switched off by the operator's disable authority (kill switch).
+    pub const OPERATION_DISABLED: i64 = -32030;
 }
 
 /// Every error the protocol layer reports to a client.
@@ -88,6 +90,10 @@ pub enum ProtocolError {
     /// A dependency (store, issuer, authority) could not confirm the request: refused.
     #[error("temporarily unavailable")]
     Unavailable,
+    /// The operator's disable authority has switched this operation off (kill switch). Carries
+    /// no operator detail (target, reason) on purpose.
+    #[error("operation disabled")]
+    OperationDisabled,
     /// The request did not finish within its time limit.
     #[error("request timed out")]
     Timeout,
@@ -115,6 +121,7 @@ impl ProtocolError {
             Self::HeaderMismatch(_) => codes::HEADER_MISMATCH,
             Self::MissingCapability { .. } => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
             Self::UnsupportedVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
+            Self::OperationDisabled => codes::OPERATION_DISABLED,
             Self::Timeout | Self::Internal | Self::Unavailable => codes::INTERNAL_ERROR,
         }
     }
@@ -125,7 +132,7 @@ impl ProtocolError {
             Self::Parse | Self::InvalidRequest(_) => 400,
             Self::PayloadTooLarge => 413,
             Self::Unauthenticated => 401,
-            Self::InsufficientScope { .. } => 403,
+            Self::InsufficientScope { .. } | Self::OperationDisabled => 403,
             Self::Unavailable => 503,
             Self::MethodNotFound { .. } => 404,
             Self::InvalidMeta(_)

@@ -7,6 +7,7 @@ mod auth;
 mod harness;
 mod http_bad_input;
 mod http_flows;
+mod killswitch;
 mod rmcp_client;
 mod schema;
 mod stdio;

@@ -1,0 +1,464 @@
+//! The kill switch on the command line: `palisade keys gen`, `palisade policy init|sign`,
+//! `palisade authority serve|disable|enable|status`, and starting the kill switch for `serve`
+//! (an external authority, or the development authority in the data directory).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand};
+use palisade_killswitch::authority::{self, AuthorityDb, AuthorityServerConfig};
+use palisade_killswitch::dev::{DEV_AUTHORITY_ID, DevAuthorityFiles, RunningDevAuthority};
+use palisade_killswitch::{
+    AuthorityClient, AuthorityClientConfig, Clock as _, Ed25519SigningKey, ExposedOperation, GenerationStore,
+    KillSwitch, KillSwitchConfig, Policy, PolicyFiles, PolicyHeader, PolicyPayload, RedisGenerationStore, RedisOptions,
+    SqliteGenerationStore, SystemClock, TargetKey, TargetState, file_sha256_hex, format_rfc3339_ms, parse_target_spec,
+    sign_policy,
+};
+
+use crate::config::{self, ConfigError, KillSwitchMode, Settings};
+
+/// `palisade keys …`
+#[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Generate an Ed25519 key pair (`--dir`, `--name`: NAME.key 0600 and NAME.pub) or a 32-byte
+    /// secret key such as the target key (`--secret FILE`, 0600). Never overwrites.
+    Gen(KeysGenArgs),
+}
+
+#[derive(Args)]
+#[command(group(clap::ArgGroup::new("kind").required(true).multiple(false).args(["name", "secret"])))]
+pub struct KeysGenArgs {
+    /// Directory for the key pair.
+    #[arg(long, requires = "name", default_value = ".")]
+    dir: PathBuf,
+    /// Base name of the key pair files.
+    #[arg(long)]
+    name: Option<String>,
+    /// File for a 32-byte secret key.
+    #[arg(long)]
+    secret: Option<PathBuf>,
+}
+
+/// `palisade policy …`
+#[derive(Subcommand)]
+pub enum PolicyCommand {
+    /// Write the registry skeleton of the server's own registry (every method, tool, prompt,
+    /// resource and template of the app) as an unsigned policy payload, for review.
+    Init(PolicyInitArgs),
+    /// Validate a policy payload and sign it with the policy root key.
+    Sign(PolicySignArgs),
+}
+
+#[derive(Args)]
+pub struct PolicyInitArgs {
+    /// Output file (the unsigned payload, JSON).
+    #[arg(long)]
+    out: PathBuf,
+    /// The application: demo or conformance. Default: from the configuration.
+    #[arg(long)]
+    app: Option<String>,
+    /// The authority id (must match the authority's).
+    #[arg(long)]
+    authority: String,
+    /// The key trust root directory.
+    #[arg(long)]
+    trust_root: PathBuf,
+    /// The authority public key file, relative to the trust root.
+    #[arg(long, default_value = "authority.pub")]
+    authority_key_path: String,
+    /// The policy generation (higher than any signed before).
+    #[arg(long, default_value_t = 1)]
+    generation: u64,
+    /// A human label.
+    #[arg(long, default_value = "v1")]
+    policy_version: String,
+    /// Days until the policy expires.
+    #[arg(long, default_value_t = 30)]
+    days: u32,
+    /// Freshness bound for authority answers, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    max_age_ms: u64,
+    /// Configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct PolicySignArgs {
+    /// The payload (JSON).
+    #[arg(long)]
+    payload: PathBuf,
+    /// The policy root signing key.
+    #[arg(long)]
+    root_key: PathBuf,
+    /// Output file (the signed envelope).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// `palisade authority …`
+#[derive(Subcommand)]
+pub enum AuthorityCommand {
+    /// Serve the reference disable authority (mTLS HTTPS).
+    Serve(AuthorityServeArgs),
+    /// Set a target to DISABLE (new generation): covered operations with it are refused.
+    Disable(TargetArgs),
+    /// Set a target to ENABLE (new generation).
+    Enable(TargetArgs),
+    /// Show the stored state of every target (by digest), or of one target.
+    Status(StatusArgs),
+}
+
+#[derive(Args)]
+pub struct AuthorityServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    listen: String,
+    /// The authority id (= the policy's `authority`).
+    #[arg(long)]
+    authority_id: String,
+    /// The head signing key (its public key is the one the policy pins).
+    #[arg(long)]
+    signing_key: PathBuf,
+    /// Server certificate chain (PEM).
+    #[arg(long)]
+    cert: PathBuf,
+    /// Server key (PEM).
+    #[arg(long)]
+    key: PathBuf,
+    /// CA bundle client certificates must chain to (PEM).
+    #[arg(long)]
+    client_ca: PathBuf,
+    /// The SQLite database (created if missing).
+    #[arg(long)]
+    db: PathBuf,
+    /// Head validity, seconds.
+    #[arg(long, default_value_t = 30)]
+    head_ttl_secs: u64,
+    /// Commit token validity, seconds.
+    #[arg(long, default_value_t = 60)]
+    token_ttl_secs: u64,
+}
+
+/// Where the authority database and target key are: flags, else the configuration.
+#[derive(Args)]
+pub struct AuthorityLocation {
+    /// The authority database. Default: `killswitch.authority_db`, or the development
+    /// authority's in the data directory.
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// The target key file. Default: `killswitch.target_key_file`, or the development one.
+    #[arg(long)]
+    target_key: Option<PathBuf>,
+    /// Configuration file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Data directory (for the development authority).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct TargetArgs {
+    /// The target, KIND:VALUE (kinds: server_release, tenant, client, tool, resource, task,
+    /// subscription, upstream, object), e.g. `tool:basket_checkout`.
+    #[arg(long)]
+    target: String,
+    /// Why (recorded and signed into the heads; not shown to clients).
+    #[arg(long)]
+    reason: String,
+    #[command(flatten)]
+    location: AuthorityLocation,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// One target, KIND:VALUE.
+    #[arg(long)]
+    target: Option<String>,
+    #[command(flatten)]
+    location: AuthorityLocation,
+}
+
+fn now_ms() -> i64 {
+    SystemClock.now_ms()
+}
+
+#[allow(clippy::print_stdout)]
+pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
+    let KeysCommand::Gen(args) = command;
+    if let Some(path) = args.secret {
+        palisade_killswitch::keys::generate_secret_key_file(&path).context("writing the secret key")?;
+        println!("secret key written to {}", path.display());
+    } else if let Some(name) = args.name {
+        let (secret, public) =
+            palisade_killswitch::keys::generate_keypair_files(&args.dir, &name).context("writing the key pair")?;
+        println!("signing key {} (keep private), public key {}", secret.display(), public.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[allow(clippy::print_stdout)]
+pub fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        PolicyCommand::Init(args) => {
+            let settings = settings_with_app(args.config.as_deref(), args.app.clone())?;
+            let app = crate::app_name(settings.app).build();
+            let key_file = args.trust_root.join(&args.authority_key_path);
+            let header = PolicyHeader {
+                policy_version: args.policy_version,
+                policy_generation: args.generation,
+                authority: args.authority,
+                authority_key_path: args.authority_key_path,
+                authority_key_sha256: file_sha256_hex(&key_file)
+                    .with_context(|| format!("hashing the authority public key {}", key_file.display()))?,
+                max_authority_response_age_ms: args.max_age_ms,
+                not_after: format_rfc3339_ms(now_ms().saturating_add(i64::from(args.days) * 86_400_000)),
+            };
+            let exposed = palisade_server::killswitch::exposed_operations(&app);
+            let count = exposed.len();
+            let payload = PolicyPayload::skeleton(header, exposed);
+            let json = serde_json::to_vec_pretty(&payload)?;
+            std::fs::write(&args.out, json).with_context(|| format!("writing {}", args.out.display()))?;
+            println!(
+                "{count} operations written to {} (all COVERED; review, then `palisade policy sign`)",
+                args.out.display()
+            );
+        }
+        PolicyCommand::Sign(args) => {
+            let payload =
+                std::fs::read(&args.payload).with_context(|| format!("reading {}", args.payload.display()))?;
+            let key = Ed25519SigningKey::read(&args.root_key).context("reading the root key")?;
+            let envelope = sign_policy(&payload, &key, now_ms()).context("the payload is not a valid policy")?;
+            std::fs::write(&args.out, envelope).with_context(|| format!("writing {}", args.out.display()))?;
+            println!("signed policy written to {}", args.out.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn settings_with_app(config: Option<&Path>, app: Option<String>) -> anyhow::Result<Settings> {
+    match app {
+        None => crate::settings(config, None),
+        Some(app) => {
+            let mut raw = match config {
+                Some(path) => config::parse(&std::fs::read_to_string(path).map_err(|error| ConfigError {
+                    key: "--config".into(),
+                    reason: format!("cannot read {}: {error}", path.display()),
+                })?)?,
+                None => config::RawConfig::default(),
+            };
+            config::apply_env(&mut raw, &crate::env)?;
+            raw.app = Some(app);
+            Ok(config::validate(raw)?)
+        }
+    }
+}
+
+/// The authority database and target key the admin commands use.
+fn locate(location: &AuthorityLocation) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let mut settings = crate::settings(location.config.as_deref(), None)?;
+    if let Some(data_dir) = &location.data_dir {
+        settings.killswitch.mode = KillSwitchMode::Dev { dir: data_dir.join("killswitch-dev") };
+    }
+    let (db, key) = match &settings.killswitch.mode {
+        KillSwitchMode::Dev { dir } => {
+            let files = DevAuthorityFiles::new(dir.clone());
+            (Some(files.authority_db()), Some(files.target_key()))
+        }
+        KillSwitchMode::Authority(external) => (external.authority_db.clone(), Some(external.target_key_file.clone())),
+        KillSwitchMode::Off => (None, None),
+    };
+    let db = location.db.clone().or(db).ok_or_else(|| ConfigError {
+        key: "killswitch.authority_db".into(),
+        reason: "name the authority database (--db)".into(),
+    })?;
+    let key = location.target_key.clone().or(key).ok_or_else(|| ConfigError {
+        key: "killswitch.target_key_file".into(),
+        reason: "name the target key file (--target-key)".into(),
+    })?;
+    if !db.exists() {
+        anyhow::bail!("no authority database at {} (has the authority run yet?)", db.display());
+    }
+    Ok((db, key))
+}
+
+fn parse_target(spec: &str) -> anyhow::Result<(palisade_killswitch::TargetKind, String)> {
+    Ok(parse_target_spec(spec).ok_or_else(|| ConfigError {
+        key: "--target".into(),
+        reason: "must be KIND:VALUE with a known kind, e.g. tool:basket_checkout".into(),
+    })?)
+}
+
+fn path_text(path: &Path) -> anyhow::Result<&str> {
+    path.to_str().ok_or_else(|| anyhow::anyhow!("{} is not a UTF-8 path", path.display()))
+}
+
+#[allow(clippy::print_stdout)]
+pub async fn authority(command: AuthorityCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        AuthorityCommand::Serve(args) => authority_serve(args).await,
+        AuthorityCommand::Disable(args) => set_state(args, TargetState::Disable).await,
+        AuthorityCommand::Enable(args) => set_state(args, TargetState::Enable).await,
+        AuthorityCommand::Status(args) => {
+            let (db_path, key_path) = locate(&args.location)?;
+            let db = AuthorityDb::open(path_text(&db_path)?).await.context("opening the authority database")?;
+            let statuses = match &args.target {
+                Some(spec) => {
+                    let (kind, value) = parse_target(spec)?;
+                    let key = TargetKey::read(&key_path).context("reading the target key")?;
+                    vec![db.target_status(&key.digest(kind, &value)).await.context("reading the target")?]
+                }
+                None => db.status().await.context("reading the authority state")?,
+            };
+            for status in statuses {
+                println!(
+                    "{}:{} {} generation={} reason={:?} updated_at={}",
+                    status.target.kind,
+                    status.target.digest,
+                    status.state.as_str(),
+                    status.generation,
+                    status.reason_code,
+                    format_rfc3339_ms(status.updated_at_ms)
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `palisade authority disable|enable`.
+#[allow(clippy::print_stdout)]
+async fn set_state(args: TargetArgs, state: TargetState) -> anyhow::Result<ExitCode> {
+    let (db_path, key_path) = locate(&args.location)?;
+    let (kind, value) = parse_target(&args.target)?;
+    let key = TargetKey::read(&key_path).context("reading the target key")?;
+    let target = key.digest(kind, &value);
+    let db = AuthorityDb::open(path_text(&db_path)?).await.context("opening the authority database")?;
+    let status = if state == TargetState::Disable {
+        db.disable(&target, &args.reason, now_ms()).await
+    } else {
+        db.enable(&target, &args.reason, now_ms()).await
+    }
+    .context("changing the target's state")?;
+    println!("{kind}:{value} is now {} at generation {}", status.state.as_str(), status.generation);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn authority_serve(args: AuthorityServeArgs) -> anyhow::Result<ExitCode> {
+    let read = |path: &Path| std::fs::read(path).with_context(|| format!("reading {}", path.display()));
+    let tls = authority::server_tls_config(&read(&args.cert)?, &read(&args.key)?, &read(&args.client_ca)?)?;
+    let db = AuthorityDb::open(path_text(&args.db)?).await.context("opening the authority database")?;
+    let config = AuthorityServerConfig {
+        authority_id: args.authority_id,
+        signing_key: Arc::new(Ed25519SigningKey::read(&args.signing_key).context("reading the signing key")?),
+        tls,
+        head_ttl: Duration::from_secs(args.head_ttl_secs.clamp(1, 3600)),
+        commit_token_ttl: Duration::from_secs(args.token_ttl_secs.clamp(1, 3600)),
+        clock: Arc::new(SystemClock),
+    };
+    let listener =
+        tokio::net::TcpListener::bind(&args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("authority listening on https://{}", listener.local_addr()?);
+    }
+    authority::serve(listener, config, db, crate::shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The kill switch of a running `serve`, and what keeps it alive.
+pub struct KillSwitchRuntime {
+    /// The kill switch.
+    pub switch: Arc<KillSwitch>,
+    /// The `server_release` target value.
+    pub server_release: String,
+    /// The authority database, when this process shares it (development authority, or
+    /// `killswitch.authority_db`).
+    pub shared_db: Option<AuthorityDb>,
+    _dev_authority: Option<RunningDevAuthority>,
+}
+
+/// Starts the kill switch the settings ask for; `None` when it is off. Refuses a policy whose
+/// registry misses any of `exposed`.
+pub async fn start(settings: &Settings, exposed: &[ExposedOperation]) -> anyhow::Result<Option<KillSwitchRuntime>> {
+    let keys: Vec<String> = exposed.iter().map(|operation| operation.key.clone()).collect();
+    let server_release = settings.killswitch.server_release.clone();
+    match &settings.killswitch.mode {
+        KillSwitchMode::Off => Ok(None),
+        KillSwitchMode::Dev { dir } => {
+            let files = DevAuthorityFiles::new(dir.clone());
+            files.prepare(exposed, now_ms()).context("preparing the development authority")?;
+            let running = files.start_authority().await.context("starting the development authority")?;
+            eprintln!(
+                "WARNING: the kill switch uses the DEVELOPMENT AUTHORITY ({DEV_AUTHORITY_ID}) on {}: its policy root, \
+                 signing and CA keys are generated into {} next to the server's data, so anyone who can read that \
+                 directory can sign policies and answers. For demos only; use [killswitch] mode = \"authority\" in \
+                 production.",
+                running.url,
+                dir.display()
+            );
+            let switch = files.kill_switch(&running.url, keys).await.context("starting the kill switch")?;
+            Ok(Some(KillSwitchRuntime {
+                switch: Arc::new(switch),
+                server_release,
+                shared_db: Some(running.db.clone()),
+                _dev_authority: Some(running),
+            }))
+        }
+        KillSwitchMode::Authority(external) => {
+            let policy = Policy::load(
+                &PolicyFiles {
+                    root_public_key: external.root_public_key.clone(),
+                    envelope: external.policy.clone(),
+                    key_trust_root: external.key_trust_root.clone(),
+                },
+                now_ms(),
+            )
+            .context("loading the kill-switch policy")?;
+            let client = AuthorityClient::new(
+                AuthorityClientConfig::from_files(
+                    &external.authority_url,
+                    &external.authority_ca,
+                    &external.client_cert,
+                    &external.client_key,
+                )
+                .context("reading the authority client files")?,
+            )
+            .context("building the authority client")?;
+            let store: Arc<dyn GenerationStore> = if external.generation_store.starts_with("sqlite:") {
+                Arc::new(
+                    SqliteGenerationStore::open(&external.generation_store)
+                        .await
+                        .context("opening the generation store")?,
+                )
+            } else {
+                Arc::new(
+                    RedisGenerationStore::connect(&external.generation_store, RedisOptions::default())
+                        .await
+                        .context("connecting to the generation store")?,
+                )
+            };
+            let switch = KillSwitch::start(KillSwitchConfig {
+                policy,
+                exposed_operations: keys,
+                authority: client,
+                store,
+                target_key: TargetKey::read(&external.target_key_file).context("reading the target key")?,
+                clock: Arc::new(SystemClock),
+            })
+            .await
+            .context("starting the kill switch")?;
+            let shared_db = match &external.authority_db {
+                Some(path) => {
+                    Some(AuthorityDb::open(path_text(path)?).await.context("opening the authority database")?)
+                }
+                None => None,
+            };
+            Ok(Some(KillSwitchRuntime { switch: Arc::new(switch), server_release, shared_db, _dev_authority: None }))
+        }
+    }
+}

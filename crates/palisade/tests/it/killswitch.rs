@@ -1,0 +1,283 @@
+//! The kill switch through the real binary: the demo runs the development authority by default,
+//! `palisade authority disable|enable` flips a tool off and on live, `policy init` covers the
+//! server's registry, and a signed policy missing an exposed operation refuses to start.
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::harness::{Palisade, TempDir, send, with_meta};
+
+fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(envs.iter().copied()).output().expect("run palisade")
+}
+
+fn succeed(args: &[&str], envs: &[(&str, &str)]) -> String {
+    let output = palisade(args, envs);
+    assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn call(server: &Palisade, token: &str, tool: &str, arguments: Value) -> reqwest::RequestBuilder {
+    let params = with_meta(json!({ "name": tool, "arguments": arguments }), json!({}));
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
+    reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .header("authorization", format!("Bearer {token}"))
+        .body(body.to_string())
+}
+
+#[tokio::test]
+async fn the_demo_tool_flips_off_and_on_live() {
+    let server = Palisade::start_app("demo", &[]);
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let token = succeed(
+        &[
+            "dev",
+            "token",
+            "--subject",
+            "alice",
+            "--tenant",
+            "acme",
+            "--client",
+            "it",
+            "--scope",
+            "shop:read shop:basket",
+        ],
+        &env,
+    );
+    let token = token.trim();
+    let basket = |created: &crate::harness::Exchange| {
+        created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned()
+    };
+    let first = basket(&send(call(&server, token, "basket_create", json!({}))).await);
+    let added =
+        send(call(&server, token, "basket_add_item", json!({ "basket": first, "sku": "MUG-001", "quantity": 1 })));
+    assert_eq!(added.await.status, 200);
+
+    let disabled = succeed(&["authority", "disable", "--target", "tool:basket_checkout", "--reason", "test"], &env);
+    assert!(disabled.contains("tool:basket_checkout is now DISABLE"), "{disabled}");
+    let refused = send(call(&server, token, "basket_checkout", json!({ "basket": first }))).await;
+    assert_eq!((refused.status, refused.error_code()), (403, -32030), "{:?}", refused.response());
+    // Other tools keep working; the basket is intact.
+    let viewed = send(call(&server, token, "basket_view", json!({ "basket": first }))).await;
+    assert_eq!(viewed.result()["structuredContent"]["totalCents"], 1450);
+    let status = succeed(&["authority", "status", "--target", "tool:basket_checkout"], &env);
+    assert!(status.contains(" DISABLE ") && status.contains("reason=\"test\""), "{status}");
+    assert!(!status.contains("basket_checkout"), "status names targets by digest only: {status}");
+
+    let enabled = succeed(&["authority", "enable", "--target", "tool:basket_checkout", "--reason", "fixed"], &env);
+    assert!(enabled.contains("is now ENABLE"), "{enabled}");
+    let placed = send(call(&server, token, "basket_checkout", json!({ "basket": first }))).await;
+    assert_eq!(placed.result()["structuredContent"]["totalCents"], 1450);
+
+    let bad = palisade(&["authority", "disable", "--target", "gizmo:x", "--reason", "r"], &env);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--target"));
+}
+
+#[test]
+fn policy_init_covers_the_registry_and_an_incomplete_policy_refuses_to_start() {
+    // First run of the demo generates the development authority's keys and certificates.
+    let server = Palisade::start_app("demo", &[]);
+    let dev = std::path::Path::new(server.data_dir.path()).join("killswitch-dev");
+    let work = TempDir::new();
+    let path = |name: &str| format!("{}/{name}", work.path());
+    let trust = dev.join("trust");
+    succeed(
+        &[
+            "policy",
+            "init",
+            "--app",
+            "demo",
+            "--authority",
+            "palisade-dev-authority",
+            "--trust-root",
+            trust.to_str().unwrap(),
+            "--generation",
+            "7",
+            "--out",
+            &path("payload.json"),
+        ],
+        &[],
+    );
+    let mut payload: Value = serde_json::from_slice(&std::fs::read(path("payload.json")).unwrap()).unwrap();
+    let operations = payload["operations"].as_object().unwrap();
+    for key in [
+        "server/discover",
+        "tools/list",
+        "tools/call:basket_checkout",
+        "tools/call:product_get",
+        "resources/read:shop://policies/returns",
+        "prompts/get:shop_assistant",
+        "subscriptions/listen",
+    ] {
+        assert_eq!(operations[key]["coverage"], "COVERED", "{key}");
+    }
+    assert_eq!(operations["tools/call:basket_checkout"]["require_commit_fence"], true);
+    assert_eq!(operations["tools/call:product_get"]["require_commit_fence"], false);
+
+    // Drop one exposed operation, sign, and point a server at it: start is refused.
+    payload["operations"].as_object_mut().unwrap().remove("tools/call:basket_checkout");
+    std::fs::write(path("short.json"), serde_json::to_vec(&payload).unwrap()).unwrap();
+    let root_key = dev.join("policy-root.key");
+    succeed(
+        &[
+            "policy",
+            "sign",
+            "--payload",
+            &path("short.json"),
+            "--root-key",
+            root_key.to_str().unwrap(),
+            "--out",
+            &path("policy.json"),
+        ],
+        &[],
+    );
+    let file = |name: &str| dev.join(name).to_str().unwrap().to_owned();
+    let config = format!(
+        "[killswitch]\nmode = \"authority\"\nroot_public_key = \"{}\"\npolicy = \"{}\"\nkey_trust_root = \"{}\"\n\
+         authority_url = \"https://127.0.0.1:9\"\nauthority_ca = \"{}\"\nclient_cert = \"{}\"\nclient_key = \"{}\"\n\
+         target_key_file = \"{}\"\n",
+        file("policy-root.pub"),
+        path("policy.json"),
+        trust.to_str().unwrap(),
+        file("ca.pem"),
+        file("authority-client.pem"),
+        file("authority-client.key"),
+        file("target.key"),
+    );
+    std::fs::write(path("palisade.toml"), config).unwrap();
+    let refused = palisade(
+        &["serve", "--config", &path("palisade.toml"), "--listen", "127.0.0.1:0", "--data-dir", &path("data")],
+        &[],
+    );
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("tools/call:basket_checkout"), "{stderr}");
+}
+
+/// A child process killed on drop.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn an_external_authority_process_switches_the_server_and_its_absence_fails_closed() {
+    use std::io::BufRead as _;
+    // The development material (keys, CA, certificates) from a first demo run.
+    let first = Palisade::start_app("demo", &[]);
+    let dev = std::path::Path::new(first.data_dir.path()).join("killswitch-dev");
+    let file = |name: &str| dev.join(name).to_str().unwrap().to_owned();
+    let work = TempDir::new();
+    let path = |name: &str| format!("{}/{name}", work.path());
+    // A fresh authority id, so a shared Redis holds no generations of it yet.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let authority_id = format!("it-authority-{}-{nanos}", std::process::id());
+    succeed(
+        &[
+            "policy",
+            "init",
+            "--app",
+            "demo",
+            "--authority",
+            &authority_id,
+            "--trust-root",
+            &file("trust"),
+            "--out",
+            &path("payload.json"),
+        ],
+        &[],
+    );
+    succeed(
+        &[
+            "policy",
+            "sign",
+            "--payload",
+            &path("payload.json"),
+            "--root-key",
+            &file("policy-root.key"),
+            "--out",
+            &path("policy.json"),
+        ],
+        &[],
+    );
+    let mut authority = Child(
+        Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args([
+                "authority",
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--authority-id",
+                &authority_id,
+                "--signing-key",
+                &file("authority-signing.key"),
+                "--cert",
+                &file("authority-server.pem"),
+                "--key",
+                &file("authority-server.key"),
+                "--client-ca",
+                &file("ca.pem"),
+                "--db",
+                &path("authority.db"),
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut line = String::new();
+    std::io::BufReader::new(authority.0.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line.trim().strip_prefix("authority listening on ").unwrap().to_owned();
+    let generation_store = std::env::var("REDIS_URL").unwrap_or_else(|_| format!("sqlite:{}", path("generations.db")));
+    let config = format!(
+        "[killswitch]\nmode = \"authority\"\nroot_public_key = \"{}\"\npolicy = \"{}\"\nkey_trust_root = \"{}\"\n\
+         authority_url = \"{url}\"\nauthority_ca = \"{}\"\nclient_cert = \"{}\"\nclient_key = \"{}\"\n\
+         target_key_file = \"{}\"\nauthority_db = \"{}\"\ngeneration_store = \"{generation_store}\"\n",
+        file("policy-root.pub"),
+        path("policy.json"),
+        file("trust"),
+        file("ca.pem"),
+        file("authority-client.pem"),
+        file("authority-client.key"),
+        file("target.key"),
+        path("authority.db"),
+    );
+    std::fs::write(path("palisade.toml"), config).unwrap();
+    let server = Palisade::start_app("demo", &["--config", &path("palisade.toml"), "--auth", "none"]);
+    let product = || {
+        let params = with_meta(json!({ "name": "product_get", "arguments": { "sku": "TEA-001" } }), json!({}));
+        reqwest::Client::new()
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "product_get")
+            .body(json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params }).to_string())
+    };
+    assert_eq!(send(product()).await.status, 200);
+    let config_flag = ["--config", &path("palisade.toml")];
+    let off =
+        ["authority", "disable", "--target", "tool:product_get", "--reason", "test", config_flag[0], config_flag[1]];
+    succeed(&off, &[]);
+    assert_eq!(send(product()).await.error_code(), -32030);
+    let on = ["authority", "enable", "--target", "tool:product_get", "--reason", "ok", config_flag[0], config_flag[1]];
+    succeed(&on, &[]);
+    assert_eq!(send(product()).await.status, 200);
+    // The authority goes away: covered calls fail closed.
+    drop(authority);
+    let refused = send(product()).await;
+    assert_eq!((refused.status, refused.error_code()), (503, -32603), "{:?}", refused.response());
+}

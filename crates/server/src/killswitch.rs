@@ -1,0 +1,296 @@
+//! Stage 4 of the pipeline, the kill switch (control C5), and its second phase for handlers.
+//!
+//! - [`exposed_operations`]: every operation key an application exposes (each advertised plain
+//!   method, each tool, prompt, resource and resource template), the list the signed registry
+//!   must cover; `palisade policy init` writes its skeleton from it.
+//! - Stage 4 (`pre_dispatch`) runs for every classified request, before authorization. Its
+//!   targets are built by the server: the configured server release, the principal's tenant and
+//!   client, the *registered* tool or resource; never a client string beyond the registered name.
+//! - [`RequestContext::pre_side_effect`] is the second phase: after the handler's side-effect-free
+//!   preparation and before its commit, with this request's clearance and targets. It returns the
+//!   [`CommitFence`] only that phase can make; a backend redeems its tokens in the commit
+//!   transaction.
+//!
+//! **Architecture Invariant:** with a kill switch configured, a request whose operation is not
+//! in the signed registry, or whose authority answer is DISABLE or in any doubt, runs no handler.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use palisade_killswitch::{
+    CommitFence, DisableEvent, DispatchClearance, ExposedOperation, KillSwitch, KillSwitchError, RegistryError,
+    TargetKind, TargetValues,
+};
+use palisade_wire::ProtocolError;
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use crate::auth::VerifiedPrincipal;
+use crate::context::RequestContext;
+use crate::pipeline::{Method, OperationKey, advertised};
+use crate::registry::{App, Effect};
+
+/// Every method the pipeline implements, for [`exposed_operations`].
+const METHODS: [Method; 13] = [
+    Method::Discover,
+    Method::ToolsList,
+    Method::ToolsCall,
+    Method::ResourcesList,
+    Method::ResourceTemplatesList,
+    Method::ResourcesRead,
+    Method::PromptsList,
+    Method::PromptsGet,
+    Method::Complete,
+    Method::Listen,
+    Method::TasksGet,
+    Method::TasksUpdate,
+    Method::TasksCancel,
+];
+
+/// Exhaustive on purpose: a new [`Method`] does not compile until it is added to [`METHODS`]
+/// (and so to the registry the kill switch requires).
+const fn in_methods(method: Method) -> bool {
+    match method {
+        Method::Discover
+        | Method::ToolsList
+        | Method::ToolsCall
+        | Method::ResourcesList
+        | Method::ResourceTemplatesList
+        | Method::ResourcesRead
+        | Method::PromptsList
+        | Method::PromptsGet
+        | Method::Complete
+        | Method::Listen
+        | Method::TasksGet
+        | Method::TasksUpdate
+        | Method::TasksCancel => true,
+    }
+}
+
+/// Every operation `app` exposes, keyed exactly as stage 3 classifies requests
+/// ([`OperationKey`]'s display form). Tools declared side-effecting are marked so.
+pub fn exposed_operations(app: &App) -> Vec<ExposedOperation> {
+    let mut exposed = Vec::new();
+    for method in METHODS {
+        if !in_methods(method) || !advertised(app, method) {
+            continue;
+        }
+        let plain = |key: String| ExposedOperation { key, has_side_effect: false };
+        match method {
+            Method::ToolsCall => exposed.extend(app.tools.iter().map(|tool| ExposedOperation {
+                key: format!("{}:{}", method.as_str(), tool.name),
+                has_side_effect: tool.effect == Effect::SideEffecting,
+            })),
+            Method::PromptsGet => {
+                exposed.extend(app.prompts.iter().map(|prompt| plain(format!("{}:{}", method.as_str(), prompt.name))))
+            }
+            Method::ResourcesRead => {
+                exposed.extend(app.resources.iter().map(|r| plain(format!("{}:{}", method.as_str(), r.uri))));
+                exposed.extend(app.templates.iter().map(|t| plain(format!("{}:{}", method.as_str(), t.template))));
+            }
+            _ => exposed.push(plain(method.as_str().to_owned())),
+        }
+    }
+    exposed
+}
+
+/// The kill switch as the server runs it: the library's [`KillSwitch`] and the release this
+/// server reports as its `server_release` target.
+#[derive(Debug, Clone)]
+pub struct KillSwitchStage {
+    switch: Arc<KillSwitch>,
+    server_release: String,
+}
+
+impl KillSwitchStage {
+    /// Checks that the signed registry lists every operation `app` exposes.
+    pub(crate) fn new(switch: Arc<KillSwitch>, server_release: String, app: &App) -> Result<Self, RegistryError> {
+        let exposed = exposed_operations(app);
+        switch.policy().check_complete(exposed.iter().map(|operation| operation.key.as_str()))?;
+        Ok(Self { switch, server_release })
+    }
+
+    /// The policy generation, for audit records.
+    pub(crate) fn policy_version(&self) -> String {
+        format!("killswitch:{}", self.switch.policy().generation())
+    }
+
+    /// Stage 4: phase one for this request. The error is the client's refusal.
+    pub(crate) async fn pre_dispatch(
+        &self,
+        operation: &OperationKey,
+        principal: &VerifiedPrincipal,
+    ) -> Result<Arc<Cleared>, ProtocolError> {
+        let key = operation.to_string();
+        let mut targets = TargetValues::new().with(TargetKind::ServerRelease, self.server_release.clone());
+        if let Some(tenant) = principal.tenant() {
+            targets.insert(TargetKind::Tenant, tenant);
+        }
+        if let Some(client) = principal.client_id() {
+            targets.insert(TargetKind::Client, client);
+        }
+        match (operation.method(), operation.target()) {
+            (Method::ToolsCall, Some(tool)) => targets.insert(TargetKind::Tool, tool),
+            (Method::ResourcesRead, Some(resource)) => targets.insert(TargetKind::Resource, resource),
+            _ => {}
+        }
+        let clearance = self.switch.pre_dispatch(&key, &targets).await.map_err(|error| refusal(&key, &error))?;
+        let fence_required = self.switch.policy().lookup(&key).is_some_and(|rule| rule.require_commit_fence);
+        Ok(Arc::new(Cleared {
+            switch: self.switch.clone(),
+            operation: key,
+            targets,
+            clearance,
+            fence_required,
+            fence_obtained: AtomicBool::new(false),
+        }))
+    }
+}
+
+/// Maps a kill-switch refusal onto the client's error, logging the cause for the operator.
+fn refusal(operation: &str, error: &KillSwitchError) -> ProtocolError {
+    if error.is_disabled() {
+        tracing::info!(stage = "killswitch", operation, %error, "operation disabled by the authority");
+        return ProtocolError::OperationDisabled;
+    }
+    match error {
+        KillSwitchError::UnlistedOperation { .. } => {
+            tracing::error!(stage = "killswitch", operation, "operation absent from the signed registry: refused");
+        }
+        _ => {
+            tracing::warn!(stage = "killswitch", operation, error = %error, source = ?std::error::Error::source(error), "kill switch in doubt: refused (fail closed)")
+        }
+    }
+    ProtocolError::Unavailable
+}
+
+/// One request's passed `pre_dispatch`: what its second phase needs.
+pub(crate) struct Cleared {
+    switch: Arc<KillSwitch>,
+    operation: String,
+    targets: TargetValues,
+    clearance: DispatchClearance,
+    fence_required: bool,
+    fence_obtained: AtomicBool,
+}
+
+/// What a listen stream watches: DISABLE observations for one of its request's targets.
+pub(crate) struct DisableWatch(Option<(broadcast::Receiver<DisableEvent>, Arc<Cleared>)>);
+
+impl DisableWatch {
+    /// Subscribes for `ctx`'s targets; without a kill switch it never fires.
+    pub(crate) fn new(ctx: &RequestContext) -> Self {
+        Self(ctx.kill_switch.as_ref().map(|cleared| (cleared.switch.subscribe_disables(), cleared.clone())))
+    }
+
+    /// Completes when a DISABLE of one of the targets is observed (by any request's check: the
+    /// authority does not push). Cancel-safe.
+    pub(crate) async fn disabled(&mut self) {
+        let Some((receiver, cleared)) = &mut self.0 else { return std::future::pending().await };
+        loop {
+            match receiver.recv().await {
+                Ok(event) if cleared.clearance.targets().contains(&event.target) => return,
+                Ok(_) => {}
+                // Missed observations may have named these targets: end the stream (the client
+                // listens again, through stage 4).
+                Err(RecvError::Lagged(_)) => return,
+                Err(RecvError::Closed) => return std::future::pending().await,
+            }
+        }
+    }
+}
+
+impl Cleared {
+    /// Phase two.
+    pub(crate) async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
+        let fence = self
+            .switch
+            .pre_side_effect(&self.operation, &self.targets, &self.clearance)
+            .await
+            .map_err(|error| refusal(&self.operation, &error))?;
+        self.fence_obtained.store(true, Ordering::SeqCst);
+        Ok(fence)
+    }
+
+    /// After a handler completed successfully: a tool whose rule requires a commit fence must
+    /// have asked for one. A handler that did not has committed without the second check; that
+    /// is a defect in the handler, logged loudly.
+    pub(crate) fn check_fence_obtained(&self) {
+        if self.fence_required && !self.fence_obtained.load(Ordering::SeqCst) {
+            tracing::error!(
+                stage = "killswitch",
+                operation = %self.operation,
+                "a tool whose registry rule requires a commit fence completed without calling pre_side_effect"
+            );
+        }
+    }
+}
+
+impl RequestContext {
+    /// Phase two of the kill switch, for a handler about to commit a side effect: asks the
+    /// authority again for this request's targets (the state may have changed since dispatch)
+    /// and returns the [`CommitFence`], whose tokens the backend redeems in the same transaction
+    /// as the effect (`palisade_killswitch::authority::redeem_commit_token`, or
+    /// `AuthorityClient::redeem` before committing). Call it after the side-effect-free
+    /// preparation, immediately before the commit.
+    ///
+    /// A tool whose signed rule says `require_commit_fence` **must** call it before committing.
+    /// DISABLE is [`ProtocolError::OperationDisabled`]; any doubt, and a server running without
+    /// a kill switch, is [`ProtocolError::Unavailable`] (a handler that needs a fence fails
+    /// closed). Handlers that only want the check when a kill switch is configured test
+    /// [`RequestContext::has_kill_switch`] first.
+    pub async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
+        match &self.kill_switch {
+            Some(cleared) => cleared.pre_side_effect().await,
+            None => Err(ProtocolError::Unavailable),
+        }
+    }
+
+    /// Whether this request passed a kill switch (the server runs with one).
+    pub fn has_kill_switch(&self) -> bool {
+        self.kill_switch.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use palisade_killswitch::dev::DevAuthorityFiles;
+    use palisade_killswitch::{Clock as _, SystemClock};
+
+    use super::*;
+    use crate::auth::{Authenticator, EnvironmentPrincipal};
+    use crate::registry::ToolDef;
+    use crate::{CallToolResult, Outcome};
+
+    /// Defence in depth: should a request ever classify to an operation the signed registry does
+    /// not list, stage 4 refuses it (the start-up check makes this unreachable through the
+    /// pipeline, so the stage is called directly). No authority is needed to refuse.
+    #[tokio::test]
+    async fn an_unlisted_operation_is_refused_at_runtime() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = DevAuthorityFiles::new(dir.path().join("ks"));
+        let app = App::builder("unlisted", "0")
+            .tool(ToolDef::new("listed").handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("ok"))) }))
+            .build()
+            .unwrap();
+        let exposed = exposed_operations(&app);
+        files.prepare(&exposed, SystemClock.now_ms()).unwrap();
+        let keys = exposed.iter().map(|operation| operation.key.clone()).collect();
+        let switch = Arc::new(files.kill_switch("https://127.0.0.1:9", keys).await.unwrap());
+        let stage = KillSwitchStage::new(switch, "1".into(), &app).unwrap();
+        let principal = Authenticator::Environment(EnvironmentPrincipal {
+            subject: "alice".into(),
+            tenant: None,
+            client_id: None,
+            scopes: Default::default(),
+        })
+        .authenticate(None)
+        .await
+        .unwrap();
+        let ghost = OperationKey::for_test(Method::ToolsCall, Some("ghost"));
+        assert_eq!(stage.pre_dispatch(&ghost, &principal).await.err(), Some(ProtocolError::Unavailable));
+        let unknown_method = OperationKey::for_test(Method::PromptsList, None);
+        assert_eq!(stage.pre_dispatch(&unknown_method, &principal).await.err(), Some(ProtocolError::Unavailable));
+    }
+}

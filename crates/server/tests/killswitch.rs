@@ -1,0 +1,218 @@
+//! The kill switch in the pipeline (control C5), through `Server::handle_request` with a real
+//! reference authority on loopback (mutual TLS, generated certificates) and a signed policy:
+//! an incomplete registry refuses to start; DISABLE refuses calls before any handler runs and is
+//! audited at stage `killswitch`; ENABLE restores them; an unreachable authority fails closed;
+//! a fenced tool obtains its fence. (DISABLE between the fence and the commit: the demo's
+//! checkout tests in `palisade-apps`.)
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use palisade_killswitch::dev::{DevAuthorityFiles, RunningDevAuthority};
+use palisade_killswitch::{Clock as _, SystemClock, TargetKey, TargetKind};
+use palisade_server::auth::{Authenticator, EnvironmentPrincipal};
+use palisade_server::context::NotificationSink;
+use palisade_server::killswitch::exposed_operations;
+use palisade_server::pipeline::Reply;
+use palisade_server::secret::ServerSecret;
+use palisade_server::{App, CallToolResult, Effect, Outcome, Server, ServerConfig, ToolDef};
+use palisade_store::{AuditStore, SqliteStore};
+use palisade_wire::{Request, RequestId};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+const RELEASE: &str = "9.9.9-test";
+
+#[derive(Default)]
+struct Counters {
+    counted: AtomicUsize,
+    prepared: AtomicUsize,
+    committed: AtomicUsize,
+}
+
+/// A read-only tool that counts its invocations, and a fenced tool that counts preparations and
+/// commits (a commit happens only with a fence).
+fn app(counters: Arc<Counters>) -> App {
+    let (counted, fenced) = (counters.clone(), counters);
+    App::builder("killswitch-test", "0")
+        .tool(ToolDef::new("counted").effect(Effect::ReadOnly).handler(move |_, _| {
+            let counters = counted.clone();
+            async move {
+                counters.counted.fetch_add(1, Ordering::SeqCst);
+                Ok(Outcome::Complete(CallToolResult::text("ran")))
+            }
+        }))
+        .tool(ToolDef::new("fenced").effect(Effect::SideEffecting).handler(move |ctx, _| {
+            let counters = fenced.clone();
+            async move {
+                counters.prepared.fetch_add(1, Ordering::SeqCst);
+                let fence = ctx.pre_side_effect().await?;
+                assert!(fence.is_required() && !fence.tokens().is_empty());
+                counters.committed.fetch_add(1, Ordering::SeqCst);
+                Ok(Outcome::Complete(CallToolResult::text("committed")))
+            }
+        }))
+        .build()
+        .unwrap()
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    files: DevAuthorityFiles,
+    authority: Option<RunningDevAuthority>,
+    server: Arc<Server>,
+    counters: Arc<Counters>,
+    audit: Arc<SqliteStore>,
+}
+
+fn principal() -> Authenticator {
+    Authenticator::Environment(EnvironmentPrincipal {
+        subject: "alice".into(),
+        tenant: Some("acme".into()),
+        client_id: Some("it".into()),
+        scopes: BTreeSet::new(),
+    })
+}
+
+/// `reachable = false`: the kill switch asks an address where no authority listens.
+async fn world(reachable: bool) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let files = DevAuthorityFiles::new(dir.path().join("ks"));
+    let counters = Arc::new(Counters::default());
+    let app = app(counters.clone());
+    let exposed = exposed_operations(&app);
+    files.prepare(&exposed, SystemClock.now_ms()).unwrap();
+    let authority = files.start_authority().await.unwrap();
+    let url = if reachable { authority.url.clone() } else { "https://127.0.0.1:9".to_owned() };
+    let keys = exposed.iter().map(|operation| operation.key.clone()).collect();
+    let switch = files.kill_switch(&url, keys).await.unwrap();
+    let audit = Arc::new(SqliteStore::open("sqlite::memory:").await.unwrap());
+    let server = Server::new(app, ServerConfig::default(), principal(), ServerSecret::random())
+        .with_audit(audit.clone())
+        .with_kill_switch(Arc::new(switch), RELEASE)
+        .unwrap();
+    World { _dir: dir, files, authority: Some(authority), server: Arc::new(server), counters, audit }
+}
+
+impl World {
+    async fn call(&self, tool: &str) -> Reply {
+        let (sink, _receiver) = NotificationSink::channel(16);
+        let request = request("tools/call", json!({ "name": tool, "arguments": {} }));
+        self.server.handle_request(request, None, sink, CancellationToken::new()).await
+    }
+
+    async fn set(&self, kind: TargetKind, value: &str, disable: bool) {
+        let key = TargetKey::read(&self.files.target_key()).unwrap();
+        let db = &self.authority.as_ref().unwrap().db;
+        let target = key.digest(kind, value);
+        if disable {
+            db.disable(&target, "test", SystemClock.now_ms()).await.unwrap();
+        } else {
+            db.enable(&target, "test", SystemClock.now_ms()).await.unwrap();
+        }
+    }
+}
+
+fn request(method: &str, params: Value) -> Request {
+    let mut params: Map<String, Value> = params.as_object().cloned().unwrap();
+    let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {} });
+    params.insert("_meta".into(), meta);
+    Request { id: RequestId::Number(1), method: method.into(), params }
+}
+
+fn error_code(reply: &Reply) -> Option<i64> {
+    reply.frame["error"]["code"].as_i64()
+}
+
+#[tokio::test]
+async fn a_registry_missing_an_exposed_operation_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = DevAuthorityFiles::new(dir.path().join("ks"));
+    let app = app(Arc::default());
+    let mut exposed = exposed_operations(&app);
+    assert!(exposed.iter().any(|operation| operation.key == "tools/call:fenced"));
+    assert!(exposed.iter().any(|operation| operation.key == "tools/list"));
+    exposed.retain(|operation| operation.key != "tools/call:fenced");
+    // A policy signed for a registry without `fenced` …
+    files.prepare(&exposed, SystemClock.now_ms()).unwrap();
+    let keys = exposed.iter().map(|operation| operation.key.clone()).collect();
+    let switch = files.kill_switch("https://127.0.0.1:9", keys).await.unwrap();
+    // … cannot guard a server that exposes it.
+    let refused = Server::new(app, ServerConfig::default(), principal(), ServerSecret::random())
+        .with_kill_switch(Arc::new(switch), RELEASE)
+        .err()
+        .expect("start must be refused");
+    assert_eq!(refused.missing, vec!["tools/call:fenced".to_owned()]);
+}
+
+#[tokio::test]
+async fn disable_refuses_before_the_handler_and_enable_restores() {
+    let world = world(true).await;
+    let ok = world.call("counted").await;
+    assert_eq!(ok.status, 200, "{}", ok.frame);
+    assert_eq!(world.counters.counted.load(Ordering::SeqCst), 1);
+
+    world.set(TargetKind::Tool, "counted", true).await;
+    for _ in 0..3 {
+        let refused = world.call("counted").await;
+        assert_eq!((refused.status, error_code(&refused)), (403, Some(-32030)), "{}", refused.frame);
+        assert_eq!(refused.frame["error"]["message"], "operation disabled");
+    }
+    assert_eq!(world.counters.counted.load(Ordering::SeqCst), 1, "no handler ran while disabled");
+    // Another tool is untouched by a tool-scoped DISABLE.
+    assert_eq!(world.call("fenced").await.status, 200);
+
+    // The refusal is audited at stage killswitch with the policy generation.
+    let recent = world.audit.recent(20).await.unwrap();
+    let deny = recent.iter().find(|stored| stored.record.stage == "killswitch").expect("a killswitch deny");
+    assert_eq!(deny.record.operation, "tools/call:counted");
+    assert_eq!(deny.record.code, Some(-32030));
+    assert!(deny.record.policy_version.as_deref().is_some_and(|v| v.starts_with("killswitch:")));
+
+    world.set(TargetKind::Tool, "counted", false).await;
+    assert_eq!(world.call("counted").await.status, 200);
+    assert_eq!(world.counters.counted.load(Ordering::SeqCst), 2);
+
+    // A DISABLE of the server release (every operation's target) stops everything.
+    world.set(TargetKind::ServerRelease, RELEASE, true).await;
+    assert_eq!(world.call("counted").await.status, 403);
+    world.set(TargetKind::ServerRelease, RELEASE, false).await;
+    assert_eq!(world.call("counted").await.status, 200);
+}
+
+#[tokio::test]
+async fn an_unreachable_authority_fails_closed() {
+    let world = world(false).await;
+    for tool in ["counted", "fenced"] {
+        let refused = world.call(tool).await;
+        assert_eq!(refused.status, 503, "{}", refused.frame);
+    }
+    assert_eq!(world.counters.counted.load(Ordering::SeqCst), 0);
+    assert_eq!(world.counters.prepared.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_observed_disable_ends_the_listen_streams_it_covers() {
+    let world = world(true).await;
+    let (sink, mut frames) = NotificationSink::channel(16);
+    let listen = request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
+    let server = world.server.clone();
+    let stream = tokio::spawn(async move { server.handle_request(listen, None, sink, CancellationToken::new()).await });
+    let ack = frames.recv().await.unwrap();
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    // The listen operation's targets include the server release; once any check observes its
+    // DISABLE, the stream ends with its complete result.
+    world.set(TargetKind::ServerRelease, RELEASE, true).await;
+    assert_eq!(world.call("counted").await.status, 403);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(5), stream).await.unwrap().unwrap();
+    assert_eq!(ended.frame["result"]["resultType"], "complete", "{}", ended.frame);
+    // A new stream is refused while disabled.
+    let (sink, _frames) = NotificationSink::channel(16);
+    let listen = request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
+    let refused = world.server.handle_request(listen, None, sink, CancellationToken::new()).await;
+    assert_eq!(refused.status, 403);
+}
