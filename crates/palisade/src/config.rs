@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use palisade_server::HandlePolicy;
+use palisade_server::{HandlePolicy, LegacyConfig};
 
 use serde::Deserialize;
 
@@ -55,6 +55,23 @@ pub struct RawConfig {
     /// Explicit application handles.
     #[serde(default)]
     pub handles: RawHandles,
+    /// The 2025-era session wire beside 2026-07-28.
+    #[serde(default)]
+    pub legacy: RawLegacy,
+}
+
+/// `[legacy]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLegacy {
+    /// Serve `initialize` and `Mcp-Session-Id` sessions (2025-11-25, 2025-06-18). Default on.
+    pub enabled: Option<bool>,
+    /// The revisions accepted, newest first. Default `["2025-11-25", "2025-06-18"]`.
+    pub versions: Option<Vec<String>>,
+    /// A session dies after this many seconds without a request. Default 1800.
+    pub idle_timeout_secs: Option<u64>,
+    /// A session dies this many seconds after `initialize`. Default 43200.
+    pub absolute_timeout_secs: Option<u64>,
 }
 
 /// `[handles]`
@@ -221,6 +238,42 @@ pub struct Settings {
     pub handle_retention: Duration,
     /// Handle policies by object type.
     pub handle_policies: BTreeMap<String, HandlePolicy>,
+    /// The 2025-era session wire.
+    pub legacy: LegacyConfig,
+}
+
+fn validate_legacy(raw: RawLegacy) -> Result<LegacyConfig, ConfigError> {
+    let defaults = LegacyConfig::default();
+    let versions = match raw.versions {
+        None => defaults.versions.clone(),
+        Some(versions) => {
+            if versions.is_empty() {
+                return Err(bad("legacy.versions", "must name at least one revision (or set legacy.enabled = false)"));
+            }
+            if let Some(unknown) = versions.iter().find(|v| !palisade_wire::LEGACY_VERSIONS.contains(&v.as_str())) {
+                return Err(bad(
+                    "legacy.versions",
+                    format!("`{unknown}` is not a supported earlier revision; use 2025-11-25 or 2025-06-18"),
+                ));
+            }
+            versions
+        }
+    };
+    let idle = raw.idle_timeout_secs.unwrap_or(defaults.idle_timeout.as_secs());
+    if !(10..=86_400).contains(&idle) {
+        return Err(bad("legacy.idle_timeout_secs", "must be between 10 and 86400"));
+    }
+    let absolute = raw.absolute_timeout_secs.unwrap_or(defaults.absolute_timeout.as_secs());
+    if !(idle..=7 * 86_400).contains(&absolute) {
+        return Err(bad("legacy.absolute_timeout_secs", "must be at least the idle timeout and at most 604800"));
+    }
+    Ok(LegacyConfig {
+        enabled: raw.enabled.unwrap_or(defaults.enabled),
+        versions,
+        idle_timeout: Duration::from_secs(idle),
+        absolute_timeout: Duration::from_secs(absolute),
+        ..defaults
+    })
 }
 
 /// Parses TOML text.
@@ -372,7 +425,9 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         policy.validate().map_err(|why| bad(&key, why))?;
         handle_policies.insert(object_type, policy);
     }
+    let legacy = validate_legacy(raw.legacy)?;
     Ok(Settings {
+        legacy,
         app,
         listen,
         public_url,

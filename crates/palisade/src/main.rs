@@ -561,6 +561,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         page_size: settings.page_size,
         allowed_hosts: settings.allowed_hosts.clone(),
         allowed_origins: settings.allowed_origins.clone(),
+        legacy: settings.legacy.clone(),
         ..ServerConfig::default()
     };
     prepare_sqlite_dir(&settings)?;
@@ -577,8 +578,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     )
     .map_err(|reason| config::ConfigError { key: "handles.policies".into(), reason })?;
     let handles = Arc::new(handles);
-    let server = Server::new(app, config, authenticator, secret).with_audit(store).with_handles(handles.clone());
+    let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
+    let server = Server::new(app, config, authenticator, secret)
+        .with_sessions(sessions_store.clone())
+        .with_audit(store)
+        .with_handles(handles.clone());
     let server = Arc::new(server);
+    let session_purge = spawn_session_purge(sessions_store);
     let retention = handles.spawn_retention(
         std::time::Duration::from_secs(300),
         settings.handle_retention,
@@ -599,8 +605,31 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     }
     palisade_server::http::serve(server.clone(), listener, shutdown_signal()).await?;
     retention.abort();
+    session_purge.abort();
     server.flush_audit().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes dead 2025-era sessions every five minutes, in bounded batches.
+fn spawn_session_purge(store: Arc<dyn palisade_store::SessionStore>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(300));
+        loop {
+            tick.tick().await;
+            let now = i64::try_from(palisade_server::clock::Clock::now_ms(&SystemClock)).unwrap_or(i64::MAX);
+            // Up to ten batches per tick; the next tick picks up the rest.
+            for _ in 0..10 {
+                match store.purge_sessions(now, 1_000).await {
+                    Ok(1_000) => continue,
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, "session purge failed; retrying at the next tick");
+                        break;
+                    }
+                }
+            }
+        }
+    })
 }
 
 async fn shutdown_signal() {

@@ -14,14 +14,16 @@ pub mod cursor;
 pub mod events;
 pub mod handles;
 pub mod http;
+mod legacy;
 pub mod metrics;
 pub mod mrtr;
 pub mod pipeline;
 pub mod registry;
 pub mod secret;
+pub mod sessions;
 pub mod stdio;
 
-pub use config::ServerConfig;
+pub use config::{LegacyConfig, ServerConfig};
 pub use content::{CallToolResult, Content, GetPromptResult, PromptMessage, ResourceContents};
 pub use context::{InputRequired, Outcome, RequestContext};
 pub use events::{EventBus, ServerEvent};
