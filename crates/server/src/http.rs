@@ -137,16 +137,17 @@ async fn mcp_endpoint(
         return error_response(None, &error, StatusCode::BAD_REQUEST);
     }
     let legacy = state.server.legacy_enabled();
-    if legacy && method == HttpMethod::GET {
+    // The GET stream and session DELETE exist only for a 2025-era session: they carry its id.
+    let with_session = legacy && headers.contains_key("mcp-session-id");
+    if with_session && method == HttpMethod::GET {
         return crate::legacy::get_stream(&state, &headers).await;
     }
-    if legacy && method == HttpMethod::DELETE {
+    if with_session && method == HttpMethod::DELETE {
         return crate::legacy::delete_session(&state, &headers).await;
     }
     if method != HttpMethod::POST {
-        // No GET stream and no session DELETE in 2026-07-28 (only on the 2025-era wire).
-        let allow = if legacy { "GET, POST, DELETE" } else { "POST" };
-        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, allow)]).into_response();
+        // No GET stream and no session DELETE in 2026-07-28.
+        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response();
     }
     let streaming = match accepted_kinds(&headers) {
         Some(accepts) => accepts.event_stream,

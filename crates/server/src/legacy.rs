@@ -38,24 +38,29 @@ use crate::sessions::SessionId;
 /// Keys of 2026-07-28 results that the 2025-era wire does not know.
 const MODERN_ONLY_RESULT_KEYS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
 
-/// Whether a POST belongs to the session wire: it carries `Mcp-Session-Id`, or an earlier
-/// revision's `MCP-Protocol-Version`, or neither a version header nor a `_meta` protocol version
-/// (the `initialize` of a client that has not negotiated yet).
+/// Whether a POST belongs to the session wire: it carries `Mcp-Session-Id`; or it is not a
+/// 2026-07-28 request (no `_meta` protocol version) and carries an earlier revision's
+/// `MCP-Protocol-Version`, or no version header at all (the `initialize` of a client that has not
+/// negotiated yet). A 2026-07-28 body with a wrong version header stays on the 2026 wire, which
+/// answers `-32020`.
 pub(crate) fn is_legacy_post(headers: &HeaderMap, body: &[u8]) -> bool {
     if headers.contains_key("mcp-session-id") {
         return true;
     }
-    if let Some(raw) = headers.get("mcp-protocol-version") {
-        return decode_value(raw.as_bytes()).is_ok_and(|v| v.starts_with("2024-") || v.starts_with("2025-"));
-    }
     let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(body) else { return false };
-    let has_version = message
+    let modern_body = message
         .get("params")
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get(palisade_wire::meta_keys::PROTOCOL_VERSION))
         .is_some();
+    if modern_body {
+        return false;
+    }
+    if let Some(raw) = headers.get("mcp-protocol-version") {
+        return decode_value(raw.as_bytes()).is_ok_and(|v| v.starts_with("2024-") || v.starts_with("2025-"));
+    }
     // A notification without a session is nobody's business on either wire.
-    !has_version && (message.contains_key("id") || message.get("method").and_then(Value::as_str) == Some("initialize"))
+    message.contains_key("id")
 }
 
 /// The `Mcp-Session-Id` of a request: `Ok(None)` when absent; a malformed or repeated value is
