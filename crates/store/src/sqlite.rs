@@ -372,28 +372,6 @@ impl AuditStore for SqliteStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn memory_urls_are_recognised() {
-        assert!(is_in_memory("sqlite::memory:"));
-        assert!(is_in_memory("sqlite://:memory:"));
-        assert!(is_in_memory("sqlite:file:x?mode=memory&cache=shared"));
-        assert!(!is_in_memory("sqlite:audit.db"));
-        assert!(is_in_memory(":memory:"));
-        assert!(!is_in_memory("memory.db"));
-    }
-
-    #[tokio::test]
-    async fn in_memory_store_survives_idle_and_round_trips() {
-        let store = SqliteStore::open("sqlite::memory:").await.unwrap();
-        store.ping().await.unwrap();
-        assert!(store.verify_chain().await.unwrap().is_intact());
-    }
-}
-
 impl SqliteStore {
     async fn touch_inner(
         &self,
@@ -590,5 +568,27 @@ impl SessionStore for SqliteStore {
                 .map_err(|error| StoreError::from_sqlx("purge_sessions", error))?;
             Ok(done.rows_affected())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_urls_are_recognised() {
+        assert!(is_in_memory("sqlite::memory:"));
+        assert!(is_in_memory("sqlite://:memory:"));
+        assert!(is_in_memory("sqlite:file:x?mode=memory&cache=shared"));
+        assert!(!is_in_memory("sqlite:audit.db"));
+        assert!(is_in_memory(":memory:"));
+        assert!(!is_in_memory("memory.db"));
+    }
+
+    #[tokio::test]
+    async fn in_memory_store_survives_idle_and_round_trips() {
+        let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+        store.ping().await.unwrap();
+        assert!(store.verify_chain().await.unwrap().is_intact());
     }
 }
