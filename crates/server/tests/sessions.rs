@@ -72,6 +72,7 @@ async fn fresh_store(backend: Backend, dir: &TempDir) -> Arc<dyn Store> {
 
 struct Fixture {
     url: String,
+    store: Arc<dyn Store>,
     issuer: DevIssuer,
     clock: ManualClock,
     /// Handler invocations of `count`.
@@ -110,13 +111,13 @@ async fn start(backend: Backend) -> Fixture {
     let sessions: Arc<dyn SessionStore> = store.clone();
     let server = Server::new(app, config, Authenticator::Bearer(Arc::new(verifier)), ServerSecret::random())
         .with_sessions(sessions)
-        .with_audit(store)
+        .with_audit(store.clone())
         .with_clock(clock_arc);
     let server = Arc::new(server);
     let listener = palisade_server::http::bind(&server, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
     tokio::spawn(palisade_server::http::serve(server, listener, std::future::pending()));
-    Fixture { url, issuer, clock, runs, _dir: dir }
+    Fixture { url, store, issuer, clock, runs, _dir: dir }
 }
 
 struct Answer {
@@ -240,7 +241,25 @@ on_both_backends!(
     an_active_session_expires_at_its_absolute_limit,
     a_deleted_session_is_refused,
     malformed_session_traffic_is_refused_and_changes_nothing,
+    a_store_outage_fails_closed,
 );
+
+/// With the store down, neither a new session nor a request of a live one gets through: 503,
+/// no session id, nothing runs.
+async fn a_store_outage_fails_closed(backend: Backend) {
+    let fixture = start(backend).await;
+    let alice = fixture.alice();
+    let session = fixture.initialize(&alice).await;
+    fixture.assert_live(&alice, &session).await;
+    fixture.store.close().await;
+    fixture.assert_refused(Some(&alice), &session, 503).await;
+    let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": VERSION, "capabilities": {} } });
+    let answer = fixture.send(reqwest::Method::POST, Some(&alice), None, Some(body)).await;
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert!(answer.session.is_none());
+    assert_eq!(fixture.send(reqwest::Method::DELETE, Some(&alice), Some(&session), None).await.status, 503);
+}
 
 /// Bob (same tenant and client) and Alice's own subject through another client present Alice's
 /// live session id: 404 for requests, the GET stream, notifications and DELETE; her session is
