@@ -509,10 +509,30 @@ mod tests {
                 "handles.policies.basket",
             ),
             ("[handles]\nsubject_key = \"x\"", "subject_key"),
+            ("[legacy]\nversions = []", "legacy.versions"),
+            ("[legacy]\nversions = [\"2024-11-05\"]", "legacy.versions"),
+            ("[legacy]\nidle_timeout_secs = 1", "legacy.idle_timeout_secs"),
+            ("[legacy]\nidle_timeout_secs = 600\nabsolute_timeout_secs = 60", "legacy.absolute_timeout_secs"),
+            ("[legacy]\nsticky = true", "sticky"),
         ] {
             let error = check(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn the_session_wire_is_on_by_default_and_configurable() {
+        let defaults = check("").unwrap().legacy;
+        assert!(defaults.enabled);
+        assert_eq!(defaults.versions, ["2025-11-25", "2025-06-18"]);
+        let custom = check(
+            "[legacy]\nenabled = false\nversions = [\"2025-06-18\"]\nidle_timeout_secs = 60\nabsolute_timeout_secs = 3600",
+        )
+        .unwrap()
+        .legacy;
+        assert!(!custom.enabled);
+        assert_eq!(custom.versions, ["2025-06-18"]);
+        assert_eq!((custom.idle_timeout.as_secs(), custom.absolute_timeout.as_secs()), (60, 3600));
     }
 
     #[test]
