@@ -1,6 +1,11 @@
 """Interop driver: the Python `mcp` 2.3.0 client against a Palisade server.
 
 Usage: python py_client.py http://127.0.0.1:PORT/mcp
+       INTEROP_TOKEN=... python py_client.py http://127.0.0.1:PORT/mcp legacy|auto
+
+With `legacy` or `auto`, the client runs tools and resources against the demo application with a
+bearer token: `legacy` must negotiate 2025-11-25 over the initialize handshake, `auto` must pick
+2026-07-28 from server/discover's supported versions.
 
 Pins protocol revision 2026-07-28 (`Client(url, mode="2026-07-28")`), then
 checks discover, tools/list, tools/call, resources/read, prompts/get and
@@ -19,6 +24,7 @@ API notes (verified against the installed mcp 2.3.0 source):
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -121,9 +127,61 @@ async def run(url: str) -> None:
     report(True, "close")
 
 
+async def run_demo(url: str, mode: str, token: str) -> None:
+    """`legacy` or `auto` negotiation against the demo application with a bearer token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    expected = "2025-11-25" if mode == "legacy" else PROTOCOL
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=CHECK_TIMEOUT_S)
+    transport = streamable_http_client(url, http_client=http)
+    async with Client(transport, mode=mode, read_timeout_seconds=CHECK_TIMEOUT_S) as client:
+        report(
+            client.protocol_version == expected,
+            f"{mode}: connect",
+            f"negotiated {client.protocol_version}, expected {expected}",
+        )
+
+        async def list_tools() -> str:
+            names = [t.name for t in (await client.list_tools()).tools]
+            assert "catalog_search" in names, f"catalog_search not listed in {names}"
+            return f"{len(names)} tools"
+
+        async def call_tool() -> str:
+            result = await client.call_tool("catalog_search", {"query": "tea"})
+            assert not result.is_error, f"isError=true: {result.content}"
+            return f"{len(result.content)} content item(s)"
+
+        async def read_resource() -> str:
+            resources = (await client.list_resources()).resources
+            assert resources, "no resources listed"
+            uri = str(resources[0].uri)
+            result = await client.read_resource(uri)
+            assert result.contents, f"no contents for {uri}"
+            return f"{len(resources)} resources, read {uri}"
+
+        await check(f"{mode}: tools/list", list_tools)
+        await check(f"{mode}: tools/call catalog_search", call_tool)
+        await check(f"{mode}: resources/list + read", read_resource)
+    await http.aclose()
+    report(True, f"{mode}: close")
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[2] in ("legacy", "auto"):
+        token = os.environ.get("INTEROP_TOKEN", "")
+        if not token:
+            print("INTEROP_TOKEN is not set", file=sys.stderr)
+            return 2
+        try:
+            anyio.run(run_demo, sys.argv[1], sys.argv[2], token)
+        except Exception as e:
+            traceback.print_exc()
+            report(False, "session", describe(e))
+        print(f"py client ({sys.argv[2]}): {'FAILED' if failures else 'passed'} ({failures} failed check(s))")
+        return 1 if failures else 0
     if len(sys.argv) != 2:
-        print("usage: py_client.py URL", file=sys.stderr)
+        print("usage: py_client.py URL [legacy|auto]  (legacy/auto: demo app, token in INTEROP_TOKEN)", file=sys.stderr)
         return 2
     try:
         anyio.run(run, sys.argv[1])

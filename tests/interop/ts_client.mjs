@@ -1,6 +1,11 @@
 // Interop driver: the TypeScript `@modelcontextprotocol/client` 2.4.0 against a Palisade server.
 //
 // Usage: INTEROP_NODE_MODULES=.tools/npm/node_modules node ts_client.mjs http://127.0.0.1:PORT/mcp
+//        INTEROP_TOKEN=... INTEROP_NODE_MODULES=... node ts_client.mjs http://127.0.0.1:PORT/mcp legacy
+//
+// With `legacy`, the client keeps its default version negotiation (the 2025-era initialize
+// handshake) and runs ping, logging/setLevel, tools, resources and session DELETE against the
+// demo application with a bearer token.
 //
 // Pins protocol revision 2026-07-28 (`versionNegotiation: { mode: { pin } }`), then checks
 // discover, tools/list, tools/call, resources/read, prompts/get and subscriptions/listen
@@ -126,6 +131,69 @@ async function run() {
   }
 }
 
-await run();
+// The 2025-era session wire: the client's default (legacy) negotiation against the demo, with a
+// bearer token from INTEROP_TOKEN on every request.
+async function runLegacyDemo() {
+  const token = process.env.INTEROP_TOKEN;
+  if (!token) {
+    report(false, 'legacy: INTEROP_TOKEN', 'no token in the environment');
+    return;
+  }
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { Authorization: `Bearer ${token}` } },
+  });
+  const client = new Client({ name: 'palisade-interop-ts-legacy', version: '0.0.0' }, { capabilities: {} });
+  try {
+    await withTimeout(client.connect(transport), 'connect');
+  } catch (e) {
+    report(false, 'legacy: connect (default negotiation)', e?.message ?? String(e));
+    return;
+  }
+  const negotiated = client.getNegotiatedProtocolVersion();
+  report(negotiated === '2025-11-25', 'legacy: connect (default negotiation)', `negotiated ${negotiated}, session ${transport.sessionId ? 'issued' : 'MISSING'}`);
+  report(Boolean(transport.sessionId), 'legacy: Mcp-Session-Id issued');
+
+  await check('legacy: ping', async () => {
+    await client.ping();
+    return 'pong';
+  });
+  await check('legacy: logging/setLevel', async () => {
+    await client.setLoggingLevel('info');
+    return 'info';
+  });
+  await check('legacy: tools/list', async () => {
+    const names = (await client.listTools()).tools.map(t => t.name);
+    assert(names.includes('catalog_search'), `catalog_search not listed in ${JSON.stringify(names)}`);
+    return `${names.length} tools`;
+  });
+  await check('legacy: tools/call catalog_search', async () => {
+    const result = await client.callTool({ name: 'catalog_search', arguments: { query: 'tea' } });
+    assert(!result.isError, `isError=true: ${JSON.stringify(result.content)}`);
+    return `${(result.content ?? []).length} content item(s)`;
+  });
+  await check('legacy: resources/list + read', async () => {
+    const resources = (await client.listResources()).resources;
+    assert(resources.length > 0, 'no resources listed');
+    const read = await client.readResource({ uri: resources[0].uri });
+    assert((read.contents ?? []).length > 0, `no contents for ${resources[0].uri}`);
+    return `${resources.length} resources, read ${resources[0].uri}`;
+  });
+  await check('legacy: session DELETE', async () => {
+    await transport.terminateSession();
+    return 'terminated';
+  });
+  try {
+    await withTimeout(client.close(), 'close');
+    report(true, 'legacy: close');
+  } catch (e) {
+    report(false, 'legacy: close', e?.message ?? String(e));
+  }
+}
+
+if (process.argv[3] === 'legacy') {
+  await runLegacyDemo();
+} else {
+  await run();
+}
 console.log(`ts client: ${failures ? 'FAILED' : 'passed'} (${failures} failed check(s))`);
 process.exit(failures ? 1 : 0);

@@ -68,6 +68,7 @@ pub fn app() -> App {
     let builder = content_tools(builder);
     let builder = protocol_tools(builder);
     let builder = mrtr_tools(builder);
+    let builder = client_request_tools(builder);
     let builder = resources(builder);
     let builder = prompts(builder);
     let builder = task_tools(builder);
@@ -221,6 +222,93 @@ fn protocol_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppB
                     }
                 }),
         )
+}
+
+/// `Elicitation completed: action=…, content=…` for an answered elicitation.
+fn elicitation_summary(answer: &Value) -> String {
+    let action = answer.get("action").and_then(Value::as_str).unwrap_or("cancel");
+    let content = answer.get("content").cloned().unwrap_or_else(|| json!({}));
+    format!("Elicitation completed: action={action}, content={content}")
+}
+
+/// The tools the 2025-era scenarios call for server-to-client requests. Written as MRTR
+/// handlers: on the 2026-07-28 wire they answer `input_required`; on the session wire the
+/// adapter turns that into real `sampling/createMessage` / `elicitation/create` requests.
+fn client_request_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppBuilder {
+    builder
+        .tool(
+            ToolDef::new("test_sampling")
+                .description("Asks the client's model to answer a prompt (sampling)")
+                .input_schema(string_schema("prompt"))
+                .handler(|ctx, args| async move {
+                    if let Some(text) = sampling_text(&ctx, "llm") {
+                        return done(CallToolResult::text(format!("LLM response: {text}")));
+                    }
+                    let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or_default().to_owned();
+                    let params = json!({
+                        "messages": [{ "role": "user", "content": { "type": "text", "text": prompt } }],
+                        "maxTokens": 100
+                    });
+                    Ok(Outcome::InputRequired(InputRequired::new().sample("llm", params)))
+                }),
+        )
+        .tool(
+            ToolDef::new("test_elicitation")
+                .description("Asks the user for a username and an email (elicitation)")
+                .input_schema(string_schema("message"))
+                .handler(|ctx, args| async move {
+                    if let Some(answer) = ctx.input_response("user") {
+                        let action = answer.get("action").and_then(Value::as_str).unwrap_or("cancel");
+                        let content = answer.get("content").cloned().unwrap_or_else(|| json!({}));
+                        return done(CallToolResult::text(format!("User response: action={action}, content={content}")));
+                    }
+                    let message = args.get("message").and_then(Value::as_str).unwrap_or_default().to_owned();
+                    let schema = json!({
+                        "type": "object",
+                        "properties": {
+                            "username": { "type": "string", "description": "User's response" },
+                            "email": { "type": "string", "description": "User's email address" }
+                        },
+                        "required": ["username", "email"]
+                    });
+                    Ok(Outcome::InputRequired(InputRequired::new().elicit("user", message, schema)))
+                }),
+        )
+        .tool(simple("test_elicitation_sep1034_defaults", "Elicits with a default for every primitive type").handler(|ctx, _| async move {
+            if let Some(answer) = ctx.input_response("defaults") {
+                return done(CallToolResult::text(elicitation_summary(answer)));
+            }
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "name": { "type": "string", "default": "John Doe" },
+                    "age": { "type": "integer", "default": 30 },
+                    "score": { "type": "number", "default": 95.5 },
+                    "status": { "type": "string", "enum": ["active", "inactive", "pending"], "default": "active" },
+                    "verified": { "type": "boolean", "default": true }
+                }
+            });
+            Ok(Outcome::InputRequired(InputRequired::new().elicit("defaults", "Please review the defaults", schema)))
+        }))
+        .tool(simple("test_elicitation_sep1330_enums", "Elicits with every enum variant").handler(|ctx, _| async move {
+            if let Some(answer) = ctx.input_response("enums") {
+                return done(CallToolResult::text(elicitation_summary(answer)));
+            }
+            let titled = |prefix: &str, titles: [&str; 3]| -> Vec<Value> {
+                titles.iter().enumerate().map(|(i, title)| json!({ "const": format!("{prefix}{}", i + 1), "title": title })).collect()
+            };
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "untitledSingle": { "type": "string", "enum": ["option1", "option2", "option3"] },
+                    "titledSingle": { "type": "string", "oneOf": titled("value", ["First Option", "Second Option", "Third Option"]) },
+                    "legacyEnum": { "type": "string", "enum": ["opt1", "opt2", "opt3"], "enumNames": ["Option One", "Option Two", "Option Three"] },
+                    "untitledMulti": { "type": "array", "items": { "type": "string", "enum": ["option1", "option2", "option3"] } },
+                    "titledMulti": { "type": "array", "items": { "anyOf": titled("value", ["First Choice", "Second Choice", "Third Choice"]) } }
+                }
+            });
+            Ok(Outcome::InputRequired(InputRequired::new().elicit("enums", "Please choose", schema)))
+        }))
 }
 
 fn mrtr_tools(builder: palisade_server::AppBuilder) -> palisade_server::AppBuilder {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use palisade_server::HandlePolicy;
+use palisade_server::{HandlePolicy, LegacyConfig};
 
 use serde::Deserialize;
 
@@ -58,6 +58,23 @@ pub struct RawConfig {
     /// The kill switch.
     #[serde(default)]
     pub killswitch: RawKillSwitch,
+    /// The 2025-era session wire beside 2026-07-28.
+    #[serde(default)]
+    pub legacy: RawLegacy,
+}
+
+/// `[legacy]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLegacy {
+    /// Serve `initialize` and `Mcp-Session-Id` sessions (2025-11-25, 2025-06-18). Default on.
+    pub enabled: Option<bool>,
+    /// The revisions accepted, newest first. Default `["2025-11-25", "2025-06-18"]`.
+    pub versions: Option<Vec<String>>,
+    /// A session dies after this many seconds without a request. Default 1800.
+    pub idle_timeout_secs: Option<u64>,
+    /// A session dies this many seconds after `initialize`. Default 43200.
+    pub absolute_timeout_secs: Option<u64>,
 }
 
 /// `[killswitch]`
@@ -261,6 +278,42 @@ pub struct Settings {
     pub handle_policies: BTreeMap<String, HandlePolicy>,
     /// The kill switch.
     pub killswitch: KillSwitchSettings,
+    /// The 2025-era session wire.
+    pub legacy: LegacyConfig,
+}
+
+fn validate_legacy(raw: RawLegacy) -> Result<LegacyConfig, ConfigError> {
+    let defaults = LegacyConfig::default();
+    let versions = match raw.versions {
+        None => defaults.versions.clone(),
+        Some(versions) => {
+            if versions.is_empty() {
+                return Err(bad("legacy.versions", "must name at least one revision (or set legacy.enabled = false)"));
+            }
+            if let Some(unknown) = versions.iter().find(|v| !palisade_wire::LEGACY_VERSIONS.contains(&v.as_str())) {
+                return Err(bad(
+                    "legacy.versions",
+                    format!("`{unknown}` is not a supported earlier revision; use 2025-11-25 or 2025-06-18"),
+                ));
+            }
+            versions
+        }
+    };
+    let idle = raw.idle_timeout_secs.unwrap_or(defaults.idle_timeout.as_secs());
+    if !(10..=86_400).contains(&idle) {
+        return Err(bad("legacy.idle_timeout_secs", "must be between 10 and 86400"));
+    }
+    let absolute = raw.absolute_timeout_secs.unwrap_or(defaults.absolute_timeout.as_secs());
+    if !(idle..=7 * 86_400).contains(&absolute) {
+        return Err(bad("legacy.absolute_timeout_secs", "must be at least the idle timeout and at most 604800"));
+    }
+    Ok(LegacyConfig {
+        enabled: raw.enabled.unwrap_or(defaults.enabled),
+        versions,
+        idle_timeout: Duration::from_secs(idle),
+        absolute_timeout: Duration::from_secs(absolute),
+        ..defaults
+    })
 }
 
 /// How the kill switch runs.
@@ -515,7 +568,9 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         policy.validate().map_err(|why| bad(&key, why))?;
         handle_policies.insert(object_type, policy);
     }
+    let legacy = validate_legacy(raw.legacy)?;
     Ok(Settings {
+        legacy,
         app,
         listen,
         public_url,
@@ -609,10 +664,30 @@ mod tests {
                 "killswitch.generation_store",
             ),
             ("[killswitch]\nserver_release = \"\"", "killswitch.server_release"),
+            ("[legacy]\nversions = []", "legacy.versions"),
+            ("[legacy]\nversions = [\"2024-11-05\"]", "legacy.versions"),
+            ("[legacy]\nidle_timeout_secs = 1", "legacy.idle_timeout_secs"),
+            ("[legacy]\nidle_timeout_secs = 600\nabsolute_timeout_secs = 60", "legacy.absolute_timeout_secs"),
+            ("[legacy]\nsticky = true", "sticky"),
         ] {
             let error = check(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn the_session_wire_is_on_by_default_and_configurable() {
+        let defaults = check("").unwrap().legacy;
+        assert!(defaults.enabled);
+        assert_eq!(defaults.versions, ["2025-11-25", "2025-06-18"]);
+        let custom = check(
+            "[legacy]\nenabled = false\nversions = [\"2025-06-18\"]\nidle_timeout_secs = 60\nabsolute_timeout_secs = 3600",
+        )
+        .unwrap()
+        .legacy;
+        assert!(!custom.enabled);
+        assert_eq!(custom.versions, ["2025-06-18"]);
+        assert_eq!((custom.idle_timeout.as_secs(), custom.absolute_timeout.as_secs()), (60, 3600));
     }
 
     #[test]

@@ -584,6 +584,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         page_size: settings.page_size,
         allowed_hosts: settings.allowed_hosts.clone(),
         allowed_origins: settings.allowed_origins.clone(),
+        legacy: settings.legacy.clone(),
         ..ServerConfig::default()
     };
     prepare_sqlite_dir(&settings)?;
@@ -614,7 +615,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         TaskConfig::default(),
         Arc::new(SystemClock),
     ));
+    let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
     let mut server = Server::new(app, config, authenticator, secret)
+        .with_sessions(sessions_store.clone())
         .with_audit(store)
         .with_handles(handles.clone())
         .with_tasks(tasks.clone());
@@ -624,6 +627,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .context("the signed kill-switch registry does not cover this server")?;
     }
     let server = Arc::new(server);
+    let session_purge = spawn_session_purge(sessions_store);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
     let maintenance = tasks.spawn_maintenance(
         server.shared_app(),
@@ -652,8 +656,31 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     palisade_server::http::serve(server.clone(), listener, shutdown_signal()).await?;
     retention.abort();
     maintenance.abort();
+    session_purge.abort();
     server.flush_audit().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deletes dead 2025-era sessions every five minutes, in bounded batches.
+fn spawn_session_purge(store: Arc<dyn palisade_store::SessionStore>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(300));
+        loop {
+            tick.tick().await;
+            let now = i64::try_from(palisade_server::clock::Clock::now_ms(&SystemClock)).unwrap_or(i64::MAX);
+            // Up to ten batches per tick; the next tick picks up the rest.
+            for _ in 0..10 {
+                match store.purge_sessions(now, 1_000).await {
+                    Ok(1_000) => continue,
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, "session purge failed; retrying at the next tick");
+                        break;
+                    }
+                }
+            }
+        }
+    })
 }
 
 async fn shutdown_signal() {

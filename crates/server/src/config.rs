@@ -30,6 +30,41 @@ pub struct ServerConfig {
     pub page_size: usize,
     /// Lifetime of a sealed MRTR `requestState`.
     pub request_state_ttl: Duration,
+    /// The 2025-era session wire beside 2026-07-28.
+    pub legacy: LegacyConfig,
+}
+
+/// The 2025-era (initialize + `Mcp-Session-Id`) wire, served on the same endpoint beside the
+/// stateless 2026-07-28 one. Sessions are never identity: see [`crate::sessions`].
+#[derive(Debug, Clone)]
+pub struct LegacyConfig {
+    /// Whether the session wire is served at all. Off: such requests get the 2026-07-28 answers
+    /// (404 + `-32601` for `initialize`, `-32022` for an old version header).
+    pub enabled: bool,
+    /// The revisions accepted at `initialize`, a non-empty subset of
+    /// [`palisade_wire::LEGACY_VERSIONS`], newest first.
+    pub versions: Vec<String>,
+    /// A session dies after this long without a request.
+    pub idle_timeout: Duration,
+    /// A session dies this long after `initialize`, however active.
+    pub absolute_timeout: Duration,
+    /// How long a server-to-client request (sampling, elicitation, roots) waits for its answer.
+    pub client_request_timeout: Duration,
+    /// Most server-to-client rounds one request may take.
+    pub max_rounds: usize,
+}
+
+impl Default for LegacyConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            versions: palisade_wire::LEGACY_VERSIONS.iter().map(|v| (*v).to_owned()).collect(),
+            idle_timeout: Duration::from_secs(30 * 60),
+            absolute_timeout: Duration::from_secs(12 * 60 * 60),
+            client_request_timeout: Duration::from_secs(120),
+            max_rounds: 8,
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -45,6 +80,7 @@ impl Default for ServerConfig {
             listen_queue: 256,
             page_size: 100,
             request_state_ttl: Duration::from_secs(600),
+            legacy: LegacyConfig::default(),
         }
     }
 }

@@ -1,5 +1,7 @@
-//! Streamable HTTP transport (2026-07-28): `POST /mcp` only, one JSON-RPC message per POST, the
-//! answer as JSON or as an SSE stream scoped to that request.
+//! Streamable HTTP transport (2026-07-28): `POST /mcp`, one JSON-RPC message per POST, the
+//! answer as JSON or as an SSE stream scoped to that request. When the 2025-era wire is on, the
+//! same endpoint hands session-era traffic (initialize, `Mcp-Session-Id`, the GET stream, session
+//! DELETE) to [`crate::legacy`], which feeds the same pipeline.
 //!
 //! Checked here, before any byte reaches the pipeline: `Host`/`Origin` (DNS rebinding, 403),
 //! header count and size (431), body size (413), `Accept` (406). Closing the response stream
@@ -39,8 +41,8 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-struct HttpState {
-    server: Arc<Server>,
+pub(crate) struct HttpState {
+    pub(crate) server: Arc<Server>,
     allowed_hosts: Vec<String>,
     allowed_origins: Vec<String>,
 }
@@ -134,6 +136,15 @@ async fn mcp_endpoint(
         let error = ProtocolError::InvalidRequest("access tokens are not accepted in the URL");
         return error_response(None, &error, StatusCode::BAD_REQUEST);
     }
+    let legacy = state.server.legacy_enabled();
+    // The GET stream and session DELETE exist only for a 2025-era session: they carry its id.
+    let with_session = legacy && headers.contains_key("mcp-session-id");
+    if with_session && method == HttpMethod::GET {
+        return crate::legacy::get_stream(&state, &headers).await;
+    }
+    if with_session && method == HttpMethod::DELETE {
+        return crate::legacy::delete_session(&state, &headers).await;
+    }
     if method != HttpMethod::POST {
         // No GET stream and no session DELETE in 2026-07-28.
         return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response();
@@ -162,6 +173,9 @@ async fn mcp_endpoint(
         Ok(collected) => collected.to_bytes(),
         Err(_) => return error_response(None, &ProtocolError::PayloadTooLarge, StatusCode::PAYLOAD_TOO_LARGE),
     };
+    if legacy && crate::legacy::is_legacy_post(&headers, &bytes) {
+        return crate::legacy::post(&state, &headers, &bytes, streaming).await;
+    }
     let request = match parse_message(&bytes) {
         Ok(Message::Request(request)) => request,
         // No client notification is defined over HTTP in this revision: accept and ignore.
@@ -174,16 +188,31 @@ async fn mcp_endpoint(
     let transport_headers = transport_headers(&headers);
     let server = state.server.clone();
     let queue = server.config().listen_queue;
-    let (sink, mut notifications) = NotificationSink::channel(queue);
+    let (sink, notifications) = NotificationSink::channel(queue);
     let cancel = CancellationToken::new();
     // Dropped when the client goes away (response future or SSE body dropped): cancels the work.
     let guard = cancel.clone().drop_guard();
-    let mut work = tokio::spawn(async move {
+    let work = tokio::spawn(async move {
         let started = std::time::Instant::now();
         let reply = server.handle_request(request, Some(&transport_headers), sink, cancel).await;
         server.metrics().observe_request(reply.frame.get("error").is_none(), started.elapsed());
         reply
     });
+    respond(&state, streaming, work, notifications, guard).await
+}
+
+/// Answers one request whose work runs in `work`: as JSON when nothing else was sent before the
+/// reply (or the client takes no stream), else as an SSE stream carrying the request's
+/// notifications (and, on the 2025-era wire, server-to-client requests) and then the reply.
+/// Dropping `guard` (the client left) cancels the work.
+pub(crate) async fn respond(
+    state: &HttpState,
+    streaming: bool,
+    mut work: tokio::task::JoinHandle<Reply>,
+    mut notifications: mpsc::Receiver<Value>,
+    guard: tokio_util::sync::DropGuard,
+) -> Response {
+    let queue = state.server.config().listen_queue;
 
     let first = tokio::select! {
         biased;
@@ -194,7 +223,7 @@ async fn mcp_endpoint(
                 drop(guard);
                 return json_response(reply);
             }
-            return sse_response(&state, stream_of(queued, None, Some(reply.frame)));
+            return sse_response(state, stream_of(queued, None, Some(reply.frame)));
         }
         Some(first) = notifications.recv() => first,
     };
@@ -235,11 +264,11 @@ async fn mcp_endpoint(
         }
         let _ = events_tx.send(reply.frame).await;
     });
-    sse_response(&state, stream_of(Vec::new(), Some(events_rx), None))
+    sse_response(state, stream_of(Vec::new(), Some(events_rx), None))
 }
 
 /// A stream of SSE events: `queued`, then whatever `rx` yields, then `last`.
-fn stream_of(
+pub(crate) fn stream_of(
     queued: Vec<Value>,
     rx: Option<mpsc::Receiver<Value>>,
     last: Option<Value>,
@@ -257,7 +286,10 @@ fn stream_of(
         .map(|frame| Ok(Event::default().data(frame.to_string())))
 }
 
-fn sse_response(state: &HttpState, stream: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
+pub(crate) fn sse_response(
+    state: &HttpState,
+    stream: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
+) -> Response {
     let keep_alive = KeepAlive::new().interval(state.server.config().keep_alive);
     let mut response = Sse::new(stream).keep_alive(keep_alive).into_response();
     response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
@@ -265,16 +297,23 @@ fn sse_response(state: &HttpState, stream: impl Stream<Item = Result<Event, Infa
     response
 }
 
-fn json_response(reply: Reply) -> Response {
+pub(crate) fn json_response(reply: Reply) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut response = (status, [(header::CONTENT_TYPE, "application/json")], reply.frame.to_string()).into_response();
+    if let Some(session) = reply.session.as_ref().and_then(|s| HeaderValue::from_str(s.expose()).ok()) {
+        response.headers_mut().insert("mcp-session-id", session);
+    }
     if let Some(challenge) = reply.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }
     response
 }
 
-fn error_response(id: Option<&palisade_wire::RequestId>, error: &ProtocolError, status: StatusCode) -> Response {
+pub(crate) fn error_response(
+    id: Option<&palisade_wire::RequestId>,
+    error: &ProtocolError,
+    status: StatusCode,
+) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], error_frame(id, error).to_string()).into_response()
 }
 
@@ -310,12 +349,12 @@ fn check_transport(state: &HttpState, headers: &HeaderMap) -> Result<(), Respons
     Ok(())
 }
 
-struct Accepts {
-    event_stream: bool,
+pub(crate) struct Accepts {
+    pub(crate) event_stream: bool,
 }
 
 /// What the client accepts; `None` when it accepts neither JSON nor SSE.
-fn accepted_kinds(headers: &HeaderMap) -> Option<Accepts> {
+pub(crate) fn accepted_kinds(headers: &HeaderMap) -> Option<Accepts> {
     let values: Vec<&str> = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
     if values.is_empty() {
         return Some(Accepts { event_stream: true });
@@ -337,7 +376,7 @@ fn accepted_kinds(headers: &HeaderMap) -> Option<Accepts> {
     (json || event_stream).then_some(Accepts { event_stream })
 }
 
-fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
+pub(crate) fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
     let raw = |name: &str| headers.get(name).map(|v| v.as_bytes().to_vec());
     let duplicate =
         [("mcp-protocol-version", "MCP-Protocol-Version"), ("mcp-method", "Mcp-Method"), ("mcp-name", "Mcp-Name")]

@@ -30,7 +30,7 @@ use crate::pipeline::{Method, OperationKey, advertised};
 use crate::registry::{App, Effect};
 
 /// Every method the pipeline implements, for [`exposed_operations`].
-const METHODS: [Method; 13] = [
+const METHODS: [Method; 18] = [
     Method::Discover,
     Method::ToolsList,
     Method::ToolsCall,
@@ -44,6 +44,11 @@ const METHODS: [Method; 13] = [
     Method::TasksGet,
     Method::TasksUpdate,
     Method::TasksCancel,
+    Method::Initialize,
+    Method::Ping,
+    Method::SetLogLevel,
+    Method::Subscribe,
+    Method::Unsubscribe,
 ];
 
 /// Exhaustive on purpose: a new [`Method`] does not compile until it is added to [`METHODS`]
@@ -62,7 +67,12 @@ const fn in_methods(method: Method) -> bool {
         | Method::Listen
         | Method::TasksGet
         | Method::TasksUpdate
-        | Method::TasksCancel => true,
+        | Method::TasksCancel
+        | Method::Initialize
+        | Method::Ping
+        | Method::SetLogLevel
+        | Method::Subscribe
+        | Method::Unsubscribe => true,
     }
 }
 

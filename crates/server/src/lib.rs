@@ -15,15 +15,17 @@ pub mod events;
 pub mod handles;
 pub mod http;
 pub mod killswitch;
+mod legacy;
 pub mod metrics;
 pub mod mrtr;
 pub mod pipeline;
 pub mod registry;
 pub mod secret;
+pub mod sessions;
 pub mod stdio;
 pub mod tasks;
 
-pub use config::ServerConfig;
+pub use config::{LegacyConfig, ServerConfig};
 pub use content::{CallToolResult, Content, GetPromptResult, PromptMessage, ResourceContents};
 pub use context::{InputRequired, Outcome, RequestContext};
 pub use events::{EventBus, ServerEvent};

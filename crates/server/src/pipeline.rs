@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use palisade_wire::header::{decode_value, matches_json};
 use palisade_wire::jsonrpc::{error_frame, notification_frame, result_frame};
-use palisade_wire::{ProtocolError, Request, RequestId, RequestMeta, meta_keys};
+use palisade_wire::{LogLevel, ProtocolError, Request, RequestId, RequestMeta, meta_keys};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
@@ -44,7 +44,9 @@ use crate::killswitch::KillSwitchStage;
 use crate::mrtr::{Binding, StateSealer};
 use crate::registry::{App, CompletionRef};
 use crate::secret::ServerSecret;
+use crate::sessions::{Admitted, SessionId, SessionService, store_refusal};
 use crate::tasks::{TASKS_EXTENSION, TaskCall, TaskService, TaskSupport};
+use palisade_store::SessionStore;
 
 /// The methods of 2026-07-28 this server implements; anything else is `-32601`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +77,16 @@ pub enum Method {
     TasksUpdate,
     /// `tasks/cancel` (tasks extension)
     TasksCancel,
+    /// `initialize` (2025-era wire only)
+    Initialize,
+    /// `ping` (2025-era wire only)
+    Ping,
+    /// `logging/setLevel` (2025-era wire only)
+    SetLogLevel,
+    /// `resources/subscribe` (2025-era wire only)
+    Subscribe,
+    /// `resources/unsubscribe` (2025-era wire only)
+    Unsubscribe,
 }
 
 impl Method {
@@ -98,6 +110,25 @@ impl Method {
         })
     }
 
+    /// Looks a method of the 2025-era session wire up: the session methods, and every
+    /// 2026-07-28 method except `server/discover` and `subscriptions/listen`.
+    pub fn parse_legacy(method: &str) -> Option<Self> {
+        Some(match method {
+            "initialize" => Self::Initialize,
+            "ping" => Self::Ping,
+            "logging/setLevel" => Self::SetLogLevel,
+            "resources/subscribe" => Self::Subscribe,
+            "resources/unsubscribe" => Self::Unsubscribe,
+            "server/discover" | "subscriptions/listen" => return None,
+            other => return Self::parse(other),
+        })
+    }
+
+    /// Whether the method exists only on the 2025-era session wire.
+    pub fn is_session_method(self) -> bool {
+        matches!(self, Self::Initialize | Self::Ping | Self::SetLogLevel | Self::Subscribe | Self::Unsubscribe)
+    }
+
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -114,6 +145,11 @@ impl Method {
             Self::TasksGet => "tasks/get",
             Self::TasksUpdate => "tasks/update",
             Self::TasksCancel => "tasks/cancel",
+            Self::Initialize => "initialize",
+            Self::Ping => "ping",
+            Self::SetLogLevel => "logging/setLevel",
+            Self::Subscribe => "resources/subscribe",
+            Self::Unsubscribe => "resources/unsubscribe",
         }
     }
 }
@@ -175,6 +211,11 @@ pub struct TransportHeaders {
     pub authorization: Option<Vec<u8>>,
 }
 
+/// What the 2025-era transport adds to a request: its `Mcp-Session-Id`, if any.
+pub(crate) struct LegacyWire<'a> {
+    session: Option<&'a SessionId>,
+}
+
 /// The answer to one request: the final frame and the HTTP status it travels with.
 #[derive(Debug, Clone)]
 pub struct Reply {
@@ -184,16 +225,18 @@ pub struct Reply {
     pub status: u16,
     /// `WWW-Authenticate` challenge for 401/403 refusals.
     pub challenge: Option<String>,
+    /// A new session id for the `Mcp-Session-Id` header (a 2025-era `initialize` only).
+    pub session: Option<SessionId>,
 }
 
 impl Reply {
     fn ok(id: &RequestId, result: Value) -> Self {
-        Self { frame: result_frame(id, result), status: 200, challenge: None }
+        Self { frame: result_frame(id, result), status: 200, challenge: None, session: None }
     }
 
     /// An error reply.
     pub fn error(id: Option<&RequestId>, error: &ProtocolError) -> Self {
-        Self { frame: error_frame(id, error), status: error.http_status(), challenge: None }
+        Self { frame: error_frame(id, error), status: error.http_status(), challenge: None, session: None }
     }
 }
 
@@ -260,6 +303,17 @@ impl<'a> AuditTrail<'a> {
 
     /// Records a refusal and builds its reply. A refusal stands even if it cannot be recorded.
     async fn refuse(&self, id: &RequestId, stage: &str, error: &ProtocolError, challenge: Option<String>) -> Reply {
+        self.refuse_any(Some(id), stage, error, challenge).await
+    }
+
+    /// [`refuse`](Self::refuse) for a message that has no JSON-RPC id.
+    async fn refuse_any(
+        &self,
+        id: Option<&RequestId>,
+        stage: &str,
+        error: &ProtocolError,
+        challenge: Option<String>,
+    ) -> Reply {
         self.server.metrics.observe_decision(stage, "deny");
         tracing::info!(trace_id = %self.trace_id, stage, decision = "deny", code = error.code(), operation = %self.operation, "decision");
         if let Some(writer) = &self.server.audit
@@ -267,7 +321,7 @@ impl<'a> AuditTrail<'a> {
         {
             tracing::error!(trace_id = %self.trace_id, %audit_error, "audit log unavailable while refusing");
         }
-        Reply { challenge, ..Reply::error(Some(id), error) }
+        Reply { challenge, ..Reply::error(id, error) }
     }
 }
 
@@ -286,6 +340,8 @@ pub struct Server {
     handles: Option<Arc<HandleService>>,
     tasks: Option<Arc<TaskService>>,
     digest_key: aws_lc_rs::hmac::Key,
+    session_key: aws_lc_rs::hmac::Key,
+    sessions: Option<Arc<SessionService>>,
     metrics: Metrics,
     kill_switch: Option<KillSwitchStage>,
 }
@@ -297,6 +353,8 @@ impl Server {
         Self {
             sealer: StateSealer::new(&secret, ttl_ms),
             digest_key: secret.derive("palisade/audit-digest/v1"),
+            session_key: secret.derive("palisade/session-owner/v1"),
+            sessions: None,
             audit: None,
             store: None,
             handles: None,
@@ -398,6 +456,24 @@ impl Server {
         Ok(self)
     }
 
+    /// Keeps 2025-era session state in `store` (needed when `config.legacy.enabled`; without it
+    /// `initialize` is refused with 503).
+    pub fn with_sessions(mut self, store: Arc<dyn SessionStore>) -> Self {
+        let service = SessionService::new(store, self.session_key.clone(), self.config.legacy.clone());
+        self.sessions = Some(Arc::new(service));
+        self
+    }
+
+    /// The session service, when the server has one.
+    pub fn sessions(&self) -> Option<&Arc<SessionService>> {
+        self.sessions.as_ref()
+    }
+
+    /// Whether the 2025-era session wire is served.
+    pub fn legacy_enabled(&self) -> bool {
+        self.config.legacy.enabled
+    }
+
     /// The handle service, when the server has one.
     pub fn handles(&self) -> Option<&Arc<HandleService>> {
         self.handles.as_ref()
@@ -471,11 +547,43 @@ impl Server {
         sink: NotificationSink,
         cancel: CancellationToken,
     ) -> Reply {
+        self.run(request, headers, None, sink, cancel).await
+    }
+
+    /// Runs one request of the 2025-era session wire through the same stages. The adapter is
+    /// stage 1 (the legacy envelope) plus stage 2b: after authentication, `session` must name a
+    /// live session of *this* principal, whose negotiated version, client capabilities and log
+    /// level become the request's `_meta`; `initialize` creates the session instead
+    /// ([`Reply::session`]). Everything from classify on is the 2026-07-28 path.
+    pub async fn handle_legacy_request(
+        &self,
+        request: Request,
+        headers: Option<&TransportHeaders>,
+        session: Option<&SessionId>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+    ) -> Reply {
+        self.run(request, headers, Some(LegacyWire { session }), sink, cancel).await
+    }
+
+    async fn run(
+        &self,
+        request: Request,
+        headers: Option<&TransportHeaders>,
+        legacy: Option<LegacyWire<'_>>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+    ) -> Reply {
         let id = request.id.clone();
         let mut audit = AuditTrail::new(self, &request.method);
         // 1. envelope. The order is the one the spec's probes pin down: `_meta` shape, then
         //    transport headers against the body, then version support, then the method.
-        let (method, meta) = match self.envelope(&request, headers) {
+        //    2025-era requests carry no `_meta`: theirs comes from the session (stage 2b).
+        let checked = match &legacy {
+            None => self.envelope(&request, headers).map(|(method, meta)| (method, Some(meta))),
+            Some(wire) => self.legacy_envelope(&request, headers, wire).map(|method| (method, None)),
+        };
+        let (method, meta) = match checked {
             Ok(checked) => checked,
             Err(error) => return audit.refuse(&id, "envelope", &error, None).await,
         };
@@ -489,6 +597,18 @@ impl Server {
             }
         };
         audit.principal(&principal);
+        // 2b. session (2025-era wire only): bound to the principal just authenticated, never
+        //     proof of it. Unknown, foreign, expired and deleted sessions look alike: 404.
+        let (meta, admitted) = match (meta, &legacy) {
+            (Some(meta), _) => (meta, None),
+            (None, Some(wire)) => {
+                match self.legacy_session(method, &request, headers, wire.session, &principal).await {
+                    Ok(checked) => checked,
+                    Err(error) => return audit.refuse(&id, "session", &error, None).await,
+                }
+            }
+            (None, None) => return audit.refuse(&id, "envelope", &ProtocolError::Internal, None).await,
+        };
         // 3. classify: the operation key comes from the registry, not from client strings.
         let operation = match self.classify(method, &request.params) {
             Ok(operation) => operation,
@@ -538,19 +658,29 @@ impl Server {
             task: None,
             kill_switch: cleared,
         };
-        let result = if method == Method::Listen {
-            self.listen(ctx, &request.params).await
-        } else {
-            let work = self.dispatch(&operation, ctx, &request.params);
-            tokio::select! {
-                result = tokio::time::timeout(self.config.effective_timeout(), work) => {
-                    result.unwrap_or_else(|_| { cancel.cancel(); Err(ProtocolError::Timeout) })
+        let mut new_session = None;
+        let result = match method {
+            Method::Listen => self.listen(ctx, &request.params).await,
+            Method::Initialize => self.initialize(&ctx).await.map(|(result, session)| {
+                new_session = Some(session);
+                result
+            }),
+            Method::Ping | Method::SetLogLevel | Method::Subscribe | Method::Unsubscribe => {
+                self.session_method(method, &request.params, admitted.as_ref()).await
+            }
+            _ => {
+                let work = self.dispatch(&operation, ctx, &request.params);
+                tokio::select! {
+                    result = tokio::time::timeout(self.config.effective_timeout(), work) => {
+                        result.unwrap_or_else(|_| { cancel.cancel(); Err(ProtocolError::Timeout) })
+                    }
+                    () = cancel.cancelled() => Err(ProtocolError::Internal),
                 }
-                () = cancel.cancelled() => Err(ProtocolError::Internal),
             }
         };
         // 8. respond.
         match result {
+            Ok(result) if method.is_session_method() => Reply { session: new_session, ..Reply::ok(&id, result) },
             Ok(result) => Reply::ok(&id, self.decorate(result)),
             Err(error) => {
                 tracing::info!(stage = "dispatch", code = error.code(), operation = %operation, "request failed");
@@ -611,7 +741,10 @@ impl Server {
             (Method::PromptsGet, Some(name)) => {
                 self.app.prompt(name).map(|p| p.required_scopes.as_slice()).unwrap_or(&[])
             }
-            (Method::ResourcesRead, Some(target)) => self.app.resource_scopes(target),
+            // Subscribing to a resource needs what reading it needs, on either wire.
+            (Method::ResourcesRead | Method::Subscribe | Method::Unsubscribe, Some(target)) => {
+                self.app.resource_scopes(target)
+            }
             _ => &[],
         }
     }
@@ -653,11 +786,223 @@ impl Server {
         let not_found = || ProtocolError::MethodNotFound { method: name.to_owned() };
         let method = Method::parse(name).ok_or_else(not_found)?;
         let tasks_method = matches!(method, Method::TasksGet | Method::TasksUpdate | Method::TasksCancel);
-        if advertised(&self.app, method) && (!tasks_method || self.tasks.is_some()) {
-            Ok(method)
-        } else {
-            Err(not_found())
+        if self.advertised(method) && (!tasks_method || self.tasks.is_some()) { Ok(method) } else { Err(not_found()) }
+    }
+
+    /// Whether the application offers what `method` needs (else the method is `-32601`).
+    fn advertised(&self, method: Method) -> bool {
+        advertised(&self.app, method)
+    }
+
+    /// Stage 1 on the 2025-era wire: a method of that wire, a session id on everything but
+    /// `initialize` (and none on it), an accepted version header, no task augmentation.
+    fn legacy_envelope(
+        &self,
+        request: &Request,
+        headers: Option<&TransportHeaders>,
+        wire: &LegacyWire<'_>,
+    ) -> Result<Method, ProtocolError> {
+        let not_found = || ProtocolError::MethodNotFound { method: request.method.clone() };
+        let method = Method::parse_legacy(&request.method).ok_or_else(not_found)?;
+        if !self.advertised(method) {
+            return Err(not_found());
         }
+        if let Some(raw) = headers.and_then(|h| h.protocol_version.as_deref()) {
+            let version = decode_value(raw)
+                .map_err(|_| ProtocolError::HeaderMismatch("MCP-Protocol-Version is malformed".into()))?;
+            if !self.config.legacy.versions.contains(&version) {
+                return Err(ProtocolError::UnsupportedVersion { requested: version });
+            }
+        }
+        match (method, wire.session) {
+            (Method::Initialize, Some(_)) => {
+                return Err(ProtocolError::InvalidRequest("initialize must not carry an Mcp-Session-Id"));
+            }
+            (Method::Initialize, None) | (_, Some(_)) => {}
+            (_, None) => {
+                return Err(ProtocolError::InvalidRequest("an Mcp-Session-Id header is required after initialize"));
+            }
+        }
+        // The 2025-11-25 in-core tasks are not served (the tasks extension is 2026-07-28 only).
+        if request.params.contains_key("task") {
+            return Err(ProtocolError::invalid_params("task-augmented requests are not supported by this server"));
+        }
+        Ok(method)
+    }
+
+    /// Stage 2b on the 2025-era wire: the request's `_meta`, from the `initialize` params or
+    /// from the caller's live session.
+    async fn legacy_session(
+        &self,
+        method: Method,
+        request: &Request,
+        headers: Option<&TransportHeaders>,
+        session: Option<&SessionId>,
+        principal: &VerifiedPrincipal,
+    ) -> Result<(RequestMeta, Option<Admitted>), ProtocolError> {
+        let params = &request.params;
+        let progress_token = match params.get("_meta").and_then(|meta| meta.get(meta_keys::PROGRESS_TOKEN)) {
+            None => None,
+            Some(raw) => Some(
+                palisade_wire::ProgressToken::from_value(raw)
+                    .ok_or_else(|| ProtocolError::invalid_params("progressToken must be a string or an integer"))?,
+            ),
+        };
+        if method == Method::Initialize {
+            let requested = string_param(params, "protocolVersion")?;
+            let client_capabilities = match params.get("capabilities") {
+                Some(Value::Object(capabilities)) => capabilities.clone(),
+                _ => return Err(ProtocolError::invalid_params("capabilities must be an object")),
+            };
+            let client_info = match params.get("clientInfo") {
+                None | Some(Value::Null) => None,
+                Some(info @ Value::Object(_)) => Some(info.clone()),
+                Some(_) => return Err(ProtocolError::invalid_params("clientInfo must be an object")),
+            };
+            let versions = &self.config.legacy.versions;
+            // The client's version if we speak it, else our newest (the client decides).
+            let protocol_version = match versions.iter().find(|v| v.as_str() == requested) {
+                Some(version) => version.clone(),
+                None => versions.first().cloned().ok_or(ProtocolError::Internal)?,
+            };
+            let meta =
+                RequestMeta { protocol_version, client_capabilities, client_info, log_level: None, progress_token };
+            return Ok((meta, None));
+        }
+        let service = self.sessions.as_ref().ok_or_else(|| {
+            tracing::error!("the 2025-era wire is on but the server has no session store");
+            ProtocolError::Unavailable
+        })?;
+        let session = session.ok_or(ProtocolError::SessionNotFound)?;
+        let admitted = service.admit(principal, session, self.clock.as_ref()).await?;
+        if let Some(raw) = headers.and_then(|h| h.protocol_version.as_deref())
+            && decode_value(raw).ok().as_deref() != Some(admitted.state.protocol_version.as_str())
+        {
+            return Err(ProtocolError::HeaderMismatch(
+                "MCP-Protocol-Version differs from the session's negotiated version".into(),
+            ));
+        }
+        let client_capabilities = serde_json::from_str::<Value>(&admitted.state.client_capabilities)
+            .ok()
+            .and_then(|value| value.as_object().cloned())
+            .ok_or_else(|| {
+                tracing::error!("a stored session has unreadable client capabilities");
+                ProtocolError::Internal
+            })?;
+        let meta = RequestMeta {
+            protocol_version: admitted.state.protocol_version.clone(),
+            client_capabilities,
+            client_info: admitted.state.client_info.as_deref().and_then(|info| serde_json::from_str(info).ok()),
+            log_level: admitted.state.log_level.as_deref().and_then(LogLevel::parse),
+            progress_token,
+        };
+        Ok((meta, Some(admitted)))
+    }
+
+    /// `initialize`: a session bound to the caller, and the capabilities negotiated once.
+    async fn initialize(&self, ctx: &RequestContext) -> Result<(Value, SessionId), ProtocolError> {
+        let service = self.sessions.as_ref().ok_or_else(|| {
+            tracing::error!("the 2025-era wire is on but the server has no session store");
+            ProtocolError::Unavailable
+        })?;
+        let capabilities = Value::Object(ctx.meta.client_capabilities.clone());
+        let session = service
+            .create(
+                &ctx.principal,
+                &ctx.meta.protocol_version,
+                &capabilities,
+                ctx.meta.client_info.as_ref(),
+                self.clock.as_ref(),
+            )
+            .await?;
+        let mut result = json!({
+            "protocolVersion": ctx.meta.protocol_version,
+            "capabilities": self.app.capabilities(),
+            "serverInfo": { "name": self.app.name, "version": self.app.version },
+        });
+        if let Some(instructions) = &self.app.instructions {
+            result["instructions"] = json!(instructions);
+        }
+        Ok((result, session))
+    }
+
+    /// `ping`, `logging/setLevel`, `resources/subscribe` and `resources/unsubscribe`: state of
+    /// the caller's own session, in the store.
+    async fn session_method(
+        &self,
+        method: Method,
+        params: &Map<String, Value>,
+        admitted: Option<&Admitted>,
+    ) -> Result<Value, ProtocolError> {
+        let (Some(admitted), Some(service)) = (admitted, self.sessions.as_ref()) else {
+            return Err(ProtocolError::Internal);
+        };
+        let store = service.store();
+        let now = i64::try_from(self.clock.now_ms()).unwrap_or(i64::MAX);
+        let (digest, owner) = (admitted.digest, &admitted.owner);
+        let live = match method {
+            Method::Ping => true,
+            Method::SetLogLevel => {
+                let level = string_param(params, "level")?;
+                if LogLevel::parse(level).is_none() {
+                    return Err(ProtocolError::invalid_params("level is not a known log level"));
+                }
+                store
+                    .set_session_log_level(digest, owner, level, now)
+                    .await
+                    .map_err(|error| store_refusal("set_session_log_level", &error))?
+            }
+            Method::Subscribe => store
+                .subscribe_session(digest, owner, string_param(params, "uri")?, now)
+                .await
+                .map_err(|error| store_refusal("subscribe_session", &error))?,
+            Method::Unsubscribe => store
+                .unsubscribe_session(digest, owner, string_param(params, "uri")?, now)
+                .await
+                .map_err(|error| store_refusal("unsubscribe_session", &error))?,
+            _ => return Err(ProtocolError::Internal),
+        };
+        if live { Ok(json!({})) } else { Err(ProtocolError::SessionNotFound) }
+    }
+
+    /// For the 2025-era transport's requests that are not JSON-RPC requests (the GET stream,
+    /// DELETE, notifications, answers to server requests): authenticate, then admit the session
+    /// for that principal. Audited like every other decision.
+    pub async fn admit_session(
+        &self,
+        authorization: Option<&[u8]>,
+        session: Option<&SessionId>,
+        what: &str,
+    ) -> Result<(Arc<VerifiedPrincipal>, Admitted), Reply> {
+        let mut audit = AuditTrail::new(self, what);
+        let principal = match self.authenticator.authenticate(authorization).await {
+            Ok(principal) => Arc::new(principal),
+            Err(refusal) => {
+                let error = ProtocolError::Unauthenticated;
+                return Err(audit.refuse_any(None, "authenticate", &error, refusal.challenge).await);
+            }
+        };
+        audit.principal(&principal);
+        let Some(session) = session else {
+            let error = ProtocolError::InvalidRequest("an Mcp-Session-Id header is required");
+            return Err(audit.refuse_any(None, "session", &error, None).await);
+        };
+        let Some(service) = self.sessions.as_ref() else {
+            return Err(audit.refuse_any(None, "session", &ProtocolError::Unavailable, None).await);
+        };
+        let admitted = match service.admit(&principal, session, self.clock.as_ref()).await {
+            Ok(admitted) => admitted,
+            Err(error) => return Err(audit.refuse_any(None, "session", &error, None).await),
+        };
+        if let Err(error) = audit.allow("session").await {
+            return Err(audit.refuse_any(None, "audit", &error, None).await);
+        }
+        Ok((principal, admitted))
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
     }
 
     /// HTTP only: every `Mcp-Param-*` header a tool declares is present exactly when its
@@ -717,7 +1062,7 @@ impl Server {
                         .clone(),
                 )
             }
-            Method::ResourcesRead => {
+            Method::ResourcesRead | Method::Subscribe | Method::Unsubscribe => {
                 let uri = string_param(params, "uri")?;
                 let registered =
                     self.app.resources.iter().find(|r| r.uri == uri).map(|r| r.uri.clone()).or_else(|| {
@@ -852,7 +1197,12 @@ impl Server {
                 self.finish_round(&ctx, Method::ResourcesRead, params, outcome)
             }
             Method::Complete => self.complete(params),
-            Method::Listen => Err(ProtocolError::Internal),
+            Method::Listen
+            | Method::Initialize
+            | Method::Ping
+            | Method::SetLogLevel
+            | Method::Subscribe
+            | Method::Unsubscribe => Err(ProtocolError::Internal),
             Method::TasksGet => self.task_service()?.get(&ctx.principal, params).await,
             Method::TasksUpdate => self.task_service()?.update(&self.app, &self.events, &ctx.principal, params).await,
             Method::TasksCancel => self.task_service()?.cancel(&self.events, &ctx.principal, params).await,
@@ -1013,7 +1363,7 @@ impl Server {
 
     fn discover(&self) -> Value {
         let mut result = json!({
-            "supportedVersions": palisade_wire::SUPPORTED_VERSIONS,
+            "supportedVersions": self.supported_versions(),
             "capabilities": self.app.capabilities(),
             "ttlMs": self.app.list_ttl_ms,
             "cacheScope": self.cache_scope(),
@@ -1025,6 +1375,16 @@ impl Server {
             result["capabilities"]["extensions"] = json!({ TASKS_EXTENSION: {} });
         }
         result
+    }
+
+    /// Every version this server speaks: 2026-07-28, then the enabled 2025-era ones (an
+    /// auto-negotiating client picks the newest it knows).
+    pub fn supported_versions(&self) -> Vec<String> {
+        let mut versions: Vec<String> = palisade_wire::SUPPORTED_VERSIONS.iter().map(|v| (*v).to_owned()).collect();
+        if self.config.legacy.enabled {
+            versions.extend(self.config.legacy.versions.iter().cloned());
+        }
+        versions
     }
 
     fn cache_scope(&self) -> &'static str {
@@ -1375,12 +1735,14 @@ fn string_map(value: Option<&Value>) -> Result<BTreeMap<String, String>, Protoco
 pub(crate) fn advertised(app: &App, method: Method) -> bool {
     match method {
         Method::ToolsList | Method::ToolsCall => !app.tools.is_empty(),
-        Method::ResourcesList | Method::ResourceTemplatesList | Method::ResourcesRead => {
-            !app.resources.is_empty() || !app.templates.is_empty()
-        }
+        Method::ResourcesList
+        | Method::ResourceTemplatesList
+        | Method::ResourcesRead
+        | Method::Subscribe
+        | Method::Unsubscribe => !app.resources.is_empty() || !app.templates.is_empty(),
         Method::PromptsList | Method::PromptsGet => !app.prompts.is_empty(),
         Method::Complete => app.completion.is_some(),
-        Method::Discover | Method::Listen => true,
+        Method::Discover | Method::Listen | Method::Initialize | Method::Ping | Method::SetLogLevel => true,
         // The tasks extension's methods exist when some tool can run as a task (the server must
         // also have a task service to answer them).
         Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {

@@ -1,5 +1,6 @@
 //! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]) and explicit
-//! application handles ([`HandleStore`]) and durable tasks ([`TaskStore`]) on SQLite and PostgreSQL, group commit in front of the
+//! application handles ([`HandleStore`]), durable tasks ([`TaskStore`]) and 2025-era session state
+//! ([`SessionStore`]) on SQLite and PostgreSQL, group commit in front of the
 //! log ([`AuditWriter`]), and [`open_store`] choosing a backend from a URL ([`Store`] is every
 //! trait at once). Later: pins.
 //!
@@ -33,6 +34,7 @@ mod error;
 mod handles;
 mod postgres;
 mod record;
+mod sessions;
 mod sqlite;
 mod store;
 mod tasks;
@@ -46,6 +48,10 @@ pub use handles::{
 };
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use record::{AuditRecord, Decision, GENESIS_HASH, MAX_FIELD_BYTES, MAX_SCOPES, StoredAuditRecord, chain_hash};
+pub use sessions::{
+    LiveSession, MAX_SESSION_FIELD_BYTES, MAX_SESSION_JSON_BYTES, MAX_SESSION_SUBSCRIPTIONS,
+    MAX_SUBSCRIPTION_URI_BYTES, NewSession, SessionOwner, SessionStore,
+};
 pub use sqlite::SqliteStore;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture};
 pub use tasks::{MAX_TASK_HISTORY, TERMINAL_STATUSES, TaskRow, TaskStore};
@@ -53,9 +59,9 @@ pub use writer::{AuditWriter, AuditWriterConfig};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.
-pub trait Store: AuditStore + HandleStore + TaskStore {}
+pub trait Store: AuditStore + HandleStore + TaskStore + SessionStore {}
 
-impl<T: AuditStore + HandleStore + TaskStore> Store for T {}
+impl<T: AuditStore + HandleStore + TaskStore + SessionStore> Store for T {}
 
 /// Opens the store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
 /// `postgres://…` / `postgresql://…` (see [`PostgresStore::connect`]). Migrates and checks

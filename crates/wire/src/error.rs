@@ -87,6 +87,10 @@ pub enum ProtocolError {
         /// Every scope the operation needs.
         required: Vec<String>,
     },
+    /// The `Mcp-Session-Id` (2025-era wire) names no live session of the caller: unknown, expired,
+    /// deleted, or created by another principal (HTTP 404; the client starts a new session).
+    #[error("session not found")]
+    SessionNotFound,
     /// A dependency (store, issuer, authority) could not confirm the request: refused.
     #[error("temporarily unavailable")]
     Unavailable,
@@ -113,6 +117,7 @@ impl ProtocolError {
         match self {
             Self::Parse => codes::PARSE_ERROR,
             Self::InvalidRequest(_)
+            | Self::SessionNotFound
             | Self::PayloadTooLarge
             | Self::Unauthenticated
             | Self::InsufficientScope { .. } => codes::INVALID_REQUEST,
@@ -134,7 +139,7 @@ impl ProtocolError {
             Self::Unauthenticated => 401,
             Self::InsufficientScope { .. } | Self::OperationDisabled => 403,
             Self::Unavailable => 503,
-            Self::MethodNotFound { .. } => 404,
+            Self::MethodNotFound { .. } | Self::SessionNotFound => 404,
             Self::InvalidMeta(_)
             | Self::InvalidParams { .. }
             | Self::ResourceNotFound { .. }

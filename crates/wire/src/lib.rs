@@ -20,6 +20,10 @@ pub const PROTOCOL_VERSION: &str = "2026-07-28";
 /// Every revision the server accepts on the modern (stateless) wire.
 pub const SUPPORTED_VERSIONS: &[&str] = &[PROTOCOL_VERSION];
 
+/// Earlier revisions a dual-era server may also speak, on the session (initialize) wire, newest
+/// first.
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18"];
+
 /// Reserved `_meta` keys of the 2026-07-28 revision.
 pub mod meta_keys {
     /// Protocol version the request is written against (required).

@@ -203,12 +203,35 @@ async fn methods_and_params() {
         -32601,
         "unknown",
     );
-    // A legacy client's initialize (no version header, no _meta) learns which versions exist.
-    let legacy = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize",
+    // A legacy client's initialize (no version header, no _meta) is served on the session wire
+    // (on by default): a session and the negotiated 2025-era version.
+    let legacy_init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize",
         "params": { "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "old", "version": "1" } } });
-    let legacy =
-        send(client.http.post(&client.url).header("content-type", "application/json").body(legacy.to_string())).await;
-    expect(&legacy, 404, -32601, "legacy initialize");
+    let post_legacy = || client.http.post(&client.url).header("content-type", "application/json");
+    let served = post_legacy().body(legacy_init.to_string()).send().await.unwrap();
+    assert_eq!(served.status(), 200);
+    assert!(served.headers().contains_key("mcp-session-id"), "no Mcp-Session-Id");
+    let served: Value = served.json().await.unwrap();
+    assert_eq!(served["result"]["protocolVersion"], "2025-11-25");
+    // An unknown earlier version gets the newest one this server speaks (the client decides).
+    let old = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": { "protocolVersion": "2024-11-05", "capabilities": {} } });
+    let answer: Value = post_legacy().body(old.to_string()).send().await.unwrap().json().await.unwrap();
+    assert_eq!(answer["result"]["protocolVersion"], "2025-11-25");
+    // With the session wire switched off, it learns which versions exist instead.
+    let config = server.data_dir.path().to_owned() + "/legacy-off.toml";
+    std::fs::write(&config, "[legacy]\nenabled = false\n").unwrap();
+    let modern_only = Palisade::start(&["--config", &config]);
+    let modern_client = Client::new(&modern_only);
+    let legacy = send(
+        modern_client
+            .http
+            .post(&modern_client.url)
+            .header("content-type", "application/json")
+            .body(legacy_init.to_string()),
+    )
+    .await;
+    expect(&legacy, 404, -32601, "legacy initialize with the session wire off");
 
     let exchange = client.request("tools/list", json!({ "cursor": "bogus" })).await;
     assert_eq!(exchange.error_code(), -32602, "bad cursor");

@@ -14,7 +14,8 @@ async fn discover_advertises_the_version_capabilities_and_server_info() {
     let exchange = client.request("server/discover", json!({})).await;
     assert_eq!(exchange.status, 200);
     let result = exchange.result();
-    assert_eq!(result["supportedVersions"], json!(["2026-07-28"]));
+    // 2026-07-28 first; the session-era versions follow while that wire is on (the default).
+    assert_eq!(result["supportedVersions"], json!(["2026-07-28", "2025-11-25", "2025-06-18"]));
     assert_eq!(result["resultType"], "complete");
     assert!(result["capabilities"]["tools"]["listChanged"].as_bool().unwrap());
     assert_eq!(result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "palisade-conformance-fixture");

@@ -1,0 +1,374 @@
+//! The 2025-era wire adapter (2025-11-25 and 2025-06-18) on the same `/mcp` endpoint: it frames
+//! the session transport and nothing else. Every JSON-RPC request goes through
+//! [`Server::handle_legacy_request`], i.e. the one pipeline; the session id is checked there,
+//! after authentication, against the principal. What lives here:
+//!
+//! - telling a session-era POST apart ([`is_legacy_post`]);
+//! - server-to-client requests: an `input_required` answer of the pipeline (MRTR) becomes real
+//!   JSON-RPC requests (`sampling/createMessage`, `elicitation/create`, `roots/list`) on the POST's
+//!   SSE stream; the client's answers arrive as separate POSTs (answered 202), and the request is
+//!   run through the pipeline again with them as `inputResponses` (and the sealed
+//!   `requestState`), like a 2026-07-28 client's retry;
+//! - the GET stream (list changes, updates of subscribed resources) and session DELETE, both
+//!   admitted by [`Server::admit_session`] (authenticate, then bind).
+//!
+//! Live SSE streams and unanswered server requests are held by the instance that opened them;
+//! session state itself is in the store, so any instance serves any other request.
+
+use std::sync::Arc;
+
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use palisade_wire::header::decode_value;
+use palisade_wire::jsonrpc::{Message, notification_frame, parse_message};
+use palisade_wire::{ProtocolError, Request};
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::NotificationSink;
+use crate::events::ServerEvent;
+use crate::http::{
+    HttpState, accepted_kinds, error_response, json_response, respond, sse_response, stream_of, transport_headers,
+};
+use crate::pipeline::{Reply, Server, TransportHeaders};
+use crate::sessions::SessionId;
+
+/// Keys of 2026-07-28 results that the 2025-era wire does not know.
+const MODERN_ONLY_RESULT_KEYS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
+
+/// Whether a POST belongs to the session wire: it carries `Mcp-Session-Id`; or it is not a
+/// 2026-07-28 request (no `_meta` protocol version) and carries an earlier revision's
+/// `MCP-Protocol-Version`, or no version header at all (the `initialize` of a client that has not
+/// negotiated yet). A 2026-07-28 body with a wrong version header stays on the 2026 wire, which
+/// answers `-32020`.
+pub(crate) fn is_legacy_post(headers: &HeaderMap, body: &[u8]) -> bool {
+    if headers.contains_key("mcp-session-id") {
+        return true;
+    }
+    let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(body) else { return false };
+    let modern_body = message
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get(palisade_wire::meta_keys::PROTOCOL_VERSION))
+        .is_some();
+    if modern_body {
+        return false;
+    }
+    if let Some(raw) = headers.get("mcp-protocol-version") {
+        return decode_value(raw.as_bytes()).is_ok_and(|v| v.starts_with("2024-") || v.starts_with("2025-"));
+    }
+    // A notification without a session is nobody's business on either wire.
+    message.contains_key("id")
+}
+
+/// The `Mcp-Session-Id` of a request: `Ok(None)` when absent; a malformed or repeated value is
+/// answered like an unknown session (404).
+#[allow(clippy::result_large_err)]
+fn session_id(headers: &HeaderMap) -> Result<Option<SessionId>, Response> {
+    let mut values = headers.get_all("mcp-session-id").iter();
+    let Some(first) = values.next() else { return Ok(None) };
+    match (SessionId::parse(first.as_bytes()), values.next()) {
+        (Some(id), None) => Ok(Some(id)),
+        _ => Err(error_response(None, &ProtocolError::SessionNotFound, StatusCode::NOT_FOUND)),
+    }
+}
+
+fn authorization(headers: &HeaderMap) -> Option<Vec<u8>> {
+    transport_headers(headers).authorization
+}
+
+/// A POST on the session wire: a request, a notification, or a client's answer to a server
+/// request.
+pub(crate) async fn post(state: &Arc<HttpState>, headers: &HeaderMap, body: &[u8], streaming: bool) -> Response {
+    let session = match session_id(headers) {
+        Ok(session) => session,
+        Err(response) => return response,
+    };
+    let server = state.server.clone();
+    // An answer to one of our requests: no method, an id, and a result or an error.
+    if let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(body)
+        && !message.contains_key("method")
+        && message.contains_key("id")
+        && (message.contains_key("result") || message.contains_key("error"))
+    {
+        return client_answer(&server, headers, session.as_ref(), message).await;
+    }
+    let request = match parse_message(body) {
+        Ok(Message::Request(request)) => request,
+        Ok(Message::Notification(_)) => {
+            // initialized, cancelled, roots/list_changed: accepted once the session is admitted.
+            if session.is_none() {
+                return StatusCode::ACCEPTED.into_response();
+            }
+            let auth = authorization(headers);
+            return match server.admit_session(auth.as_deref(), session.as_ref(), "notification").await {
+                Ok(_) => StatusCode::ACCEPTED.into_response(),
+                Err(reply) => json_response(reply),
+            };
+        }
+        Err(frame_error) => {
+            let status = StatusCode::from_u16(frame_error.error.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+            return error_response(frame_error.id.as_ref(), &frame_error.error, status);
+        }
+    };
+    let transport = transport_headers(headers);
+    let (sink, notifications) = NotificationSink::channel(server.config().listen_queue);
+    let cancel = CancellationToken::new();
+    let guard = cancel.clone().drop_guard();
+    let work = tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let reply = rounds(&server, request, &transport, session, sink, cancel, streaming).await;
+        server.metrics().observe_request(reply.frame.get("error").is_none(), started.elapsed());
+        reply
+    });
+    respond(state, streaming, work, notifications, guard).await
+}
+
+/// Runs a request through the pipeline, turning each `input_required` answer into server
+/// requests on the stream and running it again with the client's answers.
+async fn rounds(
+    server: &Server,
+    mut request: Request,
+    headers: &TransportHeaders,
+    session: Option<SessionId>,
+    sink: NotificationSink,
+    cancel: CancellationToken,
+    streaming: bool,
+) -> Reply {
+    let id = request.id.clone();
+    let max_rounds = server.config().legacy.max_rounds;
+    let mut round = 0;
+    loop {
+        let reply = server
+            .handle_legacy_request(request.clone(), Some(headers), session.as_ref(), sink.clone(), cancel.clone())
+            .await;
+        let Some(result) = reply.frame.get("result") else { return reply };
+        if result.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            return legacy_shape(reply);
+        }
+        round += 1;
+        if !streaming {
+            let error =
+                ProtocolError::InvalidRequest("this request needs the client's input: accept text/event-stream");
+            return Reply::error(Some(&id), &error);
+        }
+        let Some(session) = session.as_ref() else {
+            return Reply::error(Some(&id), &ProtocolError::Internal);
+        };
+        if round > max_rounds {
+            tracing::info!(stage = "dispatch", "request needed more client rounds than allowed");
+            return Reply::error(Some(&id), &ProtocolError::Internal);
+        }
+        let asks = result.get("inputRequests").and_then(Value::as_object).cloned().unwrap_or_default();
+        let state = result.get("requestState").cloned();
+        let answers = match ask_client(server, session.digest(), asks, &sink, &cancel).await {
+            Ok(answers) => answers,
+            Err(error) => return Reply::error(Some(&id), &error),
+        };
+        request.params.insert("inputResponses".into(), Value::Object(answers));
+        match state {
+            Some(state) => request.params.insert("requestState".into(), state),
+            None => request.params.remove("requestState"),
+        };
+    }
+}
+
+/// Sends one server request per input request on the stream and waits for every answer.
+async fn ask_client(
+    server: &Server,
+    session: [u8; 32],
+    asks: Map<String, Value>,
+    sink: &NotificationSink,
+    cancel: &CancellationToken,
+) -> Result<Map<String, Value>, ProtocolError> {
+    let service = server.sessions().ok_or(ProtocolError::Internal)?;
+    let pending = service.pending();
+    let mut waiting: Vec<(String, String, oneshot::Receiver<Value>)> = Vec::new();
+    let forget_all = |waiting: &[(String, String, oneshot::Receiver<Value>)]| {
+        for (_, request_id, _) in waiting {
+            pending.forget(session, request_id);
+        }
+    };
+    for (key, ask) in asks {
+        let (request_id, answer) = match pending.register(session) {
+            Ok(registered) => registered,
+            Err(error) => {
+                forget_all(&waiting);
+                return Err(error);
+            }
+        };
+        let frame = json!({
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": ask.get("method").cloned().unwrap_or(Value::Null),
+            "params": ask.get("params").cloned().unwrap_or_else(|| json!({})),
+        });
+        waiting.push((key, request_id, answer));
+        if !sink.send(frame).await {
+            forget_all(&waiting);
+            return Err(ProtocolError::Internal);
+        }
+    }
+    let timeout = service.config().client_request_timeout;
+    let mut answers = Map::new();
+    let mut remaining = waiting.into_iter();
+    while let Some((key, request_id, answer)) = remaining.next() {
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(timeout, answer) => Some(outcome),
+            () = cancel.cancelled() => None,
+        };
+        pending.forget(session, &request_id);
+        let failure = match outcome {
+            Some(Ok(Ok(answer))) => match answer.get("result") {
+                Some(result @ Value::Object(_)) => {
+                    answers.insert(key, result.clone());
+                    continue;
+                }
+                _ => ProtocolError::invalid_params(format!("the client declined the server's request {key}")),
+            },
+            Some(Ok(Err(_))) | None => ProtocolError::Internal,
+            Some(Err(_)) => ProtocolError::Timeout,
+        };
+        for (_, other, _) in remaining {
+            pending.forget(session, &other);
+        }
+        return Err(failure);
+    }
+    Ok(answers)
+}
+
+/// A client's answer to one of our requests: admitted like any request of the session (same
+/// principal), then handed to the request waiting for it.
+async fn client_answer(
+    server: &Server,
+    headers: &HeaderMap,
+    session: Option<&SessionId>,
+    message: Map<String, Value>,
+) -> Response {
+    let auth = authorization(headers);
+    let admitted = match server.admit_session(auth.as_deref(), session, "client-answer").await {
+        Ok((_, admitted)) => admitted,
+        Err(reply) => return json_response(reply),
+    };
+    let id = message.get("id").and_then(Value::as_str).map(str::to_owned);
+    let delivered = match (id, server.sessions()) {
+        (Some(id), Some(service)) => service.pending().resolve(admitted.digest, &id, Value::Object(message)),
+        _ => false,
+    };
+    if delivered {
+        StatusCode::ACCEPTED.into_response()
+    } else {
+        let error = ProtocolError::InvalidRequest("no request of this session is waiting for that answer");
+        error_response(None, &error, StatusCode::BAD_REQUEST)
+    }
+}
+
+/// A 2026-07-28 result reshaped for the 2025-era wire.
+fn legacy_shape(mut reply: Reply) -> Reply {
+    if let Some(Value::Object(result)) = reply.frame.get_mut("result") {
+        for key in MODERN_ONLY_RESULT_KEYS {
+            result.remove(*key);
+        }
+    }
+    reply
+}
+
+/// `GET /mcp`: the session's stream of list changes and subscribed resource updates. It ends
+/// when the client leaves, the server shuts down, the token expires, the session dies or the
+/// client falls behind.
+pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> Response {
+    if !accepted_kinds(headers).is_some_and(|accepts| accepts.event_stream) {
+        let error = ProtocolError::InvalidRequest("Accept must allow text/event-stream");
+        return error_response(None, &error, StatusCode::NOT_ACCEPTABLE);
+    }
+    let session = match session_id(headers) {
+        Ok(session) => session,
+        Err(response) => return response,
+    };
+    let server = state.server.clone();
+    let auth = authorization(headers);
+    let (principal, admitted) = match server.admit_session(auth.as_deref(), session.as_ref(), "sse-stream").await {
+        Ok(admitted) => admitted,
+        Err(reply) => return json_response(reply),
+    };
+    let Some(service) = server.sessions().cloned() else {
+        return error_response(None, &ProtocolError::Unavailable, StatusCode::SERVICE_UNAVAILABLE);
+    };
+    let (tx, rx) = mpsc::channel::<Value>(server.config().listen_queue.max(1));
+    let shutdown = server.shutdown_token().clone();
+    let caps = server.app().capabilities();
+    let server_for_task = server.clone();
+    tokio::spawn(async move {
+        let server = server_for_task;
+        let mut events = server.events().subscribe();
+        let left_ms = principal.expires_at_ms().map(|at| at.saturating_sub(server.clock().now_ms()));
+        let expiry = tokio::time::sleep(std::time::Duration::from_millis(left_ms.unwrap_or(u64::MAX / 4)));
+        tokio::pin!(expiry);
+        loop {
+            let event = tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tx.closed() => break,
+                () = &mut expiry => break,
+                event = events.recv() => event,
+            };
+            let event = match event {
+                Ok(event) => event,
+                Err(RecvError::Lagged(_) | RecvError::Closed) => break,
+            };
+            // Every event re-checks the session (alive, same owner) before it is delivered.
+            let now = i64::try_from(server.clock().now_ms()).unwrap_or(i64::MAX);
+            let subscriptions = match service.store().session_subscriptions(admitted.digest, &admitted.owner, now).await
+            {
+                Ok(Some(subscriptions)) => subscriptions,
+                _ => break,
+            };
+            let frame = match event {
+                ServerEvent::ToolsListChanged if caps.get("tools").is_some() => {
+                    notification_frame("notifications/tools/list_changed", json!({}))
+                }
+                ServerEvent::PromptsListChanged if caps.get("prompts").is_some() => {
+                    notification_frame("notifications/prompts/list_changed", json!({}))
+                }
+                ServerEvent::ResourcesListChanged if caps.get("resources").is_some() => {
+                    notification_frame("notifications/resources/list_changed", json!({}))
+                }
+                ServerEvent::ResourceUpdated { uri } if subscriptions.contains(&uri) => {
+                    notification_frame("notifications/resources/updated", json!({ "uri": uri }))
+                }
+                _ => continue,
+            };
+            if tx.try_send(frame).is_err() {
+                break;
+            }
+        }
+    });
+    sse_response(state, stream_of(Vec::new(), Some(rx), None))
+}
+
+/// `DELETE /mcp`: ends the caller's own session. Anyone else's id is 404 and stays live.
+pub(crate) async fn delete_session(state: &Arc<HttpState>, headers: &HeaderMap) -> Response {
+    let session = match session_id(headers) {
+        Ok(session) => session,
+        Err(response) => return response,
+    };
+    let server = &state.server;
+    let auth = authorization(headers);
+    let admitted = match server.admit_session(auth.as_deref(), session.as_ref(), "session-delete").await {
+        Ok((_, admitted)) => admitted,
+        Err(reply) => return json_response(reply),
+    };
+    let Some(service) = server.sessions() else {
+        return error_response(None, &ProtocolError::Unavailable, StatusCode::SERVICE_UNAVAILABLE);
+    };
+    match service.store().delete_session(admitted.digest, &admitted.owner).await {
+        Ok(true) => StatusCode::OK.into_response(),
+        Ok(false) => error_response(None, &ProtocolError::SessionNotFound, StatusCode::NOT_FOUND),
+        Err(error) => {
+            tracing::error!(%error, "session store unavailable: refusing the delete");
+            error_response(None, &ProtocolError::Unavailable, StatusCode::SERVICE_UNAVAILABLE)
+        }
+    }
+    .into_response()
+}
