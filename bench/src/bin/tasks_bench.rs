@@ -46,9 +46,11 @@ struct Args {
 
 fn app() -> App {
     App::builder("tasks-bench", "0")
-        .tool(ToolDef::new("quick").task_support(TaskSupport::Optional).handler(|_, _| async {
-            Ok(Outcome::Complete(CallToolResult::text("done")))
-        }))
+        .tool(
+            ToolDef::new("quick")
+                .task_support(TaskSupport::Optional)
+                .handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("done"))) }),
+        )
         .build()
         .expect("valid app")
 }
@@ -131,7 +133,9 @@ fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|status| {
-            status.lines().find_map(|line| line.strip_prefix("VmRSS:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:").and_then(|v| v.split_whitespace().next()?.parse().ok()))
         })
         .unwrap_or(0)
 }
@@ -149,7 +153,8 @@ async fn listen_streams(args: &Args) -> anyhow::Result<()> {
         tokio::spawn(async move {
             let (sink, mut rx) = NotificationSink::channel(64);
             let params = json!({ "notifications": { "toolsListChanged": true } });
-            let request = request(stream as i64, "subscriptions/listen", params.as_object().cloned().unwrap_or_default());
+            let request =
+                request(stream as i64, "subscriptions/listen", params.as_object().cloned().unwrap_or_default());
             let handle = tokio::spawn(async move {
                 server.handle_request(request, None, sink, CancellationToken::new()).await;
             });
@@ -217,7 +222,8 @@ async fn main() -> anyhow::Result<()> {
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await?;
         let separator = if url.contains('?') { '&' } else { '?' };
         let options = PostgresOptions { max_connections: 8, ..PostgresOptions::default() };
-        let store = PostgresStore::connect_with(&format!("{url}{separator}options[search_path]={schema}"), options).await?;
+        let store =
+            PostgresStore::connect_with(&format!("{url}{separator}options[search_path]={schema}"), options).await?;
         let result = create_complete("postgres", Arc::new(store), &args).await;
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await?;
         result?;

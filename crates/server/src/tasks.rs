@@ -440,7 +440,13 @@ impl TaskService {
 
     /// Runs the handler with the task's stored principal, arguments and answers; watches for
     /// cancellation in the store meanwhile and renews the lease.
-    async fn execute(self: &Arc<Self>, app: &Arc<App>, events: &EventBus, row: &TaskRow, cancel: CancellationToken) -> Segment {
+    async fn execute(
+        self: &Arc<Self>,
+        app: &Arc<App>,
+        events: &EventBus,
+        row: &TaskRow,
+        cancel: CancellationToken,
+    ) -> Segment {
         let failed = |error: ProtocolError| Segment::Failed(error.to_wire());
         let Ok(execution) = serde_json::from_str::<Execution>(&row.execution) else {
             return failed(ProtocolError::Internal);

@@ -217,7 +217,8 @@ async fn demo_orders_export_runs_as_a_task_with_confirmation_and_progress() {
     let alice = token(&server, "alice", "shop:read shop:basket");
     let created = send(basket_call(&server, &alice, "basket_create", json!({}))).await;
     let basket = created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned();
-    send(basket_call(&server, &alice, "basket_add_item", json!({ "basket": basket, "sku": "MUG-001", "quantity": 1 }))).await;
+    send(basket_call(&server, &alice, "basket_add_item", json!({ "basket": basket, "sku": "MUG-001", "quantity": 1 })))
+        .await;
 
     let call = json!({ "name": "orders_export", "arguments": {} });
     let task = demo_task_rpc(&server, &alice, "tools/call", call).await;
