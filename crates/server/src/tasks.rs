@@ -759,7 +759,13 @@ fn task_json(id: &str, row: &TaskRow, detailed: bool) -> Value {
         match row.status.as_str() {
             "input_required" => task["inputRequests"] = Value::Object(parse_object(row.input_requests.as_deref())),
             "completed" => {
-                task["result"] = row.result.as_deref().and_then(|r| serde_json::from_str(r).ok()).unwrap_or(json!({}))
+                // The original request's result, as a 2026-07-28 result: `resultType` included, as
+                // the synchronous answer would have it (requesters validate it as a CallToolResult).
+                let mut result = row.result.as_deref().and_then(|r| serde_json::from_str(r).ok()).unwrap_or(json!({}));
+                if let Value::Object(map) = &mut result {
+                    map.entry("resultType").or_insert_with(|| json!("complete"));
+                }
+                task["result"] = result;
             }
             "failed" => {
                 task["error"] = row
