@@ -235,6 +235,213 @@ pub(crate) mod sql {
         WHERE expires_ms <= $1 OR last_seen_ms + idle_ms <= $1 LIMIT $2)";
 }
 
+/// Implements [`SessionStore`] for a backend from the shared statements (one text for both).
+/// `writer`/`reader` name the pools, `sql` adapts a statement's placeholders and `stmt` is the
+/// type it yields.
+macro_rules! impl_session_store {
+    (store: $store:ty, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident, stmt: $stmt:ty) => {
+        impl $store {
+            async fn touch_inner(
+                &self,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                now_ms: i64,
+            ) -> Result<Option<LiveSession>, StoreError> {
+                let row: Option<LiveRow> = sqlx::query_as($sql!(session_sql::TOUCH))
+                    .bind(digest.to_vec())
+                    .bind(owner.subject_key.to_vec())
+                    .bind(owner.tenant.as_str())
+                    .bind(owner.client.as_str())
+                    .bind(now_ms)
+                    .fetch_optional(&self.$writer)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("touch_session", error))?;
+                Ok(row.map(decode_live))
+            }
+
+            /// Runs one session statement whose `$6` is `text`; returns rows affected.
+            async fn session_statement(
+                &self,
+                statement: $stmt,
+                during: &'static str,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                now_ms: i64,
+                text: &str,
+            ) -> Result<u64, StoreError> {
+                let done = sqlx::query(statement)
+                    .bind(digest.to_vec())
+                    .bind(owner.subject_key.to_vec())
+                    .bind(owner.tenant.as_str())
+                    .bind(owner.client.as_str())
+                    .bind(now_ms)
+                    .bind(text)
+                    .execute(&self.$writer)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx(during, error))?;
+                Ok(done.rows_affected())
+            }
+
+            async fn subscribe_inner(
+                &self,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                uri: &str,
+                now_ms: i64,
+            ) -> Result<bool, StoreError> {
+                check_uri(uri)?;
+                if self.touch_inner(digest, owner, now_ms).await?.is_none() {
+                    return Ok(false);
+                }
+                let (count,): (i64,) = sqlx::query_as($sql!(session_sql::COUNT_SUBSCRIPTIONS))
+                    .bind(digest.to_vec())
+                    .fetch_one(&self.$writer)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("subscribe_session", error))?;
+                if usize::try_from(count).unwrap_or(usize::MAX) >= MAX_SESSION_SUBSCRIPTIONS {
+                    return Err(StoreError::InvalidRecord { reason: "a session may hold at most 256 subscriptions" });
+                }
+                self.session_statement($sql!(session_sql::SUBSCRIBE), "subscribe_session", digest, owner, now_ms, uri)
+                    .await?;
+                Ok(true)
+            }
+
+            async fn subscriptions_inner(
+                &self,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                now_ms: i64,
+            ) -> Result<Option<Vec<String>>, StoreError> {
+                if self.touch_inner(digest, owner, now_ms).await?.is_none() {
+                    return Ok(None);
+                }
+                let rows: Vec<(String,)> = sqlx::query_as($sql!(session_sql::SUBSCRIPTIONS))
+                    .bind(digest.to_vec())
+                    .fetch_all(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("session_subscriptions", error))?;
+                Ok(Some(rows.into_iter().map(|(uri,)| uri).collect()))
+            }
+        }
+
+        impl SessionStore for $store {
+            fn insert_session(&self, session: NewSession) -> StoreFuture<'_, ()> {
+                Box::pin(async move {
+                    session.validate()?;
+                    sqlx::query($sql!(session_sql::INSERT))
+                        .bind(session.digest.to_vec())
+                        .bind(session.owner.subject_key.to_vec())
+                        .bind(session.owner.tenant)
+                        .bind(session.owner.client)
+                        .bind(session.protocol_version)
+                        .bind(session.client_capabilities)
+                        .bind(session.client_info)
+                        .bind(session.created_ms)
+                        .bind(session.idle_ms)
+                        .bind(session.expires_ms)
+                        .execute(&self.$writer)
+                        .await
+                        .map_err(|error| StoreError::from_sqlx("insert_session", error))?;
+                    Ok(())
+                })
+            }
+
+            fn touch_session(
+                &self,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                now_ms: i64,
+            ) -> StoreFuture<'_, Option<LiveSession>> {
+                let owner = owner.clone();
+                Box::pin(async move { self.touch_inner(digest, &owner, now_ms).await })
+            }
+
+            fn set_session_log_level(
+                &self,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                level: &str,
+                now_ms: i64,
+            ) -> StoreFuture<'_, bool> {
+                let (owner, level) = (owner.clone(), level.to_owned());
+                Box::pin(async move {
+                    check_level(&level)?;
+                    let sql = $sql!(session_sql::SET_LEVEL);
+                    Ok(self.session_statement(sql, "set_session_log_level", digest, &owner, now_ms, &level).await? > 0)
+                })
+            }
+
+            fn subscribe_session(
+                &self,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                uri: &str,
+                now_ms: i64,
+            ) -> StoreFuture<'_, bool> {
+                let (owner, uri) = (owner.clone(), uri.to_owned());
+                Box::pin(async move { self.subscribe_inner(digest, &owner, &uri, now_ms).await })
+            }
+
+            fn unsubscribe_session(
+                &self,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                uri: &str,
+                now_ms: i64,
+            ) -> StoreFuture<'_, bool> {
+                let (owner, uri) = (owner.clone(), uri.to_owned());
+                Box::pin(async move {
+                    check_uri(&uri)?;
+                    if self.touch_inner(digest, &owner, now_ms).await?.is_none() {
+                        return Ok(false);
+                    }
+                    let sql = $sql!(session_sql::UNSUBSCRIBE);
+                    self.session_statement(sql, "unsubscribe_session", digest, &owner, now_ms, &uri).await?;
+                    Ok(true)
+                })
+            }
+
+            fn session_subscriptions(
+                &self,
+                digest: [u8; 32],
+                owner: &SessionOwner,
+                now_ms: i64,
+            ) -> StoreFuture<'_, Option<Vec<String>>> {
+                let owner = owner.clone();
+                Box::pin(async move { self.subscriptions_inner(digest, &owner, now_ms).await })
+            }
+
+            fn delete_session(&self, digest: [u8; 32], owner: &SessionOwner) -> StoreFuture<'_, bool> {
+                let owner = owner.clone();
+                Box::pin(async move {
+                    let done = sqlx::query($sql!(session_sql::DELETE))
+                        .bind(digest.to_vec())
+                        .bind(owner.subject_key.to_vec())
+                        .bind(owner.tenant)
+                        .bind(owner.client)
+                        .execute(&self.$writer)
+                        .await
+                        .map_err(|error| StoreError::from_sqlx("delete_session", error))?;
+                    Ok(done.rows_affected() > 0)
+                })
+            }
+
+            fn purge_sessions(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+                Box::pin(async move {
+                    let done = sqlx::query($sql!(session_sql::PURGE))
+                        .bind(now_ms)
+                        .bind(i64::from(limit))
+                        .execute(&self.$writer)
+                        .await
+                        .map_err(|error| StoreError::from_sqlx("purge_sessions", error))?;
+                    Ok(done.rows_affected())
+                })
+            }
+        }
+    };
+}
+pub(crate) use impl_session_store;
+
 #[cfg(test)]
 mod tests {
     use super::*;

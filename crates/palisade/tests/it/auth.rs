@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Client, Palisade, TempDir, send, with_meta};
+use crate::harness::{Client, Palisade, TempDir, send, tool_call, with_meta};
 use crate::schema;
 
 fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
@@ -132,28 +132,14 @@ async fn the_demo_requires_a_token_with_the_right_scope() {
     assert!(String::from_utf8_lossy(&verify.stdout).starts_with("audit log intact:"));
 }
 
-fn basket_call(server: &Palisade, token: &str, tool: &str, arguments: Value) -> reqwest::RequestBuilder {
-    let params = with_meta(json!({ "name": tool, "arguments": arguments }), json!({}));
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
-    reqwest::Client::new()
-        .post(&server.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .header("authorization", format!("Bearer {token}"))
-        .body(body.to_string())
-}
-
 #[tokio::test]
 async fn demo_baskets_are_held_by_handles_only_their_owner_can_use() {
     let server = Palisade::start_app("demo", &[]);
     let alice = token(&server, "alice", "shop:read shop:basket");
-    let created = send(basket_call(&server, &alice, "basket_create", json!({}))).await;
+    let created = send(tool_call(&server, &alice, "basket_create", json!({}))).await;
     let basket = created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned();
     assert_eq!(basket.len(), 43, "32 random bytes, base64url");
-    let added = send(basket_call(
+    let added = send(tool_call(
         &server,
         &alice,
         "basket_add_item",
@@ -161,7 +147,7 @@ async fn demo_baskets_are_held_by_handles_only_their_owner_can_use() {
     ))
     .await;
     assert_eq!(added.result()["structuredContent"]["totalCents"], 1300, "{:?}", added.response());
-    let viewed = send(basket_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
+    let viewed = send(tool_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
     assert_eq!(viewed.result()["structuredContent"]["items"][0]["quantity"], 2);
 
     // Another user, tenant or client presenting the handle gets the one generic refusal.
@@ -170,12 +156,12 @@ async fn demo_baskets_are_held_by_handles_only_their_owner_can_use() {
         token_for(&server, "alice", "globex", "it", "shop:read shop:basket"),
         token_for(&server, "alice", "acme", "other-client", "shop:read shop:basket"),
     ] {
-        let refused = send(basket_call(&server, &other, "basket_view", json!({ "basket": basket }))).await;
+        let refused = send(tool_call(&server, &other, "basket_view", json!({ "basket": basket }))).await;
         assert_eq!(refused.status, 400);
         assert_eq!(refused.error_code(), -32602);
     }
     // The basket was not touched by the refused calls.
-    let viewed = send(basket_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
+    let viewed = send(tool_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
     assert_eq!(viewed.result()["structuredContent"]["totalCents"], 1300);
 
     // Operators see digests, never handles, and revoke with a receipt.
@@ -189,7 +175,7 @@ async fn demo_baskets_are_held_by_handles_only_their_owner_can_use() {
     let revoked = palisade(&revoke, &env);
     assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
     assert!(String::from_utf8_lossy(&revoked.stdout).contains("revoked 1 handle(s)"));
-    let refused = send(basket_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
+    let refused = send(tool_call(&server, &alice, "basket_view", json!({ "basket": basket }))).await;
     assert_eq!(refused.error_code(), -32602);
     let bad = palisade(&["handles", "revoke", "--digest", "xyz", "--reason", "r", "--receipt", "t"], &env);
     assert!(!bad.status.success());
@@ -215,9 +201,9 @@ async fn demo_task_rpc(server: &Palisade, token: &str, method: &str, params: Val
 async fn demo_orders_export_runs_as_a_task_with_confirmation_and_progress() {
     let server = Palisade::start_app("demo", &[]);
     let alice = token(&server, "alice", "shop:read shop:basket");
-    let created = send(basket_call(&server, &alice, "basket_create", json!({}))).await;
+    let created = send(tool_call(&server, &alice, "basket_create", json!({}))).await;
     let basket = created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned();
-    send(basket_call(&server, &alice, "basket_add_item", json!({ "basket": basket, "sku": "MUG-001", "quantity": 1 })))
+    send(tool_call(&server, &alice, "basket_add_item", json!({ "basket": basket, "sku": "MUG-001", "quantity": 1 })))
         .await;
 
     let call = json!({ "name": "orders_export", "arguments": {} });

@@ -241,3 +241,18 @@ impl Stream {
         }
     }
 }
+
+/// A 2026-07-28 `tools/call` of `tool` on `server` with a bearer token and the routing headers.
+pub fn tool_call(server: &Palisade, token: &str, tool: &str, arguments: Value) -> reqwest::RequestBuilder {
+    let params = with_meta(json!({ "name": tool, "arguments": arguments }), json!({}));
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
+    reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .header("authorization", format!("Bearer {token}"))
+        .body(body.to_string())
+}

@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Palisade, TempDir, send, with_meta};
+use crate::harness::{Palisade, TempDir, send, tool_call, with_meta};
 
 fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(envs.iter().copied()).output().expect("run palisade")
@@ -16,20 +16,6 @@ fn succeed(args: &[&str], envs: &[(&str, &str)]) -> String {
     let output = palisade(args, envs);
     assert!(output.status.success(), "{args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap()
-}
-
-fn call(server: &Palisade, token: &str, tool: &str, arguments: Value) -> reqwest::RequestBuilder {
-    let params = with_meta(json!({ "name": tool, "arguments": arguments }), json!({}));
-    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
-    reqwest::Client::new()
-        .post(&server.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .header("authorization", format!("Bearer {token}"))
-        .body(body.to_string())
 }
 
 #[tokio::test]
@@ -55,17 +41,17 @@ async fn the_demo_tool_flips_off_and_on_live() {
     let basket = |created: &crate::harness::Exchange| {
         created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned()
     };
-    let first = basket(&send(call(&server, token, "basket_create", json!({}))).await);
+    let first = basket(&send(tool_call(&server, token, "basket_create", json!({}))).await);
     let added =
-        send(call(&server, token, "basket_add_item", json!({ "basket": first, "sku": "MUG-001", "quantity": 1 })));
+        send(tool_call(&server, token, "basket_add_item", json!({ "basket": first, "sku": "MUG-001", "quantity": 1 })));
     assert_eq!(added.await.status, 200);
 
     let disabled = succeed(&["authority", "disable", "--target", "tool:basket_checkout", "--reason", "test"], &env);
     assert!(disabled.contains("tool:basket_checkout is now DISABLE"), "{disabled}");
-    let refused = send(call(&server, token, "basket_checkout", json!({ "basket": first }))).await;
+    let refused = send(tool_call(&server, token, "basket_checkout", json!({ "basket": first }))).await;
     assert_eq!((refused.status, refused.error_code()), (403, -32030), "{:?}", refused.response());
     // Other tools keep working; the basket is intact.
-    let viewed = send(call(&server, token, "basket_view", json!({ "basket": first }))).await;
+    let viewed = send(tool_call(&server, token, "basket_view", json!({ "basket": first }))).await;
     assert_eq!(viewed.result()["structuredContent"]["totalCents"], 1450);
     let status = succeed(&["authority", "status", "--target", "tool:basket_checkout"], &env);
     assert!(status.contains(" DISABLE ") && status.contains("reason=\"test\""), "{status}");
@@ -73,7 +59,7 @@ async fn the_demo_tool_flips_off_and_on_live() {
 
     let enabled = succeed(&["authority", "enable", "--target", "tool:basket_checkout", "--reason", "fixed"], &env);
     assert!(enabled.contains("is now ENABLE"), "{enabled}");
-    let placed = send(call(&server, token, "basket_checkout", json!({ "basket": first }))).await;
+    let placed = send(tool_call(&server, token, "basket_checkout", json!({ "basket": first }))).await;
     assert_eq!(placed.result()["structuredContent"]["totalCents"], 1450);
 
     let bad = palisade(&["authority", "disable", "--target", "gizmo:x", "--reason", "r"], &env);
