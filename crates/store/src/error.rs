@@ -97,17 +97,37 @@ impl StoreError {
 
     /// Sorts a sqlx error into a kind. `during` names the operation for the Display text.
     pub(crate) fn from_sqlx(during: &'static str, error: sqlx::Error) -> Self {
-        match classify(&error) {
-            Kind::Unavailable => StoreError::Unavailable { during, source: Some(Arc::new(error)) },
-            Kind::Conflict => StoreError::Conflict { during, source: Some(Arc::new(error)) },
-            Kind::Corrupt => StoreError::Corrupt {
-                what: format!("unexpected stored data during {during}"),
-                source: Some(Arc::new(error)),
-            },
+        Self::of_kind(classify(&error), during, Arc::new(error))
+    }
+
+    fn of_kind(kind: Kind, during: &'static str, source: ErrorSource) -> Self {
+        let source = Some(source);
+        match kind {
+            Kind::Unavailable => StoreError::Unavailable { during, source },
+            Kind::Conflict => StoreError::Conflict { during, source },
+            Kind::Corrupt => StoreError::Corrupt { what: format!("unexpected stored data during {during}"), source },
             // Configuration errors are dropped on purpose: their text may quote the URL.
             Kind::Config => StoreError::Config { reason: format!("the driver rejected the options during {during}") },
-            Kind::Backend => StoreError::Backend { during, source: Some(Arc::new(error)) },
+            Kind::Backend => StoreError::Backend { during, source },
         }
+    }
+
+    /// Sorts a rusqlite error (the synchronous SQLite paths) into the same kinds as sqlx's.
+    pub(crate) fn from_rusqlite(during: &'static str, error: rusqlite::Error) -> Self {
+        let kind = match &error {
+            rusqlite::Error::SqliteFailure(failure, _) => match failure.extended_code {
+                // SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE
+                1555 | 2067 => Kind::Conflict,
+                code => classify_sqlite(code),
+            },
+            rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::InvalidColumnIndex(_)
+            | rusqlite::Error::Utf8Error(..) => Kind::Corrupt,
+            _ => Kind::Backend,
+        };
+        Self::of_kind(kind, during, Arc::new(error))
     }
 
     /// Sorts a migration error: a connection failure while migrating is `Unavailable`, anything

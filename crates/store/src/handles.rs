@@ -354,9 +354,10 @@ pub(crate) fn revoke_statement(selector: RevokeSelector, revocation: Revocation)
 
 /// Implements [`HandleStore`] for a backend from the shared statements (one text for both).
 /// `writer`/`reader` name the pools, `sql` adapts a constant statement's placeholders and
-/// `dynamic` a built one.
+/// `dynamic` a built one; `lookup` names the method that answers `lookup_handle` (the generated
+/// `lookup_handle_inner`, or a backend's own route to it).
 macro_rules! impl_handle_store {
-    (store: $store:ty, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident, dynamic: $dynamic:expr) => {
+    (store: $store:ty, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident, dynamic: $dynamic:expr, lookup: $lookup:ident) => {
         impl $store {
             async fn insert_handle_inner(&self, handle: NewHandle) -> Result<(), StoreError> {
                 handle.validate()?;
@@ -466,7 +467,7 @@ macro_rules! impl_handle_store {
                 now_ms: i64,
             ) -> StoreFuture<'_, Option<LiveHandle>> {
                 let owner = owner.clone();
-                Box::pin(async move { self.lookup_handle_inner(digest, &owner, now_ms).await })
+                Box::pin(async move { self.$lookup(digest, &owner, now_ms).await })
             }
 
             fn revoke_handles(&self, selector: RevokeSelector, revocation: Revocation) -> StoreFuture<'_, u64> {

@@ -36,6 +36,7 @@ mod postgres;
 mod record;
 mod sessions;
 mod sqlite;
+mod sqlite_sync;
 mod store;
 mod tasks;
 mod writer;
@@ -55,7 +56,7 @@ pub use sessions::{
 pub use sqlite::SqliteStore;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture};
 pub use tasks::{MAX_TASK_HISTORY, TERMINAL_STATUSES, TaskRow, TaskStore};
-pub use writer::{AuditWriter, AuditWriterConfig};
+pub use writer::{AuditWriter, AuditWriterConfig, BlockingAppend};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.

@@ -259,7 +259,8 @@ crate::handles::impl_handle_store!(
     writer: pool,
     reader: pool,
     sql: pg_sql,
-    dynamic: |statement: String| statement
+    dynamic: |statement: String| statement,
+    lookup: lookup_handle_inner
 );
 
 impl PostgresStore {

@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
@@ -13,14 +13,15 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use crate::chain::{self, AuditRow, Head, decode_row};
 use crate::handles::{Bind, SummaryRow, decode_summary, revoke_statement, sql};
 use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
+use crate::sqlite_sync::SyncSqlite;
 use crate::store::{MAX_RECENT, StoreFuture};
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, AuditStore, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, LiveSession,
-    MAX_HANDLE_LIST, MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner,
-    SessionStore, StoreError, StoredAuditRecord,
+    AuditRecord, AuditStore, BlockingAppend, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle,
+    LiveSession, MAX_HANDLE_LIST, MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector,
+    SessionOwner, SessionStore, StoreError, StoredAuditRecord,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -50,6 +51,9 @@ pub struct SqliteStore {
     /// Reads; the same pool as `writer` for an in-memory database (a second pool would be a
     /// second, empty database).
     reader: SqlitePool,
+    /// Audit appends and handle lookups without sqlx's worker thread; `None` for an in-memory
+    /// database (see [`crate::sqlite_sync`]).
+    sync: Option<Arc<SyncSqlite>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -102,9 +106,11 @@ impl SqliteStore {
             SqlitePoolOptions::new()
                 .max_connections(READERS)
                 .acquire_timeout(ACQUIRE_TIMEOUT)
-                .connect_lazy_with(options)
+                .connect_lazy_with(options.clone())
         };
-        let store = SqliteStore { writer, reader };
+        let sync =
+            if in_memory { None } else { Some(Arc::new(SyncSqlite::open(options.get_filename(), BUSY_TIMEOUT)?)) };
+        let store = SqliteStore { writer, reader, sync };
         store.ping_inner().await?;
         Ok(store)
     }
@@ -116,6 +122,12 @@ impl SqliteStore {
     async fn append_inner(&self, records: Vec<AuditRecord>) -> Result<(), StoreError> {
         if records.is_empty() {
             return Ok(());
+        }
+        if let Some(sync) = &self.sync {
+            let sync = sync.clone();
+            return tokio::task::spawn_blocking(move || sync.append(records))
+                .await
+                .unwrap_or_else(|_| Err(StoreError::unavailable("append")));
         }
         // Validate before taking the write lock.
         for record in &records {
@@ -237,8 +249,25 @@ crate::handles::impl_handle_store!(
     writer: writer,
     reader: reader,
     sql: sqlite_sql,
-    dynamic: |statement: String| statement.replace('$', "?")
+    dynamic: |statement: String| statement.replace('$', "?"),
+    lookup: lookup_handle_routed
 );
+
+impl SqliteStore {
+    /// A file database answers inline through [`SyncSqlite`] (a primary-key probe: microseconds);
+    /// an in-memory one through sqlx.
+    async fn lookup_handle_routed(
+        &self,
+        digest: [u8; 32],
+        owner: &HandleOwner,
+        now_ms: i64,
+    ) -> Result<Option<LiveHandle>, StoreError> {
+        match &self.sync {
+            Some(sync) => sync.lookup_handle(digest, owner, now_ms),
+            None => self.lookup_handle_inner(digest, owner, now_ms).await,
+        }
+    }
+}
 
 impl SqliteStore {
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
@@ -277,6 +306,10 @@ impl AuditStore for SqliteStore {
         Box::pin(self.append_inner(records))
     }
 
+    fn blocking_append(&self) -> Option<Arc<dyn BlockingAppend>> {
+        self.sync.clone().map(|sync| sync as Arc<dyn BlockingAppend>)
+    }
+
     fn verify_chain(&self) -> StoreFuture<'_, ChainReport> {
         Box::pin(self.verify_inner())
     }
@@ -291,6 +324,9 @@ impl AuditStore for SqliteStore {
 
     fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         Box::pin(async move {
+            if let Some(sync) = &self.sync {
+                sync.close();
+            }
             self.writer.close().await;
             self.reader.close().await;
         })

@@ -3,8 +3,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use crate::{AuditRecord, ChainReport, StoreError, StoredAuditRecord};
+use crate::{AuditRecord, BlockingAppend, ChainReport, StoreError, StoredAuditRecord};
 
 /// The boxed future every store method returns.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
@@ -24,6 +25,13 @@ pub trait AuditStore: Send + Sync + std::fmt::Debug + 'static {
     /// An empty batch is a no-op. On the request path prefer [`AuditWriter`](crate::AuditWriter),
     /// which groups concurrent appends into one call.
     fn append_batch(&self, records: Vec<AuditRecord>) -> StoreFuture<'_, ()>;
+
+    /// The same append as a synchronous call, for a backend where that is cheaper than the async
+    /// path; the [`AuditWriter`](crate::AuditWriter) then commits from a thread of its own. `None`
+    /// (the default) keeps the writer on `append_batch`.
+    fn blocking_append(&self) -> Option<Arc<dyn BlockingAppend>> {
+        None
+    }
 
     /// Walks every record from the first to the chain head, recomputing each hash, and reports the
     /// count and the first break. Tampering is a report, not an error; errors mean the walk could

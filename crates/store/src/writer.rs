@@ -1,6 +1,10 @@
 //! `AuditWriter`: group commit in front of any `AuditStore`. Concurrent appends queue up while a
 //! batch commits and go out together as the next batch: one transaction (one fsync) per batch,
 //! not per call, and each caller is answered only once its batch is durable.
+//!
+//! The batches are committed by a Tokio task through the store's async `append_batch`, or, when
+//! the store offers a [`BlockingAppend`] (file-backed SQLite), by a dedicated thread that runs the
+//! whole transaction itself: one wake-up per batch instead of one per statement.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +21,7 @@ pub struct AuditWriterConfig {
     pub queue_capacity: usize,
     /// Most records in one batch (one `append_batch` call).
     pub max_batch: usize,
-    /// How long one batch may take to commit before its callers get
+    /// How long a caller waits for its record's batch to commit before it gets
     /// [`StoreError::Unavailable`]. The batch may still commit after that (the answer was
     /// already "failed", so the request was refused: fail closed, at worst an extra record).
     pub commit_timeout: Duration,
@@ -29,14 +33,30 @@ impl Default for AuditWriterConfig {
     }
 }
 
+/// A backend that appends a batch synchronously, on the calling thread, with the same contract as
+/// [`AuditStore::append_batch`]: all records linked and committed, or none. The
+/// [`AuditWriter`] calls it from a thread of its own.
+pub trait BlockingAppend: Send + Sync + 'static {
+    /// Appends `records` in order as one transaction.
+    fn append_blocking(&self, records: Vec<AuditRecord>) -> Result<(), StoreError>;
+}
+
 struct Pending {
     record: AuditRecord,
     done: oneshot::Sender<Result<(), StoreError>>,
 }
 
-struct Background {
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<()>,
+// Boxing the record would cost an allocation per append to shrink a message sent once.
+#[allow(clippy::large_enum_variant)]
+enum Job {
+    Append(Pending),
+    /// Sent by [`AuditWriter::shutdown`]: close the queue, commit what is in it, end.
+    Stop,
+}
+
+enum Background {
+    Task(JoinHandle<()>),
+    Thread(oneshot::Receiver<()>),
 }
 
 /// Group commit in front of an [`AuditStore`]. Cheap to share behind an `Arc`.
@@ -44,7 +64,8 @@ struct Background {
 /// **Invariant:** [`append`](AuditWriter::append) returns `Ok` only after the batch holding its
 /// record committed; if that batch fails, every caller in it gets the error.
 pub struct AuditWriter {
-    queue: mpsc::Sender<Pending>,
+    queue: mpsc::Sender<Job>,
+    commit_timeout: Duration,
     background: Mutex<Option<Background>>,
 }
 
@@ -58,80 +79,130 @@ impl std::fmt::Debug for AuditWriter {
 }
 
 impl AuditWriter {
-    /// Starts the background task that drains the queue into `store`. Call inside a Tokio runtime.
+    /// Starts what drains the queue into `store`: a thread when the store offers a
+    /// [`BlockingAppend`], else a Tokio task. Call inside a Tokio runtime.
     pub fn new(store: Arc<dyn AuditStore>, config: AuditWriterConfig) -> Self {
         let max_batch = config.max_batch.max(1);
         let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(run(store, receiver, stopped, max_batch, config.commit_timeout));
-        AuditWriter { queue, background: Mutex::new(Some(Background { stop, task })) }
+        let background = match store.blocking_append() {
+            Some(appender) => {
+                let (ended, thread_ended) = oneshot::channel();
+                let spawned = std::thread::Builder::new().name("palisade-audit".into()).spawn(move || {
+                    run_blocking(appender.as_ref(), receiver, max_batch);
+                    let _ = ended.send(());
+                });
+                match spawned {
+                    Ok(_) => Background::Thread(thread_ended),
+                    // No thread: the receiver is gone with the closure, so every append fails
+                    // with `Closed` (fail closed) and the error is in the log.
+                    Err(error) => {
+                        tracing::error!(%error, "could not start the audit writer thread");
+                        Background::Thread(thread_ended)
+                    }
+                }
+            }
+            None => Background::Task(tokio::spawn(run(store, receiver, max_batch, config.commit_timeout))),
+        };
+        AuditWriter { queue, commit_timeout: config.commit_timeout, background: Mutex::new(Some(background)) }
     }
 
     /// Appends `record` and resolves once the batch containing it committed. Fails with
     /// [`StoreError::InvalidRecord`] (nothing queued) for a record the store would refuse, with the
-    /// batch's error if the store failed, and with [`StoreError::Closed`] after shutdown.
+    /// batch's error if the store failed, with [`StoreError::Unavailable`] when the commit takes
+    /// longer than the configured timeout, and with [`StoreError::Closed`] after shutdown.
     ///
     /// Dropping the future after the record was queued does not withdraw it.
     pub async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
         record.validate()?;
         let (done, answer) = oneshot::channel();
-        self.queue.send(Pending { record, done }).await.map_err(|_| StoreError::Closed)?;
-        answer.await.unwrap_or(Err(StoreError::Closed))
+        self.queue.send(Job::Append(Pending { record, done })).await.map_err(|_| StoreError::Closed)?;
+        match tokio::time::timeout(self.commit_timeout, answer).await {
+            Ok(answer) => answer.unwrap_or(Err(StoreError::Closed)),
+            Err(_) => Err(StoreError::unavailable("append (commit timed out)")),
+        }
     }
 
     /// Stops accepting appends, commits everything already queued (answering its callers), and
-    /// waits for the background task to end. Later appends fail with [`StoreError::Closed`].
-    /// Calling it again returns at once.
+    /// waits for the background task or thread to end. Later appends fail with
+    /// [`StoreError::Closed`]. Calling it again returns at once.
     pub async fn shutdown(&self) {
         let background = match self.background.lock() {
             Ok(mut guard) => guard.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         };
-        let Some(Background { stop, task }) = background else { return };
-        let _ = stop.send(());
-        if let Err(error) = task.await {
-            tracing::error!(%error, "audit writer task ended abnormally");
+        let Some(background) = background else { return };
+        // Fails only when the queue is already closed (the background ended).
+        let _ = self.queue.send(Job::Stop).await;
+        match background {
+            Background::Task(task) => {
+                if let Err(error) = task.await {
+                    tracing::error!(%error, "audit writer task ended abnormally");
+                }
+            }
+            Background::Thread(ended) => {
+                if ended.await.is_err() {
+                    tracing::error!("audit writer thread ended abnormally");
+                }
+            }
         }
     }
 }
 
 async fn run(
     store: Arc<dyn AuditStore>,
-    mut receiver: mpsc::Receiver<Pending>,
-    mut stop: oneshot::Receiver<()>,
+    mut receiver: mpsc::Receiver<Job>,
     max_batch: usize,
     commit_timeout: Duration,
 ) {
-    let mut pending = Vec::with_capacity(max_batch);
-    let mut stopping = false;
-    loop {
-        let received = tokio::select! {
-            biased;
-            // A dropped writer also ends the wait: then the queue closes on its own as well.
-            _ = &mut stop, if !stopping => {
-                stopping = true;
-                receiver.close();
-                continue;
-            }
-            received = receiver.recv_many(&mut pending, max_batch) => received,
-        };
-        // 0 only once the queue is closed and drained.
-        if received == 0 {
-            break;
+    let mut jobs = Vec::with_capacity(max_batch);
+    // 0 only once the queue is closed and drained; a dropped writer closes it as well.
+    while receiver.recv_many(&mut jobs, max_batch).await > 0 {
+        let (records, waiters) = take_batch(&mut jobs, &mut receiver);
+        if records.is_empty() {
+            continue;
         }
-        commit(store.as_ref(), &mut pending, commit_timeout).await;
+        let count = records.len();
+        let result = match tokio::time::timeout(commit_timeout, store.append_batch(records)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::unavailable("append (commit timed out)")),
+        };
+        answer(waiters, count, result);
     }
 }
 
-/// Commits what is pending as one batch and answers each caller with the batch's result.
-async fn commit(store: &dyn AuditStore, pending: &mut Vec<Pending>, commit_timeout: Duration) {
-    let (records, waiters): (Vec<AuditRecord>, Vec<oneshot::Sender<Result<(), StoreError>>>) =
-        pending.drain(..).map(|pending| (pending.record, pending.done)).unzip();
-    let count = records.len();
-    let result = match tokio::time::timeout(commit_timeout, store.append_batch(records)).await {
-        Ok(result) => result,
-        Err(_) => Err(StoreError::unavailable("append (commit timed out)")),
-    };
+fn run_blocking(appender: &dyn BlockingAppend, mut receiver: mpsc::Receiver<Job>, max_batch: usize) {
+    let mut jobs = Vec::with_capacity(max_batch);
+    while receiver.blocking_recv_many(&mut jobs, max_batch) > 0 {
+        let (records, waiters) = take_batch(&mut jobs, &mut receiver);
+        if records.is_empty() {
+            continue;
+        }
+        let count = records.len();
+        answer(waiters, count, appender.append_blocking(records));
+    }
+}
+
+type Waiter = oneshot::Sender<Result<(), StoreError>>;
+
+/// Splits received jobs into one batch and its callers; a stop closes the queue (what is already
+/// in it still arrives and is committed).
+fn take_batch(jobs: &mut Vec<Job>, receiver: &mut mpsc::Receiver<Job>) -> (Vec<AuditRecord>, Vec<Waiter>) {
+    let mut records = Vec::with_capacity(jobs.len());
+    let mut waiters = Vec::with_capacity(jobs.len());
+    for job in jobs.drain(..) {
+        match job {
+            Job::Append(pending) => {
+                records.push(pending.record);
+                waiters.push(pending.done);
+            }
+            Job::Stop => receiver.close(),
+        }
+    }
+    (records, waiters)
+}
+
+/// Answers each caller of a batch with the batch's result.
+fn answer(waiters: Vec<Waiter>, count: usize, result: Result<(), StoreError>) {
     match &result {
         Ok(()) => tracing::trace!(records = count, "audit batch committed"),
         Err(error) => tracing::warn!(%error, records = count, "audit batch failed; its callers fail closed"),
@@ -334,5 +405,160 @@ mod tests {
         let config = AuditWriterConfig { commit_timeout: Duration::from_millis(200), ..AuditWriterConfig::default() };
         let writer = AuditWriter::new(store, config);
         assert!(matches!(writer.append(record(0)).await, Err(StoreError::Unavailable { .. })));
+    }
+
+    /// The thread mode: a backend whose appends are synchronous, optionally held at a gate.
+    #[derive(Debug, Default)]
+    struct BlockingFake {
+        entered: Mutex<Vec<usize>>,
+        batches: Mutex<Vec<Vec<AuditRecord>>>,
+        fail: AtomicBool,
+        /// While `true`, appends wait (a closed gate).
+        gate: (Mutex<bool>, std::sync::Condvar),
+        threads: Mutex<Vec<String>>,
+    }
+
+    impl BlockingAppend for BlockingFake {
+        fn append_blocking(&self, records: Vec<AuditRecord>) -> Result<(), StoreError> {
+            self.entered.lock().unwrap().push(records.len());
+            self.threads.lock().unwrap().push(std::thread::current().name().unwrap_or("").to_owned());
+            let (closed, opened) = &self.gate;
+            let mut closed = closed.lock().unwrap();
+            while *closed {
+                closed = opened.wait(closed).unwrap();
+            }
+            if self.fail.load(Ordering::SeqCst) {
+                return Err(StoreError::unavailable("append"));
+            }
+            self.batches.lock().unwrap().push(records);
+            Ok(())
+        }
+    }
+
+    impl BlockingFake {
+        fn open_gate(&self) {
+            *self.gate.0.lock().unwrap() = false;
+            self.gate.1.notify_all();
+        }
+    }
+
+    /// An `AuditStore` whose async path must never be used: the writer has to take the blocking one.
+    #[derive(Debug)]
+    struct ThreadModeStore(Arc<BlockingFake>);
+
+    impl AuditStore for ThreadModeStore {
+        fn append_batch(&self, _: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
+            Box::pin(async { panic!("the writer used the async path of a store that offers a blocking one") })
+        }
+        fn blocking_append(&self) -> Option<Arc<dyn BlockingAppend>> {
+            Some(self.0.clone())
+        }
+        fn verify_chain(&self) -> StoreFuture<'_, ChainReport> {
+            Box::pin(async { Err(StoreError::unavailable("verify")) })
+        }
+        fn recent(&self, _limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn ping(&self) -> StoreFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+            Box::pin(async {})
+        }
+    }
+
+    fn thread_mode(gate_closed: bool) -> (Arc<BlockingFake>, Arc<AuditWriter>) {
+        let fake = Arc::new(BlockingFake::default());
+        *fake.gate.0.lock().unwrap() = gate_closed;
+        let writer = Arc::new(AuditWriter::new(Arc::new(ThreadModeStore(fake.clone())), AuditWriterConfig::default()));
+        (fake, writer)
+    }
+
+    async fn wait_until_blocked(fake: &BlockingFake, writer: &AuditWriter, total: usize) -> usize {
+        loop {
+            let first = fake.entered.lock().unwrap().first().copied();
+            if let Some(first) = first
+                && first + queued(writer) == total
+            {
+                return first;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thread_mode_groups_appends_queued_during_a_commit_on_its_own_thread() {
+        let (fake, writer) = thread_mode(true);
+        let first = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.append(record(0)).await }
+        });
+        assert_eq!(wait_until_blocked(&fake, &writer, 1).await, 1);
+        let mut rest = Vec::new();
+        for n in 1..=40 {
+            let writer = writer.clone();
+            rest.push(tokio::spawn(async move { writer.append(record(n)).await }));
+        }
+        wait_until_blocked(&fake, &writer, 41).await;
+        fake.open_gate();
+        first.await.unwrap().unwrap();
+        for task in rest {
+            task.await.unwrap().unwrap();
+        }
+        let sizes: Vec<usize> = fake.batches.lock().unwrap().iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![1, 40]);
+        assert!(fake.threads.lock().unwrap().iter().all(|name| name == "palisade-audit"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thread_mode_fails_every_caller_of_a_failed_batch() {
+        let (fake, writer) = thread_mode(false);
+        fake.fail.store(true, Ordering::SeqCst);
+        let mut tasks = Vec::new();
+        for n in 0..30 {
+            let writer = writer.clone();
+            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
+        }
+        for task in tasks {
+            assert!(matches!(task.await.unwrap(), Err(StoreError::Unavailable { .. })));
+        }
+        assert!(fake.batches.lock().unwrap().is_empty());
+        fake.fail.store(false, Ordering::SeqCst);
+        writer.append(record(99)).await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thread_mode_shutdown_flushes_what_was_queued_then_refuses() {
+        let (fake, writer) = thread_mode(true);
+        let mut tasks = Vec::new();
+        for n in 0..10 {
+            let writer = writer.clone();
+            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
+        }
+        wait_until_blocked(&fake, &writer, 10).await;
+        let shutdown = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.shutdown().await }
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!shutdown.is_finished(), "shutdown returned while a batch was still committing");
+        fake.open_gate();
+        shutdown.await.unwrap();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        assert_eq!(fake.batches.lock().unwrap().iter().map(Vec::len).sum::<usize>(), 10);
+        assert!(matches!(writer.append(record(11)).await, Err(StoreError::Closed)));
+        writer.shutdown().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thread_mode_caller_gives_up_after_the_commit_timeout() {
+        let fake = Arc::new(BlockingFake::default());
+        *fake.gate.0.lock().unwrap() = true;
+        let config = AuditWriterConfig { commit_timeout: Duration::from_millis(100), ..AuditWriterConfig::default() };
+        let writer = AuditWriter::new(Arc::new(ThreadModeStore(fake.clone())), config);
+        assert!(matches!(writer.append(record(0)).await, Err(StoreError::Unavailable { .. })));
+        fake.open_gate();
     }
 }
