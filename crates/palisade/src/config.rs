@@ -61,6 +61,29 @@ pub struct RawConfig {
     /// The 2025-era session wire beside 2026-07-28.
     #[serde(default)]
     pub legacy: RawLegacy,
+    /// OpenTelemetry trace export.
+    #[serde(default)]
+    pub telemetry: RawTelemetry,
+}
+
+/// `[telemetry]`. Collector credentials are never read from the file: see
+/// `PALISADE_TELEMETRY_OTLP_HEADERS` and `otlp_headers_file`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTelemetry {
+    /// OTLP/HTTP (protobuf) collector base URL, e.g. `http://127.0.0.1:4318`; `/v1/traces` is
+    /// appended unless the path already ends with it. Unset: no export.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans. Default `palisade`.
+    pub service_name: Option<String>,
+    /// Fraction of new traces sampled, 0.0–1.0. Default 1.0. A continued trace follows the
+    /// caller's sampled flag.
+    pub sampling_ratio: Option<f64>,
+    /// A file of `Name: value` lines sent as headers to the collector (credentials).
+    pub otlp_headers_file: Option<PathBuf>,
+    /// `PALISADE_TELEMETRY_OTLP_HEADERS` (environment only): `name=value` pairs, comma-separated.
+    #[serde(skip)]
+    pub otlp_headers: Option<String>,
 }
 
 /// `[legacy]`
@@ -280,6 +303,125 @@ pub struct Settings {
     pub killswitch: KillSwitchSettings,
     /// The 2025-era session wire.
     pub legacy: LegacyConfig,
+    /// Trace export, when a collector is configured.
+    pub telemetry: Option<TelemetrySettings>,
+}
+
+/// Validated trace export settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TelemetrySettings {
+    /// The full OTLP/HTTP traces URL (`…/v1/traces`).
+    pub traces_url: String,
+    /// `service.name`.
+    pub service_name: String,
+    /// Ratio of new traces sampled.
+    pub sampling_ratio: f64,
+    /// Headers for the collector (secrets: never printed).
+    pub headers: CollectorHeaders,
+}
+
+/// Collector headers. `Debug` shows the names only; values may be credentials.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct CollectorHeaders(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for CollectorHeaders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|(name, _)| format!("{name}: <redacted>"))).finish()
+    }
+}
+
+/// The largest header file read.
+const MAX_HEADERS_FILE_BYTES: u64 = 64 * 1024;
+
+/// Checks one collector header. Errors never echo the value.
+fn collector_header(key: &str, name: &str, value: &str) -> Result<(String, String), ConfigError> {
+    let name = name.trim();
+    let value = value.trim();
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(token) {
+        return Err(bad(key, "a header name is empty or not an HTTP token"));
+    }
+    if value.is_empty() || !value.chars().all(|c| c == '\t' || (' '..='~').contains(&c)) {
+        return Err(bad(key, format!("the value of header `{name}` is empty or not visible ASCII")));
+    }
+    Ok((name.to_ascii_lowercase(), value.to_owned()))
+}
+
+/// `name=value,name=value` (the environment form).
+fn parse_header_pairs(key: &str, text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    text.split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').ok_or_else(|| bad(key, "expected name=value pairs"))?;
+            collector_header(key, name, value)
+        })
+        .collect()
+}
+
+/// `Name: value` lines; blank lines and `#` comments ignored (the file form).
+fn parse_header_lines(key: &str, text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    text.lines()
+        .filter(|line| !line.trim().is_empty() && !line.trim_start().starts_with('#'))
+        .map(|line| {
+            let (name, value) = line.split_once(':').ok_or_else(|| bad(key, "expected `Name: value` lines"))?;
+            collector_header(key, name, value)
+        })
+        .collect()
+}
+
+/// The traces URL of an OTLP/HTTP endpoint: http(s), a host, no credentials, query or fragment;
+/// `/v1/traces` appended to a base URL.
+fn traces_url(key: &str, endpoint: &str) -> Result<String, ConfigError> {
+    let mut url = url::Url::parse(endpoint.trim()).map_err(|_| bad(key, "must be an absolute http(s) URL"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none_or(str::is_empty) {
+        return Err(bad(key, "must be an http:// or https:// URL with a host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(bad(key, "must not carry credentials; use PALISADE_TELEMETRY_OTLP_HEADERS or otlp_headers_file"));
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err(bad(key, "must not have a query or a fragment"));
+    }
+    if !url.path().ends_with("/v1/traces") {
+        let path = format!("{}/v1/traces", url.path().trim_end_matches('/'));
+        url.set_path(&path);
+    }
+    Ok(url.into())
+}
+
+fn validate_telemetry(raw: RawTelemetry) -> Result<Option<TelemetrySettings>, ConfigError> {
+    let service_name = raw.service_name.unwrap_or_else(|| "palisade".into());
+    if service_name.trim().is_empty() || service_name.len() > 255 || service_name.chars().any(char::is_control) {
+        return Err(bad("telemetry.service_name", "must be 1-255 printable characters"));
+    }
+    let sampling_ratio = raw.sampling_ratio.unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&sampling_ratio) {
+        return Err(bad("telemetry.sampling_ratio", "must be between 0.0 and 1.0"));
+    }
+    let mut headers = Vec::new();
+    if let Some(text) = &raw.otlp_headers {
+        headers.extend(parse_header_pairs("PALISADE_TELEMETRY_OTLP_HEADERS", text)?);
+    }
+    if let Some(path) = &raw.otlp_headers_file {
+        use std::io::Read as _;
+        let key = "telemetry.otlp_headers_file";
+        let file = std::fs::File::open(path).map_err(|e| bad(key, format!("cannot read {}: {e}", path.display())))?;
+        let mut text = String::new();
+        file.take(MAX_HEADERS_FILE_BYTES + 1)
+            .read_to_string(&mut text)
+            .map_err(|_| bad(key, format!("{} is not readable UTF-8 text", path.display())))?;
+        if text.len() as u64 > MAX_HEADERS_FILE_BYTES {
+            return Err(bad(key, "is larger than 64 KiB"));
+        }
+        headers.extend(parse_header_lines(key, &text)?);
+    }
+    let Some(endpoint) = raw.otlp_endpoint else { return Ok(None) };
+    Ok(Some(TelemetrySettings {
+        traces_url: traces_url("telemetry.otlp_endpoint", &endpoint)?,
+        service_name,
+        sampling_ratio,
+        headers: CollectorHeaders(headers),
+    }))
 }
 
 fn validate_legacy(raw: RawLegacy) -> Result<LegacyConfig, ConfigError> {
@@ -472,6 +614,23 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
     if let Some(v) = env("PALISADE_HANDLES_SUBJECT_KEY_FILE") {
         raw.handles.subject_key_file = Some(v.into());
     }
+    if let Some(v) = env("PALISADE_TELEMETRY_OTLP_ENDPOINT") {
+        raw.telemetry.otlp_endpoint = Some(v);
+    }
+    if let Some(v) = env("PALISADE_TELEMETRY_SERVICE_NAME") {
+        raw.telemetry.service_name = Some(v);
+    }
+    if let Some(v) = env("PALISADE_TELEMETRY_SAMPLING_RATIO") {
+        let ratio =
+            v.trim().parse::<f64>().map_err(|_| bad("PALISADE_TELEMETRY_SAMPLING_RATIO", "must be a number"))?;
+        raw.telemetry.sampling_ratio = Some(ratio);
+    }
+    if let Some(v) = env("PALISADE_TELEMETRY_OTLP_HEADERS_FILE") {
+        raw.telemetry.otlp_headers_file = Some(v.into());
+    }
+    if let Some(v) = env("PALISADE_TELEMETRY_OTLP_HEADERS") {
+        raw.telemetry.otlp_headers = Some(v);
+    }
     Ok(())
 }
 
@@ -569,8 +728,10 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         handle_policies.insert(object_type, policy);
     }
     let legacy = validate_legacy(raw.legacy)?;
+    let telemetry = validate_telemetry(raw.telemetry)?;
     Ok(Settings {
         legacy,
+        telemetry,
         app,
         listen,
         public_url,
@@ -669,6 +830,20 @@ mod tests {
             ("[legacy]\nidle_timeout_secs = 1", "legacy.idle_timeout_secs"),
             ("[legacy]\nidle_timeout_secs = 600\nabsolute_timeout_secs = 60", "legacy.absolute_timeout_secs"),
             ("[legacy]\nsticky = true", "sticky"),
+            ("[telemetry]\notlp_endpoint = \"\"", "telemetry.otlp_endpoint"),
+            ("[telemetry]\notlp_endpoint = \"collector:4318\"", "telemetry.otlp_endpoint"),
+            ("[telemetry]\notlp_endpoint = \"grpc://collector:4317\"", "telemetry.otlp_endpoint"),
+            ("[telemetry]\notlp_endpoint = \"file:///tmp/spans\"", "telemetry.otlp_endpoint"),
+            ("[telemetry]\notlp_endpoint = \"http://user:secret@collector:4318\"", "telemetry.otlp_endpoint"),
+            ("[telemetry]\notlp_endpoint = \"http://collector:4318/?token=x\"", "telemetry.otlp_endpoint"),
+            ("[telemetry]\nservice_name = \"\"", "telemetry.service_name"),
+            ("[telemetry]\nsampling_ratio = 1.5", "telemetry.sampling_ratio"),
+            ("[telemetry]\nsampling_ratio = -0.1", "telemetry.sampling_ratio"),
+            ("[telemetry]\nsampling_ratio = nan", "telemetry.sampling_ratio"),
+            ("[telemetry]\notlp_headers_file = \"/nonexistent/otlp-headers\"", "telemetry.otlp_headers_file"),
+            // Collector credentials never come from the file itself.
+            ("[telemetry]\notlp_headers = \"authorization=x\"", "otlp_headers"),
+            ("[telemetry]\nendpoint = \"http://collector:4318\"", "endpoint"),
         ] {
             let error = check(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");
@@ -688,6 +863,94 @@ mod tests {
         assert!(!custom.enabled);
         assert_eq!(custom.versions, ["2025-06-18"]);
         assert_eq!((custom.idle_timeout.as_secs(), custom.absolute_timeout.as_secs()), (60, 3600));
+    }
+
+    #[test]
+    fn telemetry_is_off_by_default_and_appends_the_traces_path() {
+        assert_eq!(check("").unwrap().telemetry, None);
+        assert_eq!(check("[telemetry]\nsampling_ratio = 0.5").unwrap().telemetry, None);
+        for (endpoint, url) in [
+            ("http://127.0.0.1:4318", "http://127.0.0.1:4318/v1/traces"),
+            ("http://127.0.0.1:4318/", "http://127.0.0.1:4318/v1/traces"),
+            ("https://otel.example.com/otlp/", "https://otel.example.com/otlp/v1/traces"),
+            ("https://otel.example.com/v1/traces", "https://otel.example.com/v1/traces"),
+        ] {
+            let settings = check(&format!("[telemetry]\notlp_endpoint = \"{endpoint}\"")).unwrap();
+            let telemetry = settings.telemetry.unwrap();
+            assert_eq!(telemetry.traces_url, url);
+            assert_eq!(telemetry.service_name, "palisade");
+            assert!((telemetry.sampling_ratio - 1.0).abs() < f64::EPSILON);
+            assert!(telemetry.headers.0.is_empty());
+        }
+    }
+
+    #[test]
+    fn telemetry_from_the_environment_and_headers_never_shown() {
+        let env = |key: &str| match key {
+            "PALISADE_TELEMETRY_OTLP_ENDPOINT" => Some("http://127.0.0.1:4318".to_owned()),
+            "PALISADE_TELEMETRY_SERVICE_NAME" => Some("edge".to_owned()),
+            "PALISADE_TELEMETRY_SAMPLING_RATIO" => Some("0.25".to_owned()),
+            "PALISADE_TELEMETRY_OTLP_HEADERS" => Some("Authorization=Bearer very-secret==, x-tenant=a".to_owned()),
+            _ => None,
+        };
+        let mut raw = parse("[telemetry]\notlp_endpoint = \"https://elsewhere:4318\"").unwrap();
+        apply_env(&mut raw, &env).unwrap();
+        let settings = validate(raw).unwrap();
+        let telemetry = settings.telemetry.clone().unwrap();
+        assert_eq!(telemetry.traces_url, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(telemetry.service_name, "edge");
+        assert!((telemetry.sampling_ratio - 0.25).abs() < f64::EPSILON);
+        assert_eq!(
+            telemetry.headers.0,
+            [("authorization".to_owned(), "Bearer very-secret==".to_owned()), ("x-tenant".to_owned(), "a".to_owned())]
+        );
+        // `palisade config check` prints the settings: header names only.
+        let shown = format!("{settings:#?}");
+        assert!(shown.contains("authorization") && !shown.contains("very-secret"), "{shown}");
+
+        for (key, value, expected) in [
+            ("PALISADE_TELEMETRY_SAMPLING_RATIO", "often", "PALISADE_TELEMETRY_SAMPLING_RATIO"),
+            ("PALISADE_TELEMETRY_SAMPLING_RATIO", "2", "telemetry.sampling_ratio"),
+            ("PALISADE_TELEMETRY_OTLP_ENDPOINT", "ftp://collector", "telemetry.otlp_endpoint"),
+            ("PALISADE_TELEMETRY_OTLP_HEADERS", "Bearer very-secret", "PALISADE_TELEMETRY_OTLP_HEADERS"),
+            ("PALISADE_TELEMETRY_OTLP_HEADERS", "authorization=very-secret\u{7f}", "PALISADE_TELEMETRY_OTLP_HEADERS"),
+            ("PALISADE_TELEMETRY_OTLP_HEADERS", "bad name=very-secret", "PALISADE_TELEMETRY_OTLP_HEADERS"),
+        ] {
+            let bad_env = |k: &str| (k == key).then(|| value.to_owned());
+            let mut raw = RawConfig::default();
+            let error = apply_env(&mut raw, &bad_env).and_then(|()| validate(raw).map(drop)).unwrap_err();
+            assert_eq!(error.key, expected, "{key}={value}");
+            assert!(!error.to_string().contains("very-secret"), "a header value is never echoed: {error}");
+        }
+    }
+
+    #[test]
+    fn collector_headers_from_a_file() {
+        let dir = std::env::temp_dir().join(format!("palisade-config-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("headers");
+        std::fs::write(&good, "# collector credentials\nAuthorization: Basic dXNlcjpwYXNz\n\nX-Scope-OrgID: shop\n")
+            .unwrap();
+        let bad = dir.join("bad-headers");
+        std::fs::write(&bad, "Authorization Basic very-secret\n").unwrap();
+        let config = |file: &std::path::Path| {
+            format!(
+                "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\notlp_headers_file = \"{}\"",
+                file.display()
+            )
+        };
+        let headers = check(&config(&good)).unwrap().telemetry.unwrap().headers;
+        assert_eq!(
+            headers.0,
+            [
+                ("authorization".to_owned(), "Basic dXNlcjpwYXNz".to_owned()),
+                ("x-scope-orgid".to_owned(), "shop".to_owned())
+            ]
+        );
+        let error = check(&config(&bad)).unwrap_err();
+        assert_eq!(error.key, "telemetry.otlp_headers_file");
+        assert!(!error.to_string().contains("very-secret"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod config;
 mod killswitch_cli;
+mod telemetry;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -219,13 +220,26 @@ struct ServeArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Logs go to stderr, always: on stdio, stdout carries MCP messages only.
-    tracing_subscriber::fmt()
-        .json()
-        .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("PALISADE_LOG").unwrap_or_else(|_| "info".into()))
-        .init();
     palisade_auth::install_crypto_provider();
+    // `serve` reads its settings before logging starts: trace export, when configured, is a
+    // layer of the subscriber. Its exporter is built outside the runtime (it runs on a thread
+    // of its own).
+    let serve_settings = match &cli.command {
+        Command::Serve(args) => match settings(args.config.as_deref(), Some(args)) {
+            Ok(settings) => Some(settings),
+            Err(error) => return exit_code(&error),
+        },
+        _ => None,
+    };
+    let telemetry = match serve_settings.as_ref().and_then(|settings| settings.telemetry.as_ref()) {
+        Some(settings) => match telemetry::Telemetry::start(settings) {
+            Ok(telemetry) => Some(telemetry),
+            Err(error) => return exit_code(&error),
+        },
+        None => None,
+    };
+    // Logs go to stderr, always: on stdio, stdout carries MCP messages only.
+    telemetry::init(telemetry.as_ref());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -235,7 +249,10 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve(args).await,
+            Command::Serve(args) => match serve_settings {
+                Some(settings) => serve(args, settings).await,
+                None => Err(anyhow::anyhow!("serve without settings")),
+            },
             Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
             Command::Dev { command: DevCommand::Token(args) } => dev_token(args),
             Command::Audit { command: AuditCommand::Verify { config } } => audit_verify(config.as_deref()).await,
@@ -248,18 +265,27 @@ fn main() -> ExitCode {
             Command::Authority { command } => killswitch_cli::authority(command).await,
         }
     });
+    // Every serve exit, graceful or not, flushes the spans still queued.
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     match result {
         Ok(code) => code,
-        Err(error) => match error.downcast_ref::<config::ConfigError>() {
-            Some(config_error) => {
-                eprintln!("error: {config_error}");
-                ExitCode::from(2)
-            }
-            None => {
-                eprintln!("error: {error:#}");
-                ExitCode::FAILURE
-            }
-        },
+        Err(error) => exit_code(&error),
+    }
+}
+
+/// Reports an error: exit 2 for a configuration error (it names the key), 1 otherwise.
+fn exit_code(error: &anyhow::Error) -> ExitCode {
+    match error.downcast_ref::<config::ConfigError>() {
+        Some(config_error) => {
+            eprintln!("error: {config_error}");
+            ExitCode::from(2)
+        }
+        None => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -564,8 +590,7 @@ fn environment_authenticator() -> anyhow::Result<Authenticator> {
     }))
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let settings = settings(args.config.as_deref(), Some(&args))?;
+async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> {
     let app_name = app_name(settings.app);
     let authenticator = match (&settings.auth_mode, args.stdio) {
         (AuthMode::None, _) => {

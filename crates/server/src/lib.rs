@@ -24,6 +24,7 @@ pub mod secret;
 pub mod sessions;
 pub mod stdio;
 pub mod tasks;
+pub mod telemetry;
 
 pub use config::{LegacyConfig, ServerConfig};
 pub use content::{CallToolResult, Content, GetPromptResult, PromptMessage, ResourceContents};

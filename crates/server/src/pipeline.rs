@@ -249,17 +249,26 @@ struct AuditTrail<'a> {
     /// Digest prefixes of the handles involved, and their policy versions.
     detail: Option<String>,
     policy_version: Option<String>,
+    /// The request's trace span (disabled unless trace export is on; see [`crate::telemetry`]).
+    span: tracing::Span,
 }
 
 impl<'a> AuditTrail<'a> {
     fn new(server: &'a Server, method: &str) -> Self {
-        let mut bytes = [0u8; 16];
-        // A trace id is not a secret; an RNG failure only costs uniqueness.
-        let _ = aws_lc_rs::rand::fill(&mut bytes);
-        let trace_id = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Self::traced(server, method, tracing::Span::none(), None)
+    }
+
+    /// A trail whose trace id is the span's when trace export is on, else a fresh random one.
+    fn traced(server: &'a Server, method: &str, span: tracing::Span, trace_id: Option<String>) -> Self {
+        let trace_id = trace_id.unwrap_or_else(|| {
+            let mut bytes = [0u8; 16];
+            // A trace id is not a secret; an RNG failure only costs uniqueness.
+            let _ = aws_lc_rs::rand::fill(&mut bytes);
+            bytes.iter().map(|b| format!("{b:02x}")).collect()
+        });
         // Until classification, the operation is the method name as sent, cut to a sane length.
         let operation = method.chars().take(64).collect();
-        Self { server, trace_id, operation, principal: None, detail: None, policy_version: None }
+        Self { server, trace_id, operation, principal: None, detail: None, policy_version: None, span }
     }
 
     fn principal(&mut self, principal: &Arc<VerifiedPrincipal>) {
@@ -268,6 +277,7 @@ impl<'a> AuditTrail<'a> {
 
     fn operation(&mut self, operation: &OperationKey) {
         self.operation = operation.to_string();
+        crate::telemetry::operation(&self.span, &self.operation);
     }
 
     fn record(&self, stage: &str, decision: Decision, code: Option<i64>) -> AuditRecord {
@@ -292,6 +302,7 @@ impl<'a> AuditTrail<'a> {
     /// Records the allow decision; an error means it is not durable and the request must stop.
     async fn allow(&self, stage: &str) -> Result<(), ProtocolError> {
         self.server.metrics.observe_decision(stage, "allow");
+        crate::telemetry::decision(&self.span, stage, "allow", None);
         // Allows are the common case and are in the audit log: debug level keeps the log cheap.
         tracing::debug!(trace_id = %self.trace_id, stage, decision = "allow", operation = %self.operation, "decision");
         let Some(writer) = &self.server.audit else { return Ok(()) };
@@ -315,6 +326,7 @@ impl<'a> AuditTrail<'a> {
         challenge: Option<String>,
     ) -> Reply {
         self.server.metrics.observe_decision(stage, "deny");
+        crate::telemetry::decision(&self.span, stage, "deny", Some(error.code()));
         tracing::info!(trace_id = %self.trace_id, stage, decision = "deny", code = error.code(), operation = %self.operation, "decision");
         if let Some(writer) = &self.server.audit
             && let Err(audit_error) = writer.append(self.record(stage, Decision::Deny, Some(error.code()))).await
@@ -566,6 +578,8 @@ impl Server {
         self.run(request, headers, Some(LegacyWire { session }), sink, cancel).await
     }
 
+    /// Runs the stages inside the request's trace span (when trace export is on), whose trace
+    /// id is the audit trace id.
     async fn run(
         &self,
         request: Request,
@@ -574,8 +588,27 @@ impl Server {
         sink: NotificationSink,
         cancel: CancellationToken,
     ) -> Reply {
+        let (span, trace_id) = crate::telemetry::request_span(&request.method, &request.params);
+        let mut audit = AuditTrail::traced(self, &request.method, span.clone(), trace_id);
+        let stages = self.stages(request, headers, legacy, sink, cancel, &mut audit);
+        if span.is_disabled() {
+            return stages.await;
+        }
+        let reply = tracing::Instrument::instrument(stages, span.clone()).await;
+        crate::telemetry::finish(&span, &reply);
+        reply
+    }
+
+    async fn stages(
+        &self,
+        request: Request,
+        headers: Option<&TransportHeaders>,
+        legacy: Option<LegacyWire<'_>>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+        audit: &mut AuditTrail<'_>,
+    ) -> Reply {
         let id = request.id.clone();
-        let mut audit = AuditTrail::new(self, &request.method);
         // 1. envelope. The order is the one the spec's probes pin down: `_meta` shape, then
         //    transport headers against the body, then version support, then the method.
         //    2025-era requests carry no `_meta`: theirs comes from the session (stage 2b).
@@ -633,7 +666,7 @@ impl Server {
             return audit.refuse(&id, "authorize", &error, refusal.challenge).await;
         }
         // 6. handles: every declared handle argument, resolved with its per-use checks.
-        let resolved = match self.resolve_handles(&operation, &principal, &request.params, &mut audit).await {
+        let resolved = match self.resolve_handles(&operation, &principal, &request.params, audit).await {
             Ok(resolved) => resolved,
             Err(error) => return audit.refuse(&id, "handles", &error, None).await,
         };

@@ -47,10 +47,16 @@ impl Palisade {
 
     /// Starts `palisade serve --app APP` on `127.0.0.1:0` with a fresh data directory.
     pub fn start_app(app: &str, extra: &[&str]) -> Self {
+        Self::start_app_env(app, extra, &[])
+    }
+
+    /// [`start_app`](Self::start_app) with extra environment variables.
+    pub fn start_app_env(app: &str, extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let data_dir = TempDir::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
             .args(["serve", "--app", app, "--listen", "127.0.0.1:0", "--data-dir", data_dir.path()])
             .args(extra)
+            .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -11,3 +11,4 @@ mod killswitch;
 mod rmcp_client;
 mod schema;
 mod stdio;
+mod telemetry;
