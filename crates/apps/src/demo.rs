@@ -317,7 +317,7 @@ async fn checkout(ctx: RequestContext, baskets: Arc<Baskets>, orders: Option<Ord
     let mut id = [0u8; 16];
     palisade_server::secret::fill_random(&mut id).map_err(|_| ProtocolError::Internal)?;
     let order = PlacedOrder {
-        id: id.iter().map(|b| format!("{b:02x}")).collect(),
+        id: palisade_wire::hex(&id),
         tenant: tenant.clone(),
         owner: owner_of(ctx.principal()),
         basket: basket_ref.clone(),
@@ -380,7 +380,7 @@ pub fn app_with_orders(orders: Option<Orders>) -> App {
                         let tenant = tenant_of(&ctx)?;
                         let mut id = [0u8; 16];
                         palisade_server::secret::fill_random(&mut id).map_err(|_| ProtocolError::Internal)?;
-                        let basket_id: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                        let basket_id: String = palisade_wire::hex(&id);
                         check_before_change(&ctx).await?;
                         let basket = Basket {
                             owner: owner_of(ctx.principal()),

@@ -105,13 +105,7 @@ pub(crate) fn is_lower_hex(text: &str, length: usize) -> bool {
     text.len() == length && text.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut out, byte| {
-        let _ = write!(out, "{byte:02x}");
-        out
-    })
-}
+pub(crate) use palisade_wire::hex;
 
 /// The 32-byte key target digests are made with. Every server instance and the authority's
 /// operators (who name targets by value) share it. No `Debug` output of the key.

@@ -404,7 +404,7 @@ async fn handles_list(
     let rows = store.list_handles(key.subject_digest(&issuer, subject), limit).await.context("listing handles")?;
     #[allow(clippy::print_stdout)]
     for row in rows {
-        let digest: String = row.digest.iter().map(|b| format!("{b:02x}")).collect();
+        let digest: String = palisade_wire::hex(&row.digest);
         let state = match (&row.revoked_ms, &row.revocation_reason) {
             (Some(at), reason) => format!("revoked at {at} ({})", reason.as_deref().unwrap_or("")),
             (None, _) => format!("expires at {}", row.expires_ms),
@@ -520,7 +520,7 @@ fn load_or_create_key(path: &Path, what: &str) -> anyhow::Result<[u8; 32]> {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent)?;
             }
-            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            let hex: String = palisade_wire::hex(&bytes);
             write_private(path, &hex)?;
             Ok(bytes)
         }

@@ -173,10 +173,11 @@ async fn mcp_endpoint(
         Ok(collected) => collected.to_bytes(),
         Err(_) => return error_response(None, &ProtocolError::PayloadTooLarge, StatusCode::PAYLOAD_TOO_LARGE),
     };
-    if legacy && crate::legacy::is_legacy_post(&headers, &bytes) {
+    let parsed = parse_message(&bytes);
+    if legacy && crate::legacy::is_legacy_post(&headers, &bytes, parsed.as_ref().ok()) {
         return crate::legacy::post(&state, &headers, &bytes, streaming).await;
     }
-    let request = match parse_message(&bytes) {
+    let request = match parsed {
         Ok(Message::Request(request)) => request,
         // No client notification is defined over HTTP in this revision: accept and ignore.
         Ok(Message::Notification(_)) => return StatusCode::ACCEPTED.into_response(),
@@ -299,7 +300,8 @@ pub(crate) fn sse_response(
 
 pub(crate) fn json_response(reply: Reply) -> Response {
     let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = (status, [(header::CONTENT_TYPE, "application/json")], reply.frame.to_string()).into_response();
+    let mut response =
+        (status, [(header::CONTENT_TYPE, "application/json")], frame_bytes(&reply.frame)).into_response();
     if let Some(session) = reply.session.as_ref().and_then(|s| HeaderValue::from_str(s.expose()).ok()) {
         response.headers_mut().insert("mcp-session-id", session);
     }
@@ -314,7 +316,15 @@ pub(crate) fn error_response(
     error: &ProtocolError,
     status: StatusCode,
 ) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], error_frame(id, error).to_string()).into_response()
+    (status, [(header::CONTENT_TYPE, "application/json")], frame_bytes(&error_frame(id, error))).into_response()
+}
+
+/// A frame as JSON bytes, serialized straight into the buffer (no `Display` detour).
+fn frame_bytes(frame: &Value) -> Vec<u8> {
+    // A `Value` always serializes (its keys are strings); the fallback is unreachable in practice.
+    serde_json::to_vec(frame).unwrap_or_else(|_| {
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error"}}"#.to_vec()
+    })
 }
 
 fn status_of(error: &ProtocolError) -> StatusCode {

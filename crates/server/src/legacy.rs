@@ -43,16 +43,29 @@ const MODERN_ONLY_RESULT_KEYS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
 /// `MCP-Protocol-Version`, or no version header at all (the `initialize` of a client that has not
 /// negotiated yet). A 2026-07-28 body with a wrong version header stays on the 2026 wire, which
 /// answers `-32020`.
-pub(crate) fn is_legacy_post(headers: &HeaderMap, body: &[u8]) -> bool {
+pub(crate) fn is_legacy_post(headers: &HeaderMap, body: &[u8], parsed: Option<&Message>) -> bool {
     if headers.contains_key("mcp-session-id") {
         return true;
     }
-    let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(body) else { return false };
-    let modern_body = message
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get(palisade_wire::meta_keys::PROTOCOL_VERSION))
-        .is_some();
+    // The frame the 2026 wire already parsed answers without a second parse; anything it could
+    // not parse (a client's response to a server request, a malformed frame) is looked at here.
+    let (params, has_id) = match parsed {
+        Some(Message::Request(request)) => (Some(&request.params), true),
+        Some(Message::Notification(notification)) => (Some(&notification.params), false),
+        None => match serde_json::from_slice::<Value>(body) {
+            Ok(Value::Object(message)) => {
+                let params = message.get("params").and_then(Value::as_object).cloned();
+                return legacy_by_version(headers, params.as_ref(), message.contains_key("id"));
+            }
+            _ => return false,
+        },
+    };
+    legacy_by_version(headers, params, has_id)
+}
+
+fn legacy_by_version(headers: &HeaderMap, params: Option<&Map<String, Value>>, has_id: bool) -> bool {
+    let modern_body =
+        params.and_then(|p| p.get("_meta")).and_then(|m| m.get(palisade_wire::meta_keys::PROTOCOL_VERSION)).is_some();
     if modern_body {
         return false;
     }
@@ -60,7 +73,7 @@ pub(crate) fn is_legacy_post(headers: &HeaderMap, body: &[u8]) -> bool {
         return decode_value(raw.as_bytes()).is_ok_and(|v| v.starts_with("2024-") || v.starts_with("2025-"));
     }
     // A notification without a session is nobody's business on either wire.
-    message.contains_key("id")
+    has_id
 }
 
 /// The `Mcp-Session-Id` of a request: `Ok(None)` when absent; a malformed or repeated value is

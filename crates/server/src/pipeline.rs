@@ -264,7 +264,7 @@ impl<'a> AuditTrail<'a> {
             let mut bytes = [0u8; 16];
             // A trace id is not a secret; an RNG failure only costs uniqueness.
             let _ = aws_lc_rs::rand::fill(&mut bytes);
-            bytes.iter().map(|b| format!("{b:02x}")).collect()
+            palisade_wire::hex(&bytes)
         });
         // Until classification, the operation is the method name as sent, cut to a sane length.
         let operation = method.chars().take(64).collect();
@@ -515,7 +515,7 @@ impl Server {
     /// for one deployment, meaningless without its secret.
     pub fn digest(&self, value: &str) -> String {
         let tag = aws_lc_rs::hmac::sign(&self.digest_key, value.as_bytes());
-        tag.as_ref().iter().take(16).map(|b| format!("{b:02x}")).collect()
+        palisade_wire::hex(&tag.as_ref()[..16])
     }
 
     /// Replaces the clock (tests).

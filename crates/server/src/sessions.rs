@@ -203,8 +203,7 @@ impl PendingRequests {
     pub fn register(&self, session: [u8; 32]) -> Result<(String, oneshot::Receiver<Value>), ProtocolError> {
         let mut bytes = [0u8; 16];
         aws_lc_rs::rand::fill(&mut bytes).map_err(|_| ProtocolError::Unavailable)?;
-        let id: String =
-            std::iter::once("palisade-".to_owned()).chain(bytes.iter().map(|b| format!("{b:02x}"))).collect();
+        let id: String = format!("palisade-{}", palisade_wire::hex(&bytes));
         let (tx, rx) = oneshot::channel();
         self.0.lock().unwrap_or_else(PoisonError::into_inner).insert((session, id.clone()), tx);
         Ok((id, rx))

@@ -134,7 +134,7 @@ impl TaskService {
         let mut id = [0u8; 8];
         // The instance id only names leases; a weak one costs nothing but clarity.
         let _ = fill_random(&mut id);
-        let instance = id.iter().map(|b| format!("{b:02x}")).collect();
+        let instance = palisade_wire::hex(&id);
         Self {
             store,
             subject_key,

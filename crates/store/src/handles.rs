@@ -241,7 +241,7 @@ pub trait HandleStore: Send + Sync + std::fmt::Debug + 'static {
 
 /// The first 8 bytes of a digest, in hex: enough to correlate, useless to forge.
 pub fn hex_prefix(digest: &[u8]) -> String {
-    digest.iter().take(8).map(|byte| format!("{byte:02x}")).collect()
+    palisade_wire::hex(&digest[..digest.len().min(8)])
 }
 
 /// The columns of a summary row, in `SELECT` order, shared by both backends.

@@ -274,7 +274,7 @@ impl PostgresStore {
         transaction: &mut sqlx::Transaction<'static, sqlx::Postgres>,
         digest: &[u8],
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(NOTIFY_TASK).bind(hex(digest)).execute(&mut **transaction).await.map(|_| ())
+        sqlx::query(NOTIFY_TASK).bind(palisade_wire::hex(digest)).execute(&mut **transaction).await.map(|_| ())
     }
 }
 
@@ -297,10 +297,6 @@ const STATUS_FOR_UPDATE: &str = "SELECT status FROM tasks WHERE task_digest = $1
 /// The channel task changes are announced on.
 const TASK_CHANNEL: &str = "palisade_tasks";
 const NOTIFY_TASK: &str = "SELECT pg_notify('palisade_tasks', $1)";
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
-}
 
 /// Listens on the task channel (reconnecting after errors) and forwards changed digests.
 fn spawn_task_listener(pool: PgPool) -> tokio::sync::mpsc::Receiver<[u8; 32]> {
