@@ -620,13 +620,9 @@ impl TaskService {
         shutdown: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         let service = self.clone();
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(period);
-            loop {
-                tokio::select! {
-                    _ = ticker.tick() => {}
-                    () = shutdown.cancelled() => return,
-                }
+        crate::periodic::spawn_periodic("task maintenance", period, shutdown, move || {
+            let (service, app, events) = (service.clone(), app.clone(), events.clone());
+            async move {
                 if let Err(error) = service.recover(&app, &events, 100).await {
                     tracing::warn!(%error, "task recovery pass failed");
                 }
