@@ -106,6 +106,62 @@ pub struct DisableEvent {
 
 /// Proof that `pre_dispatch` passed for one operation and its targets. Only the kill switch makes
 /// one; `pre_side_effect` requires it.
+///
+/// # Only [`KillSwitch::pre_dispatch`] makes one
+///
+/// Every field is private and there is no constructor, `Default` or `Deserialize`: code outside
+/// this crate gets a clearance from the first phase and nowhere else.
+///
+/// ```
+/// use palisade_killswitch::{DispatchClearance, KillSwitch, KillSwitchError, TargetValues};
+///
+/// async fn clear(switch: &KillSwitch, targets: &TargetValues) -> Result<DispatchClearance, KillSwitchError> {
+///     let clearance = switch.pre_dispatch("tools/call:basket_checkout", targets).await?;
+///     assert_eq!(clearance.operation(), "tools/call:basket_checkout");
+///     Ok(clearance)
+/// }
+/// ```
+///
+/// A struct literal does not compile (private fields):
+///
+/// ```compile_fail,E0451
+/// use palisade_killswitch::DispatchClearance;
+///
+/// let forged = DispatchClearance {
+///     operation: "tools/call:basket_checkout".to_owned(),
+///     policy_digest: String::new(),
+///     targets: Vec::new(),
+///     generations: Vec::new(),
+///     not_applicable_reason: Some("forged".to_owned()),
+/// };
+/// ```
+///
+/// Nor does rewriting a real one for another operation (functional update of private fields):
+///
+/// ```compile_fail,E0451
+/// use palisade_killswitch::{DispatchClearance, KillSwitch, TargetValues};
+///
+/// async fn widen(switch: &KillSwitch, targets: &TargetValues) -> DispatchClearance {
+///     let real = switch.pre_dispatch("tools/list", targets).await.unwrap();
+///     DispatchClearance { operation: "tools/call:basket_checkout".to_owned(), ..real }
+/// }
+/// ```
+///
+/// Nor `Default`:
+///
+/// ```compile_fail,E0277
+/// use palisade_killswitch::DispatchClearance;
+///
+/// let forged: DispatchClearance = Default::default();
+/// ```
+///
+/// Nor deserializing one:
+///
+/// ```compile_fail,E0277
+/// use palisade_killswitch::DispatchClearance;
+///
+/// let forged: DispatchClearance = serde_json::from_str("{}").unwrap();
+/// ```
 #[derive(Debug, Clone)]
 pub struct DispatchClearance {
     operation: String,
@@ -162,6 +218,65 @@ impl FenceToken {
 /// The commit fence: the authority's one-use tokens for every target of a covered operation,
 /// for the backend to redeem atomically with its effect. Only [`KillSwitch::pre_side_effect`]
 /// makes one; a backend commit path should take it by value.
+///
+/// # Only [`KillSwitch::pre_side_effect`] makes one
+///
+/// Every field is private and there is no constructor, `Default` or `Deserialize`: code outside
+/// this crate gets a fence from the second phase, which needs a [`DispatchClearance`], and
+/// nowhere else.
+///
+/// ```
+/// use palisade_killswitch::{CommitFence, KillSwitch, KillSwitchError, RedeemRequest, TargetValues};
+///
+/// async fn fence(switch: &KillSwitch, targets: &TargetValues) -> Result<CommitFence, KillSwitchError> {
+///     let clearance = switch.pre_dispatch("tools/call:basket_checkout", targets).await?;
+///     switch.pre_side_effect("tools/call:basket_checkout", targets, &clearance).await
+/// }
+///
+/// fn commit(fence: CommitFence) -> Vec<RedeemRequest> {
+///     fence.redeem_requests()
+/// }
+/// ```
+///
+/// A struct literal does not compile (private fields), not even an empty, not-required one:
+///
+/// ```compile_fail,E0451
+/// use palisade_killswitch::CommitFence;
+///
+/// let forged = CommitFence {
+///     operation: "tools/call:basket_checkout".to_owned(),
+///     policy_generation: 1,
+///     required: false,
+///     tokens: Vec::new(),
+///     not_applicable_reason: None,
+/// };
+/// ```
+///
+/// Nor turning a real fence into one that is not required (functional update of private fields):
+///
+/// ```compile_fail,E0451
+/// use palisade_killswitch::CommitFence;
+///
+/// fn relax(real: CommitFence) -> CommitFence {
+///     CommitFence { required: false, tokens: Vec::new(), ..real }
+/// }
+/// ```
+///
+/// Nor `Default`:
+///
+/// ```compile_fail,E0277
+/// use palisade_killswitch::CommitFence;
+///
+/// let forged: CommitFence = Default::default();
+/// ```
+///
+/// Nor deserializing one:
+///
+/// ```compile_fail,E0277
+/// use palisade_killswitch::CommitFence;
+///
+/// let forged: CommitFence = serde_json::from_str("{}").unwrap();
+/// ```
 #[derive(Debug, Clone)]
 pub struct CommitFence {
     operation: String,

@@ -652,7 +652,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
             .context("the signed kill-switch registry does not cover this server")?;
     }
     let server = Arc::new(server);
-    let session_purge = spawn_session_purge(sessions_store);
+    let session_purge = spawn_session_purge(sessions_store, &server);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
     let maintenance = tasks.spawn_maintenance(
         server.shared_app(),
@@ -686,12 +686,13 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// Deletes dead 2025-era sessions every five minutes, in bounded batches.
-fn spawn_session_purge(store: Arc<dyn palisade_store::SessionStore>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(std::time::Duration::from_secs(300));
-        loop {
-            tick.tick().await;
+/// Deletes dead 2025-era sessions every five minutes, in bounded batches, until `server` shuts
+/// down.
+fn spawn_session_purge(store: Arc<dyn palisade_store::SessionStore>, server: &Server) -> tokio::task::JoinHandle<()> {
+    let (period, shutdown) = (std::time::Duration::from_secs(300), server.shutdown_token().clone());
+    palisade_server::periodic::spawn_periodic("session purge", period, shutdown, move || {
+        let store = store.clone();
+        async move {
             let now = i64::try_from(palisade_server::clock::Clock::now_ms(&SystemClock)).unwrap_or(i64::MAX);
             // Up to ten batches per tick; the next tick picks up the rest.
             for _ in 0..10 {

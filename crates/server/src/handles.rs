@@ -525,13 +525,9 @@ impl HandleService {
         shutdown: tokio_util::sync::CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         let service = self.clone();
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(period);
-            loop {
-                tokio::select! {
-                    _ = ticker.tick() => {}
-                    () = shutdown.cancelled() => return,
-                }
+        crate::periodic::spawn_periodic("handle retention", period, shutdown, move || {
+            let service = service.clone();
+            async move {
                 match service.purge(retention, 1_000, 10).await {
                     Ok(0) => {}
                     Ok(purged) => tracing::info!(purged, "handle retention pass"),

@@ -9,7 +9,9 @@
 //! - [`RequestContext::pre_side_effect`] is the second phase: after the handler's side-effect-free
 //!   preparation and before its commit, with this request's clearance and targets. It returns the
 //!   [`CommitFence`] only that phase can make; a backend redeems its tokens in the commit
-//!   transaction.
+//!   transaction. A tool whose rule requires a fence and completes successfully without asking
+//!   for one has its result refused (`-32603`, audited as a deny at stage `killswitch`; a task
+//!   fails with the same error).
 //!
 //! **Architecture Invariant:** with a kill switch configured, a request whose operation is not
 //! in the signed registry, or whose authority answer is DISABLE or in any doubt, runs no handler.
@@ -152,6 +154,7 @@ impl KillSwitchStage {
             clearance,
             fence_required,
             fence_obtained: AtomicBool::new(false),
+            fence_skipped: AtomicBool::new(false),
         }))
     }
 }
@@ -181,6 +184,8 @@ pub(crate) struct Cleared {
     clearance: DispatchClearance,
     fence_required: bool,
     fence_obtained: AtomicBool,
+    /// Set when [`Cleared::check_fence_obtained`] refused a result (for the audit record).
+    fence_skipped: AtomicBool,
 }
 
 /// What a listen stream watches: DISABLE observations for one of its request's targets.
@@ -222,16 +227,28 @@ impl Cleared {
     }
 
     /// After a handler completed successfully: a tool whose rule requires a commit fence must
-    /// have asked for one. A handler that did not has committed without the second check; that
-    /// is a defect in the handler, logged loudly.
-    pub(crate) fn check_fence_obtained(&self) {
-        if self.fence_required && !self.fence_obtained.load(Ordering::SeqCst) {
-            tracing::error!(
-                stage = "killswitch",
-                operation = %self.operation,
-                "a tool whose registry rule requires a commit fence completed without calling pre_side_effect"
-            );
+    /// have asked for one. A handler that did not skipped the second check before whatever it
+    /// committed (a defect in the handler): its result is refused with
+    /// [`ProtocolError::Internal`] (no detail reaches the client), the cause is logged for the
+    /// operator, and a request's refusal is audited as a deny at stage `killswitch`
+    /// ([`Cleared::fence_skipped`]). What the handler did is not undone: only the fence can stop
+    /// an effect before it happens.
+    pub(crate) fn check_fence_obtained(&self) -> Result<(), ProtocolError> {
+        if !self.fence_required || self.fence_obtained.load(Ordering::SeqCst) {
+            return Ok(());
         }
+        self.fence_skipped.store(true, Ordering::SeqCst);
+        tracing::error!(
+            stage = "killswitch",
+            operation = %self.operation,
+            "a tool whose registry rule requires a commit fence completed without calling pre_side_effect: result refused"
+        );
+        Err(ProtocolError::Internal)
+    }
+
+    /// Whether [`Cleared::check_fence_obtained`] refused this request's result.
+    pub(crate) fn fence_skipped(&self) -> bool {
+        self.fence_skipped.load(Ordering::SeqCst)
     }
 }
 
@@ -243,10 +260,12 @@ impl RequestContext {
     /// `AuthorityClient::redeem` before committing). Call it after the side-effect-free
     /// preparation, immediately before the commit.
     ///
-    /// A tool whose signed rule says `require_commit_fence` **must** call it before committing.
-    /// DISABLE is [`ProtocolError::OperationDisabled`]; any doubt, and a server running without
-    /// a kill switch, is [`ProtocolError::Unavailable`] (a handler that needs a fence fails
-    /// closed). Handlers that only want the check when a kill switch is configured test
+    /// A tool whose signed rule says `require_commit_fence` **must** call it before committing:
+    /// if it completes successfully without having called it, its result is refused
+    /// ([`ProtocolError::Internal`], audited as a deny at stage `killswitch`). DISABLE is
+    /// [`ProtocolError::OperationDisabled`]; any doubt, and a server running without a kill
+    /// switch, is [`ProtocolError::Unavailable`] (a handler that needs a fence fails closed).
+    /// Handlers that only want the check when a kill switch is configured test
     /// [`RequestContext::has_kill_switch`] first.
     pub async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
         match &self.kill_switch {

@@ -18,6 +18,7 @@ pub mod killswitch;
 mod legacy;
 pub mod metrics;
 pub mod mrtr;
+pub mod periodic;
 pub mod pipeline;
 pub mod registry;
 pub mod secret;

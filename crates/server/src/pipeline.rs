@@ -677,6 +677,7 @@ impl Server {
             return audit.refuse(&id, "audit", &error, None).await;
         }
         // 7. dispatch.
+        let fence_rule = cleared.clone();
         let ctx = RequestContext {
             id: id.clone(),
             meta,
@@ -715,6 +716,10 @@ impl Server {
         match result {
             Ok(result) if method.is_session_method() => Reply { session: new_session, ..Reply::ok(&id, result) },
             Ok(result) => Reply::ok(&id, self.decorate(result)),
+            // A fenced tool completed without asking for its fence: a kill-switch refusal.
+            Err(error) if fence_rule.as_ref().is_some_and(|cleared| cleared.fence_skipped()) => {
+                audit.refuse(&id, "killswitch", &error, None).await
+            }
             Err(error) => {
                 tracing::info!(stage = "dispatch", code = error.code(), operation = %operation, "request failed");
                 Reply::error(Some(&id), &error)
@@ -1174,7 +1179,7 @@ impl Server {
                 if let (Some(cleared), Outcome::Complete(result)) = (&ctx.kill_switch, &outcome)
                     && !result.is_error
                 {
-                    cleared.check_fence_obtained();
+                    cleared.check_fence_obtained()?;
                 }
                 let outcome = match outcome {
                     // Later rounds of a confirmed call carry the confirmation forward.

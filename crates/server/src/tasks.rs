@@ -514,6 +514,7 @@ impl TaskService {
             },
             None => None,
         };
+        let fence_rule = cleared.clone();
         let (sink, _dropped) = NotificationSink::channel(1);
         let ctx = RequestContext {
             id: RequestId::from_value(&execution.request_id).unwrap_or(RequestId::Number(0)),
@@ -535,7 +536,16 @@ impl TaskService {
         let outcome = work.await;
         watcher.abort();
         match outcome {
-            Ok(Ok(Outcome::Complete(result))) => Segment::Completed(result.to_value()),
+            Ok(Ok(Outcome::Complete(result))) => {
+                // As for a request: a fenced tool's success without its fence is refused.
+                if let Some(cleared) = &fence_rule
+                    && !result.is_error
+                    && let Err(error) = cleared.check_fence_obtained()
+                {
+                    return failed(error);
+                }
+                Segment::Completed(result.to_value())
+            }
             Ok(Ok(Outcome::InputRequired(input))) => {
                 Segment::NeedsInput { requests: input.requests, state: input.state }
             }
@@ -620,13 +630,9 @@ impl TaskService {
         shutdown: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         let service = self.clone();
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(period);
-            loop {
-                tokio::select! {
-                    _ = ticker.tick() => {}
-                    () = shutdown.cancelled() => return,
-                }
+        crate::periodic::spawn_periodic("task maintenance", period, shutdown, move || {
+            let (service, app, events) = (service.clone(), app.clone(), events.clone());
+            async move {
                 if let Err(error) = service.recover(&app, &events, 100).await {
                     tracing::warn!(%error, "task recovery pass failed");
                 }

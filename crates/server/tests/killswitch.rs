@@ -2,14 +2,16 @@
 //! reference authority on loopback (mutual TLS, generated certificates) and a signed policy:
 //! an incomplete registry refuses to start; DISABLE refuses calls before any handler runs and is
 //! audited at stage `killswitch`; ENABLE restores them; an unreachable authority fails closed;
-//! a fenced tool obtains its fence. (DISABLE between the fence and the commit: the demo's
-//! checkout tests in `palisade-apps`.)
+//! a fenced tool obtains its fence, and one that completes without asking for it is refused
+//! (audited at stage `killswitch`; as a task, the task fails). (DISABLE between the fence and
+//! the commit: the demo's checkout tests in `palisade-apps`.)
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use palisade_killswitch::dev::{DevAuthorityFiles, RunningDevAuthority};
 use palisade_killswitch::{Clock as _, SystemClock, TargetKey, TargetKind};
@@ -18,8 +20,11 @@ use palisade_server::context::NotificationSink;
 use palisade_server::killswitch::exposed_operations;
 use palisade_server::pipeline::Reply;
 use palisade_server::secret::ServerSecret;
-use palisade_server::{App, CallToolResult, Effect, Outcome, Server, ServerConfig, ToolDef};
-use palisade_store::{AuditStore, SqliteStore};
+use palisade_server::{
+    App, CallToolResult, Effect, Outcome, Server, ServerConfig, SubjectKey, TaskConfig, TaskService, TaskSupport,
+    ToolDef,
+};
+use palisade_store::{AuditStore, Decision, SqliteStore};
 use palisade_wire::{Request, RequestId};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -31,13 +36,29 @@ struct Counters {
     counted: AtomicUsize,
     prepared: AtomicUsize,
     committed: AtomicUsize,
+    unfenced: AtomicUsize,
 }
 
-/// A read-only tool that counts its invocations, and a fenced tool that counts preparations and
-/// commits (a commit happens only with a fence).
+/// A read-only tool that counts its invocations, a fenced tool that counts preparations and
+/// commits (a commit happens only with a fence), and two side-effecting tools (one run as a
+/// task) whose handlers never ask for their fence.
 fn app(counters: Arc<Counters>) -> App {
-    let (counted, fenced) = (counters.clone(), counters);
+    let (counted, fenced, unfenced) = (counters.clone(), counters.clone(), counters);
+    let skips_its_fence = move |_, _| {
+        let counters = unfenced.clone();
+        async move {
+            counters.unfenced.fetch_add(1, Ordering::SeqCst);
+            Ok(Outcome::Complete(CallToolResult::text("committed without a fence")))
+        }
+    };
     App::builder("killswitch-test", "0")
+        .tool(ToolDef::new("unfenced").effect(Effect::SideEffecting).handler(skips_its_fence.clone()))
+        .tool(
+            ToolDef::new("unfenced_task")
+                .effect(Effect::SideEffecting)
+                .task_support(TaskSupport::Optional)
+                .handler(skips_its_fence),
+        )
         .tool(ToolDef::new("counted").effect(Effect::ReadOnly).handler(move |_, _| {
             let counters = counted.clone();
             async move {
@@ -90,8 +111,12 @@ async fn world(reachable: bool) -> World {
     let keys = exposed.iter().map(|operation| operation.key.clone()).collect();
     let switch = files.kill_switch(&url, keys).await.unwrap();
     let audit = Arc::new(SqliteStore::open("sqlite::memory:").await.unwrap());
+    let key = SubjectKey::from_bytes(&[9u8; 32]).unwrap();
+    let clock = Arc::new(palisade_server::clock::SystemClock);
+    let tasks = Arc::new(TaskService::new(audit.clone(), key, TaskConfig::default(), clock));
     let server = Server::new(app, ServerConfig::default(), principal(), ServerSecret::random())
         .with_audit(audit.clone())
+        .with_tasks(tasks)
         .with_kill_switch(Arc::new(switch), RELEASE)
         .unwrap();
     World { _dir: dir, files, authority: Some(authority), server: Arc::new(server), counters, audit }
@@ -99,8 +124,11 @@ async fn world(reachable: bool) -> World {
 
 impl World {
     async fn call(&self, tool: &str) -> Reply {
+        self.send(request("tools/call", json!({ "name": tool, "arguments": {} }))).await
+    }
+
+    async fn send(&self, request: Request) -> Reply {
         let (sink, _receiver) = NotificationSink::channel(16);
-        let request = request("tools/call", json!({ "name": tool, "arguments": {} }));
         self.server.handle_request(request, None, sink, CancellationToken::new()).await
     }
 
@@ -117,11 +145,19 @@ impl World {
 }
 
 fn request(method: &str, params: Value) -> Request {
+    request_with(method, params, json!({}))
+}
+
+fn request_with(method: &str, params: Value, capabilities: Value) -> Request {
     let mut params: Map<String, Value> = params.as_object().cloned().unwrap();
     let meta = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {} });
+        "io.modelcontextprotocol/clientCapabilities": capabilities });
     params.insert("_meta".into(), meta);
     Request { id: RequestId::Number(1), method: method.into(), params }
+}
+
+fn tasks_capabilities() -> Value {
+    json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } })
 }
 
 fn error_code(reply: &Reply) -> Option<i64> {
@@ -215,4 +251,53 @@ async fn an_observed_disable_ends_the_listen_streams_it_covers() {
     let listen = request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
     let refused = world.server.handle_request(listen, None, sink, CancellationToken::new()).await;
     assert_eq!(refused.status, 403);
+}
+
+#[tokio::test]
+async fn a_fenced_tool_that_never_asks_for_its_fence_is_refused_and_audited() {
+    let world = world(true).await;
+    let refused = world.call("unfenced").await;
+    // The generic internal error, nothing more: no result, no kill-switch detail.
+    assert_eq!(refused.status, 500, "{}", refused.frame);
+    assert_eq!(refused.frame["error"], json!({ "code": -32603, "message": "internal error" }));
+    assert!(refused.frame.get("result").is_none(), "{}", refused.frame);
+    assert_eq!(world.counters.unfenced.load(Ordering::SeqCst), 1, "refused after the handler ran");
+
+    // Audited as a deny at stage killswitch (after the allow that let the handler run).
+    let recent = world.audit.recent(20).await.unwrap();
+    let deny = recent.iter().find(|stored| stored.record.stage == "killswitch").expect("a killswitch deny");
+    assert_eq!(deny.record.decision, Decision::Deny);
+    assert_eq!(deny.record.operation, "tools/call:unfenced");
+    assert_eq!(deny.record.code, Some(-32603));
+    assert!(deny.record.policy_version.as_deref().is_some_and(|v| v.starts_with("killswitch:")));
+
+    // A fenced tool that asks for its fence, and a tool that needs none, are unaffected.
+    assert_eq!(world.call("fenced").await.status, 200);
+    assert_eq!(world.call("counted").await.status, 200);
+    assert_eq!(world.counters.committed.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_fenced_task_that_never_asks_for_its_fence_fails() {
+    let world = world(true).await;
+    let call = json!({ "name": "unfenced_task", "arguments": {} });
+    let created = world.send(request_with("tools/call", call, tasks_capabilities())).await;
+    assert_eq!(created.frame["result"]["resultType"], "task", "{}", created.frame);
+    let task_id = created.frame["result"]["taskId"].as_str().unwrap().to_owned();
+    let task = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let get = request_with("tasks/get", json!({ "taskId": task_id }), tasks_capabilities());
+            let task = world.send(get).await.frame["result"].clone();
+            if task["status"] != "working" {
+                return task;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the task ends");
+    assert_eq!(task["status"], "failed", "{task}");
+    assert_eq!(task["error"], json!({ "code": -32603, "message": "internal error" }));
+    assert!(task.get("result").is_none(), "{task}");
+    assert_eq!(world.counters.unfenced.load(Ordering::SeqCst), 1);
 }

@@ -10,7 +10,7 @@ use palisade_killswitch::{
     MonotonicOutcome, SqliteGenerationStore, TargetKind, TargetState, TargetValues,
 };
 
-use crate::fixture::{self, CHECKOUT, MAX_AGE_MS, PRODUCT_GET, RELEASE, World, now_ms};
+use crate::fixture::{self, CHECKOUT, MAX_AGE_MS, PRODUCT_GET, RELEASE, SkewClock, World, now_ms};
 
 fn checkout_targets(tool: &str) -> TargetValues {
     TargetValues::new().with(TargetKind::ServerRelease, RELEASE).with(TargetKind::Tool, tool)
@@ -168,15 +168,26 @@ async fn a_restarted_server_keeps_refusing_rolled_back_heads() {
 
 #[tokio::test]
 async fn an_expired_policy_refuses_everything() {
+    const LIFETIME_MS: i64 = 60_000;
     let world = World::new().await;
     let mut payload = world.kit.payload(2);
-    payload["not_after"] = serde_json::json!(palisade_killswitch::format_rfc3339_ms(now_ms() + 1500));
+    payload["not_after"] = serde_json::json!(palisade_killswitch::format_rfc3339_ms(now_ms() + LIFETIME_MS));
     let policy = world.kit.load(&world.kit.sign(&payload)).unwrap();
-    let kill_switch =
-        fixture::kill_switch(policy, world.client(), world.store.clone(), &world.target_key_bytes).await.unwrap();
+    // The kill switch's clock is the system clock until the test moves it (no sleeping).
+    let clock = Arc::new(SkewClock::default());
+    let kill_switch = fixture::kill_switch_with_clock(
+        policy,
+        world.client(),
+        world.store.clone(),
+        &world.target_key_bytes,
+        clock.clone(),
+    )
+    .await
+    .unwrap();
     let targets = TargetValues::new().with(TargetKind::Tool, "product_get");
     kill_switch.pre_dispatch(PRODUCT_GET, &targets).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(1600)).await;
+    // Now is at least `not_after`: the policy has expired (`not_after` itself is expired).
+    clock.offset_ms.store(LIFETIME_MS, Ordering::SeqCst);
     let refused = kill_switch.pre_dispatch(PRODUCT_GET, &targets).await.unwrap_err();
     assert!(matches!(refused, KillSwitchError::PolicyExpired), "{refused:?}");
     let refused = kill_switch.pre_dispatch(fixture::TOOLS_LIST, &TargetValues::new()).await.unwrap_err();

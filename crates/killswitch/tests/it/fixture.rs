@@ -282,13 +282,24 @@ pub async fn kill_switch(
     store: Arc<dyn GenerationStore>,
     target_key: &[u8; 32],
 ) -> Result<KillSwitch, palisade_killswitch::KillSwitchError> {
+    kill_switch_with_clock(policy, client, store, target_key, Arc::new(SystemClock)).await
+}
+
+/// [`kill_switch`] reading the time from `clock` (tests move it instead of sleeping).
+pub async fn kill_switch_with_clock(
+    policy: Policy,
+    client: AuthorityClient,
+    store: Arc<dyn GenerationStore>,
+    target_key: &[u8; 32],
+    clock: Arc<dyn Clock>,
+) -> Result<KillSwitch, palisade_killswitch::KillSwitchError> {
     KillSwitch::start(KillSwitchConfig {
         policy,
         exposed_operations: EXPOSED.iter().map(|operation| (*operation).to_owned()).collect(),
         authority: client,
         store,
         target_key: TargetKey::from_bytes(target_key),
-        clock: Arc::new(SystemClock),
+        clock,
     })
     .await
 }
