@@ -231,10 +231,19 @@ mod tests {
         batches: Mutex<Vec<Vec<AuditRecord>>>,
         fail: AtomicBool,
         gate: Option<Arc<Semaphore>>,
+        /// Offered as the store's blocking append (thread mode); then the async path must not run.
+        blocking: Option<Arc<BlockingFake>>,
+    }
+
+    impl FakeStore {
+        fn blocking(fake: Arc<BlockingFake>) -> Arc<Self> {
+            Arc::new(FakeStore { blocking: Some(fake), ..FakeStore::default() })
+        }
     }
 
     impl AuditStore for FakeStore {
         fn append_batch(&self, records: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
+            assert!(self.blocking.is_none(), "the writer used the async path of a store that offers a blocking one");
             self.entered.lock().unwrap().push(records.len());
             Box::pin(async move {
                 if let Some(gate) = &self.gate {
@@ -246,6 +255,9 @@ mod tests {
                 self.batches.lock().unwrap().push(records);
                 Ok(())
             })
+        }
+        fn blocking_append(&self) -> Option<Arc<dyn BlockingAppend>> {
+            self.blocking.clone().map(|fake| fake as Arc<dyn BlockingAppend>)
         }
         fn verify_chain(&self) -> StoreFuture<'_, ChainReport> {
             Box::pin(async { Err(StoreError::unavailable("verify")) })
@@ -442,35 +454,10 @@ mod tests {
         }
     }
 
-    /// An `AuditStore` whose async path must never be used: the writer has to take the blocking one.
-    #[derive(Debug)]
-    struct ThreadModeStore(Arc<BlockingFake>);
-
-    impl AuditStore for ThreadModeStore {
-        fn append_batch(&self, _: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
-            Box::pin(async { panic!("the writer used the async path of a store that offers a blocking one") })
-        }
-        fn blocking_append(&self) -> Option<Arc<dyn BlockingAppend>> {
-            Some(self.0.clone())
-        }
-        fn verify_chain(&self) -> StoreFuture<'_, ChainReport> {
-            Box::pin(async { Err(StoreError::unavailable("verify")) })
-        }
-        fn recent(&self, _limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-        fn ping(&self) -> StoreFuture<'_, ()> {
-            Box::pin(async { Ok(()) })
-        }
-        fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-            Box::pin(async {})
-        }
-    }
-
     fn thread_mode(gate_closed: bool) -> (Arc<BlockingFake>, Arc<AuditWriter>) {
         let fake = Arc::new(BlockingFake::default());
         *fake.gate.0.lock().unwrap() = gate_closed;
-        let writer = Arc::new(AuditWriter::new(Arc::new(ThreadModeStore(fake.clone())), AuditWriterConfig::default()));
+        let writer = Arc::new(AuditWriter::new(FakeStore::blocking(fake.clone()), AuditWriterConfig::default()));
         (fake, writer)
     }
 
@@ -557,7 +544,7 @@ mod tests {
         let fake = Arc::new(BlockingFake::default());
         *fake.gate.0.lock().unwrap() = true;
         let config = AuditWriterConfig { commit_timeout: Duration::from_millis(100), ..AuditWriterConfig::default() };
-        let writer = AuditWriter::new(Arc::new(ThreadModeStore(fake.clone())), config);
+        let writer = AuditWriter::new(FakeStore::blocking(fake.clone()), config);
         assert!(matches!(writer.append(record(0)).await, Err(StoreError::Unavailable { .. })));
         fake.open_gate();
     }
