@@ -72,9 +72,6 @@ impl SyncSqlite {
         if records.is_empty() {
             return Ok(());
         }
-        for record in &records {
-            record.validate()?;
-        }
         let error = |error| StoreError::from_rusqlite("append", error);
         let mut writer = lock(&self.writer);
         let connection = writer.as_mut().ok_or_else(|| StoreError::unavailable("append"))?;
@@ -86,6 +83,7 @@ impl SyncSqlite {
             .and_then(|mut statement| statement.query_row([], |row| Ok((row.get(0)?, row.get(1)?))).optional())
             .map_err(error)?
             .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
+        // `link` validates every record; an invalid one rolls the transaction back.
         let (rows, head) = chain::link(Head::from_columns(seq, &hash)?, records)?;
         {
             let mut insert = transaction.prepare_cached(insert_one()).map_err(error)?;

@@ -294,17 +294,31 @@ mod tests {
         writer.queue.max_capacity() - writer.queue.capacity()
     }
 
-    /// Waits until the first batch is inside the store and everything else of `total` is queued.
-    async fn wait_until_first_batch_blocks(store: &FakeStore, writer: &AuditWriter, total: usize) -> usize {
+    /// Waits until the first batch entered the store (`entered` records batch sizes as they
+    /// arrive) and everything else of `total` is queued; returns the first batch's size.
+    async fn wait_until_first_batch_blocks(entered: &Mutex<Vec<usize>>, writer: &AuditWriter, total: usize) -> usize {
         loop {
-            let first = store.entered.lock().unwrap().first().copied();
+            let first = entered.lock().unwrap().first().copied();
             if let Some(first) = first
                 && first + queued(writer) == total
             {
                 return first;
             }
-            tokio::task::yield_now().await;
+            // The thread-mode fake blocks a real thread: give it time, not just a yield.
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    }
+
+    fn spawn_appends(
+        writer: &Arc<AuditWriter>,
+        numbers: std::ops::RangeInclusive<usize>,
+    ) -> Vec<JoinHandle<Result<(), StoreError>>> {
+        numbers
+            .map(|n| {
+                let writer = writer.clone();
+                tokio::spawn(async move { writer.append(record(n)).await })
+            })
+            .collect()
     }
 
     #[tokio::test]
@@ -314,20 +328,15 @@ mod tests {
         let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
 
         // The first append starts a batch that blocks on the gate.
-        let first = tokio::spawn({
-            let writer = writer.clone();
-            async move { writer.append(record(0)).await }
-        });
-        assert_eq!(wait_until_first_batch_blocks(&store, &writer, 1).await, 1);
+        let first = spawn_appends(&writer, 0..=0);
+        assert_eq!(wait_until_first_batch_blocks(&store.entered, &writer, 1).await, 1);
         // While it is blocked, 50 more queue up.
-        let mut rest = Vec::new();
-        for n in 1..=50 {
-            let writer = writer.clone();
-            rest.push(tokio::spawn(async move { writer.append(record(n)).await }));
-        }
-        wait_until_first_batch_blocks(&store, &writer, 51).await;
+        let rest = spawn_appends(&writer, 1..=50);
+        wait_until_first_batch_blocks(&store.entered, &writer, 51).await;
         gate.add_permits(2);
-        first.await.unwrap().unwrap();
+        for task in first {
+            task.await.unwrap().unwrap();
+        }
         for task in rest {
             task.await.unwrap().unwrap();
         }
@@ -341,12 +350,8 @@ mod tests {
         let store = Arc::new(FakeStore { gate: Some(gate.clone()), ..FakeStore::default() });
         let config = AuditWriterConfig { max_batch: 8, ..AuditWriterConfig::default() };
         let writer = Arc::new(AuditWriter::new(store.clone(), config));
-        let mut tasks = Vec::new();
-        for n in 0..20 {
-            let writer = writer.clone();
-            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
-        }
-        wait_until_first_batch_blocks(&store, &writer, 20).await;
+        let tasks = spawn_appends(&writer, 0..=19);
+        wait_until_first_batch_blocks(&store.entered, &writer, 20).await;
         gate.add_permits(100);
         for task in tasks {
             task.await.unwrap().unwrap();
@@ -362,11 +367,7 @@ mod tests {
         let store = Arc::new(FakeStore::default());
         store.fail.store(true, Ordering::SeqCst);
         let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
-        let mut tasks = Vec::new();
-        for n in 0..30 {
-            let writer = writer.clone();
-            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
-        }
+        let tasks = spawn_appends(&writer, 0..=29);
         for task in tasks {
             assert!(matches!(task.await.unwrap(), Err(StoreError::Unavailable { .. })));
         }
@@ -389,12 +390,8 @@ mod tests {
         let gate = Arc::new(Semaphore::new(0));
         let store = Arc::new(FakeStore { gate: Some(gate.clone()), ..FakeStore::default() });
         let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
-        let mut tasks = Vec::new();
-        for n in 0..10 {
-            let writer = writer.clone();
-            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
-        }
-        wait_until_first_batch_blocks(&store, &writer, 10).await;
+        let tasks = spawn_appends(&writer, 0..=9);
+        wait_until_first_batch_blocks(&store.entered, &writer, 10).await;
         let shutdown = tokio::spawn({
             let writer = writer.clone();
             async move { writer.shutdown().await }
@@ -461,34 +458,17 @@ mod tests {
         (fake, writer)
     }
 
-    async fn wait_until_blocked(fake: &BlockingFake, writer: &AuditWriter, total: usize) -> usize {
-        loop {
-            let first = fake.entered.lock().unwrap().first().copied();
-            if let Some(first) = first
-                && first + queued(writer) == total
-            {
-                return first;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn thread_mode_groups_appends_queued_during_a_commit_on_its_own_thread() {
         let (fake, writer) = thread_mode(true);
-        let first = tokio::spawn({
-            let writer = writer.clone();
-            async move { writer.append(record(0)).await }
-        });
-        assert_eq!(wait_until_blocked(&fake, &writer, 1).await, 1);
-        let mut rest = Vec::new();
-        for n in 1..=40 {
-            let writer = writer.clone();
-            rest.push(tokio::spawn(async move { writer.append(record(n)).await }));
-        }
-        wait_until_blocked(&fake, &writer, 41).await;
+        let first = spawn_appends(&writer, 0..=0);
+        assert_eq!(wait_until_first_batch_blocks(&fake.entered, &writer, 1).await, 1);
+        let rest = spawn_appends(&writer, 1..=40);
+        wait_until_first_batch_blocks(&fake.entered, &writer, 41).await;
         fake.open_gate();
-        first.await.unwrap().unwrap();
+        for task in first {
+            task.await.unwrap().unwrap();
+        }
         for task in rest {
             task.await.unwrap().unwrap();
         }
@@ -501,11 +481,7 @@ mod tests {
     async fn thread_mode_fails_every_caller_of_a_failed_batch() {
         let (fake, writer) = thread_mode(false);
         fake.fail.store(true, Ordering::SeqCst);
-        let mut tasks = Vec::new();
-        for n in 0..30 {
-            let writer = writer.clone();
-            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
-        }
+        let tasks = spawn_appends(&writer, 0..=29);
         for task in tasks {
             assert!(matches!(task.await.unwrap(), Err(StoreError::Unavailable { .. })));
         }
@@ -517,12 +493,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn thread_mode_shutdown_flushes_what_was_queued_then_refuses() {
         let (fake, writer) = thread_mode(true);
-        let mut tasks = Vec::new();
-        for n in 0..10 {
-            let writer = writer.clone();
-            tasks.push(tokio::spawn(async move { writer.append(record(n)).await }));
-        }
-        wait_until_blocked(&fake, &writer, 10).await;
+        let tasks = spawn_appends(&writer, 0..=9);
+        wait_until_first_batch_blocks(&fake.entered, &writer, 10).await;
         let shutdown = tokio::spawn({
             let writer = writer.clone();
             async move { writer.shutdown().await }
