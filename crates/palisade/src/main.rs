@@ -2,6 +2,11 @@
 //! chosen application, store and authenticator, and runs a transport; every request decision
 //! lives in `palisade_server`.
 
+// mimalloc instead of the system allocator: the request path allocates and frees many small
+// objects across threads; measured in BENCHMARKS.md ("Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod config;
 mod killswitch_cli;
 mod telemetry;

@@ -9,10 +9,26 @@
 //! connections here open the same file as the store's sqlx pools (WAL, the same busy timeout and
 //! `synchronous=NORMAL`); every other statement still goes through sqlx. An in-memory database
 //! has no file to share, so it keeps the sqlx path for everything.
+//!
+//! Checkpoints: SQLite's automatic checkpoint runs on the connection whose commit pushed the WAL
+//! past 1000 frames, inside that commit: it copies every frame not yet in the database file and
+//! syncs both files, milliseconds during which no audit batch can commit and every request
+//! waits. Here a thread of its own (`palisade-checkpoint`) checkpoints instead, on a connection
+//! of its own, at most every [`CHECKPOINT_INTERVAL`] while appends arrive: a `PASSIVE`
+//! checkpoint, which copies frames while the appender goes on. Under steady appends some frames
+//! always arrive during it, and SQLite restarts the WAL from its beginning only when every frame
+//! is in the database file; so once the WAL holds [`RESTART_FRAMES`] frames, the appender itself
+//! checkpoints right after its next commit, copying only the few frames added meanwhile, and the
+//! append after that starts the WAL anew. The appender's own automatic
+//! checkpoint is raised to [`WRITER_AUTOCHECKPOINT`] frames, a bound that holds should the thread
+//! fall behind. A checkpoint never weakens a commit's durability (`synchronous=NORMAL`: the WAL is
+//! synced before frames are copied and the database file after).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
@@ -25,19 +41,30 @@ use crate::{AuditRecord, HandleOwner, LiveHandle, StoreError};
 /// thread is busy at a time; a burst beyond this opens a connection and closes it afterwards.
 const KEPT_READERS: usize = 8;
 
+/// Shortest time between two background checkpoints.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// WAL frames from which the background checkpoint holds the appender back for its second pass.
+const RESTART_FRAMES: i64 = 512;
+
+/// The appender connection's own automatic checkpoint (SQLite's default is 1000 frames).
+const WRITER_AUTOCHECKPOINT: i64 = 8000;
+
 const SELECT_HEAD: &str = "SELECT last_seq, last_hash FROM audit_chain_head WHERE id = 1";
 const UPDATE_HEAD: &str = "UPDATE audit_chain_head SET last_seq = ?1, last_hash = ?2 WHERE id = 1";
 
 /// The synchronous side of a file-backed [`SqliteStore`](crate::SqliteStore).
 pub(crate) struct SyncSqlite {
     path: PathBuf,
-    busy_timeout: std::time::Duration,
+    busy_timeout: Duration,
     /// The audit appender's connection: one writer, so appends in this process run one at a time
     /// (`BEGIN IMMEDIATE` still serializes them with other connections and processes).
     /// `None` once closed.
     writer: Mutex<Option<Connection>>,
     readers: Mutex<Vec<Connection>>,
     closed: AtomicBool,
+    checkpoints: Arc<Checkpoints>,
+    checkpointer: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for SyncSqlite {
@@ -47,23 +74,53 @@ impl std::fmt::Debug for SyncSqlite {
 }
 
 impl SyncSqlite {
-    /// Opens the writer connection to an existing, migrated database file.
-    pub(crate) fn open(path: &Path, busy_timeout: std::time::Duration) -> Result<Self, StoreError> {
+    /// Opens the writer connection to an existing, migrated database file and starts the
+    /// checkpoint thread.
+    pub(crate) fn open(path: &Path, busy_timeout: Duration) -> Result<Self, StoreError> {
+        Self::open_with_interval(path, busy_timeout, CHECKPOINT_INTERVAL)
+    }
+
+    fn open_with_interval(path: &Path, busy_timeout: Duration, interval: Duration) -> Result<Self, StoreError> {
         let writer = connect(path, busy_timeout)?;
+        writer
+            .pragma_update(None, "wal_autocheckpoint", WRITER_AUTOCHECKPOINT)
+            .map_err(|error| StoreError::from_rusqlite("open", error))?;
+        let checkpoints = Arc::new(Checkpoints::default());
+        let checkpointer =
+            Checkpointer { connection: connect(path, busy_timeout)?, checkpoints: checkpoints.clone(), interval };
+        let checkpointer = std::thread::Builder::new()
+            .name("palisade-checkpoint".into())
+            .spawn(move || checkpointer.run())
+            .map_err(|_| StoreError::unavailable("open (checkpoint thread)"))?;
         Ok(SyncSqlite {
             path: path.to_owned(),
             busy_timeout,
             writer: Mutex::new(Some(writer)),
             readers: Mutex::new(Vec::new()),
             closed: AtomicBool::new(false),
+            checkpoints,
+            checkpointer: Mutex::new(Some(checkpointer)),
         })
     }
 
-    /// Closes every connection; later calls fail with [`StoreError::Unavailable`].
+    /// Closes every connection and stops the checkpoint thread (waiting for a checkpoint in
+    /// progress); later calls fail with [`StoreError::Unavailable`].
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
+        self.checkpoints.stop();
+        if let Some(thread) = lock(&self.checkpointer).take()
+            && thread.join().is_err()
+        {
+            tracing::error!("the checkpoint thread ended abnormally");
+        }
         lock(&self.writer).take();
         lock(&self.readers).clear();
+    }
+
+    /// Background checkpoints completed so far (each copied the WAL's frames as of its start).
+    #[cfg(test)]
+    fn checkpoints_done(&self) -> u64 {
+        self.checkpoints.done.load(Ordering::SeqCst)
     }
 
     /// Appends `records` as one `BEGIN IMMEDIATE` transaction linked onto the stored head: the
@@ -113,7 +170,15 @@ impl SyncSqlite {
             .prepare_cached(UPDATE_HEAD)
             .and_then(|mut statement| statement.execute(params![head.seq, &head.hash[..]]))
             .map_err(error)?;
-        transaction.commit().map_err(error)
+        transaction.commit().map_err(error)?;
+        if self.checkpoints.restart_wanted.swap(false, Ordering::SeqCst) {
+            // The commit stands whatever happens here; SQLite's own bound still holds.
+            if let Err(error) = passive_checkpoint(connection) {
+                tracing::warn!(%error, "WAL checkpoint after an append failed");
+            }
+        }
+        self.checkpoints.appended();
+        Ok(())
     }
 
     /// The owner-bound lookup of [`HandleStore::lookup_handle`](crate::HandleStore::lookup_handle),
@@ -168,6 +233,115 @@ impl SyncSqlite {
     }
 }
 
+impl Drop for SyncSqlite {
+    fn drop(&mut self) {
+        // Not joined: a store dropped without `close` should not wait for a checkpoint.
+        self.checkpoints.stop();
+    }
+}
+
+/// What the appender and the checkpoint thread share.
+#[derive(Default)]
+struct Checkpoints {
+    state: Mutex<CheckpointState>,
+    wake: Condvar,
+    done: AtomicU64,
+    /// Set by the checkpoint thread: the WAL is long and the appender should copy the rest.
+    restart_wanted: AtomicBool,
+}
+
+#[derive(Default)]
+struct CheckpointState {
+    /// Appends committed since the last checkpoint began.
+    pending: bool,
+    /// The thread waits for `pending` (only then does an append wake it).
+    idle: bool,
+    stopped: bool,
+}
+
+impl Checkpoints {
+    /// Called after each committed append: one uncontended lock, a wake-up only when the thread
+    /// is idle.
+    fn appended(&self) {
+        let mut state = lock(&self.state);
+        state.pending = true;
+        if state.idle {
+            state.idle = false;
+            self.wake.notify_one();
+        }
+    }
+
+    fn stop(&self) {
+        lock(&self.state).stopped = true;
+        self.wake.notify_all();
+    }
+}
+
+/// The checkpoint thread's side.
+struct Checkpointer {
+    connection: Connection,
+    checkpoints: Arc<Checkpoints>,
+    interval: Duration,
+}
+
+impl Checkpointer {
+    /// Waits for appends, checkpoints, rests `interval` (unless stopped), and again. A failed
+    /// checkpoint is logged and retried after the next append; the appender's automatic
+    /// checkpoint still bounds the WAL meanwhile.
+    fn run(&self) {
+        let checkpoints = &self.checkpoints;
+        loop {
+            {
+                let mut state = lock(&checkpoints.state);
+                while !state.pending && !state.stopped {
+                    state.idle = true;
+                    state = checkpoints.wake.wait(state).unwrap_or_else(PoisonError::into_inner);
+                }
+                if state.stopped {
+                    return;
+                }
+                state.pending = false;
+            }
+            match passive_checkpoint(&self.connection) {
+                // The frames appended during the checkpoint are not copied (nor counted): a long
+                // WAL is handed to the appender to finish.
+                Ok(Checkpointed { busy: false, frames }) => {
+                    checkpoints.done.fetch_add(1, Ordering::SeqCst);
+                    if frames >= RESTART_FRAMES {
+                        checkpoints.restart_wanted.store(true, Ordering::SeqCst);
+                    }
+                }
+                // Another connection was checkpointing: try again after the rest.
+                Ok(Checkpointed { busy: true, .. }) => lock(&checkpoints.state).pending = true,
+                Err(error) => tracing::warn!(%error, "background WAL checkpoint failed"),
+            }
+            let state = lock(&checkpoints.state);
+            let (state, _) = checkpoints
+                .wake
+                .wait_timeout_while(state, self.interval, |state| !state.stopped)
+                .unwrap_or_else(PoisonError::into_inner);
+            if state.stopped {
+                return;
+            }
+        }
+    }
+}
+
+/// What `PRAGMA wal_checkpoint(PASSIVE)` reports.
+struct Checkpointed {
+    /// Another checkpoint was running.
+    busy: bool,
+    /// Frames in the WAL when the checkpoint began.
+    frames: i64,
+}
+
+/// A `PASSIVE` checkpoint: copies what it can without waiting for, or blocking, anyone.
+fn passive_checkpoint(connection: &Connection) -> rusqlite::Result<Checkpointed> {
+    connection.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+        Ok(Checkpointed { busy: row.get::<_, i64>(0)? != 0, frames: row.get(1)? })
+    })
+}
+
 impl BlockingAppend for SyncSqlite {
     fn append_blocking(&self, records: Vec<AuditRecord>) -> Result<(), StoreError> {
         self.append(records)
@@ -176,7 +350,7 @@ impl BlockingAppend for SyncSqlite {
 
 /// A connection with the store's settings. The file exists and is migrated (the sqlx side opened
 /// it first); WAL is a property of the file, the rest is per connection.
-fn connect(path: &Path, busy_timeout: std::time::Duration) -> Result<Connection, StoreError> {
+fn connect(path: &Path, busy_timeout: Duration) -> Result<Connection, StoreError> {
     let error = |error| StoreError::from_rusqlite("open", error);
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let connection = Connection::open_with_flags(path, flags).map_err(error)?;
@@ -205,4 +379,80 @@ fn insert_one() -> &'static str {
 fn lookup_statement() -> &'static str {
     static STATEMENT: OnceLock<String> = OnceLock::new();
     STATEMENT.get_or_init(|| handle_sql::LOOKUP.replace('$', "?"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance::sample_record;
+
+    fn fresh_directory(name: &str) -> PathBuf {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let directory =
+            std::env::temp_dir().join(format!("palisade-sync-test-{name}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        directory
+    }
+
+    /// Rows in `audit_log` of the database file alone (what a checkpoint copied), read from a
+    /// copy without its WAL; 0 when not even the schema reached the file.
+    fn rows_in_database_file(path: &Path) -> i64 {
+        let copy = path.with_extension("copy");
+        std::fs::copy(path, &copy).unwrap();
+        let count = Connection::open(&copy)
+            .and_then(|connection| connection.query_row("SELECT count(*) FROM audit_log", [], |row| row.get(0)))
+            .unwrap_or(0);
+        let _ = std::fs::remove_file(&copy);
+        let _ = std::fs::remove_file(copy.with_extension("copy-wal"));
+        count
+    }
+
+    #[tokio::test]
+    async fn appends_reach_the_database_file_through_the_background_checkpoint() {
+        let directory = fresh_directory("checkpoint");
+        let path = directory.join("audit.db");
+        // Migrates the file (its own appender stays idle: it appends nothing).
+        let store = crate::SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        // Far fewer frames than SQLite's automatic checkpoint needs (1000): only the background
+        // checkpoint copies them into the database file. An hour between checkpoints: `close`
+        // below must end the thread's rest, not wait it out.
+        let sync = SyncSqlite::open_with_interval(&path, Duration::from_secs(5), Duration::from_secs(3600)).unwrap();
+        sync.append((1..=5).map(sample_record).collect()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while sync.checkpoints_done() == 0 {
+            assert!(std::time::Instant::now() < deadline, "no background checkpoint after an append");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(rows_in_database_file(&path), 5, "the checkpoint copied every committed record");
+        // More appends while the thread rests: they stay in the WAL until the next checkpoint.
+        sync.append((6..=7).map(sample_record).collect()).unwrap();
+        assert_eq!(sync.checkpoints_done(), 1);
+        sync.close();
+        assert!(lock(&sync.checkpointer).is_none());
+        assert!(matches!(sync.append(vec![sample_record(8)]), Err(StoreError::Unavailable { .. })));
+        crate::AuditStore::close(&store).await;
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[tokio::test]
+    async fn the_wal_restarts_under_continuous_appends() {
+        let directory = fresh_directory("restart");
+        let path = directory.join("audit.db");
+        let store = crate::SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        let sync = SyncSqlite::open_with_interval(&path, Duration::from_secs(5), Duration::from_millis(5)).unwrap();
+        // Back-to-back appends: a passive checkpoint alone always finds frames added during it,
+        // so the WAL would only grow (to the appender's own bound); the second pass restarts it.
+        let mut largest = 0;
+        for n in 0..3000 {
+            sync.append(vec![sample_record(n + 1)]).unwrap();
+            largest = largest.max(std::fs::metadata(path.with_extension("db-wal")).map(|m| m.len()).unwrap_or(0));
+        }
+        // Frame = 24-byte header + 4096-byte page. About 7500 frames are appended in all.
+        let frames = largest / 4120;
+        assert!(sync.checkpoints_done() > 0);
+        assert!(frames < 4 * RESTART_FRAMES as u64, "the WAL grew to {frames} frames");
+        sync.close();
+        crate::AuditStore::close(&store).await;
+        let _ = std::fs::remove_dir_all(&directory);
+    }
 }
