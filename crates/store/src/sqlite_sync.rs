@@ -129,48 +129,13 @@ impl SyncSqlite {
         if records.is_empty() {
             return Ok(());
         }
-        let error = |error| StoreError::from_rusqlite("append", error);
         let mut writer = lock(&self.writer);
         let connection = writer.as_mut().ok_or_else(|| StoreError::unavailable("append"))?;
         // IMMEDIATE takes the write lock before the head is read: nobody links onto it meanwhile.
-        // Dropping the transaction on an error path rolls it back.
-        let transaction = connection.transaction_with_behavior(TransactionBehavior::Immediate).map_err(error)?;
-        let (seq, hash): (i64, Vec<u8>) = transaction
-            .prepare_cached(SELECT_HEAD)
-            .and_then(|mut statement| statement.query_row([], |row| Ok((row.get(0)?, row.get(1)?))).optional())
-            .map_err(error)?
-            .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
-        // `link` validates every record; an invalid one rolls the transaction back.
-        let (rows, head) = chain::link(Head::from_columns(seq, &hash)?, records)?;
-        {
-            let mut insert = transaction.prepare_cached(insert_one()).map_err(error)?;
-            for row in rows {
-                insert
-                    .execute(params![
-                        row.seq,
-                        row.at_ms,
-                        row.record.trace_id,
-                        row.record.stage,
-                        row.decision,
-                        row.record.operation,
-                        row.record.principal_digest,
-                        row.record.tenant_digest,
-                        row.record.client_digest,
-                        row.scopes_json,
-                        row.record.policy_version,
-                        row.record.code,
-                        row.record.detail,
-                        &row.prev_hash[..],
-                        &row.hash[..],
-                    ])
-                    .map_err(error)?;
-            }
-        }
-        transaction
-            .prepare_cached(UPDATE_HEAD)
-            .and_then(|mut statement| statement.execute(params![head.seq, &head.hash[..]]))
-            .map_err(error)?;
-        transaction.commit().map_err(error)?;
+        let transaction = connection
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|error| StoreError::from_rusqlite("append", error))?;
+        link_and_commit(transaction, records)?;
         if self.checkpoints.restart_wanted.swap(false, Ordering::SeqCst) {
             // The commit stands whatever happens here; SQLite's own bound still holds.
             if let Err(error) = passive_checkpoint(connection) {
@@ -179,6 +144,38 @@ impl SyncSqlite {
         }
         self.checkpoints.appended();
         Ok(())
+    }
+
+    /// [`BlockingAppend::try_append_now`]: the append above, but only when the appender's
+    /// connection is free in this process and SQLite's write lock is free (no busy wait), and not
+    /// when the WAL awaits the appender's checkpoint (that stays on the writer thread).
+    fn try_append(&self, record: AuditRecord) -> Result<Result<(), StoreError>, AuditRecord> {
+        if self.checkpoints.restart_wanted.load(Ordering::SeqCst) {
+            return Err(record);
+        }
+        let mut writer = match self.writer.try_lock() {
+            Ok(writer) => writer,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Err(record),
+        };
+        let Some(connection) = writer.as_mut() else { return Ok(Err(StoreError::unavailable("append"))) };
+        if connection.busy_timeout(Duration::ZERO).is_err() {
+            return Err(record);
+        }
+        let result = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
+            Ok(transaction) => Ok(link_and_commit(transaction, vec![record])),
+            Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => Err(record),
+            Err(error) => Ok(Err(StoreError::from_rusqlite("append", error))),
+        };
+        if let Err(error) = connection.busy_timeout(self.busy_timeout) {
+            // Without its busy timeout the connection would fail appends under contention.
+            tracing::error!(%error, "could not restore the audit appender's busy timeout");
+            writer.take();
+        }
+        if matches!(result, Ok(Ok(()))) {
+            self.checkpoints.appended();
+        }
+        result
     }
 
     /// The owner-bound lookup of [`HandleStore::lookup_handle`](crate::HandleStore::lookup_handle),
@@ -342,9 +339,56 @@ fn passive_checkpoint(connection: &Connection) -> rusqlite::Result<Checkpointed>
     })
 }
 
+/// Reads the chain head inside `transaction` (which holds the write lock), links `records` onto
+/// it, inserts them, moves the head and commits. Dropping the transaction on an error path rolls
+/// it back.
+fn link_and_commit(transaction: rusqlite::Transaction<'_>, records: Vec<AuditRecord>) -> Result<(), StoreError> {
+    let error = |error| StoreError::from_rusqlite("append", error);
+    let (seq, hash): (i64, Vec<u8>) = transaction
+        .prepare_cached(SELECT_HEAD)
+        .and_then(|mut statement| statement.query_row([], |row| Ok((row.get(0)?, row.get(1)?))).optional())
+        .map_err(error)?
+        .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
+    // `link` validates every record; an invalid one rolls the transaction back.
+    let (rows, head) = chain::link(Head::from_columns(seq, &hash)?, records)?;
+    {
+        let mut insert = transaction.prepare_cached(insert_one()).map_err(error)?;
+        for row in rows {
+            insert
+                .execute(params![
+                    row.seq,
+                    row.at_ms,
+                    row.record.trace_id,
+                    row.record.stage,
+                    row.decision,
+                    row.record.operation,
+                    row.record.principal_digest,
+                    row.record.tenant_digest,
+                    row.record.client_digest,
+                    row.scopes_json,
+                    row.record.policy_version,
+                    row.record.code,
+                    row.record.detail,
+                    &row.prev_hash[..],
+                    &row.hash[..],
+                ])
+                .map_err(error)?;
+        }
+    }
+    transaction
+        .prepare_cached(UPDATE_HEAD)
+        .and_then(|mut statement| statement.execute(params![head.seq, &head.hash[..]]))
+        .map_err(error)?;
+    transaction.commit().map_err(error)
+}
+
 impl BlockingAppend for SyncSqlite {
     fn append_blocking(&self, records: Vec<AuditRecord>) -> Result<(), StoreError> {
         self.append(records)
+    }
+
+    fn try_append_now(&self, record: AuditRecord) -> Result<Result<(), StoreError>, AuditRecord> {
+        self.try_append(record)
     }
 }
 
@@ -452,6 +496,46 @@ mod tests {
         assert!(sync.checkpoints_done() > 0);
         assert!(frames < 4 * RESTART_FRAMES as u64, "the WAL grew to {frames} frames");
         sync.close();
+        crate::AuditStore::close(&store).await;
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[tokio::test]
+    async fn an_inline_append_commits_only_when_nothing_has_to_wait() {
+        let directory = fresh_directory("inline");
+        let path = directory.join("audit.db");
+        let store = crate::SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        let sync = SyncSqlite::open(&path, Duration::from_secs(5)).unwrap();
+        assert!(matches!(sync.try_append(sample_record(1)), Ok(Ok(()))));
+        // Another connection holds the write lock: the record comes back at once, unwritten.
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let record = sync.try_append(sample_record(2)).expect_err("committed past a held write lock");
+        assert_eq!(record, sample_record(2));
+        other.execute_batch("ROLLBACK").unwrap();
+        // The appender's connection is busy in this process: the same.
+        {
+            let _held = lock(&sync.writer);
+            assert!(sync.try_append(sample_record(2)).is_err());
+        }
+        // The busy timeout is back after an inline attempt: a queued append waits for the lock.
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                other.execute_batch("ROLLBACK").unwrap();
+            });
+            sync.append(vec![sample_record(2)]).unwrap();
+        });
+        // A WAL awaiting the appender's checkpoint stays with the writer thread.
+        sync.checkpoints.restart_wanted.store(true, Ordering::SeqCst);
+        assert!(sync.try_append(sample_record(3)).is_err());
+        sync.checkpoints.restart_wanted.store(false, Ordering::SeqCst);
+        sync.close();
+        assert!(matches!(sync.try_append(sample_record(3)), Ok(Err(StoreError::Unavailable { .. }))));
+        let report = crate::AuditStore::verify_chain(&store).await.unwrap();
+        assert!(report.is_intact());
+        assert_eq!(report.records, 2);
         crate::AuditStore::close(&store).await;
         let _ = std::fs::remove_dir_all(&directory);
     }

@@ -4,8 +4,15 @@
 //!
 //! The batches are committed by a Tokio task through the store's async `append_batch`, or, when
 //! the store offers a [`BlockingAppend`] (file-backed SQLite), by a dedicated thread that runs the
-//! whole transaction itself: one wake-up per batch instead of one per statement.
+//! whole transaction itself: one wake-up per batch instead of one per statement. With a blocking
+//! appender, an append on a quiet writer (no other append in flight, none begun within
+//! [`QUIET_GAP`]) first asks it to commit the record at once on the caller's thread, which it
+//! does only when that means no waiting (no other commit running, the database's write lock
+//! free): this spares a quiet server two thread wake-ups per request. Under load everything goes
+//! through the thread, so that runtime threads go on serving requests while a batch commits
+//! (inline commits under load measured slower, BENCHMARKS.md).
 
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,6 +20,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::{AuditRecord, AuditStore, StoreError};
+
+/// An append commits inline only if no other append began within this long before it (and none
+/// is in flight): about four single-record commits on a file database.
+const QUIET_GAP: Duration = Duration::from_micros(250);
 
 /// Tuning for an [`AuditWriter`].
 #[derive(Debug, Clone)]
@@ -39,6 +50,14 @@ impl Default for AuditWriterConfig {
 pub trait BlockingAppend: Send + Sync + 'static {
     /// Appends `records` in order as one transaction.
     fn append_blocking(&self, records: Vec<AuditRecord>) -> Result<(), StoreError>;
+
+    /// Appends `record` as a transaction of its own right now, on the calling thread (an async
+    /// task's), but only if nothing has to be waited for: no other append of this appender is
+    /// running and the store's write lock is free. Otherwise hands the record back untouched
+    /// (`Err`), and the writer queues it. The default never commits inline.
+    fn try_append_now(&self, record: AuditRecord) -> Result<Result<(), StoreError>, AuditRecord> {
+        Err(record)
+    }
 }
 
 struct Pending {
@@ -65,6 +84,15 @@ enum Background {
 /// record committed; if that batch fails, every caller in it gets the error.
 pub struct AuditWriter {
     queue: mpsc::Sender<Job>,
+    /// The blocking appender, for inline commits; `None` in the task mode.
+    inline: Option<Arc<dyn BlockingAppend>>,
+    /// Set by [`shutdown`](AuditWriter::shutdown): no inline commit after it began.
+    closing: AtomicBool,
+    /// Appends between their start and their answer.
+    in_flight: AtomicUsize,
+    /// When the latest append began, in nanoseconds since `epoch`.
+    last_start: AtomicU64,
+    epoch: std::time::Instant,
     commit_timeout: Duration,
     background: Mutex<Option<Background>>,
 }
@@ -84,26 +112,35 @@ impl AuditWriter {
     pub fn new(store: Arc<dyn AuditStore>, config: AuditWriterConfig) -> Self {
         let max_batch = config.max_batch.max(1);
         let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
-        let background = match store.blocking_append() {
+        let mut inline = store.blocking_append();
+        let background = match inline.clone() {
             Some(appender) => {
                 let (ended, thread_ended) = oneshot::channel();
                 let spawned = std::thread::Builder::new().name("palisade-audit".into()).spawn(move || {
                     run_blocking(appender.as_ref(), receiver, max_batch);
                     let _ = ended.send(());
                 });
-                match spawned {
-                    Ok(_) => Background::Thread(thread_ended),
+                if let Err(error) = spawned {
                     // No thread: the receiver is gone with the closure, so every append fails
-                    // with `Closed` (fail closed) and the error is in the log.
-                    Err(error) => {
-                        tracing::error!(%error, "could not start the audit writer thread");
-                        Background::Thread(thread_ended)
-                    }
+                    // with `Closed` (fail closed, inline commits included) and the error is in
+                    // the log.
+                    tracing::error!(%error, "could not start the audit writer thread");
+                    inline = None;
                 }
+                Background::Thread(thread_ended)
             }
             None => Background::Task(tokio::spawn(run(store, receiver, max_batch, config.commit_timeout))),
         };
-        AuditWriter { queue, commit_timeout: config.commit_timeout, background: Mutex::new(Some(background)) }
+        AuditWriter {
+            queue,
+            inline,
+            closing: AtomicBool::new(false),
+            in_flight: AtomicUsize::new(0),
+            last_start: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            commit_timeout: config.commit_timeout,
+            background: Mutex::new(Some(background)),
+        }
     }
 
     /// Appends `record` and resolves once the batch containing it committed. Fails with
@@ -114,6 +151,23 @@ impl AuditWriter {
     /// Dropping the future after the record was queued does not withdraw it.
     pub async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
         record.validate()?;
+        let in_flight = InFlight::enter(&self.in_flight);
+        // Inline only on a quiet writer, with nothing queued (a queued record should not wait
+        // behind later ones), when the appender can commit without waiting; any order of
+        // records is a valid chain.
+        let record = match &self.inline {
+            Some(appender)
+                if self.quiet(in_flight.alone)
+                    && !self.closing.load(Ordering::SeqCst)
+                    && self.queue.capacity() == self.queue.max_capacity() =>
+            {
+                match appender.try_append_now(record) {
+                    Ok(result) => return result,
+                    Err(record) => record,
+                }
+            }
+            _ => record,
+        };
         let (done, answer) = oneshot::channel();
         self.queue.send(Job::Append(Pending { record, done })).await.map_err(|_| StoreError::Closed)?;
         match tokio::time::timeout(self.commit_timeout, answer).await {
@@ -122,10 +176,20 @@ impl AuditWriter {
         }
     }
 
+    /// Notes an append's start; true when it is alone and the previous one began at least
+    /// [`QUIET_GAP`] ago (or this is the first).
+    fn quiet(&self, alone: bool) -> bool {
+        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
+        let previous = self.last_start.swap(now, Ordering::SeqCst);
+        let gap = u64::try_from(QUIET_GAP.as_nanos()).unwrap_or(u64::MAX);
+        alone && (previous == 0 || now.saturating_sub(previous) >= gap)
+    }
+
     /// Stops accepting appends, commits everything already queued (answering its callers), and
     /// waits for the background task or thread to end. Later appends fail with
     /// [`StoreError::Closed`]. Calling it again returns at once.
     pub async fn shutdown(&self) {
+        self.closing.store(true, Ordering::SeqCst);
         let background = match self.background.lock() {
             Ok(mut guard) => guard.take(),
             Err(poisoned) => poisoned.into_inner().take(),
@@ -145,6 +209,25 @@ impl AuditWriter {
                 }
             }
         }
+    }
+}
+
+/// Counts an append in flight until dropped (also when the caller drops the future).
+struct InFlight<'a> {
+    counter: &'a AtomicUsize,
+    /// No other append was in flight when this one began.
+    alone: bool,
+}
+
+impl<'a> InFlight<'a> {
+    fn enter(counter: &'a AtomicUsize) -> Self {
+        InFlight { counter, alone: counter.fetch_add(1, Ordering::SeqCst) == 0 }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -220,7 +303,6 @@ mod tests {
     use crate::{ChainReport, Decision, StoredAuditRecord};
     use std::future::Future;
     use std::pin::Pin;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::sync::Semaphore;
 
     /// Records every batch; optionally fails; optionally holds the first batch until released.
@@ -425,6 +507,8 @@ mod tests {
         /// While `true`, appends wait (a closed gate).
         gate: (Mutex<bool>, std::sync::Condvar),
         threads: Mutex<Vec<String>>,
+        /// Whether `try_append_now` commits (else it hands the record back, as when busy).
+        inline_free: AtomicBool,
     }
 
     impl BlockingAppend for BlockingFake {
@@ -441,6 +525,15 @@ mod tests {
             }
             self.batches.lock().unwrap().push(records);
             Ok(())
+        }
+
+        fn try_append_now(&self, record: AuditRecord) -> Result<Result<(), StoreError>, AuditRecord> {
+            if !self.inline_free.load(Ordering::SeqCst) {
+                return Err(record);
+            }
+            self.threads.lock().unwrap().push(std::thread::current().name().unwrap_or("").to_owned());
+            self.batches.lock().unwrap().push(vec![record]);
+            Ok(Ok(()))
         }
     }
 
@@ -519,5 +612,44 @@ mod tests {
         let writer = AuditWriter::new(FakeStore::blocking(fake.clone()), config);
         assert!(matches!(writer.append(record(0)).await, Err(StoreError::Unavailable { .. })));
         fake.open_gate();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thread_mode_commits_inline_when_nothing_waits_and_never_after_shutdown() {
+        let (fake, writer) = thread_mode(false);
+        fake.inline_free.store(true, Ordering::SeqCst);
+        writer.append(record(1)).await.unwrap();
+        assert_eq!(fake.batches.lock().unwrap().len(), 1);
+        assert!(fake.entered.lock().unwrap().is_empty(), "the writer thread committed it");
+        assert!(fake.threads.lock().unwrap().iter().all(|name| name != "palisade-audit"));
+        // The appender declines (busy): the record goes through the queue and the thread.
+        fake.inline_free.store(false, Ordering::SeqCst);
+        writer.append(record(2)).await.unwrap();
+        assert_eq!(*fake.entered.lock().unwrap(), vec![1]);
+        fake.inline_free.store(true, Ordering::SeqCst);
+        writer.shutdown().await;
+        assert!(matches!(writer.append(record(3)).await, Err(StoreError::Closed)));
+        assert_eq!(fake.batches.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn thread_mode_does_not_commit_inline_past_queued_records() {
+        let (fake, writer) = thread_mode(true);
+        let first = spawn_appends(&writer, 0..=0);
+        wait_until_first_batch_blocks(&fake.entered, &writer, 1).await;
+        let queued_before = spawn_appends(&writer, 1..=5);
+        wait_until_first_batch_blocks(&fake.entered, &writer, 6).await;
+        // Free to commit inline, but five records wait in the queue: this one queues behind them.
+        fake.inline_free.store(true, Ordering::SeqCst);
+        let late = spawn_appends(&writer, 6..=6);
+        tokio::time::timeout(Duration::from_secs(10), wait_until_first_batch_blocks(&fake.entered, &writer, 7))
+            .await
+            .expect("the late record was not queued");
+        fake.open_gate();
+        for task in first.into_iter().chain(queued_before).chain(late) {
+            task.await.unwrap().unwrap();
+        }
+        let sizes: Vec<usize> = fake.batches.lock().unwrap().iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![1, 6]);
     }
 }
