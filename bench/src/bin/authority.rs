@@ -11,6 +11,10 @@
 //! authority [--tasks 16] [--seconds 3]
 //! ```
 
+// The allocator the palisade binary ships with, so the library is measured as it runs there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

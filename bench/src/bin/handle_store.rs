@@ -10,6 +10,10 @@
 //! afterwards) holding `--handles` live handles of 50 owners; `--tasks` tasks then look up random
 //! handles as their owners for `--seconds`. One JSON line per backend on stdout.
 
+// The allocator the palisade binary ships with, so the library is measured as it runs there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -13,6 +13,10 @@
 //! ```
 //! One JSON line per figure on stdout.
 
+// The allocator the palisade binary ships with, so the library is measured as it runs there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

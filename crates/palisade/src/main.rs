@@ -3,7 +3,7 @@
 //! lives in `palisade_server`.
 
 // mimalloc instead of the system allocator: the request path allocates and frees many small
-// objects across threads; measured in BENCHMARKS.md ("Allocator").
+// objects across threads (BENCHMARKS.md, "Checkpoints off the append path ...").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
