@@ -260,12 +260,7 @@ impl<'a> AuditTrail<'a> {
 
     /// A trail whose trace id is the span's when trace export is on, else a fresh random one.
     fn traced(server: &'a Server, method: &str, span: tracing::Span, trace_id: Option<String>) -> Self {
-        let trace_id = trace_id.unwrap_or_else(|| {
-            let mut bytes = [0u8; 16];
-            // A trace id is not a secret; an RNG failure only costs uniqueness.
-            let _ = aws_lc_rs::rand::fill(&mut bytes);
-            palisade_wire::hex(&bytes)
-        });
+        let trace_id = trace_id.unwrap_or_else(fresh_trace_id);
         // Until classification, the operation is the method name as sent, cut to a sane length.
         let operation = method.chars().take(64).collect();
         Self { server, trace_id, operation, principal: None, detail: None, policy_version: None, span }
@@ -281,17 +276,17 @@ impl<'a> AuditTrail<'a> {
     }
 
     fn record(&self, stage: &str, decision: Decision, code: Option<i64>) -> AuditRecord {
-        let digest = |value: &str| self.server.digest(value);
         let principal = self.principal.as_deref();
+        let digests = PrincipalDigests::of(&self.server.digest_key, principal);
         AuditRecord {
             at_ms: self.server.clock.now_ms(),
             trace_id: self.trace_id.clone(),
             stage: stage.to_owned(),
             decision,
             operation: self.operation.clone(),
-            principal_digest: principal.map(|p| digest(&format!("{}#{}", p.issuer(), p.subject()))),
-            tenant_digest: principal.and_then(|p| p.tenant()).map(digest),
-            client_digest: principal.and_then(|p| p.client_id()).map(digest),
+            principal_digest: digests.principal,
+            tenant_digest: digests.tenant,
+            client_digest: digests.client,
             scopes: principal.map(VerifiedPrincipal::scopes).unwrap_or_default(),
             policy_version: self.policy_version.clone(),
             code,
@@ -337,6 +332,37 @@ impl<'a> AuditTrail<'a> {
     }
 }
 
+/// The audit record's principal partition: keyed digests (HMAC-SHA-256 under the server's
+/// audit-digest key, first 16 bytes in hex) of `issuer#subject`, the tenant and the client.
+pub(crate) struct PrincipalDigests {
+    pub principal: Option<String>,
+    pub tenant: Option<String>,
+    pub client: Option<String>,
+}
+
+impl PrincipalDigests {
+    pub(crate) fn of(key: &aws_lc_rs::hmac::Key, principal: Option<&VerifiedPrincipal>) -> Self {
+        let digest = |value: &str| keyed_digest(key, value);
+        PrincipalDigests {
+            principal: principal.map(|p| digest(&format!("{}#{}", p.issuer(), p.subject()))),
+            tenant: principal.and_then(|p| p.tenant()).map(digest),
+            client: principal.and_then(|p| p.client_id()).map(digest),
+        }
+    }
+}
+
+/// A random 128-bit trace id in hex. Not a secret: an RNG failure only costs uniqueness.
+pub(crate) fn fresh_trace_id() -> String {
+    let mut bytes = [0u8; 16];
+    let _ = aws_lc_rs::rand::fill(&mut bytes);
+    palisade_wire::hex(&bytes)
+}
+
+fn keyed_digest(key: &aws_lc_rs::hmac::Key, value: &str) -> String {
+    let tag = aws_lc_rs::hmac::sign(key, value.as_bytes());
+    palisade_wire::hex(&tag.as_ref()[..16])
+}
+
 /// A running server: the application plus everything the pipeline needs. Shared by transports.
 pub struct Server {
     app: Arc<App>,
@@ -347,7 +373,7 @@ pub struct Server {
     events: EventBus,
     clock: Arc<dyn Clock>,
     shutdown: CancellationToken,
-    audit: Option<AuditWriter>,
+    audit: Option<Arc<AuditWriter>>,
     store: Option<Arc<dyn AuditStore>>,
     handles: Option<Arc<HandleService>>,
     tasks: Option<Arc<TaskService>>,
@@ -386,7 +412,11 @@ impl Server {
     /// Records every decision in `store`'s hash-chained audit log (group commit); the store's
     /// health is also what `/readyz` reports.
     pub fn with_audit(mut self, store: Arc<dyn AuditStore>) -> Self {
-        self.audit = Some(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+        let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+        if let Some(tasks) = &self.tasks {
+            tasks.set_audit(writer.clone(), self.digest_key.clone());
+        }
+        self.audit = Some(writer);
         self.store = Some(store);
         self
     }
@@ -402,6 +432,10 @@ impl Server {
     /// store pushes them) to this instance's listen streams.
     pub fn with_tasks(mut self, service: Arc<TaskService>) -> Self {
         service.spawn_fan_in(self.events.clone());
+        // Task workers audit the decisions they make at execution time (the kill switch).
+        if let Some(writer) = &self.audit {
+            service.set_audit(writer.clone(), self.digest_key.clone());
+        }
         self.tasks = Some(service);
         self
     }
@@ -514,8 +548,7 @@ impl Server {
     /// A keyed digest (HMAC-SHA256, 16 hex bytes) of an identifier, for the audit log: stable
     /// for one deployment, meaningless without its secret.
     pub fn digest(&self, value: &str) -> String {
-        let tag = aws_lc_rs::hmac::sign(&self.digest_key, value.as_bytes());
-        palisade_wire::hex(&tag.as_ref()[..16])
+        keyed_digest(&self.digest_key, value)
     }
 
     /// Replaces the clock (tests).

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use palisade_store::{HandleOwner, StoreError, TaskRow, TaskStore};
+use palisade_store::{AuditRecord, AuditWriter, Decision, HandleOwner, StoreError, TaskRow, TaskStore};
 use palisade_wire::canonical::canonical_bytes;
 use palisade_wire::{ProtocolError, RequestId, RequestMeta};
 use serde_json::{Map, Value, json};
@@ -34,7 +34,7 @@ use crate::context::{NotificationSink, Outcome, RequestContext};
 use crate::events::EventBus;
 use crate::handles::{SubjectKey, sha256};
 use crate::killswitch::KillSwitchStage;
-use crate::pipeline::OperationKey;
+use crate::pipeline::{OperationKey, PrincipalDigests, fresh_trace_id};
 use crate::registry::App;
 use crate::secret::fill_random;
 
@@ -120,6 +120,8 @@ pub struct TaskService {
     instance: String,
     running: Mutex<HashMap<[u8; 32], CancellationToken>>,
     kill_switch: std::sync::OnceLock<KillSwitchStage>,
+    /// Where execution-time decisions are recorded, and the key of their principal digests.
+    audit: std::sync::OnceLock<(Arc<AuditWriter>, aws_lc_rs::hmac::Key)>,
 }
 
 /// A task reference a request named, already checked against its caller.
@@ -143,6 +145,7 @@ impl TaskService {
             instance,
             running: Mutex::new(HashMap::new()),
             kill_switch: std::sync::OnceLock::new(),
+            audit: std::sync::OnceLock::new(),
         }
     }
 
@@ -151,6 +154,43 @@ impl TaskService {
     /// a request. Set once, by [`Server::with_kill_switch`](crate::Server::with_kill_switch).
     pub(crate) fn set_kill_switch(&self, stage: KillSwitchStage) {
         let _ = self.kill_switch.set(stage);
+    }
+
+    /// Records the decisions task workers make at execution time in the server's audit log. Set
+    /// once, by [`Server::with_audit`](crate::Server::with_audit) /
+    /// [`Server::with_tasks`](crate::Server::with_tasks).
+    pub(crate) fn set_audit(&self, writer: Arc<AuditWriter>, digest_key: aws_lc_rs::hmac::Key) {
+        let _ = self.audit.set((writer, digest_key));
+    }
+
+    /// Appends one execution-time decision about `row`'s segment at stage `killswitch` (the only
+    /// decision a segment makes): a fresh trace id, the task's stored principal as digests, the
+    /// task's digest prefix as the detail. Without an audit log, nothing to do.
+    async fn audit_segment(
+        &self,
+        row: &TaskRow,
+        principal: &VerifiedPrincipal,
+        decision: Decision,
+        code: Option<i64>,
+        policy_version: Option<String>,
+    ) -> Result<(), StoreError> {
+        let Some((writer, key)) = self.audit.get() else { return Ok(()) };
+        let digests = PrincipalDigests::of(key, Some(principal));
+        let record = AuditRecord {
+            at_ms: self.clock.now_ms(),
+            trace_id: fresh_trace_id(),
+            stage: "killswitch".into(),
+            decision,
+            operation: OperationKey::tool_call(&row.tool).to_string(),
+            principal_digest: digests.principal,
+            tenant_digest: digests.tenant,
+            client_digest: digests.client,
+            scopes: principal.scopes(),
+            policy_version,
+            code,
+            detail: Some(format!("task={}", palisade_store::hex_prefix(&row.digest))),
+        };
+        writer.append(record).await
     }
 
     fn now_ms(&self) -> i64 {
@@ -506,20 +546,34 @@ impl TaskService {
         params.insert("_meta".into(), execution.meta.clone());
         let Ok(meta) = RequestMeta::from_params(&params) else { return failed(ProtocolError::Internal) };
         let Some(tool) = app.tool(&row.tool) else { return failed(ProtocolError::Internal) };
-        // Execution-time kill switch: a task runs long after its request was cleared.
+        // Execution-time kill switch: a task runs long after its request was cleared. Its
+        // decision is audited like a request's; the allow is durable before the handler runs.
         let cleared = match self.kill_switch.get() {
-            Some(stage) => match stage.pre_dispatch(&OperationKey::tool_call(&row.tool), &principal).await {
-                Ok(cleared) => Some(cleared),
-                Err(error) => return failed(error),
-            },
+            Some(stage) => {
+                let policy = Some(stage.policy_version());
+                match stage.pre_dispatch(&OperationKey::tool_call(&row.tool), &principal).await {
+                    Ok(cleared) => {
+                        if let Err(error) = self.audit_segment(row, &principal, Decision::Allow, None, policy).await {
+                            tracing::error!(%error, "audit log unavailable: task segment refused");
+                            return failed(ProtocolError::Unavailable);
+                        }
+                        Some(cleared)
+                    }
+                    Err(error) => {
+                        self.audit_refusal(row, &principal, &error, policy).await;
+                        return failed(error);
+                    }
+                }
+            }
             None => None,
         };
         let fence_rule = cleared.clone();
+        let principal = Arc::new(principal);
         let (sink, _dropped) = NotificationSink::channel(1);
         let ctx = RequestContext {
             id: RequestId::from_value(&execution.request_id).unwrap_or(RequestId::Number(0)),
             meta,
-            principal: Arc::new(principal),
+            principal: principal.clone(),
             input_responses: parse_object(Some(&row.input_responses)),
             request_state: execution.state.clone(),
             sink,
@@ -542,6 +596,8 @@ impl TaskService {
                     && !result.is_error
                     && let Err(error) = cleared.check_fence_obtained()
                 {
+                    let policy = self.kill_switch.get().map(KillSwitchStage::policy_version);
+                    self.audit_refusal(row, &principal, &error, policy).await;
                     return failed(error);
                 }
                 Segment::Completed(result.to_value())
@@ -552,6 +608,21 @@ impl TaskService {
             Ok(Err(error)) => failed(error),
             // A panicking tool is a protocol-level failure of the task, not a crash of the server.
             Err(_) => failed(ProtocolError::Internal),
+        }
+    }
+
+    /// A refusal stands even if it cannot be recorded (logged).
+    async fn audit_refusal(
+        &self,
+        row: &TaskRow,
+        principal: &VerifiedPrincipal,
+        error: &ProtocolError,
+        policy_version: Option<String>,
+    ) {
+        if let Err(audit_error) =
+            self.audit_segment(row, principal, Decision::Deny, Some(error.code()), policy_version).await
+        {
+            tracing::error!(%audit_error, "audit log unavailable while refusing a task segment");
         }
     }
 

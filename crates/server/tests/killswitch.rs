@@ -300,4 +300,28 @@ async fn a_fenced_task_that_never_asks_for_its_fence_fails() {
     assert_eq!(task["error"], json!({ "code": -32603, "message": "internal error" }));
     assert!(task.get("result").is_none(), "{task}");
     assert_eq!(world.counters.unfenced.load(Ordering::SeqCst), 1);
+
+    // The worker's own decisions are in the audit log: the execution-time check that let the
+    // handler run, then the refusal; both name the task by digest prefix and the principal by
+    // digest, never by value.
+    let recent = world.audit.recent(50).await.unwrap();
+    let segment: Vec<_> =
+        recent.iter().rev().filter(|stored| stored.record.stage == "killswitch").map(|stored| &stored.record).collect();
+    assert_eq!(segment.len(), 2, "{segment:?}");
+    assert_eq!((segment[0].decision, segment[0].code), (Decision::Allow, None));
+    assert_eq!((segment[1].decision, segment[1].code), (Decision::Deny, Some(-32603)));
+    let creation = recent
+        .iter()
+        .find(|stored| stored.record.stage == "authorize" && stored.record.operation == "tools/call:unfenced_task")
+        .expect("the creating request's allow");
+    for record in &segment {
+        assert_eq!(record.operation, "tools/call:unfenced_task");
+        assert!(record.detail.as_deref().is_some_and(|d| d.starts_with("task=")), "{record:?}");
+        assert!(!record.detail.as_deref().unwrap_or("").contains(&task_id), "the raw task id is in the log");
+        assert!(record.policy_version.as_deref().is_some_and(|v| v.starts_with("killswitch:")));
+        assert!(record.principal_digest.is_some());
+        assert_eq!(record.principal_digest, creation.record.principal_digest, "the stored principal");
+        assert_eq!(record.tenant_digest, creation.record.tenant_digest);
+    }
+    assert!(world.audit.verify_chain().await.unwrap().is_intact());
 }
