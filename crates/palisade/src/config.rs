@@ -81,6 +81,9 @@ pub struct RawTelemetry {
     pub sampling_ratio: Option<f64>,
     /// A file of `Name: value` lines sent as headers to the collector (credentials).
     pub otlp_headers_file: Option<PathBuf>,
+    /// Whether a request's `_meta.traceparent` is continued (its trace id becomes the audit
+    /// trace id). Default `true`; `false` starts a trace per request.
+    pub continue_incoming_traces: Option<bool>,
     /// `PALISADE_TELEMETRY_OTLP_HEADERS` (environment only): `name=value` pairs, comma-separated.
     #[serde(skip)]
     pub otlp_headers: Option<String>,
@@ -318,6 +321,8 @@ pub struct TelemetrySettings {
     pub sampling_ratio: f64,
     /// Headers for the collector (secrets: never printed).
     pub headers: CollectorHeaders,
+    /// Continue callers' W3C trace context.
+    pub continue_incoming_traces: bool,
 }
 
 /// Collector headers. `Debug` shows the names only; values may be credentials.
@@ -389,6 +394,15 @@ fn traces_url(key: &str, endpoint: &str) -> Result<String, ConfigError> {
     Ok(url.into())
 }
 
+/// `true`/`false` (also `1`/`0`), any case, for an environment override.
+fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(bad(key, "must be true or false")),
+    }
+}
+
 fn validate_telemetry(raw: RawTelemetry) -> Result<Option<TelemetrySettings>, ConfigError> {
     let service_name = raw.service_name.unwrap_or_else(|| "palisade".into());
     if service_name.trim().is_empty() || service_name.len() > 255 || service_name.chars().any(char::is_control) {
@@ -421,6 +435,7 @@ fn validate_telemetry(raw: RawTelemetry) -> Result<Option<TelemetrySettings>, Co
         service_name,
         sampling_ratio,
         headers: CollectorHeaders(headers),
+        continue_incoming_traces: raw.continue_incoming_traces.unwrap_or(true),
     }))
 }
 
@@ -630,6 +645,9 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
     }
     if let Some(v) = env("PALISADE_TELEMETRY_OTLP_HEADERS") {
         raw.telemetry.otlp_headers = Some(v);
+    }
+    if let Some(v) = env("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES") {
+        raw.telemetry.continue_incoming_traces = Some(parse_bool("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES", &v)?);
     }
     Ok(())
 }
@@ -881,7 +899,10 @@ mod tests {
             assert_eq!(telemetry.service_name, "palisade");
             assert!((telemetry.sampling_ratio - 1.0).abs() < f64::EPSILON);
             assert!(telemetry.headers.0.is_empty());
+            assert!(telemetry.continue_incoming_traces);
         }
+        let off = "[telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\ncontinue_incoming_traces = false";
+        assert!(!check(off).unwrap().telemetry.unwrap().continue_incoming_traces);
     }
 
     #[test]
@@ -891,6 +912,7 @@ mod tests {
             "PALISADE_TELEMETRY_SERVICE_NAME" => Some("edge".to_owned()),
             "PALISADE_TELEMETRY_SAMPLING_RATIO" => Some("0.25".to_owned()),
             "PALISADE_TELEMETRY_OTLP_HEADERS" => Some("Authorization=Bearer very-secret==, x-tenant=a".to_owned()),
+            "PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES" => Some("FALSE".to_owned()),
             _ => None,
         };
         let mut raw = parse("[telemetry]\notlp_endpoint = \"https://elsewhere:4318\"").unwrap();
@@ -900,6 +922,7 @@ mod tests {
         assert_eq!(telemetry.traces_url, "http://127.0.0.1:4318/v1/traces");
         assert_eq!(telemetry.service_name, "edge");
         assert!((telemetry.sampling_ratio - 0.25).abs() < f64::EPSILON);
+        assert!(!telemetry.continue_incoming_traces);
         assert_eq!(
             telemetry.headers.0,
             [("authorization".to_owned(), "Bearer very-secret==".to_owned()), ("x-tenant".to_owned(), "a".to_owned())]

@@ -615,6 +615,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         allowed_hosts: settings.allowed_hosts.clone(),
         allowed_origins: settings.allowed_origins.clone(),
         legacy: settings.legacy.clone(),
+        continue_traces: settings.telemetry.as_ref().is_none_or(|telemetry| telemetry.continue_incoming_traces),
         ..ServerConfig::default()
     };
     prepare_sqlite_dir(&settings)?;

@@ -32,6 +32,10 @@ pub struct ServerConfig {
     pub request_state_ttl: Duration,
     /// The 2025-era session wire beside 2026-07-28.
     pub legacy: LegacyConfig,
+    /// With trace export on: whether a request's `params._meta.traceparent` is continued (its
+    /// trace id becomes the request's audit trace id). `false`: every request starts a trace of
+    /// its own, so callers cannot choose audit trace ids. Default `true`.
+    pub continue_traces: bool,
 }
 
 /// The 2025-era (initialize + `Mcp-Session-Id`) wire, served on the same endpoint beside the
@@ -81,6 +85,7 @@ impl Default for ServerConfig {
             page_size: 100,
             request_state_ttl: Duration::from_secs(600),
             legacy: LegacyConfig::default(),
+            continue_traces: true,
         }
     }
 }

@@ -621,7 +621,8 @@ impl Server {
         sink: NotificationSink,
         cancel: CancellationToken,
     ) -> Reply {
-        let (span, trace_id) = crate::telemetry::request_span(&request.method, &request.params);
+        let (span, trace_id) =
+            crate::telemetry::request_span(&request.method, &request.params, self.config.continue_traces);
         let mut audit = AuditTrail::traced(self, &request.method, span.clone(), trace_id);
         let stages = self.stages(request, headers, legacy, sink, cancel, &mut audit);
         if span.is_disabled() {

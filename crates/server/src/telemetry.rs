@@ -9,7 +9,9 @@
 //! A request may continue a caller's trace with a W3C `traceparent` in `params._meta` (the
 //! carrier MCP reserves; the same on HTTP and stdio). A valid one gives the span its parent and
 //! the request its trace id; an invalid one is ignored (a fresh trace), never an error.
-//! `tracestate` and `baggage` are not read.
+//! `tracestate` and `baggage` are not read. With
+//! [`ServerConfig::continue_traces`](crate::ServerConfig::continue_traces) off, every request
+//! starts a trace of its own whatever it carries.
 //!
 //! What a span carries: the method name as sent (at most 64 characters, as in the audit
 //! record), the server-derived operation key, the decision, its stage, and the JSON-RPC error
@@ -30,7 +32,11 @@ pub const TARGET: &str = "palisade_otel";
 const TRACEPARENT: &str = "traceparent";
 
 /// The span of one request, and its trace id as 32 lowercase hex digits when tracing is on.
-pub(crate) fn request_span(method: &str, params: &Map<String, Value>) -> (tracing::Span, Option<String>) {
+pub(crate) fn request_span(
+    method: &str,
+    params: &Map<String, Value>,
+    continue_traces: bool,
+) -> (tracing::Span, Option<String>) {
     let span = tracing::info_span!(
         target: TARGET,
         "mcp.request",
@@ -45,7 +51,7 @@ pub(crate) fn request_span(method: &str, params: &Map<String, Value>) -> (tracin
     if span.is_disabled() {
         return (span, None);
     }
-    if let Some(parent) = incoming_parent(params) {
+    if let Some(parent) = incoming_parent(params).filter(|_| continue_traces) {
         // The span is not started yet, so setting its parent cannot fail with a layer present.
         let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(parent));
     }
@@ -180,7 +186,7 @@ mod tests {
     #[test]
     fn without_a_trace_layer_the_span_is_off() {
         let params = serde_json::json!({ "_meta": { "traceparent": VALID } }).as_object().cloned().unwrap();
-        let (span, trace_id) = request_span("tools/call", &params);
+        let (span, trace_id) = request_span("tools/call", &params, true);
         assert!(span.is_disabled());
         assert_eq!(trace_id, None);
     }

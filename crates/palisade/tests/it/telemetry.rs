@@ -266,6 +266,7 @@ fn bad_telemetry_settings_exit_2_naming_the_key_and_never_echo_header_values() {
         ("PALISADE_TELEMETRY_OTLP_ENDPOINT", "collector:4318", "telemetry.otlp_endpoint"),
         ("PALISADE_TELEMETRY_SAMPLING_RATIO", "1.5", "telemetry.sampling_ratio"),
         ("PALISADE_TELEMETRY_OTLP_HEADERS", "authorization Bearer header-canary", "PALISADE_TELEMETRY_OTLP_HEADERS"),
+        ("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES", "maybe", "PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES"),
     ] {
         let output = palisade(
             &["serve", "--app", "conformance", "--listen", "127.0.0.1:0", "--data-dir", data_dir],
@@ -292,15 +293,16 @@ fn bad_telemetry_settings_exit_2_naming_the_key_and_never_echo_header_values() {
     assert!(stdout.contains("authorization") && !stdout.contains("header-canary"), "{stdout}");
 }
 
-/// stdio carries the same `_meta.traceparent`, and the exit on EOF flushes too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stdio_requests_continue_the_callers_trace_and_flush_on_exit() {
+/// One stdio `tools/call` of the conformance app carrying the caller's `traceparent`, with
+/// `envs` added; returns the one exported span and the audit log.
+async fn stdio_traced_call(envs: &[(&str, &str)]) -> (ExportedSpan, Vec<palisade_store::StoredAuditRecord>) {
     use std::io::Write as _;
     let receiver = TestOtlpReceiver::start().await;
     let data_dir = crate::harness::TempDir::new();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
         .args(["serve", "--app", "conformance", "--stdio", "--data-dir", data_dir.path()])
         .envs([("PALISADE_TELEMETRY_OTLP_ENDPOINT", receiver.base_url.as_str()), ("OTEL_BSP_SCHEDULE_DELAY", "600000")])
+        .envs(envs.iter().copied())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -317,16 +319,36 @@ async fn stdio_requests_continue_the_callers_trace_and_flush_on_exit() {
     let reply: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert!(reply.get("result").is_some(), "{reply}");
 
-    let spans = receiver.spans();
+    let mut spans = receiver.spans();
     assert_eq!(spans.len(), 1, "{spans:#?}");
-    let span = &spans[0].1;
-    assert_eq!((span.trace_id.as_str(), span.parent_span_id.as_str()), (CALLER_TRACE, CALLER_SPAN));
+    let span = spans.remove(0).1;
     assert_eq!(span.attributes["palisade.operation"], "tools/call:test_simple_text");
     let audit = {
         let store = palisade_store::open_store(&format!("sqlite:{}/palisade.db", data_dir.path())).await.unwrap();
         store.recent(100).await.unwrap()
     };
+    (span, audit)
+}
+
+/// stdio carries the same `_meta.traceparent`, and the exit on EOF flushes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_requests_continue_the_callers_trace_and_flush_on_exit() {
+    let (span, audit) = stdio_traced_call(&[]).await;
+    assert_eq!((span.trace_id.as_str(), span.parent_span_id.as_str()), (CALLER_TRACE, CALLER_SPAN));
     assert!(
         audit.iter().any(|r| r.record.trace_id == CALLER_TRACE && r.record.operation == "tools/call:test_simple_text")
+    );
+}
+
+/// With `continue_incoming_traces = false` the caller's trace context is ignored: the request
+/// starts a trace of its own, and the caller does not choose its audit trace id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_trace_context_is_ignored_when_continuing_is_off() {
+    let (span, audit) = stdio_traced_call(&[("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES", "false")]).await;
+    assert_ne!(span.trace_id, CALLER_TRACE);
+    assert!(span.parent_span_id.is_empty(), "no parent from the caller");
+    assert!(audit.iter().all(|r| r.record.trace_id != CALLER_TRACE));
+    assert!(
+        audit.iter().any(|r| r.record.trace_id == span.trace_id && r.record.operation == "tools/call:test_simple_text")
     );
 }
