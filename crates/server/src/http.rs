@@ -193,13 +193,63 @@ async fn mcp_endpoint(
     let cancel = CancellationToken::new();
     // Dropped when the client goes away (response future or SSE body dropped): cancels the work.
     let guard = cancel.clone().drop_guard();
-    let work = tokio::spawn(async move {
+    let work = Work::new(async move {
         let started = std::time::Instant::now();
         let reply = server.handle_request(request, Some(&transport_headers), sink, cancel).await;
         server.metrics().observe_request(reply.frame.get("error").is_none(), started.elapsed());
         reply
     });
     respond(&state, streaming, work, notifications, guard).await
+}
+
+/// A request's work, polled by the connection's own task rather than spawned per request (a
+/// spawn costs a task, a wake-up and often a hop to the other runtime thread). Two behaviours
+/// of a spawned task are kept:
+///
+/// - cancellation stays cooperative: if the response is dropped before the work finished (the
+///   client left), the rest of the work is spawned and runs until it observes its cancellation
+///   token (which the response's drop guard cancels), never cut off at an arbitrary `await`;
+/// - a panic in the work becomes the generic internal error reply, not a dropped connection.
+pub(crate) struct Work {
+    future: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>>,
+}
+
+impl Work {
+    pub(crate) fn new(future: impl std::future::Future<Output = Reply> + Send + 'static) -> Self {
+        Work { future: Some(Box::pin(future)) }
+    }
+}
+
+impl std::future::Future for Work {
+    type Output = Reply;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Reply> {
+        let Some(future) = self.future.as_mut() else {
+            // Polled after it finished: a caller bug, answered as an internal error.
+            return std::task::Poll::Ready(Reply::error(None, &ProtocolError::Internal));
+        };
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx)));
+        let reply = match polled {
+            Ok(std::task::Poll::Pending) => return std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(reply)) => reply,
+            Err(_) => {
+                tracing::error!("a request's work panicked: answered with an internal error");
+                Reply::error(None, &ProtocolError::Internal)
+            }
+        };
+        self.future = None;
+        std::task::Poll::Ready(reply)
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if let Some(future) = self.future.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(future);
+        }
+    }
 }
 
 /// Answers one request whose work runs in `work`: as JSON when nothing else was sent before the
@@ -209,7 +259,7 @@ async fn mcp_endpoint(
 pub(crate) async fn respond(
     state: &HttpState,
     streaming: bool,
-    mut work: tokio::task::JoinHandle<Reply>,
+    mut work: Work,
     mut notifications: mpsc::Receiver<Value>,
     guard: tokio_util::sync::DropGuard,
 ) -> Response {
@@ -218,7 +268,6 @@ pub(crate) async fn respond(
     let first = tokio::select! {
         biased;
         reply = &mut work => {
-            let reply = reply.unwrap_or_else(|_| Reply::error(None, &ProtocolError::Internal));
             let queued: Vec<Value> = std::iter::from_fn(|| notifications.try_recv().ok()).collect();
             if queued.is_empty() || !streaming {
                 drop(guard);
@@ -232,7 +281,7 @@ pub(crate) async fn respond(
         // The client cannot take a stream: notifications are dropped, the result is sent.
         let reply = loop {
             tokio::select! {
-                reply = &mut work => break reply.unwrap_or_else(|_| Reply::error(None, &ProtocolError::Internal)),
+                reply = &mut work => break reply,
                 _ = notifications.recv() => {}
             }
         };
@@ -255,7 +304,7 @@ pub(crate) async fn respond(
                         return;
                     }
                 }
-                reply = &mut work => break reply.unwrap_or_else(|_| Reply::error(None, &ProtocolError::Internal)),
+                reply = &mut work => break reply,
             }
         };
         while let Ok(notification) = notifications.try_recv() {

@@ -130,7 +130,7 @@ pub(crate) async fn post(state: &Arc<HttpState>, headers: &HeaderMap, body: &[u8
     let (sink, notifications) = NotificationSink::channel(server.config().listen_queue);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
-    let work = tokio::spawn(async move {
+    let work = crate::http::Work::new(async move {
         let started = std::time::Instant::now();
         let reply = rounds(&server, request, &transport, session, sink, cancel, streaming).await;
         server.metrics().observe_request(reply.frame.get("error").is_none(), started.elapsed());
