@@ -41,15 +41,7 @@ async fn dropping_the_stream_cancels_the_handler() {
         }))
         .build()
         .unwrap();
-    let server = Arc::new(Server::new(
-        app,
-        ServerConfig::default(),
-        Authenticator::UnauthenticatedLoopback,
-        ServerSecret::random(),
-    ));
-    let listener = palisade_server::http::bind(&server, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(palisade_server::http::serve(server, listener, std::future::pending()));
+    let (port, _server) = serve(app).await;
 
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "wait_for_cancel", "_meta": {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, "progressToken": 1 } } });

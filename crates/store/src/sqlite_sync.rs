@@ -433,12 +433,16 @@ mod tests {
     use super::*;
     use crate::conformance::sample_record;
 
-    fn fresh_directory(name: &str) -> PathBuf {
+    /// A migrated database file in a fresh directory, and its (idle) store: the store's own
+    /// appender appends nothing here, so its checkpoint thread stays idle too.
+    async fn fresh_database(name: &str) -> (PathBuf, PathBuf, crate::SqliteStore) {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
         let directory = std::env::temp_dir().join(format!("palisade-sync-test-{name}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap();
-        directory
+        let path = directory.join("audit.db");
+        let store = crate::SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        (directory, path, store)
     }
 
     /// Rows in `audit_log` of the database file alone (what a checkpoint copied), read from a
@@ -456,10 +460,7 @@ mod tests {
 
     #[tokio::test]
     async fn appends_reach_the_database_file_through_the_background_checkpoint() {
-        let directory = fresh_directory("checkpoint");
-        let path = directory.join("audit.db");
-        // Migrates the file (its own appender stays idle: it appends nothing).
-        let store = crate::SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        let (directory, path, store) = fresh_database("checkpoint").await;
         // Far fewer frames than SQLite's automatic checkpoint needs (1000): only the background
         // checkpoint copies them into the database file. An hour between checkpoints: `close`
         // below must end the thread's rest, not wait it out.
@@ -483,9 +484,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_wal_restarts_under_continuous_appends() {
-        let directory = fresh_directory("restart");
-        let path = directory.join("audit.db");
-        let store = crate::SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        let (directory, path, store) = fresh_database("restart").await;
         let sync = SyncSqlite::open_with_interval(&path, Duration::from_secs(5), Duration::from_millis(5)).unwrap();
         // Back-to-back appends: a passive checkpoint alone always finds frames added during it,
         // so the WAL would only grow (to the appender's own bound); the second pass restarts it.
@@ -505,9 +504,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_inline_append_commits_only_when_nothing_has_to_wait() {
-        let directory = fresh_directory("inline");
-        let path = directory.join("audit.db");
-        let store = crate::SqliteStore::open(path.to_str().unwrap()).await.unwrap();
+        let (directory, path, store) = fresh_database("inline").await;
         let sync = SyncSqlite::open(&path, Duration::from_secs(5)).unwrap();
         assert!(matches!(sync.try_append(sample_record(1)), Ok(Ok(()))));
         // Another connection holds the write lock: the record comes back at once, unwritten.
