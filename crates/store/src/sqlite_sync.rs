@@ -19,9 +19,8 @@
 //! always arrive during it, and SQLite restarts the WAL from its beginning only when every frame
 //! is in the database file; so once the WAL holds [`RESTART_FRAMES`] frames, the appender itself
 //! checkpoints right after its next commit, copying only the few frames added meanwhile, and the
-//! append after that starts the WAL anew. The appender's own automatic
-//! checkpoint is raised to [`WRITER_AUTOCHECKPOINT`] frames, a bound that holds should the thread
-//! fall behind. A checkpoint never weakens a commit's durability (`synchronous=NORMAL`: the WAL is
+//! append after that starts the WAL anew. The appender's own automatic checkpoint is raised to
+//! [`WRITER_AUTOCHECKPOINT`] frames, a bound that holds should the thread fall behind. A checkpoint never weakens a commit's durability (`synchronous=NORMAL`: the WAL is
 //! synced before frames are copied and the database file after).
 
 use std::path::{Path, PathBuf};
@@ -44,7 +43,8 @@ const KEPT_READERS: usize = 8;
 /// Shortest time between two background checkpoints.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_millis(100);
 
-/// WAL frames from which the background checkpoint holds the appender back for its second pass.
+/// WAL frames from which the appender finishes the checkpoint itself after its next commit, so
+/// that the WAL restarts.
 const RESTART_FRAMES: i64 = 512;
 
 /// The appender connection's own automatic checkpoint (SQLite's default is 1000 frames).

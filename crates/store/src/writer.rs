@@ -150,6 +150,8 @@ impl AuditWriter {
     /// [`StoreError::InvalidRecord`] (nothing queued) for a record the store would refuse, with the
     /// batch's error if the store failed, with [`StoreError::Unavailable`] when the commit takes
     /// longer than the configured timeout, and with [`StoreError::Closed`] after shutdown.
+    /// An inline commit (quiet writer, see the module docs) runs synchronously and is not timed:
+    /// it waits for no lock (zero busy timeout), only for its own few writes.
     ///
     /// Dropping the future after the record was queued does not withdraw it.
     pub async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
