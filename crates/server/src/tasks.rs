@@ -548,23 +548,22 @@ impl TaskService {
         let Some(tool) = app.tool(&row.tool) else { return failed(ProtocolError::Internal) };
         // Execution-time kill switch: a task runs long after its request was cleared. Its
         // decision is audited like a request's; the allow is durable before the handler runs.
+        let policy = self.kill_switch.get().map(KillSwitchStage::policy_version);
         let cleared = match self.kill_switch.get() {
-            Some(stage) => {
-                let policy = Some(stage.policy_version());
-                match stage.pre_dispatch(&OperationKey::tool_call(&row.tool), &principal).await {
-                    Ok(cleared) => {
-                        if let Err(error) = self.audit_segment(row, &principal, Decision::Allow, None, policy).await {
-                            tracing::error!(%error, "audit log unavailable: task segment refused");
-                            return failed(ProtocolError::Unavailable);
-                        }
-                        Some(cleared)
+            Some(stage) => match stage.pre_dispatch(&OperationKey::tool_call(&row.tool), &principal).await {
+                Ok(cleared) => {
+                    if let Err(error) = self.audit_segment(row, &principal, Decision::Allow, None, policy.clone()).await
+                    {
+                        tracing::error!(%error, "audit log unavailable: task segment refused");
+                        return failed(ProtocolError::Unavailable);
                     }
-                    Err(error) => {
-                        self.audit_refusal(row, &principal, &error, policy).await;
-                        return failed(error);
-                    }
+                    Some(cleared)
                 }
-            }
+                Err(error) => {
+                    self.audit_refusal(row, &principal, &error, policy).await;
+                    return failed(error);
+                }
+            },
             None => None,
         };
         let fence_rule = cleared.clone();
@@ -596,7 +595,6 @@ impl TaskService {
                     && !result.is_error
                     && let Err(error) = cleared.check_fence_obtained()
                 {
-                    let policy = self.kill_switch.get().map(KillSwitchStage::policy_version);
                     self.audit_refusal(row, &principal, &error, policy).await;
                     return failed(error);
                 }

@@ -156,13 +156,14 @@ impl AuditWriter {
     /// Dropping the future after the record was queued does not withdraw it.
     pub async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
         record.validate()?;
-        let in_flight = InFlight::enter(&self.in_flight);
+        // Counted only where inline commits exist (the task mode needs no shared counter).
+        let in_flight = self.inline.is_some().then(|| InFlight::enter(&self.in_flight));
         // Inline only on a quiet writer, with nothing queued (a queued record should not wait
         // behind later ones), when the appender can commit without waiting; any order of
         // records is a valid chain.
         let record = match &self.inline {
             Some(appender)
-                if self.quiet(in_flight.alone)
+                if in_flight.as_ref().is_some_and(|counted| self.quiet(counted.alone))
                     && !self.closing.load(Ordering::SeqCst)
                     && self.queue.capacity() == self.queue.max_capacity() =>
             {
