@@ -82,6 +82,15 @@ impl PgSchema {
     }
 }
 
+/// utime + stime of `/proc/<pid>/stat` (`pid` may be `self`), in seconds (the kernel reports
+/// USER_HZ = 100 ticks/s). `None` where there is no Linux `/proc`.
+pub fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::header::{ACCEPT, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{HeaderMap, Method, Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
+use palisade_bench::cpu_seconds;
 use palisade_wire::header::encode_value;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -272,14 +273,6 @@ async fn cpu_over(from: Instant, to: Instant, server_pid: Option<u32>) -> (Optio
     let after = sample();
     let delta = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
     (delta(before.0, after.0), delta(before.1, after.1))
-}
-
-/// utime + stime of `/proc/<pid>/stat`, in seconds (the kernel reports USER_HZ = 100 ticks/s).
-fn cpu_seconds(pid: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    Some(ticks as f64 / 100.0)
 }
 
 /// Nearest-rank percentile of a sorted, non-empty slice.

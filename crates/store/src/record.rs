@@ -1,6 +1,8 @@
 //! The audit record (what one decision leaves behind), its limits, and the chain hash over it:
 //! `hash = SHA-256(prev_hash || canonical JSON of the record)`.
 
+use std::io::Write as _;
+
 use aws_lc_rs::digest;
 use serde::{Deserialize, Serialize};
 
@@ -110,23 +112,114 @@ impl AuditRecord {
     }
 
     /// The bytes that are hashed: canonical JSON (keys sorted, no white space) of this record.
-    pub fn canonical_bytes(&self) -> Result<Vec<u8>, StoreError> {
-        let value = serde_json::to_value(self)
-            .map_err(|_| StoreError::InvalidRecord { reason: "the record does not serialize to JSON" })?;
-        Ok(palisade_wire::canonical::canonical_bytes(&value))
+    ///
+    /// Written field by field in key order rather than through a `serde_json::Value` (a map of
+    /// owned keys, then sorted): the same bytes as `palisade_wire::canonical::canonical_bytes` of
+    /// the record's `Serialize` form (a test holds the two together), without the allocations.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(384);
+        let mut fields = CanonicalObject::new(&mut out);
+        // Keys in byte order; a `None` option is left out, as `skip_serializing_if` does.
+        fields.number("at_ms", CanonicalNumber::Unsigned(self.at_ms));
+        fields.optional_text("client_digest", self.client_digest.as_deref());
+        if let Some(code) = self.code {
+            fields.number("code", CanonicalNumber::Signed(code));
+        }
+        fields.text("decision", self.decision.as_str());
+        fields.optional_text("detail", self.detail.as_deref());
+        fields.text("operation", &self.operation);
+        fields.optional_text("policy_version", self.policy_version.as_deref());
+        fields.optional_text("principal_digest", self.principal_digest.as_deref());
+        fields.texts("scopes", &self.scopes);
+        fields.text("stage", &self.stage);
+        fields.optional_text("tenant_digest", self.tenant_digest.as_deref());
+        fields.text("trace_id", &self.trace_id);
+        fields.end();
+        out
+    }
+}
+
+/// Writes one JSON object's members in the order given (the caller gives them sorted).
+struct CanonicalObject<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+enum CanonicalNumber {
+    Unsigned(u64),
+    Signed(i64),
+}
+
+impl<'a> CanonicalObject<'a> {
+    fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        CanonicalObject { out, first: true }
+    }
+
+    fn key(&mut self, key: &str) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        write_json_string(self.out, key);
+        self.out.push(b':');
+    }
+
+    fn number(&mut self, key: &str, number: CanonicalNumber) {
+        self.key(key);
+        // Writing into a Vec cannot fail.
+        let _ = match number {
+            CanonicalNumber::Unsigned(value) => write!(self.out, "{value}"),
+            CanonicalNumber::Signed(value) => write!(self.out, "{value}"),
+        };
+    }
+
+    fn text(&mut self, key: &str, value: &str) {
+        self.key(key);
+        write_json_string(self.out, value);
+    }
+
+    fn optional_text(&mut self, key: &str, value: Option<&str>) {
+        if let Some(value) = value {
+            self.text(key, value);
+        }
+    }
+
+    fn texts(&mut self, key: &str, values: &[String]) {
+        self.key(key);
+        self.out.push(b'[');
+        for (index, value) in values.iter().enumerate() {
+            if index > 0 {
+                self.out.push(b',');
+            }
+            write_json_string(self.out, value);
+        }
+        self.out.push(b']');
+    }
+
+    fn end(self) {
+        self.out.push(b'}');
+    }
+}
+
+/// A JSON string exactly as `serde_json` writes one (its escaping is the canonical form's).
+fn write_json_string(out: &mut Vec<u8>, value: &str) {
+    // Writing a string into a Vec cannot fail.
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.extend_from_slice(b"\"\"");
     }
 }
 
 /// `SHA-256(prev_hash || canonical JSON of record)`: the hash stored with `record`, and the
 /// `prev_hash` of the record after it. Public so that an external verifier can recompute a chain.
-pub fn chain_hash(prev_hash: &[u8; 32], record: &AuditRecord) -> Result<[u8; 32], StoreError> {
-    let canonical = record.canonical_bytes()?;
+pub fn chain_hash(prev_hash: &[u8; 32], record: &AuditRecord) -> [u8; 32] {
+    let canonical = record.canonical_bytes();
     let mut context = digest::Context::new(&digest::SHA256);
     context.update(prev_hash);
     context.update(&canonical);
     let mut hash = [0u8; 32];
     hash.copy_from_slice(context.finish().as_ref());
-    Ok(hash)
+    hash
 }
 
 /// A record as stored: its place in the chain and the hashes that link it.
@@ -165,30 +258,74 @@ mod tests {
 
     #[test]
     fn canonical_form_sorts_keys_and_omits_absent_options() {
-        let bytes = sample().canonical_bytes().unwrap();
+        let bytes = sample().canonical_bytes();
         assert_eq!(
             String::from_utf8(bytes).unwrap(),
             r#"{"at_ms":1764000000000,"code":403,"decision":"deny","detail":"insufficient_scope","operation":"tools/call:basket_checkout","policy_version":"7","principal_digest":"p:1f2e","scopes":["mcp:tools"],"stage":"authorize","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}"#
         );
     }
 
+    /// The direct writer and the generic canonical form of the `Serialize` output agree byte for
+    /// byte, over every option present or absent and strings that need escaping: a stored chain
+    /// keeps verifying whichever computed its hashes.
+    #[test]
+    fn direct_canonical_bytes_equal_the_generic_canonical_form() {
+        let awkward = [
+            "",
+            "plain",
+            "quote \" and backslash \\",
+            "control \u{1}\u{1f}\n\t\r",
+            "Ünïcödé ☕ 🦀",
+            "</script>&'",
+            "\u{7f}\u{2028}",
+        ];
+        let mut checked = 0;
+        for (index, text) in awkward.iter().enumerate() {
+            for mask in 0u32..64 {
+                let some = |bit: u32| mask & (1 << bit) != 0;
+                let record = AuditRecord {
+                    at_ms: [0, 1, 1_764_000_000_000, i64::MAX as u64][index % 4],
+                    trace_id: (*text).to_owned(),
+                    stage: format!("stage{text}"),
+                    decision: if some(0) { Decision::Allow } else { Decision::Deny },
+                    operation: format!("tools/call:{text}"),
+                    principal_digest: some(1).then(|| format!("p{text}")),
+                    tenant_digest: some(2).then(|| (*text).to_owned()),
+                    client_digest: some(3).then(|| format!("c{text}")),
+                    scopes: (0..(mask as usize % 3)).map(|n| format!("{text}{n}")).collect(),
+                    policy_version: some(4).then(|| format!("v{text}")),
+                    code: some(5).then_some([-32603, 0, 403, i64::MIN, i64::MAX][mask as usize % 5]),
+                    detail: some(1).then(|| format!("detail {text}")),
+                };
+                let value = serde_json::to_value(&record).unwrap();
+                assert_eq!(
+                    String::from_utf8(record.canonical_bytes()).unwrap(),
+                    String::from_utf8(palisade_wire::canonical::canonical_bytes(&value)).unwrap(),
+                    "record {record:?}"
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, awkward.len() * 64);
+    }
+
     #[test]
     fn hash_depends_on_the_previous_hash_and_every_field() {
         let record = sample();
-        let first = chain_hash(&GENESIS_HASH, &record).unwrap();
-        assert_ne!(chain_hash(&first, &record).unwrap(), first);
+        let first = chain_hash(&GENESIS_HASH, &record);
+        assert_ne!(chain_hash(&first, &record), first);
         let mut edited = record.clone();
         edited.decision = Decision::Allow;
-        assert_ne!(chain_hash(&GENESIS_HASH, &edited).unwrap(), first);
+        assert_ne!(chain_hash(&GENESIS_HASH, &edited), first);
     }
 
     #[test]
     fn hash_matches_an_independent_sha256() {
         let record = sample();
         let mut input = GENESIS_HASH.to_vec();
-        input.extend(record.canonical_bytes().unwrap());
+        input.extend(record.canonical_bytes());
         let expected = digest::digest(&digest::SHA256, &input);
-        assert_eq!(chain_hash(&GENESIS_HASH, &record).unwrap().as_slice(), expected.as_ref());
+        assert_eq!(chain_hash(&GENESIS_HASH, &record).as_slice(), expected.as_ref());
     }
 
     #[test]

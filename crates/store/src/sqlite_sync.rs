@@ -29,7 +29,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::chain::{self, Head};
 use crate::handles::sql as handle_sql;
@@ -132,9 +132,7 @@ impl SyncSqlite {
         let mut writer = lock(&self.writer);
         let connection = writer.as_mut().ok_or_else(|| StoreError::unavailable("append"))?;
         // IMMEDIATE takes the write lock before the head is read: nobody links onto it meanwhile.
-        let transaction = connection
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|error| StoreError::from_rusqlite("append", error))?;
+        let transaction = Immediate::begin(connection).map_err(|error| StoreError::from_rusqlite("append", error))?;
         link_and_commit(transaction, records)?;
         if self.checkpoints.restart_wanted.swap(false, Ordering::SeqCst) {
             // The commit stands whatever happens here; SQLite's own bound still holds.
@@ -165,7 +163,7 @@ impl SyncSqlite {
         if connection.busy_timeout(Duration::ZERO).is_err() {
             return Err(record);
         }
-        let result = match connection.transaction_with_behavior(TransactionBehavior::Immediate) {
+        let result = match Immediate::begin(connection) {
             Ok(transaction) => Ok(link_and_commit(transaction, vec![record])),
             Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => Err(record),
             Err(error) => Ok(Err(StoreError::from_rusqlite("append", error))),
@@ -345,9 +343,10 @@ fn passive_checkpoint(connection: &Connection) -> rusqlite::Result<Checkpointed>
 /// Reads the chain head inside `transaction` (which holds the write lock), links `records` onto
 /// it, inserts them, moves the head and commits. Dropping the transaction on an error path rolls
 /// it back.
-fn link_and_commit(transaction: rusqlite::Transaction<'_>, records: Vec<AuditRecord>) -> Result<(), StoreError> {
+fn link_and_commit(transaction: Immediate<'_>, records: Vec<AuditRecord>) -> Result<(), StoreError> {
     let error = |error| StoreError::from_rusqlite("append", error);
     let (seq, hash): (i64, Vec<u8>) = transaction
+        .connection
         .prepare_cached(SELECT_HEAD)
         .and_then(|mut statement| statement.query_row([], |row| Ok((row.get(0)?, row.get(1)?))).optional())
         .map_err(error)?
@@ -355,7 +354,7 @@ fn link_and_commit(transaction: rusqlite::Transaction<'_>, records: Vec<AuditRec
     // `link` validates every record; an invalid one rolls the transaction back.
     let (rows, head) = chain::link(Head::from_columns(seq, &hash)?, records)?;
     {
-        let mut insert = transaction.prepare_cached(insert_one()).map_err(error)?;
+        let mut insert = transaction.connection.prepare_cached(insert_one()).map_err(error)?;
         for row in rows {
             insert
                 .execute(params![
@@ -379,10 +378,44 @@ fn link_and_commit(transaction: rusqlite::Transaction<'_>, records: Vec<AuditRec
         }
     }
     transaction
+        .connection
         .prepare_cached(UPDATE_HEAD)
         .and_then(|mut statement| statement.execute(params![head.seq, &head.hash[..]]))
         .map_err(error)?;
     transaction.commit().map_err(error)
+}
+
+/// A `BEGIN IMMEDIATE` transaction on the appender's connection, rolled back when dropped
+/// uncommitted. Unlike `rusqlite::Transaction` it runs `BEGIN IMMEDIATE` and `COMMIT` as cached
+/// prepared statements: no SQL parsed per append.
+struct Immediate<'c> {
+    connection: &'c Connection,
+    open: bool,
+}
+
+impl<'c> Immediate<'c> {
+    fn begin(connection: &'c Connection) -> rusqlite::Result<Self> {
+        connection.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+        Ok(Immediate { connection, open: true })
+    }
+
+    fn commit(mut self) -> rusqlite::Result<()> {
+        self.connection.prepare_cached("COMMIT")?.execute([])?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for Immediate<'_> {
+    fn drop(&mut self) {
+        // Also after a failed COMMIT (e.g. busy), which leaves the transaction open.
+        if self.open
+            && !self.connection.is_autocommit()
+            && let Err(error) = self.connection.execute_batch("ROLLBACK")
+        {
+            tracing::error!(%error, "could not roll back an audit append");
+        }
+    }
 }
 
 impl BlockingAppend for SyncSqlite {
@@ -498,6 +531,25 @@ mod tests {
         assert!(sync.checkpoints_done() > 0);
         assert!(frames < 4 * RESTART_FRAMES as u64, "the WAL grew to {frames} frames");
         sync.close();
+        crate::AuditStore::close(&store).await;
+        let _ = std::fs::remove_dir_all(&directory);
+    }
+
+    #[tokio::test]
+    async fn a_failed_append_rolls_back_and_the_next_one_commits() {
+        let (directory, path, store) = fresh_database("rollback").await;
+        let sync = SyncSqlite::open(&path, Duration::from_secs(5)).unwrap();
+        let mut bad = sample_record(2);
+        bad.trace_id = "a\0b".into();
+        // Fails inside the transaction (the head was read): nothing of the batch stays, and the
+        // connection is out of the transaction (else the next BEGIN would fail).
+        assert!(matches!(sync.append(vec![sample_record(1), bad]), Err(StoreError::InvalidRecord { .. })));
+        sync.append(vec![sample_record(3)]).unwrap();
+        assert!(matches!(sync.try_append(sample_record(4)), Ok(Ok(()))));
+        sync.close();
+        let report = crate::AuditStore::verify_chain(&store).await.unwrap();
+        assert!(report.is_intact());
+        assert_eq!(report.records, 2);
         crate::AuditStore::close(&store).await;
         let _ = std::fs::remove_dir_all(&directory);
     }

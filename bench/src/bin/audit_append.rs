@@ -1,0 +1,172 @@
+//! Audit-log cost: what one decision's record costs to link onto the hash chain, and how many
+//! records a server's group-committing writer makes durable per second on the embedded store.
+//! The figures behind the "audit" rows of BENCHMARKS.md. Run directly:
+//!
+//! ```text
+//! audit-append [--tasks 16] [--seconds 5] [--hash-rounds 200000]
+//! ```
+//!
+//! 1. **Chain hash** of a typical allow record (three principal digests, two scopes): the
+//!    store's `chain_hash` (canonical JSON written field by field) against the generic route it
+//!    replaced (the record through `serde_json::Value`, then `palisade_wire`'s canonical form),
+//!    alternating in blocks in one run; both must produce the same hash or the run fails.
+//! 2. **Group commit**: `--tasks` tasks append through an `AuditWriter` on a fresh SQLite file
+//!    (WAL, the server's settings) for `--seconds`, each awaiting its commit as a request does;
+//!    then the chain is verified. Appends/s, latency, and this process's CPU per append.
+//!
+//! One JSON line per part on stdout.
+
+// The allocator the palisade binary ships with, so the library is measured as it runs there.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use palisade_store::{AuditRecord, AuditStore, AuditWriter, AuditWriterConfig, Decision, GENESIS_HASH, SqliteStore};
+
+#[derive(Parser)]
+struct Args {
+    /// Concurrent appending tasks (requests in flight).
+    #[arg(long, default_value_t = 16)]
+    tasks: usize,
+    /// Measured seconds of appends (after a one-second warm-up).
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Records hashed per variant in the chain-hash part.
+    #[arg(long, default_value_t = 200_000)]
+    hash_rounds: u32,
+}
+
+/// A record shaped like the allow decision of an authenticated `tools/call`.
+fn record(n: u64) -> AuditRecord {
+    AuditRecord {
+        at_ms: 1_764_000_000_000 + n,
+        trace_id: format!("{n:032x}"),
+        stage: "audit".into(),
+        decision: Decision::Allow,
+        operation: "tools/call:product_get".into(),
+        principal_digest: Some("3f1c0b9a7e5d42618f0e2d4c6b8a9071".into()),
+        tenant_digest: Some("a7e5d42618f0e2d43f1c0b9a6b8a9071".into()),
+        client_digest: Some("0e2d4c6b8a90713f1c0b9a7e5d42618f".into()),
+        scopes: vec!["shop:basket".into(), "shop:read".into()],
+        policy_version: None,
+        code: None,
+        detail: None,
+    }
+}
+
+/// The generic route: `Serialize` into a `Value`, then the canonical form of that.
+fn generic_hash(prev_hash: &[u8; 32], record: &AuditRecord) -> [u8; 32] {
+    let value = serde_json::to_value(record).expect("a record serializes");
+    let mut input = prev_hash.to_vec();
+    input.extend(palisade_wire::canonical::canonical_bytes(&value));
+    let mut hash = [0u8; 32];
+    hash.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &input).as_ref());
+    hash
+}
+
+fn hash_part(rounds: u32) -> anyhow::Result<()> {
+    let records: Vec<AuditRecord> = (0..64).map(record).collect();
+    for record in &records {
+        anyhow::ensure!(
+            palisade_store::chain_hash(&GENESIS_HASH, record) == generic_hash(&GENESIS_HASH, record),
+            "the two routes disagree on a record's hash"
+        );
+    }
+    let (mut direct, mut generic) = (Duration::ZERO, Duration::ZERO);
+    let block = 1000u32;
+    let mut prev = GENESIS_HASH;
+    for round in 0..rounds.div_ceil(block) {
+        let started = Instant::now();
+        for n in 0..block {
+            prev = palisade_store::chain_hash(&prev, black_box(&records[((round + n) % 64) as usize]));
+        }
+        direct += started.elapsed();
+        let started = Instant::now();
+        for n in 0..block {
+            prev = generic_hash(&prev, black_box(&records[((round + n) % 64) as usize]));
+        }
+        generic += started.elapsed();
+    }
+    black_box(prev);
+    let hashed = f64::from(rounds.div_ceil(block) * block);
+    let per = |total: Duration| total.as_nanos() as f64 / hashed;
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "{{\"part\":\"chain_hash\",\"records\":{hashed},\"direct_ns\":{:.0},\"generic_ns\":{:.0},\"speedup\":{:.2}}}",
+            per(direct),
+            per(generic),
+            per(generic) / per(direct)
+        );
+    }
+    Ok(())
+}
+
+async fn commit_part(args: &Args) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("palisade-audit-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let store: Arc<dyn AuditStore> = Arc::new(SqliteStore::open(&dir.join("audit.db").to_string_lossy()).await?);
+    let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+    let warmup_end = Instant::now() + Duration::from_secs(1);
+    let end = warmup_end + Duration::from_secs(args.seconds);
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..args.tasks {
+        let writer = writer.clone();
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            let mut n = task as u64 * 1_000_000_000;
+            loop {
+                let started = Instant::now();
+                if started >= end {
+                    break;
+                }
+                n += 1;
+                writer.append(record(n)).await?;
+                if started >= warmup_end {
+                    latencies.push(started.elapsed());
+                }
+            }
+            Ok::<_, anyhow::Error>(latencies)
+        });
+    }
+    tokio::time::sleep_until(warmup_end.into()).await;
+    let cpu_before = palisade_bench::cpu_seconds("self");
+    let mut latencies = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        latencies.extend(joined??);
+    }
+    let cpu = palisade_bench::cpu_seconds("self").zip(cpu_before).map(|(after, before)| after - before);
+    writer.shutdown().await;
+    let report = store.verify_chain().await?;
+    store.close().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    anyhow::ensure!(report.is_intact(), "the audit chain is broken: {:?}", report.first_break);
+    latencies.sort();
+    let appends = latencies.len() as f64;
+    let at = |q: f64| palisade_bench::percentile_us(&latencies, q);
+    let cpu_us = cpu.map_or("null".to_owned(), |seconds| format!("{:.1}", seconds * 1e6 / appends));
+    #[allow(clippy::print_stdout)]
+    {
+        println!(
+            "{{\"part\":\"group_commit\",\"backend\":\"sqlite\",\"tasks\":{},\"appends_per_sec\":{:.0},\"p50_us\":{},\"p99_us\":{},\"cpu_us_per_append\":{cpu_us},\"chain_records\":{}}}",
+            args.tasks,
+            appends / args.seconds as f64,
+            at(0.5),
+            at(0.99),
+            report.records
+        );
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    anyhow::ensure!(args.tasks > 0 && args.seconds > 0 && args.hash_rounds > 0, "every figure must be positive");
+    hash_part(args.hash_rounds)?;
+    commit_part(&args).await
+}
