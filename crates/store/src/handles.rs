@@ -355,9 +355,10 @@ pub(crate) fn revoke_statement(selector: RevokeSelector, revocation: Revocation)
 /// Implements [`HandleStore`] for a backend from the shared statements (one text for both).
 /// `writer`/`reader` name the pools, `sql` adapts a constant statement's placeholders and
 /// `dynamic` a built one; `lookup` names the method that answers `lookup_handle` (the generated
-/// `lookup_handle_inner`, or a backend's own route to it).
+/// `lookup_handle_inner`, or a backend's own route to it, which can run the same statement on a
+/// connection of its choice through the generated `lookup_handle_on`).
 macro_rules! impl_handle_store {
-    (store: $store:ty, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident, dynamic: $dynamic:expr, lookup: $lookup:ident) => {
+    (store: $store:ty, database: $database:ty, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident, dynamic: $dynamic:expr, lookup: $lookup:ident) => {
         impl $store {
             async fn insert_handle_inner(&self, handle: NewHandle) -> Result<(), StoreError> {
                 handle.validate()?;
@@ -385,13 +386,26 @@ macro_rules! impl_handle_store {
                 owner: &HandleOwner,
                 now_ms: i64,
             ) -> Result<Option<LiveHandle>, StoreError> {
+                Self::lookup_handle_on(&self.$reader, digest, owner, now_ms).await
+            }
+
+            /// The owner-bound lookup statement, on `executor` (the reader pool or one connection).
+            async fn lookup_handle_on<'e, E>(
+                executor: E,
+                digest: [u8; 32],
+                owner: &HandleOwner,
+                now_ms: i64,
+            ) -> Result<Option<LiveHandle>, StoreError>
+            where
+                E: sqlx::Executor<'e, Database = $database>,
+            {
                 let row: Option<(String, String, String, String, i64, i64)> = sqlx::query_as($sql!(sql::LOOKUP))
                     .bind(digest.to_vec())
                     .bind(owner.subject_key.to_vec())
                     .bind(owner.tenant.as_str())
                     .bind(owner.client.as_str())
                     .bind(now_ms)
-                    .fetch_optional(&self.$reader)
+                    .fetch_optional(executor)
                     .await
                     .map_err(|error| StoreError::from_sqlx("lookup_handle", error))?;
                 Ok(row.map(|(object_type, object_ref, object_version, scopes, policy_version, expires_ms)| {

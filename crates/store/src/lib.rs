@@ -47,7 +47,7 @@ pub use handles::{
     HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_FIELD_BYTES, MAX_HANDLE_LIST, MAX_HANDLE_SCOPES,
     NewHandle, Revocation, RevokeSelector, hex_prefix,
 };
-pub use postgres::{PostgresOptions, PostgresStore};
+pub use postgres::{MAX_LOOKUP_CONNECTIONS, PostgresOptions, PostgresStore};
 pub use record::{AuditRecord, Decision, GENESIS_HASH, MAX_FIELD_BYTES, MAX_SCOPES, StoredAuditRecord, chain_hash};
 pub use sessions::{
     LiveSession, MAX_SESSION_FIELD_BYTES, MAX_SESSION_JSON_BYTES, MAX_SESSION_SUBSCRIPTIONS,

@@ -7,7 +7,10 @@ use std::pin::Pin;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use sqlx::Connection as _;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::chain::{self, AuditRow, Head, decode_row};
 use crate::handles::{Bind, SummaryRow, decode_summary, revoke_statement, sql};
@@ -50,12 +53,16 @@ const SELECT_HEAD_AND_MAX: &str =
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
     /// Most connections this instance opens. Keep `max_connections × instances` below the
-    /// server's `max_connections`.
+    /// server's `max_connections`. Half of them, at most [`MAX_LOOKUP_CONNECTIONS`], are kept for
+    /// the owner-bound handle lookup (the read path's statement); the pool has the rest.
     pub max_connections: u32,
     /// How long a caller waits for a connection (including connecting) before
     /// [`StoreError::Unavailable`].
     pub acquire_timeout: Duration,
 }
+
+/// Most connections a [`PostgresStore`] keeps for handle lookups outside its pool.
+pub const MAX_LOOKUP_CONNECTIONS: u32 = 4;
 
 impl Default for PostgresOptions {
     fn default() -> Self {
@@ -66,6 +73,8 @@ impl Default for PostgresOptions {
 /// The PostgreSQL audit store.
 pub struct PostgresStore {
     pool: PgPool,
+    /// The handle lookup's own connections; `None` when `max_connections` leaves no room.
+    lookups: Option<LookupConnections>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -96,11 +105,14 @@ impl PostgresStore {
     /// database is still coming up, with the schema migrated by another instance or a job.
     pub fn connect_lazy_with(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
         let connect = PgConnectOptions::from_str(url).map_err(|error| StoreError::from_sqlx("open", error))?;
+        let total = options.max_connections.max(1);
+        let lookups = (total / 2).min(MAX_LOOKUP_CONNECTIONS);
         let pool = PgPoolOptions::new()
-            .max_connections(options.max_connections.max(1))
+            .max_connections(total - lookups)
             .acquire_timeout(options.acquire_timeout)
-            .connect_lazy_with(connect);
-        Ok(PostgresStore { pool })
+            .connect_lazy_with(connect.clone());
+        let lookups = (lookups > 0).then(|| LookupConnections::new(connect, lookups as usize, options.acquire_timeout));
+        Ok(PostgresStore { pool, lookups })
     }
 
     async fn ping_inner(&self) -> Result<(), StoreError> {
@@ -256,12 +268,116 @@ async fn read_head(pool: &PgPool, during: &'static str) -> Result<Head, StoreErr
 
 crate::handles::impl_handle_store!(
     store: PostgresStore,
+    database: sqlx::Postgres,
     writer: pool,
     reader: pool,
     sql: pg_sql,
     dynamic: |statement: String| statement,
-    lookup: lookup_handle_inner
+    lookup: lookup_handle_routed
 );
+
+impl PostgresStore {
+    /// On the lookup connections when there are any, else through the pool.
+    async fn lookup_handle_routed(
+        &self,
+        digest: [u8; 32],
+        owner: &HandleOwner,
+        now_ms: i64,
+    ) -> Result<Option<LiveHandle>, StoreError> {
+        match &self.lookups {
+            Some(lookups) => lookups.lookup(digest, owner, now_ms).await,
+            None => self.lookup_handle_inner(digest, owner, now_ms).await,
+        }
+    }
+}
+
+/// Connections kept for the owner-bound handle lookup alone, outside the pool: the read path's
+/// one statement per request. Going through sqlx's pool (acquire, then a spawned task to return
+/// the connection on every release) cost about three times the round trip itself here
+/// (BENCHMARKS.md). A lookup takes the first free connection, starting from a rotating one, or
+/// waits for one (at most the acquire timeout); a connection that fails a lookup is dropped and
+/// a new one opened by the next lookup that picks its place. A lookup abandoned mid-statement
+/// leaves a connection the driver drains before its next statement.
+struct LookupConnections {
+    connect: PgConnectOptions,
+    connections: Vec<tokio::sync::Mutex<Option<PgConnection>>>,
+    next: AtomicUsize,
+    acquire_timeout: Duration,
+    closed: AtomicBool,
+}
+
+impl LookupConnections {
+    fn new(connect: PgConnectOptions, count: usize, acquire_timeout: Duration) -> Self {
+        LookupConnections {
+            connect,
+            connections: (0..count).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+            acquire_timeout,
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    async fn lookup(
+        &self,
+        digest: [u8; 32],
+        owner: &HandleOwner,
+        now_ms: i64,
+    ) -> Result<Option<LiveHandle>, StoreError> {
+        const DURING: &str = "lookup_handle";
+        let deadline = tokio::time::Instant::now() + self.acquire_timeout;
+        let count = self.connections.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let free = (0..count).find_map(|offset| self.connections[(start + offset) % count].try_lock().ok());
+        let mut slot = match free {
+            Some(slot) => slot,
+            None => tokio::time::timeout_at(deadline, self.connections[start % count].lock())
+                .await
+                .map_err(|_| StoreError::unavailable(DURING))?,
+        };
+        // Checked under the slot's lock: `close` takes every slot after setting the flag.
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(StoreError::from_sqlx(DURING, sqlx::Error::PoolClosed));
+        }
+        // A kept connection may have died since its last use (server restart, idle timeout): a
+        // lookup that fails on one with a connection-kind error is tried once more on a new
+        // connection (a read: safe to repeat). One that fails on a new connection fails.
+        let reused = slot.is_some();
+        for attempt in 0..2 {
+            let connection = match &mut *slot {
+                Some(connection) => connection,
+                empty => {
+                    let opened = tokio::time::timeout_at(deadline, PgConnection::connect_with(&self.connect))
+                        .await
+                        .map_err(|_| StoreError::unavailable(DURING))?
+                        .map_err(|error| StoreError::from_sqlx(DURING, error))?;
+                    empty.insert(opened)
+                }
+            };
+            let found = PostgresStore::lookup_handle_on(&mut *connection, digest, owner, now_ms).await;
+            match found {
+                Ok(found) => return Ok(found),
+                Err(error) => {
+                    // Whatever went wrong, the next statement here starts on a fresh connection.
+                    slot.take();
+                    if !(reused && attempt == 0 && matches!(error, StoreError::Unavailable { .. })) {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+        Err(StoreError::unavailable(DURING))
+    }
+
+    /// Refuses later lookups and closes every connection (after the lookup using it).
+    async fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        for slot in &self.connections {
+            if let Some(connection) = slot.lock().await.take() {
+                let _ = connection.close().await;
+            }
+        }
+    }
+}
 
 impl PostgresStore {
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
@@ -363,7 +479,12 @@ impl AuditStore for PostgresStore {
     }
 
     fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(self.pool.close())
+        Box::pin(async move {
+            if let Some(lookups) = &self.lookups {
+                lookups.close().await;
+            }
+            self.pool.close().await;
+        })
     }
 }
 

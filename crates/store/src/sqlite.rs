@@ -246,6 +246,7 @@ macro_rules! sqlite_sql {
 
 crate::handles::impl_handle_store!(
     store: SqliteStore,
+    database: sqlx::Sqlite,
     writer: writer,
     reader: reader,
     sql: sqlite_sql,

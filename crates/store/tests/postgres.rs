@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use palisade_store::conformance::{Fixture, Harness, HarnessFuture, sample_record};
-use palisade_store::{AuditWriter, AuditWriterConfig, PostgresOptions, PostgresStore, Store, StoreError, open_store};
+use palisade_store::{
+    AuditWriter, AuditWriterConfig, HandleOwner, HandleStore, NewHandle, PostgresOptions, PostgresStore, Store,
+    StoreError, open_store,
+};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
 fn database_url() -> String {
@@ -174,4 +177,77 @@ async fn connection_errors_do_not_leak_the_url() {
     let text = format!("{error}");
     assert!(matches!(error, StoreError::Unavailable { .. }), "{error:?}");
     assert!(!text.contains("hunter2") && !text.contains("127.0.0.1"), "{text}");
+}
+
+fn lookup_owner() -> HandleOwner {
+    HandleOwner { subject_key: [7; 32], tenant: "acme".into(), client: "cli".into() }
+}
+
+fn lookup_handle_row(n: u8) -> NewHandle {
+    NewHandle {
+        digest: [n; 32],
+        owner: lookup_owner(),
+        object_type: "basket".into(),
+        object_ref: format!("basket-{n}"),
+        object_version: "1".into(),
+        scopes: vec!["shop:basket".into()],
+        policy_version: 1,
+        created_ms: 1,
+        expires_ms: i64::MAX,
+    }
+}
+
+/// The handle lookup runs on connections of its own (outside the pool). When their server-side
+/// sessions die (a restart, an idle timeout, an operator's `pg_terminate_backend`), the next
+/// lookups still answer, each on a new connection; after `close` they fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handle_lookups_outlive_terminated_connections_and_stop_at_close() {
+    let url = database_url();
+    let admin = admin_pool(&url).await;
+    let schema = unique_schema();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("create schema");
+    let store_url = url_with_schema(&url, &schema);
+    let options = PostgresOptions { max_connections: 8, ..test_options() };
+    let store = PostgresStore::connect_with(&store_url, options).await.expect("store");
+    for n in 1..=4 {
+        store.insert_handle(lookup_handle_row(n)).await.expect("insert");
+    }
+    // Concurrent lookups open several of the lookup connections.
+    let lookups = (1..=4u8).map(|n| store.lookup_handle([n; 32], &lookup_owner(), 2));
+    for found in futures::future::join_all(lookups).await {
+        assert_eq!(found.expect("lookup").expect("live").object_type, "basket");
+    }
+    // End every session whose last statement was the lookup: those connections are dead now.
+    let terminated: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE pid <> pg_backend_pid() AND query LIKE 'SELECT object_type, object_ref%'",
+    )
+    .fetch_all(&admin)
+    .await
+    .expect("terminate");
+    assert!(!terminated.is_empty(), "no lookup connection was found to terminate");
+    for n in 1..=4u8 {
+        let found = store.lookup_handle([n; 32], &lookup_owner(), 2).await;
+        assert_eq!(found.expect("a lookup after the termination").expect("live").object_ref, format!("basket-{n}"));
+    }
+    // Someone else's handle, or an unknown one, is still no handle.
+    let stranger = HandleOwner { tenant: "other".into(), ..lookup_owner() };
+    assert!(store.lookup_handle([1; 32], &stranger, 2).await.expect("lookup").is_none());
+    palisade_store::AuditStore::close(&store).await;
+    assert!(matches!(store.lookup_handle([1; 32], &lookup_owner(), 2).await, Err(StoreError::Unavailable { .. })));
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await.expect("drop");
+}
+
+/// A store built while the database is unreachable: a handle lookup fails with `Unavailable`
+/// within the acquire timeout (fail closed), like every other statement.
+#[tokio::test]
+async fn handle_lookup_on_an_unreachable_database_is_unavailable() {
+    let _ = database_url();
+    let url = format!("postgres://postgres@127.0.0.1:{}/palisade_test", closed_port());
+    let options = PostgresOptions { acquire_timeout: Duration::from_millis(500), ..test_options() };
+    let store = PostgresStore::connect_lazy_with(&url, options).expect("lazy store");
+    let started = std::time::Instant::now();
+    let found = store.lookup_handle([1; 32], &lookup_owner(), 2).await;
+    assert!(matches!(found, Err(StoreError::Unavailable { .. })), "{found:?}");
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
