@@ -75,13 +75,6 @@ impl PgSchema {
         Ok(Self { url: format!("{url}{separator}options[search_path]={name}"), admin, name })
     }
 
-    /// Refreshes the planner's statistics of `table` in the schema, as autovacuum's analyze would
-    /// some time after a bulk load.
-    pub async fn analyze(&self, table: &str) -> anyhow::Result<()> {
-        sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {}.{table}", self.name))).execute(&self.admin).await?;
-        Ok(())
-    }
-
     /// Drops the schema and everything in it.
     pub async fn drop(self) -> anyhow::Result<()> {
         sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {} CASCADE", self.name))).execute(&self.admin).await?;

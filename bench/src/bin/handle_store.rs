@@ -9,11 +9,6 @@
 //! Each backend gets a fresh database (a temporary SQLite file; a new PostgreSQL schema, dropped
 //! afterwards) holding `--handles` live handles of 50 owners; `--tasks` tasks then look up random
 //! handles as their owners for `--seconds`. One JSON line per backend on stdout.
-//!
-//! PostgreSQL's table is analyzed after the load, as autovacuum would do some time after it:
-//! without statistics the planner may answer the lookup through the owner index (all of an
-//! owner's handles, filtered) instead of the primary key, about 7x the server's work per lookup
-//! with 200 handles per owner (BENCHMARKS.md).
 
 // The allocator the palisade binary ships with, so the library is measured as it runs there.
 #[global_allocator]
@@ -23,7 +18,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use palisade_bench::PgSchema;
 use palisade_store::{HandleOwner, HandleStore, NewHandle, PostgresOptions, PostgresStore, SqliteStore, Store};
 
 #[derive(Parser)]
@@ -69,11 +63,8 @@ async fn fill(store: &dyn HandleStore, count: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn measure(label: &str, store: Arc<dyn Store>, args: &Args, schema: Option<&PgSchema>) -> anyhow::Result<()> {
+async fn measure(label: &str, store: Arc<dyn Store>, args: &Args) -> anyhow::Result<()> {
     fill(store.as_ref(), args.handles).await?;
-    if let Some(schema) = schema {
-        schema.analyze("handles").await?;
-    }
     let warmup_end = Instant::now() + Duration::from_secs(1);
     let end = warmup_end + Duration::from_secs(args.seconds);
     let mut tasks = tokio::task::JoinSet::new();
@@ -125,14 +116,14 @@ async fn main() -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("palisade-handle-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let sqlite = SqliteStore::open(&dir.join("bench.db").to_string_lossy()).await?;
-    let result = measure("sqlite", Arc::new(sqlite), &args, None).await;
+    let result = measure("sqlite", Arc::new(sqlite), &args).await;
     let _ = std::fs::remove_dir_all(&dir);
     result?;
     if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|url| !url.is_empty()) {
-        let schema = PgSchema::create(&url, "handle_bench").await?;
+        let schema = palisade_bench::PgSchema::create(&url, "handle_bench").await?;
         let options = PostgresOptions { max_connections: 8, ..PostgresOptions::default() };
         let store = PostgresStore::connect_with(&schema.url, options).await?;
-        let result = measure("postgres", Arc::new(store), &args, Some(&schema)).await;
+        let result = measure("postgres", Arc::new(store), &args).await;
         schema.drop().await?;
         result?;
     }

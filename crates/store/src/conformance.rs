@@ -15,6 +15,10 @@ use crate::{
     TaskRow, chain_hash,
 };
 
+/// The owner-bound handle lookup as the PostgreSQL backend sends it (`$n` placeholders), for a
+/// backend test that checks its query plan. Not an interface: SQL stays inside this crate.
+pub const HANDLE_LOOKUP_STATEMENT: &str = crate::handles::sql::LOOKUP;
+
 /// A boxed future for harness methods.
 pub type HarnessFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 

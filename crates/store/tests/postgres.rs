@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use palisade_store::conformance::{Fixture, Harness, HarnessFuture, sample_record};
+use palisade_store::conformance::{Fixture, HANDLE_LOOKUP_STATEMENT, Harness, HarnessFuture, sample_record};
 use palisade_store::{
     AuditWriter, AuditWriterConfig, HandleOwner, HandleStore, NewHandle, PostgresOptions, PostgresStore, Store,
     StoreError, open_store,
@@ -250,4 +250,49 @@ async fn handle_lookup_on_an_unreachable_database_is_unavailable() {
     let found = store.lookup_handle([1; 32], &lookup_owner(), 2).await;
     assert!(matches!(found, Err(StoreError::Unavailable { .. })), "{found:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+/// The owner-bound lookup is a primary-key probe even before the planner has statistics (a new
+/// or freshly grown table, before autovacuum's analyze): no index matches the owner columns
+/// alone, so the plan cannot read all of an owner's handles and filter them.
+#[tokio::test]
+async fn the_handle_lookup_probes_the_primary_key_without_statistics() {
+    let url = database_url();
+    let admin = admin_pool(&url).await;
+    let schema = unique_schema();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("create schema");
+    let store = PostgresStore::connect_with(&url_with_schema(&url, &schema), test_options()).await.expect("store");
+    // 2,000 handles of 5 owners, loaded in one statement; no ANALYZE.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO {schema}.handles (handle_digest, subject_key, tenant_id, client_id, object_type, object_ref, \
+         object_version, scopes, policy_version, created_ms, expires_ms) \
+         SELECT sha256(int4send(n)), sha256(int4send(n % 5)), 'acme', 'cli', 'basket', 'basket-' || n, '1', \
+         'shop:basket', 1, 1, 9223372036854775807 FROM generate_series(1, 2000) AS n"
+    )))
+    .execute(&admin)
+    .await
+    .expect("load handles");
+    let mut connection = admin.acquire().await.expect("connection");
+    sqlx::query(sqlx::AssertSqlSafe(format!("SET search_path = {schema}")))
+        .execute(&mut *connection)
+        .await
+        .expect("path");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "PREPARE lookup(bytea, bytea, text, text, bigint) AS {HANDLE_LOOKUP_STATEMENT}"
+    )))
+    .execute(&mut *connection)
+    .await
+    .expect("prepare");
+    let plan: Vec<(String,)> =
+        sqlx::query_as("EXPLAIN EXECUTE lookup(sha256(int4send(7)), sha256(int4send(2)), 'acme', 'cli', 2)")
+            .fetch_all(&mut *connection)
+            .await
+            .expect("explain");
+    let plan: Vec<String> = plan.into_iter().map(|(line,)| line).collect();
+    sqlx::query("DEALLOCATE lookup").execute(&mut *connection).await.expect("deallocate");
+    sqlx::query("RESET search_path").execute(&mut *connection).await.expect("reset");
+    drop(connection);
+    assert!(plan[0].contains("Index Scan using handles_pkey"), "{plan:#?}");
+    palisade_store::AuditStore::close(&store).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await.expect("drop");
 }
