@@ -5,9 +5,8 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::str::FromStr;
-use std::time::Duration;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};

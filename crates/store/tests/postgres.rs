@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use palisade_store::conformance::{Fixture, HANDLE_LOOKUP_STATEMENT, Harness, HarnessFuture, sample_record};
+use palisade_store::conformance::{
+    Fixture, HANDLE_LOOKUP_STATEMENT, Harness, HarnessFuture, sample_handle, sample_record,
+};
 use palisade_store::{
-    AuditWriter, AuditWriterConfig, HandleOwner, HandleStore, NewHandle, PostgresOptions, PostgresStore, Store,
-    StoreError, open_store,
+    AuditWriter, AuditWriterConfig, HandleOwner, HandleStore, PostgresOptions, PostgresStore, Store, StoreError,
+    open_store,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -183,20 +185,6 @@ fn lookup_owner() -> HandleOwner {
     HandleOwner { subject_key: [7; 32], tenant: "acme".into(), client: "cli".into() }
 }
 
-fn lookup_handle_row(n: u8) -> NewHandle {
-    NewHandle {
-        digest: [n; 32],
-        owner: lookup_owner(),
-        object_type: "basket".into(),
-        object_ref: format!("basket-{n}"),
-        object_version: "1".into(),
-        scopes: vec!["shop:basket".into()],
-        policy_version: 1,
-        created_ms: 1,
-        expires_ms: i64::MAX,
-    }
-}
-
 /// The handle lookup runs on connections of its own (outside the pool). When their server-side
 /// sessions die (a restart, an idle timeout, an operator's `pg_terminate_backend`), the next
 /// lookups still answer, each on a new connection; after `close` they fail.
@@ -210,10 +198,10 @@ async fn handle_lookups_outlive_terminated_connections_and_stop_at_close() {
     let options = PostgresOptions { max_connections: 8, ..test_options() };
     let store = PostgresStore::connect_with(&store_url, options).await.expect("store");
     for n in 1..=4 {
-        store.insert_handle(lookup_handle_row(n)).await.expect("insert");
+        store.insert_handle(sample_handle(n, &lookup_owner())).await.expect("insert");
     }
     // Concurrent lookups open several of the lookup connections.
-    let lookups = (1..=4u8).map(|n| store.lookup_handle([n; 32], &lookup_owner(), 2));
+    let lookups = (1..=4u8).map(|n| store.lookup_handle([n; 32], &lookup_owner(), 1_500));
     for found in futures::future::join_all(lookups).await {
         assert_eq!(found.expect("lookup").expect("live").object_type, "basket");
     }
@@ -227,14 +215,14 @@ async fn handle_lookups_outlive_terminated_connections_and_stop_at_close() {
     .expect("terminate");
     assert!(!terminated.is_empty(), "no lookup connection was found to terminate");
     for n in 1..=4u8 {
-        let found = store.lookup_handle([n; 32], &lookup_owner(), 2).await;
+        let found = store.lookup_handle([n; 32], &lookup_owner(), 1_500).await;
         assert_eq!(found.expect("a lookup after the termination").expect("live").object_ref, format!("basket-{n}"));
     }
     // Someone else's handle, or an unknown one, is still no handle.
     let stranger = HandleOwner { tenant: "other".into(), ..lookup_owner() };
-    assert!(store.lookup_handle([1; 32], &stranger, 2).await.expect("lookup").is_none());
+    assert!(store.lookup_handle([1; 32], &stranger, 1_500).await.expect("lookup").is_none());
     palisade_store::AuditStore::close(&store).await;
-    assert!(matches!(store.lookup_handle([1; 32], &lookup_owner(), 2).await, Err(StoreError::Unavailable { .. })));
+    assert!(matches!(store.lookup_handle([1; 32], &lookup_owner(), 1_500).await, Err(StoreError::Unavailable { .. })));
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await.expect("drop");
 }
 
