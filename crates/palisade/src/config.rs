@@ -394,11 +394,11 @@ fn traces_url(key: &str, endpoint: &str) -> Result<String, ConfigError> {
     Ok(url.into())
 }
 
-/// `true`/`false` (also `1`/`0`), any case, for an environment override.
+/// `true`/`false` (also `1`/`0`, `on`/`off`), any case, for an environment override.
 fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
     match value.trim().to_ascii_lowercase().as_str() {
-        "true" | "1" => Ok(true),
-        "false" | "0" => Ok(false),
+        "true" | "1" | "on" => Ok(true),
+        "false" | "0" | "off" => Ok(false),
         _ => Err(bad(key, "must be true or false")),
     }
 }
@@ -607,11 +607,7 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
         raw.auth.mode = Some(v);
     }
     if let Some(v) = env("PALISADE_DEV_ISSUER") {
-        raw.auth.dev_issuer = Some(match v.as_str() {
-            "1" | "true" | "on" => true,
-            "0" | "false" | "off" => false,
-            _ => return Err(bad("PALISADE_DEV_ISSUER", "must be true or false")),
-        });
+        raw.auth.dev_issuer = Some(parse_bool("PALISADE_DEV_ISSUER", &v)?);
     }
     if let Some(v) = number("PALISADE_MAX_BODY_BYTES")? {
         raw.limits.max_body_bytes = Some(usize::try_from(v).map_err(|_| bad("PALISADE_MAX_BODY_BYTES", "too large"))?);
@@ -938,6 +934,7 @@ mod tests {
             ("PALISADE_TELEMETRY_OTLP_HEADERS", "Bearer very-secret", "PALISADE_TELEMETRY_OTLP_HEADERS"),
             ("PALISADE_TELEMETRY_OTLP_HEADERS", "authorization=very-secret\u{7f}", "PALISADE_TELEMETRY_OTLP_HEADERS"),
             ("PALISADE_TELEMETRY_OTLP_HEADERS", "bad name=very-secret", "PALISADE_TELEMETRY_OTLP_HEADERS"),
+            ("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES", "yes", "PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES"),
         ] {
             let bad_env = |k: &str| (k == key).then(|| value.to_owned());
             let mut raw = RawConfig::default();
@@ -992,5 +989,17 @@ mod tests {
         let bad_env = |key: &str| (key == "PALISADE_REQUEST_TIMEOUT_SECS").then(|| "soon".to_owned());
         let mut raw = RawConfig::default();
         assert_eq!(apply_env(&mut raw, &bad_env).unwrap_err().key, "PALISADE_REQUEST_TIMEOUT_SECS");
+        // Booleans: true/false, 1/0, on/off in any case; anything else names the key.
+        for (value, expected) in [("on", Some(true)), ("OFF", Some(false)), ("1", Some(true)), ("maybe", None)] {
+            let env = |key: &str| (key == "PALISADE_DEV_ISSUER").then(|| value.to_owned());
+            let mut raw = RawConfig::default();
+            match expected {
+                Some(expected) => {
+                    apply_env(&mut raw, &env).unwrap();
+                    assert_eq!(raw.auth.dev_issuer, Some(expected), "{value}");
+                }
+                None => assert_eq!(apply_env(&mut raw, &env).unwrap_err().key, "PALISADE_DEV_ISSUER"),
+            }
+        }
     }
 }
