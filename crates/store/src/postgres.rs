@@ -306,6 +306,9 @@ struct LookupConnections {
 }
 
 impl LookupConnections {
+    /// The operation named in errors.
+    const DURING: &str = "lookup_handle";
+
     fn new(connect: PgConnectOptions, count: usize, acquire_timeout: Duration) -> Self {
         LookupConnections {
             connect,
@@ -322,7 +325,6 @@ impl LookupConnections {
         owner: &HandleOwner,
         now_ms: i64,
     ) -> Result<Option<LiveHandle>, StoreError> {
-        const DURING: &str = "lookup_handle";
         let deadline = tokio::time::Instant::now() + self.acquire_timeout;
         let count = self.connections.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
@@ -331,40 +333,49 @@ impl LookupConnections {
             Some(slot) => slot,
             None => tokio::time::timeout_at(deadline, self.connections[start % count].lock())
                 .await
-                .map_err(|_| StoreError::unavailable(DURING))?,
+                .map_err(|_| StoreError::unavailable(Self::DURING))?,
         };
         // Checked under the slot's lock: `close` takes every slot after setting the flag.
         if self.closed.load(Ordering::SeqCst) {
-            return Err(StoreError::from_sqlx(DURING, sqlx::Error::PoolClosed));
+            return Err(StoreError::from_sqlx(Self::DURING, sqlx::Error::PoolClosed));
         }
         // A kept connection may have died since its last use (server restart, idle timeout): a
         // lookup that fails on one with a connection-kind error is tried once more on a new
         // connection (a read: safe to repeat). One that fails on a new connection fails.
         let reused = slot.is_some();
-        for attempt in 0..2 {
-            let connection = match &mut *slot {
-                Some(connection) => connection,
-                empty => {
-                    let opened = tokio::time::timeout_at(deadline, PgConnection::connect_with(&self.connect))
-                        .await
-                        .map_err(|_| StoreError::unavailable(DURING))?
-                        .map_err(|error| StoreError::from_sqlx(DURING, error))?;
-                    empty.insert(opened)
-                }
-            };
-            let found = PostgresStore::lookup_handle_on(&mut *connection, digest, owner, now_ms).await;
-            match found {
-                Ok(found) => return Ok(found),
-                Err(error) => {
-                    // Whatever went wrong, the next statement here starts on a fresh connection.
-                    slot.take();
-                    if !(reused && attempt == 0 && matches!(error, StoreError::Unavailable { .. })) {
-                        return Err(error);
-                    }
-                }
+        match self.lookup_on_slot(&mut slot, deadline, digest, owner, now_ms).await {
+            Err(StoreError::Unavailable { .. }) if reused => {
+                self.lookup_on_slot(&mut slot, deadline, digest, owner, now_ms).await
             }
+            answered => answered,
         }
-        Err(StoreError::unavailable(DURING))
+    }
+
+    /// The lookup on the slot's connection, opened first if the slot is empty; after any error
+    /// the slot is emptied, so the next statement there starts on a fresh connection.
+    async fn lookup_on_slot(
+        &self,
+        slot: &mut Option<PgConnection>,
+        deadline: tokio::time::Instant,
+        digest: [u8; 32],
+        owner: &HandleOwner,
+        now_ms: i64,
+    ) -> Result<Option<LiveHandle>, StoreError> {
+        let connection = match &mut *slot {
+            Some(connection) => connection,
+            empty => {
+                let opened = tokio::time::timeout_at(deadline, PgConnection::connect_with(&self.connect))
+                    .await
+                    .map_err(|_| StoreError::unavailable(Self::DURING))?
+                    .map_err(|error| StoreError::from_sqlx(Self::DURING, error))?;
+                empty.insert(opened)
+            }
+        };
+        let found = PostgresStore::lookup_handle_on(&mut *connection, digest, owner, now_ms).await;
+        if found.is_err() {
+            slot.take();
+        }
+        found
     }
 
     /// Refuses later lookups and closes every connection (after the lookup using it).
