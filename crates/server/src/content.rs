@@ -45,23 +45,30 @@ impl Content {
 
     /// The wire form.
     pub fn to_value(&self) -> Value {
-        match self {
-            Self::Text(text) => json!({ "type": "text", "text": text }),
+        self.clone().into_value()
+    }
+
+    /// The wire form, moving the block's strings into it.
+    pub fn into_value(self) -> Value {
+        let (kind, fields) = match self {
+            Self::Text(text) => ("text", vec![("text", Value::String(text))]),
             Self::Image { data, mime_type } => {
-                json!({ "type": "image", "data": STANDARD.encode(data), "mimeType": mime_type })
+                ("image", vec![("data", Value::String(STANDARD.encode(data))), ("mimeType", Value::String(mime_type))])
             }
             Self::Audio { data, mime_type } => {
-                json!({ "type": "audio", "data": STANDARD.encode(data), "mimeType": mime_type })
+                ("audio", vec![("data", Value::String(STANDARD.encode(data))), ("mimeType", Value::String(mime_type))])
             }
-            Self::Resource(resource) => json!({ "type": "resource", "resource": resource.to_value() }),
+            Self::Resource(resource) => ("resource", vec![("resource", resource.to_value())]),
             Self::ResourceLink { uri, name, mime_type } => {
-                let mut link = json!({ "type": "resource_link", "uri": uri, "name": name });
-                if let Some(mime_type) = mime_type {
-                    link["mimeType"] = json!(mime_type);
-                }
-                link
+                let mut fields = vec![("uri", Value::String(uri)), ("name", Value::String(name))];
+                fields.extend(mime_type.map(|mime_type| ("mimeType", Value::String(mime_type))));
+                ("resource_link", fields)
             }
-        }
+        };
+        let mut out = Map::new();
+        out.insert("type".into(), Value::String(kind.into()));
+        out.extend(fields.into_iter().map(|(key, value)| (key.to_owned(), value)));
+        Value::Object(out)
     }
 }
 
@@ -140,18 +147,26 @@ impl CallToolResult {
 
     /// A result with structured content, also rendered as text as the spec recommends.
     pub fn structured(value: Value) -> Self {
-        Self { content: vec![Content::text(value.to_string())], structured_content: Some(value), is_error: false }
+        // Serialized straight into a buffer (a `Value` always serializes; `to_string` goes
+        // through `Display`'s formatter, slower).
+        let text = serde_json::to_string(&value).unwrap_or_default();
+        Self { content: vec![Content::text(text)], structured_content: Some(value), is_error: false }
     }
 
     /// The wire fields (without `resultType` / `_meta`, which the pipeline adds).
     pub fn to_value(&self) -> Value {
+        self.clone().into_value()
+    }
+
+    /// The wire fields, moving the content into them (no copy of the structured content).
+    pub fn into_value(self) -> Value {
         let mut out = Map::new();
-        out.insert("content".into(), Value::Array(self.content.iter().map(Content::to_value).collect()));
-        if let Some(structured) = &self.structured_content {
-            out.insert("structuredContent".into(), structured.clone());
+        out.insert("content".into(), Value::Array(self.content.into_iter().map(Content::into_value).collect()));
+        if let Some(structured) = self.structured_content {
+            out.insert("structuredContent".into(), structured);
         }
         if self.is_error {
-            out.insert("isError".into(), json!(true));
+            out.insert("isError".into(), Value::Bool(true));
         }
         Value::Object(out)
     }

@@ -598,7 +598,7 @@ impl TaskService {
                     self.audit_refusal(row, &principal, &error, policy).await;
                     return failed(error);
                 }
-                Segment::Completed(result.to_value())
+                Segment::Completed(result.into_value())
             }
             Ok(Ok(Outcome::InputRequired(input))) => {
                 Segment::NeedsInput { requests: input.requests, state: input.state }

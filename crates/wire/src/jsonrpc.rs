@@ -144,7 +144,12 @@ pub fn message_from_value(value: Value) -> Result<Message, FrameError> {
 
 /// A success response frame.
 pub fn result_frame(id: &RequestId, result: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id.to_value(), "result": result })
+    // Built by hand: `json!` would serialize `result` into a second tree (a deep copy).
+    let mut frame = Map::new();
+    frame.insert("jsonrpc".into(), Value::String("2.0".into()));
+    frame.insert("id".into(), id.to_value());
+    frame.insert("result".into(), result);
+    Value::Object(frame)
 }
 
 /// An error response frame; `id` is omitted when the request's id could not be read.
@@ -160,7 +165,11 @@ pub fn error_frame(id: Option<&RequestId>, error: &ProtocolError) -> Value {
 
 /// A notification frame.
 pub fn notification_frame(method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+    let mut frame = Map::new();
+    frame.insert("jsonrpc".into(), Value::String("2.0".into()));
+    frame.insert("method".into(), Value::String(method.into()));
+    frame.insert("params".into(), params);
+    Value::Object(frame)
 }
 
 #[cfg(test)]
