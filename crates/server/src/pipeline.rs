@@ -19,7 +19,7 @@
 //!    `pre_side_effect` for the commit fence, commit)
 //! 8. **respond + audit** `resultType` and serverInfo added, the decision logged without secrets
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use palisade_wire::header::{decode_value, matches_json};
@@ -277,7 +277,7 @@ impl<'a> AuditTrail<'a> {
 
     fn record(&self, stage: &str, decision: Decision, code: Option<i64>) -> AuditRecord {
         let principal = self.principal.as_deref();
-        let digests = PrincipalDigests::of(&self.server.digest_key, principal);
+        let digests = self.server.digester.digests(principal);
         AuditRecord {
             at_ms: self.server.clock.now_ms(),
             trace_id: self.trace_id.clone(),
@@ -334,6 +334,7 @@ impl<'a> AuditTrail<'a> {
 
 /// The audit record's principal partition: keyed digests (HMAC-SHA-256 under the server's
 /// audit-digest key, first 16 bytes in hex) of `issuer#subject`, the tenant and the client.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PrincipalDigests {
     pub principal: Option<String>,
     pub tenant: Option<String>,
@@ -341,14 +342,74 @@ pub(crate) struct PrincipalDigests {
 }
 
 impl PrincipalDigests {
-    pub(crate) fn of(key: &aws_lc_rs::hmac::Key, principal: Option<&VerifiedPrincipal>) -> Self {
+    fn of(key: &aws_lc_rs::hmac::Key, principal: &VerifiedPrincipal) -> Self {
         let digest = |value: &str| keyed_digest(key, value);
         PrincipalDigests {
-            principal: principal.map(|p| digest(&format!("{}#{}", p.issuer(), p.subject()))),
-            tenant: principal.and_then(|p| p.tenant()).map(digest),
-            client: principal.and_then(|p| p.client_id()).map(digest),
+            principal: Some(digest(&format!("{}#{}", principal.issuer(), principal.subject()))),
+            tenant: principal.tenant().map(digest),
+            client: principal.client_id().map(digest),
         }
     }
+}
+
+/// Principals whose digests a [`PrincipalDigester`] remembers; past this many it starts afresh.
+const RECENT_PRINCIPALS: usize = 4096;
+
+/// Computes the audit digests of principals and remembers those of recent ones: a server sees
+/// the same principals over and over, and three HMACs per decision were about 2 µs of the read
+/// path. A remembered entry is keyed by the principal's whole identity (issuer, subject, tenant,
+/// client, length-prefixed), so it can only ever answer for that identity.
+pub(crate) struct PrincipalDigester {
+    key: aws_lc_rs::hmac::Key,
+    recent: std::sync::Mutex<HashMap<String, PrincipalDigests>>,
+}
+
+impl PrincipalDigester {
+    pub(crate) fn new(key: aws_lc_rs::hmac::Key) -> Self {
+        Self { key, recent: std::sync::Mutex::new(HashMap::new()) }
+    }
+
+    /// The audit-digest key.
+    pub(crate) fn key(&self) -> &aws_lc_rs::hmac::Key {
+        &self.key
+    }
+
+    /// The digests of `principal` (all absent without one).
+    pub(crate) fn digests(&self, principal: Option<&VerifiedPrincipal>) -> PrincipalDigests {
+        let Some(principal) = principal else { return PrincipalDigests::default() };
+        let identity = identity_key(principal);
+        if let Some(known) = self.recent().get(&identity) {
+            return known.clone();
+        }
+        let digests = PrincipalDigests::of(&self.key, principal);
+        let mut recent = self.recent();
+        if recent.len() >= RECENT_PRINCIPALS {
+            recent.clear();
+        }
+        recent.insert(identity, digests.clone());
+        digests
+    }
+
+    fn recent(&self) -> std::sync::MutexGuard<'_, HashMap<String, PrincipalDigests>> {
+        // The map holds only derived values: a panic elsewhere cannot leave a wrong entry.
+        self.recent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// An unambiguous key for a principal's identity: each part as `length:text`, an absent part
+/// as `-`.
+fn identity_key(principal: &VerifiedPrincipal) -> String {
+    use std::fmt::Write as _;
+    let mut key = String::with_capacity(64);
+    for part in [Some(principal.issuer()), Some(principal.subject()), principal.tenant(), principal.client_id()] {
+        match part {
+            Some(text) => {
+                let _ = write!(key, "{}:{text}", text.len());
+            }
+            None => key.push('-'),
+        }
+    }
+    key
 }
 
 /// A random 128-bit trace id in hex. Not a secret: an RNG failure only costs uniqueness.
@@ -403,7 +464,7 @@ pub struct Server {
     store: Option<Arc<dyn AuditStore>>,
     handles: Option<Arc<HandleService>>,
     tasks: Option<Arc<TaskService>>,
-    digest_key: aws_lc_rs::hmac::Key,
+    digester: Arc<PrincipalDigester>,
     session_key: aws_lc_rs::hmac::Key,
     sessions: Option<Arc<SessionService>>,
     metrics: Metrics,
@@ -416,7 +477,7 @@ impl Server {
         let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
         Self {
             sealer: StateSealer::new(&secret, ttl_ms),
-            digest_key: secret.derive("palisade/audit-digest/v1"),
+            digester: Arc::new(PrincipalDigester::new(secret.derive("palisade/audit-digest/v1"))),
             session_key: secret.derive("palisade/session-owner/v1"),
             sessions: None,
             audit: None,
@@ -440,7 +501,7 @@ impl Server {
     pub fn with_audit(mut self, store: Arc<dyn AuditStore>) -> Self {
         let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
         if let Some(tasks) = &self.tasks {
-            tasks.set_audit(writer.clone(), self.digest_key.clone());
+            tasks.set_audit(writer.clone(), self.digester.clone());
         }
         self.audit = Some(writer);
         self.store = Some(store);
@@ -460,7 +521,7 @@ impl Server {
         service.spawn_fan_in(self.events.clone());
         // Task workers audit the decisions they make at execution time (the kill switch).
         if let Some(writer) = &self.audit {
-            service.set_audit(writer.clone(), self.digest_key.clone());
+            service.set_audit(writer.clone(), self.digester.clone());
         }
         self.tasks = Some(service);
         self
@@ -574,7 +635,7 @@ impl Server {
     /// A keyed digest (HMAC-SHA256, 16 hex bytes) of an identifier, for the audit log: stable
     /// for one deployment, meaningless without its secret.
     pub fn digest(&self, value: &str) -> String {
-        keyed_digest(&self.digest_key, value)
+        keyed_digest(self.digester.key(), value)
     }
 
     /// Replaces the clock (tests).
@@ -1852,6 +1913,44 @@ pub(crate) fn advertised(app: &App, method: Method) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn principal(issuer: &str, subject: &str, tenant: Option<&str>, client: Option<&str>) -> VerifiedPrincipal {
+        let stored = serde_json::json!({
+            "issuer": issuer, "subject": subject, "tenant": tenant, "client": client, "scopes": [],
+        });
+        VerifiedPrincipal::from_stored(&stored).unwrap()
+    }
+
+    #[test]
+    fn remembered_principal_digests_answer_only_for_their_own_identity() {
+        let key = || aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, b"test audit-digest key");
+        let digester = PrincipalDigester::new(key());
+        // Identities that a naive concatenation would confuse, and absent vs empty parts.
+        let principals = [
+            principal("https://a", "x#y", Some("t"), Some("c")),
+            principal("https://a#x", "y", Some("t"), Some("c")),
+            principal("https://a", "x#y", Some("tc"), None),
+            principal("https://a", "x#y", None, Some("tc")),
+            principal("https://a", "x#y", Some(""), Some("c")),
+            principal("https://a", "x#y", None, Some("c")),
+        ];
+        let keys: std::collections::HashSet<String> = principals.iter().map(identity_key).collect();
+        assert_eq!(keys.len(), principals.len(), "identity keys must be distinct");
+        // Twice over: the second round answers from memory, and must equal a fresh computation.
+        for _ in 0..2 {
+            for principal in &principals {
+                assert_eq!(digester.digests(Some(principal)), PrincipalDigests::of(&key(), principal));
+            }
+        }
+        assert_eq!(digester.digests(None), PrincipalDigests::default());
+        // Past capacity the memory starts afresh and answers stay right.
+        for n in 0..RECENT_PRINCIPALS + 10 {
+            let many = principal("https://a", &format!("user{n}"), Some("t"), None);
+            assert_eq!(digester.digests(Some(&many)), PrincipalDigests::of(&key(), &many));
+        }
+        assert!(digester.recent().len() <= RECENT_PRINCIPALS);
+        assert_eq!(digester.digests(Some(&principals[0])), PrincipalDigests::of(&key(), &principals[0]));
+    }
 
     #[test]
     fn trace_ids_are_distinct_across_block_refills() {

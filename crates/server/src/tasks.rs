@@ -34,7 +34,7 @@ use crate::context::{NotificationSink, Outcome, RequestContext};
 use crate::events::EventBus;
 use crate::handles::{SubjectKey, sha256};
 use crate::killswitch::KillSwitchStage;
-use crate::pipeline::{OperationKey, PrincipalDigests, fresh_trace_id};
+use crate::pipeline::{OperationKey, PrincipalDigester, fresh_trace_id};
 use crate::registry::App;
 use crate::secret::fill_random;
 
@@ -121,7 +121,7 @@ pub struct TaskService {
     running: Mutex<HashMap<[u8; 32], CancellationToken>>,
     kill_switch: std::sync::OnceLock<KillSwitchStage>,
     /// Where execution-time decisions are recorded, and the key of their principal digests.
-    audit: std::sync::OnceLock<(Arc<AuditWriter>, aws_lc_rs::hmac::Key)>,
+    audit: std::sync::OnceLock<(Arc<AuditWriter>, Arc<PrincipalDigester>)>,
 }
 
 /// A task reference a request named, already checked against its caller.
@@ -159,8 +159,8 @@ impl TaskService {
     /// Records the decisions task workers make at execution time in the server's audit log. Set
     /// once, by [`Server::with_audit`](crate::Server::with_audit) /
     /// [`Server::with_tasks`](crate::Server::with_tasks).
-    pub(crate) fn set_audit(&self, writer: Arc<AuditWriter>, digest_key: aws_lc_rs::hmac::Key) {
-        let _ = self.audit.set((writer, digest_key));
+    pub(crate) fn set_audit(&self, writer: Arc<AuditWriter>, digester: Arc<PrincipalDigester>) {
+        let _ = self.audit.set((writer, digester));
     }
 
     /// Appends one execution-time decision about `row`'s segment at stage `killswitch` (the only
@@ -174,8 +174,8 @@ impl TaskService {
         code: Option<i64>,
         policy_version: Option<String>,
     ) -> Result<(), StoreError> {
-        let Some((writer, key)) = self.audit.get() else { return Ok(()) };
-        let digests = PrincipalDigests::of(key, Some(principal));
+        let Some((writer, digester)) = self.audit.get() else { return Ok(()) };
+        let digests = digester.digests(Some(principal));
         let record = AuditRecord {
             at_ms: self.clock.now_ms(),
             trace_id: fresh_trace_id(),
