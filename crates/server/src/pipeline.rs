@@ -415,8 +415,8 @@ fn identity_key(principal: &VerifiedPrincipal) -> String {
 /// A random 128-bit trace id in hex. Not a secret: an RNG failure only costs uniqueness.
 ///
 /// The bytes come from a per-thread block of system CSPRNG output, refilled every
-/// [`TRACE_ID_BLOCK`] ÷ 16 ids: one `fill` per request cost about 2 µs (its per-call reseed
-/// checks), a tenth of the pipeline's own work.
+/// [`TRACE_ID_BLOCK`] ÷ 16 ids: one `fill` per request cost about 2 µs, a tenth of the
+/// pipeline's own work per request.
 pub(crate) fn fresh_trace_id() -> String {
     thread_local! {
         static BLOCK: std::cell::RefCell<TraceIdBlock> = const {
