@@ -50,24 +50,37 @@ impl Content {
 
     /// The wire form, moving the block's strings into it.
     pub fn into_value(self) -> Value {
-        let (kind, fields) = match self {
-            Self::Text(text) => ("text", vec![("text", Value::String(text))]),
+        let mut out = Map::new();
+        let mut field = |key: &str, value: String| out.insert(key.to_owned(), Value::String(value));
+        let kind = match self {
+            Self::Text(text) => {
+                field("text", text);
+                "text"
+            }
             Self::Image { data, mime_type } => {
-                ("image", vec![("data", Value::String(STANDARD.encode(data))), ("mimeType", Value::String(mime_type))])
+                field("data", STANDARD.encode(data));
+                field("mimeType", mime_type);
+                "image"
             }
             Self::Audio { data, mime_type } => {
-                ("audio", vec![("data", Value::String(STANDARD.encode(data))), ("mimeType", Value::String(mime_type))])
+                field("data", STANDARD.encode(data));
+                field("mimeType", mime_type);
+                "audio"
             }
-            Self::Resource(resource) => ("resource", vec![("resource", resource.to_value())]),
+            Self::Resource(resource) => {
+                out.insert("resource".into(), resource.to_value());
+                "resource"
+            }
             Self::ResourceLink { uri, name, mime_type } => {
-                let mut fields = vec![("uri", Value::String(uri)), ("name", Value::String(name))];
-                fields.extend(mime_type.map(|mime_type| ("mimeType", Value::String(mime_type))));
-                ("resource_link", fields)
+                field("uri", uri);
+                field("name", name);
+                if let Some(mime_type) = mime_type {
+                    field("mimeType", mime_type);
+                }
+                "resource_link"
             }
         };
-        let mut out = Map::new();
         out.insert("type".into(), Value::String(kind.into()));
-        out.extend(fields.into_iter().map(|(key, value)| (key.to_owned(), value)));
         Value::Object(out)
     }
 }
@@ -213,5 +226,55 @@ impl GetPromptResult {
             self.messages.iter().map(|m| json!({ "role": m.role, "content": m.content.to_value() })).collect();
         out.insert("messages".into(), Value::Array(messages));
         Value::Object(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_blocks_and_tool_results_have_their_wire_shapes() {
+        let resource = ResourceContents {
+            uri: "test://r".into(),
+            mime_type: Some("text/plain".into()),
+            body: ResourceBody::Text("hi".into()),
+        };
+        let cases = [
+            (Content::text("hello"), json!({ "type": "text", "text": "hello" })),
+            (
+                Content::Image { data: vec![1, 2, 3], mime_type: "image/png".into() },
+                json!({ "type": "image", "data": "AQID", "mimeType": "image/png" }),
+            ),
+            (
+                Content::Audio { data: vec![0xff], mime_type: "audio/wav".into() },
+                json!({ "type": "audio", "data": "/w==", "mimeType": "audio/wav" }),
+            ),
+            (
+                Content::Resource(resource),
+                json!({ "type": "resource", "resource": { "uri": "test://r", "mimeType": "text/plain", "text": "hi" } }),
+            ),
+            (
+                Content::ResourceLink { uri: "test://l".into(), name: "l".into(), mime_type: None },
+                json!({ "type": "resource_link", "uri": "test://l", "name": "l" }),
+            ),
+            (
+                Content::ResourceLink { uri: "test://l".into(), name: "l".into(), mime_type: Some("a/b".into()) },
+                json!({ "type": "resource_link", "uri": "test://l", "name": "l", "mimeType": "a/b" }),
+            ),
+        ];
+        for (content, expected) in cases {
+            assert_eq!(content.to_value(), expected);
+            assert_eq!(content.into_value(), expected);
+        }
+        let structured = CallToolResult::structured(json!({ "sku": "TEA-001", "price": 4.5 }));
+        let expected = json!({
+            "content": [{ "type": "text", "text": r#"{"price":4.5,"sku":"TEA-001"}"# }],
+            "structuredContent": { "sku": "TEA-001", "price": 4.5 },
+        });
+        assert_eq!(structured.to_value(), expected);
+        assert_eq!(structured.into_value(), expected);
+        let error = CallToolResult::error("no");
+        assert_eq!(error.into_value(), json!({ "content": [{ "type": "text", "text": "no" }], "isError": true }));
     }
 }
