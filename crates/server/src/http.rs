@@ -14,10 +14,11 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, Method as HttpMethod, StatusCode, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use axum::serve::ListenerExt as _;
 use futures::Stream;
 use http_body_util::{BodyExt, Limited};
 use palisade_wire::ProtocolError;
@@ -68,6 +69,14 @@ pub async fn serve(
     }
     let token = server.shutdown_token().clone();
     let app = router(server, local);
+    // Nagle's algorithm off: each JSON reply and SSE event is one write that should leave at
+    // once; with it on, an event written while the previous one is unacknowledged waits for
+    // the client's (possibly delayed) ACK.
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY on an accepted connection");
+        }
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
@@ -138,7 +147,7 @@ async fn mcp_endpoint(
     }
     let legacy = state.server.legacy_enabled();
     // The GET stream and session DELETE exist only for a 2025-era session: they carry its id.
-    let with_session = legacy && headers.contains_key("mcp-session-id");
+    let with_session = legacy && headers.contains_key(&MCP_SESSION_ID);
     if with_session && method == HttpMethod::GET {
         return crate::legacy::get_stream(&state, &headers).await;
     }
@@ -352,7 +361,7 @@ pub(crate) fn json_response(reply: Reply) -> Response {
     let mut response =
         (status, [(header::CONTENT_TYPE, "application/json")], frame_bytes(&reply.frame)).into_response();
     if let Some(session) = reply.session.as_ref().and_then(|s| HeaderValue::from_str(s.expose()).ok()) {
-        response.headers_mut().insert("mcp-session-id", session);
+        response.headers_mut().insert(MCP_SESSION_ID.clone(), session);
     }
     if let Some(challenge) = reply.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
@@ -435,31 +444,108 @@ pub(crate) fn accepted_kinds(headers: &HeaderMap) -> Option<Accepts> {
     (json || event_stream).then_some(Accepts { event_stream })
 }
 
+/// `Mcp-Session-Id` (2025-era sessions).
+pub(crate) static MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
+
+/// The transport headers the pipeline reads, in one pass over the request's headers (a lookup by
+/// name per header would parse and hash each name again).
 pub(crate) fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
-    let raw = |name: &str| headers.get(name).map(|v| v.as_bytes().to_vec());
-    let duplicate =
-        [("mcp-protocol-version", "MCP-Protocol-Version"), ("mcp-method", "Mcp-Method"), ("mcp-name", "Mcp-Name")]
-            .into_iter()
-            .find(|(name, _)| headers.get_all(*name).iter().count() > 1)
-            .map(|(_, display)| display.to_owned());
-    let params = headers
-        .iter()
-        .filter_map(|(name, value)| {
-            name.as_str().strip_prefix("mcp-param-").map(|p| (p.to_owned(), value.as_bytes().to_vec()))
-        })
-        .collect();
+    let mut found = TransportHeaders::default();
+    let mut authorizations = 0usize;
+    // Routing headers seen more than once, in the order of the check below.
+    let mut repeated = [false; 3];
+    for (name, value) in headers {
+        if *name == header::AUTHORIZATION {
+            authorizations += 1;
+            found.authorization = Some(value.as_bytes().to_vec());
+            continue;
+        }
+        let Some(rest) = name.as_str().strip_prefix("mcp-") else { continue };
+        let (slot, index) = match rest {
+            "protocol-version" => (&mut found.protocol_version, 0),
+            "method" => (&mut found.method, 1),
+            "name" => (&mut found.name, 2),
+            _ => {
+                if let Some(param) = rest.strip_prefix("param-") {
+                    found.params.push((param.to_owned(), value.as_bytes().to_vec()));
+                }
+                continue;
+            }
+        };
+        // The first value is the one used, as `HeaderMap::get` would give it.
+        if slot.is_some() {
+            repeated[index] = true;
+        } else {
+            *slot = Some(value.as_bytes().to_vec());
+        }
+    }
+    found.duplicate = ["MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"]
+        .into_iter()
+        .zip(repeated)
+        .find_map(|(display, twice)| twice.then(|| display.to_owned()));
     // More than one Authorization header is malformed: authenticate an empty value (refused).
-    let authorization = match headers.get_all(header::AUTHORIZATION).iter().count() {
-        0 => None,
-        1 => raw("authorization"),
-        _ => Some(Vec::new()),
-    };
-    TransportHeaders {
-        authorization,
-        protocol_version: raw("mcp-protocol-version"),
-        method: raw("mcp-method"),
-        name: raw("mcp-name"),
-        params,
-        duplicate,
+    if authorizations > 1 {
+        found.authorization = Some(Vec::new());
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(HeaderName::from_bytes(name.as_bytes()).unwrap(), HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn transport_headers_are_read_in_one_pass() {
+        let found = transport_headers(&headers(&[
+            ("host", "127.0.0.1:1"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("Mcp-Name", "product_get"),
+            ("mcp-param-sku", "TEA-001"),
+            ("Mcp-Param-Region", "eu"),
+            ("mcp-session-id", "not a routing header"),
+            ("authorization", "Bearer abc"),
+        ]));
+        assert_eq!(found.protocol_version.as_deref(), Some(&b"2026-07-28"[..]));
+        assert_eq!(found.method.as_deref(), Some(&b"tools/call"[..]));
+        assert_eq!(found.name.as_deref(), Some(&b"product_get"[..]));
+        assert_eq!(found.authorization.as_deref(), Some(&b"Bearer abc"[..]));
+        let mut params = found.params.clone();
+        params.sort();
+        assert_eq!(params, vec![("region".to_owned(), b"eu".to_vec()), ("sku".to_owned(), b"TEA-001".to_vec())]);
+        assert_eq!(found.duplicate, None);
+
+        let none = transport_headers(&headers(&[("host", "127.0.0.1:1"), ("x-mcp-method", "tools/call")]));
+        assert!(none.protocol_version.is_none() && none.method.is_none() && none.name.is_none());
+        assert!(none.authorization.is_none() && none.params.is_empty() && none.duplicate.is_none());
+    }
+
+    #[test]
+    fn a_repeated_routing_or_authorization_header_is_flagged() {
+        for (name, display) in
+            [("mcp-protocol-version", "MCP-Protocol-Version"), ("mcp-method", "Mcp-Method"), ("mcp-name", "Mcp-Name")]
+        {
+            let found = transport_headers(&headers(&[(name, "first"), ("mcp-param-x", "1"), (name, "second")]));
+            assert_eq!(found.duplicate.as_deref(), Some(display), "{name}");
+        }
+        // The first repeated header in the check's order is the one named.
+        let both = transport_headers(&headers(&[
+            ("mcp-name", "a"),
+            ("mcp-name", "b"),
+            ("mcp-method", "c"),
+            ("mcp-method", "d"),
+        ]));
+        assert_eq!(both.duplicate.as_deref(), Some("Mcp-Method"));
+        // Two Authorization headers: an empty credential, which authentication refuses.
+        let twice = transport_headers(&headers(&[("authorization", "Bearer a"), ("authorization", "Bearer b")]));
+        assert_eq!(twice.authorization.as_deref(), Some(&b""[..]));
     }
 }

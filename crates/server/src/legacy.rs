@@ -30,7 +30,8 @@ use tokio_util::sync::CancellationToken;
 use crate::context::NotificationSink;
 use crate::events::ServerEvent;
 use crate::http::{
-    HttpState, accepted_kinds, error_response, json_response, respond, sse_response, stream_of, transport_headers,
+    HttpState, MCP_SESSION_ID, accepted_kinds, error_response, json_response, respond, sse_response, stream_of,
+    transport_headers,
 };
 use crate::pipeline::{Reply, Server, TransportHeaders};
 use crate::sessions::SessionId;
@@ -44,7 +45,7 @@ const MODERN_ONLY_RESULT_KEYS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
 /// negotiated yet). A 2026-07-28 body with a wrong version header stays on the 2026 wire, which
 /// answers `-32020`.
 pub(crate) fn is_legacy_post(headers: &HeaderMap, body: &[u8], parsed: Option<&Message>) -> bool {
-    if headers.contains_key("mcp-session-id") {
+    if headers.contains_key(&MCP_SESSION_ID) {
         return true;
     }
     // The frame the 2026 wire already parsed answers without a second parse; anything it could
@@ -80,7 +81,7 @@ fn legacy_by_version(headers: &HeaderMap, params: Option<&Map<String, Value>>, h
 /// answered like an unknown session (404).
 #[allow(clippy::result_large_err)]
 fn session_id(headers: &HeaderMap) -> Result<Option<SessionId>, Response> {
-    let mut values = headers.get_all("mcp-session-id").iter();
+    let mut values = headers.get_all(&MCP_SESSION_ID).iter();
     let Some(first) = values.next() else { return Ok(None) };
     match (SessionId::parse(first.as_bytes()), values.next()) {
         (Some(id), None) => Ok(Some(id)),
