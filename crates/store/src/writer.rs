@@ -14,8 +14,8 @@
 //!
 //! Commit on idle: in a runtime built with [`install_park_hook`], the thread is not woken by each
 //! queued record but when a runtime thread runs out of work (about to park: the batch will not
-//! grow soon), when [`KICK_AT`] records are queued, or after [`AuditWriterConfig::idle_wait`]
-//! at the latest. Under load that gathers the records of requests still in flight into one
+//! grow soon), when [`KICK_AT`] records are queued, or by an appender whose record waited
+//! [`AuditWriterConfig::idle_wait`] (its own timer: an idle writer's thread sleeps without one). Under load that gathers the records of requests still in flight into one
 //! commit instead of waking the thread for the first of them; the fixed cost of a commit (write
 //! lock, WAL frames, the head row) is then shared by more records. Without the hook (a library
 //! user's own runtime) every queued record wakes the thread, as before.
@@ -69,6 +69,8 @@ struct Kick {
     /// The writer's queue, to see whether anything waits (a weak handle: it must not keep the
     /// queue open).
     queue: mpsc::WeakSender<Job>,
+    /// Times the thread woke from waiting.
+    wakes: AtomicU64,
 }
 
 #[derive(Default)]
@@ -76,6 +78,8 @@ struct KickState {
     /// The thread waits for a kick.
     sleeping: bool,
     kicked: bool,
+    /// The writer was dropped: the thread drains the queue and ends.
+    closed: bool,
 }
 
 impl Kick {
@@ -106,8 +110,9 @@ pub struct AuditWriterConfig {
     /// already "failed", so the request was refused: fail closed, at worst an extra record).
     pub commit_timeout: Duration,
     /// With a [`BlockingAppend`] store: `Some(wait)` commits on idle (module docs), a queued
-    /// record waiting `wait` at most for its runtime to go idle; `None` wakes the thread for each
-    /// record. The default is `Some(500 µs)` once [`install_park_hook`] ran, else `None`.
+    /// record waiting about `wait` at most (the runtime's timer resolution, 1 ms) for its runtime
+    /// to go idle; `None` wakes the thread for each record. The default is `Some(1 ms)` once
+    /// [`install_park_hook`] ran, else `None`.
     pub idle_wait: Option<Duration>,
 }
 
@@ -117,7 +122,7 @@ impl Default for AuditWriterConfig {
             queue_capacity: 8192,
             max_batch: 512,
             commit_timeout: Duration::from_secs(5),
-            idle_wait: PARK_HOOK.load(Ordering::SeqCst).then_some(Duration::from_micros(500)),
+            idle_wait: PARK_HOOK.load(Ordering::SeqCst).then_some(Duration::from_millis(1)),
         }
     }
 }
@@ -176,8 +181,19 @@ pub struct AuditWriter {
     epoch: std::time::Instant,
     commit_timeout: Duration,
     background: Mutex<Option<Background>>,
-    /// Commit on idle: how appends and shutdown wake the thread.
-    kick: Option<Arc<Kick>>,
+    /// Commit on idle: how appends and shutdown wake the thread, and how long a record waits
+    /// before its appender wakes it.
+    kick: Option<(Arc<Kick>, Duration)>,
+}
+
+impl Drop for AuditWriter {
+    fn drop(&mut self) {
+        // An idle-mode thread sleeps without a timeout: tell it to drain what is queued and end.
+        if let Some((kick, _)) = &self.kick {
+            kick.state.lock().unwrap_or_else(PoisonError::into_inner).closed = true;
+            kick.wake.notify_one();
+        }
+    }
 }
 
 impl std::fmt::Debug for AuditWriter {
@@ -201,19 +217,20 @@ impl AuditWriter {
                 state: Mutex::new(KickState::default()),
                 wake: Condvar::new(),
                 queue: queue.downgrade(),
+                wakes: AtomicU64::new(0),
             });
             let mut waiters = IDLE_WAITERS.lock().unwrap_or_else(PoisonError::into_inner);
             waiters.retain(|waiter| waiter.strong_count() > 0);
             waiters.push(Arc::downgrade(&kick));
             (kick, wait)
         });
-        let thread_kick = kick.clone();
+        let thread_kick = kick.as_ref().map(|(kick, _)| kick.clone());
         let background = match inline.clone() {
             Some(appender) => {
                 let (ended, thread_ended) = oneshot::channel();
                 let spawned = std::thread::Builder::new().name("palisade-audit".into()).spawn(move || {
                     match thread_kick {
-                        Some((kick, wait)) => run_on_idle(appender.as_ref(), receiver, max_batch, &kick, wait),
+                        Some(kick) => run_on_idle(appender.as_ref(), receiver, max_batch, &kick),
                         None => run_blocking(appender.as_ref(), receiver, max_batch),
                     }
                     let _ = ended.send(());
@@ -238,7 +255,7 @@ impl AuditWriter {
             epoch: std::time::Instant::now(),
             commit_timeout: config.commit_timeout,
             background: Mutex::new(Some(background)),
-            kick: kick.map(|(kick, _)| kick),
+            kick,
         }
     }
 
@@ -272,12 +289,21 @@ impl AuditWriter {
         };
         let (done, answer) = oneshot::channel();
         self.queue.send(Job::Append(Pending { record, done })).await.map_err(|_| StoreError::Closed)?;
-        if let Some(kick) = &self.kick
-            && kick.queued() >= KICK_AT
-        {
-            kick.kick();
+        let mut answer = answer;
+        let mut timeout = self.commit_timeout;
+        if let Some((kick, wait)) = &self.kick {
+            if kick.queued() >= KICK_AT {
+                kick.kick();
+            }
+            // Not committed within `wait` (the runtime never went idle, too few records for
+            // KICK_AT): wake the thread from here.
+            match tokio::time::timeout(*wait, &mut answer).await {
+                Ok(answer) => return answer.unwrap_or(Err(StoreError::Closed)),
+                Err(_) => kick.kick(),
+            }
+            timeout = timeout.saturating_sub(*wait);
         }
-        match tokio::time::timeout(self.commit_timeout, answer).await {
+        match tokio::time::timeout(timeout, answer).await {
             Ok(answer) => answer.unwrap_or(Err(StoreError::Closed)),
             Err(_) => Err(StoreError::unavailable("append (commit timed out)")),
         }
@@ -304,7 +330,7 @@ impl AuditWriter {
         let Some(background) = background else { return };
         // Fails only when the queue is already closed (the background ended).
         let _ = self.queue.send(Job::Stop).await;
-        if let Some(kick) = &self.kick {
+        if let Some((kick, _)) = &self.kick {
             kick.kick();
         }
         match background {
@@ -376,15 +402,10 @@ fn run_blocking(appender: &dyn BlockingAppend, mut receiver: mpsc::Receiver<Job>
 }
 
 /// [`run_blocking`] for a writer that commits on idle: the queue is read without waiting, and
-/// when it is empty the thread waits for a kick (runtime idle, [`KICK_AT`] records queued,
-/// shutdown) or `wait` at most.
-fn run_on_idle(
-    appender: &dyn BlockingAppend,
-    mut receiver: mpsc::Receiver<Job>,
-    max_batch: usize,
-    kick: &Kick,
-    wait: Duration,
-) {
+/// when it is empty the thread waits for a kick (runtime idle, [`KICK_AT`] records queued, a
+/// record that waited too long, shutdown, the writer dropped), with no timeout: an idle writer
+/// costs no wake-ups.
+fn run_on_idle(appender: &dyn BlockingAppend, mut receiver: mpsc::Receiver<Job>, max_batch: usize, kick: &Kick) {
     let mut jobs = Vec::with_capacity(max_batch);
     loop {
         while jobs.len() < max_batch {
@@ -406,15 +427,21 @@ fn run_on_idle(
             return;
         }
         let mut state = kick.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if state.closed {
+            // The writer is being dropped; its queue closes a moment later.
+            drop(state);
+            std::thread::yield_now();
+            continue;
+        }
         state.sleeping = true;
         // Looked at again under the lock: a record queued before `sleeping` was set is seen
         // here, one queued after it finds the thread sleeping and its kick wakes it.
         if receiver.is_empty() && !receiver.is_closed() {
             state = kick
                 .wake
-                .wait_timeout_while(state, wait, |state| !state.kicked)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+                .wait_while(state, |state| !state.kicked && !state.closed)
+                .unwrap_or_else(PoisonError::into_inner);
+            kick.wakes.fetch_add(1, Ordering::Relaxed);
         }
         state.sleeping = false;
         state.kicked = false;
@@ -719,7 +746,7 @@ mod tests {
     /// Waits until an idle-mode writer's thread waits for a kick (a record queued before that
     /// is taken without one).
     async fn wait_until_thread_sleeps(writer: &AuditWriter) {
-        let kick = writer.kick.as_ref().expect("an idle-mode writer");
+        let (kick, _) = writer.kick.as_ref().expect("an idle-mode writer");
         while !kick.state.lock().unwrap().sleeping {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -766,6 +793,27 @@ mod tests {
         tasks.extend(spawn_appends(&writer, KICK_AT..=KICK_AT));
         all_ok(tasks).await;
         assert_eq!(*fake.entered.lock().unwrap(), vec![KICK_AT]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_writer_thread_sleeps_until_kicked_and_ends_when_the_writer_is_dropped() {
+        let (_fake, writer) = idle_mode(Duration::from_millis(1));
+        wait_until_thread_sleeps(&writer).await;
+        let (kick, _) = writer.kick.as_ref().unwrap();
+        let wakes = kick.wakes.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Only a kick wakes it (a concurrent test's park hook call kicks only writers with records
+        // queued, and this one has none).
+        assert_eq!(kick.wakes.load(Ordering::SeqCst), wakes, "an idle writer's thread woke up");
+        let thread_side = Arc::downgrade(kick);
+        drop(writer);
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while thread_side.strong_count() > 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("the thread of a dropped writer did not end");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

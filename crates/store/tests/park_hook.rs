@@ -18,7 +18,7 @@ fn appends_commit_when_the_runtime_goes_idle() {
         install_park_hook(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all()).build().unwrap();
     runtime.block_on(async {
         let config = AuditWriterConfig::default();
-        assert_eq!(config.idle_wait, Some(Duration::from_micros(500)), "the hook makes commit on idle the default");
+        assert_eq!(config.idle_wait, Some(Duration::from_millis(1)), "the hook makes commit on idle the default");
         let store = Arc::new(SqliteStore::open(path.to_str().unwrap()).await.unwrap());
         // Only a park can wake this writer's thread in time: its longest wait is a minute, and
         // fewer than KICK_AT records are ever queued.
