@@ -15,10 +15,11 @@
 //! Commit on idle: in a runtime built with [`install_park_hook`], the thread is not woken by each
 //! queued record but when a runtime thread runs out of work (about to park: the batch will not
 //! grow soon), when [`KICK_AT`] records are queued, or by an appender whose record waited
-//! [`AuditWriterConfig::idle_wait`] (its own timer: an idle writer's thread sleeps without one). Under load that gathers the records of requests still in flight into one
-//! commit instead of waking the thread for the first of them; the fixed cost of a commit (write
-//! lock, WAL frames, the head row) is then shared by more records. Without the hook (a library
-//! user's own runtime) every queued record wakes the thread, as before.
+//! [`AuditWriterConfig::idle_wait`] (its own timer: an idle writer's thread sleeps without one).
+//! Under load that gathers the records of requests still in flight into one commit instead of
+//! waking the thread for the first of them; the fixed cost of a commit (write lock, WAL frames,
+//! the head row) is then shared by more records. Without the hook (a library user's own
+//! runtime) every queued record wakes the thread, as before.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
