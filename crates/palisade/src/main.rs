@@ -245,16 +245,13 @@ fn main() -> ExitCode {
     };
     // Logs go to stderr, always: on stdio, stdout carries MCP messages only.
     telemetry::init(telemetry.as_ref());
-    // The park hook lets the audit writer commit when the runtime runs out of work (one commit
-    // for the records of every request in flight) rather than for the first queued record.
-    let runtime =
-        match palisade_store::install_park_hook(tokio::runtime::Builder::new_multi_thread().enable_all()).build() {
-            Ok(runtime) => runtime,
-            Err(error) => {
-                eprintln!("error: starting the runtime: {error}");
-                return ExitCode::FAILURE;
-            }
-        };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: starting the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => match serve_settings {

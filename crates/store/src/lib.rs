@@ -56,7 +56,7 @@ pub use sessions::{
 pub use sqlite::SqliteStore;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture};
 pub use tasks::{MAX_TASK_HISTORY, TERMINAL_STATUSES, TaskRow, TaskStore};
-pub use writer::{AuditWriter, AuditWriterConfig, BlockingAppend, KICK_AT, install_park_hook};
+pub use writer::{AuditWriter, AuditWriterConfig, BlockingAppend};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.

@@ -11,18 +11,9 @@
 //! free): this spares a quiet server two thread wake-ups per request. Under load everything goes
 //! through the thread, so that runtime threads go on serving requests while a batch commits
 //! (inline commits under load measured slower, BENCHMARKS.md).
-//!
-//! Commit on idle: in a runtime built with [`install_park_hook`], the thread is not woken by each
-//! queued record but when a runtime thread runs out of work (about to park: the batch will not
-//! grow soon), when [`KICK_AT`] records are queued, or by an appender whose record waited
-//! [`AuditWriterConfig::idle_wait`] (its own timer: an idle writer's thread sleeps without one).
-//! Under load that gathers the records of requests still in flight into one commit instead of
-//! waking the thread for the first of them; the fixed cost of a commit (write lock, WAL frames,
-//! the head row) is then shared by more records. Without the hook (a library user's own
-//! runtime) every queued record wakes the thread, as before.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -33,71 +24,6 @@ use crate::{AuditRecord, AuditStore, StoreError};
 /// An append commits inline only if no other append began within this long before it (and none
 /// is in flight): about four single-record commits on a file database.
 const QUIET_GAP: Duration = Duration::from_micros(250);
-
-/// Queued records that wake a writer thread waiting for its runtime to go idle.
-pub const KICK_AT: usize = 12;
-
-/// Whether [`install_park_hook`] ran in this process: writers configured afterwards by default
-/// commit on idle.
-static PARK_HOOK: AtomicBool = AtomicBool::new(false);
-
-/// The writers that commit on idle, for the park hook.
-static IDLE_WAITERS: Mutex<Vec<std::sync::Weak<Kick>>> = Mutex::new(Vec::new());
-
-/// Makes `builder`'s runtime tell audit writers when one of its threads runs out of work, and
-/// makes writers created from then on with [`AuditWriterConfig::default`] commit on idle (see
-/// the module docs). Install it on the runtime that serves requests.
-pub fn install_park_hook(builder: &mut tokio::runtime::Builder) -> &mut tokio::runtime::Builder {
-    PARK_HOOK.store(true, Ordering::SeqCst);
-    builder.on_thread_park(runtime_thread_parks)
-}
-
-/// The park hook: kicks every idle-waiting writer thread that has records queued. Called often
-/// (each time a runtime thread parks): one uncontended lock and a few atomics per writer.
-fn runtime_thread_parks() {
-    let waiters = IDLE_WAITERS.lock().unwrap_or_else(PoisonError::into_inner);
-    for kick in waiters.iter().filter_map(std::sync::Weak::upgrade) {
-        if kick.queued() > 0 {
-            kick.kick();
-        }
-    }
-}
-
-/// How a commit-on-idle writer's thread is woken.
-struct Kick {
-    state: Mutex<KickState>,
-    wake: Condvar,
-    /// The writer's queue, to see whether anything waits (a weak handle: it must not keep the
-    /// queue open).
-    queue: mpsc::WeakSender<Job>,
-    /// Times the thread woke from waiting.
-    wakes: AtomicU64,
-}
-
-#[derive(Default)]
-struct KickState {
-    /// The thread waits for a kick.
-    sleeping: bool,
-    kicked: bool,
-    /// The writer was dropped: the thread drains the queue and ends.
-    closed: bool,
-}
-
-impl Kick {
-    fn queued(&self) -> usize {
-        self.queue.upgrade().map_or(0, |queue| queue.max_capacity() - queue.capacity())
-    }
-
-    /// Wakes the thread if it waits; a kick while it works is not needed (it looks at the queue
-    /// before waiting again).
-    fn kick(&self) {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.sleeping && !state.kicked {
-            state.kicked = true;
-            self.wake.notify_one();
-        }
-    }
-}
 
 /// Tuning for an [`AuditWriter`].
 #[derive(Debug, Clone)]
@@ -110,21 +36,11 @@ pub struct AuditWriterConfig {
     /// [`StoreError::Unavailable`]. The batch may still commit after that (the answer was
     /// already "failed", so the request was refused: fail closed, at worst an extra record).
     pub commit_timeout: Duration,
-    /// With a [`BlockingAppend`] store: `Some(wait)` commits on idle (module docs), a queued
-    /// record waiting about `wait` at most (the runtime's timer resolution, 1 ms) for its runtime
-    /// to go idle; `None` wakes the thread for each record. The default is `Some(1 ms)` once
-    /// [`install_park_hook`] ran, else `None`.
-    pub idle_wait: Option<Duration>,
 }
 
 impl Default for AuditWriterConfig {
     fn default() -> Self {
-        AuditWriterConfig {
-            queue_capacity: 8192,
-            max_batch: 512,
-            commit_timeout: Duration::from_secs(5),
-            idle_wait: PARK_HOOK.load(Ordering::SeqCst).then_some(Duration::from_millis(1)),
-        }
+        AuditWriterConfig { queue_capacity: 8192, max_batch: 512, commit_timeout: Duration::from_secs(5) }
     }
 }
 
@@ -182,19 +98,6 @@ pub struct AuditWriter {
     epoch: std::time::Instant,
     commit_timeout: Duration,
     background: Mutex<Option<Background>>,
-    /// Commit on idle: how appends and shutdown wake the thread, and how long a record waits
-    /// before its appender wakes it.
-    kick: Option<(Arc<Kick>, Duration)>,
-}
-
-impl Drop for AuditWriter {
-    fn drop(&mut self) {
-        // An idle-mode thread sleeps without a timeout: tell it to drain what is queued and end.
-        if let Some((kick, _)) = &self.kick {
-            kick.state.lock().unwrap_or_else(PoisonError::into_inner).closed = true;
-            kick.wake.notify_one();
-        }
-    }
 }
 
 impl std::fmt::Debug for AuditWriter {
@@ -213,27 +116,11 @@ impl AuditWriter {
         let max_batch = config.max_batch.max(1);
         let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
         let mut inline = store.blocking_append();
-        let kick = inline.as_ref().and(config.idle_wait).map(|wait| {
-            let kick = Arc::new(Kick {
-                state: Mutex::new(KickState::default()),
-                wake: Condvar::new(),
-                queue: queue.downgrade(),
-                wakes: AtomicU64::new(0),
-            });
-            let mut waiters = IDLE_WAITERS.lock().unwrap_or_else(PoisonError::into_inner);
-            waiters.retain(|waiter| waiter.strong_count() > 0);
-            waiters.push(Arc::downgrade(&kick));
-            (kick, wait)
-        });
-        let thread_kick = kick.as_ref().map(|(kick, _)| kick.clone());
         let background = match inline.clone() {
             Some(appender) => {
                 let (ended, thread_ended) = oneshot::channel();
                 let spawned = std::thread::Builder::new().name("palisade-audit".into()).spawn(move || {
-                    match thread_kick {
-                        Some(kick) => run_on_idle(appender.as_ref(), receiver, max_batch, &kick),
-                        None => run_blocking(appender.as_ref(), receiver, max_batch),
-                    }
+                    run_blocking(appender.as_ref(), receiver, max_batch);
                     let _ = ended.send(());
                 });
                 if let Err(error) = spawned {
@@ -256,7 +143,6 @@ impl AuditWriter {
             epoch: std::time::Instant::now(),
             commit_timeout: config.commit_timeout,
             background: Mutex::new(Some(background)),
-            kick,
         }
     }
 
@@ -290,21 +176,7 @@ impl AuditWriter {
         };
         let (done, answer) = oneshot::channel();
         self.queue.send(Job::Append(Pending { record, done })).await.map_err(|_| StoreError::Closed)?;
-        let mut answer = answer;
-        let mut timeout = self.commit_timeout;
-        if let Some((kick, wait)) = &self.kick {
-            if kick.queued() >= KICK_AT {
-                kick.kick();
-            }
-            // Not committed within `wait` (the runtime never went idle, too few records for
-            // KICK_AT): wake the thread from here.
-            match tokio::time::timeout(*wait, &mut answer).await {
-                Ok(answer) => return answer.unwrap_or(Err(StoreError::Closed)),
-                Err(_) => kick.kick(),
-            }
-            timeout = timeout.saturating_sub(*wait);
-        }
-        match tokio::time::timeout(timeout, answer).await {
+        match tokio::time::timeout(self.commit_timeout, answer).await {
             Ok(answer) => answer.unwrap_or(Err(StoreError::Closed)),
             Err(_) => Err(StoreError::unavailable("append (commit timed out)")),
         }
@@ -331,9 +203,6 @@ impl AuditWriter {
         let Some(background) = background else { return };
         // Fails only when the queue is already closed (the background ended).
         let _ = self.queue.send(Job::Stop).await;
-        if let Some((kick, _)) = &self.kick {
-            kick.kick();
-        }
         match background {
             Background::Task(task) => {
                 if let Err(error) = task.await {
@@ -399,53 +268,6 @@ fn run_blocking(appender: &dyn BlockingAppend, mut receiver: mpsc::Receiver<Job>
         }
         let count = records.len();
         answer(waiters, count, appender.append_blocking(records));
-    }
-}
-
-/// [`run_blocking`] for a writer that commits on idle: the queue is read without waiting, and
-/// when it is empty the thread waits for a kick (runtime idle, [`KICK_AT`] records queued, a
-/// record that waited too long, shutdown, the writer dropped), with no timeout: an idle writer
-/// costs no wake-ups.
-fn run_on_idle(appender: &dyn BlockingAppend, mut receiver: mpsc::Receiver<Job>, max_batch: usize, kick: &Kick) {
-    let mut jobs = Vec::with_capacity(max_batch);
-    loop {
-        while jobs.len() < max_batch {
-            match receiver.try_recv() {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
-        }
-        if !jobs.is_empty() {
-            let (records, waiters) = take_batch(&mut jobs, &mut receiver);
-            if !records.is_empty() {
-                let count = records.len();
-                answer(waiters, count, appender.append_blocking(records));
-            }
-            continue;
-        }
-        // Closed (stop or every sender gone) and drained: done.
-        if receiver.is_closed() && receiver.is_empty() {
-            return;
-        }
-        let mut state = kick.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.closed {
-            // The writer is being dropped; its queue closes a moment later.
-            drop(state);
-            std::thread::yield_now();
-            continue;
-        }
-        state.sleeping = true;
-        // Looked at again under the lock: a record queued before `sleeping` was set is seen
-        // here, one queued after it finds the thread sleeping and its kick wakes it.
-        if receiver.is_empty() && !receiver.is_closed() {
-            state = kick
-                .wake
-                .wait_while(state, |state| !state.kicked && !state.closed)
-                .unwrap_or_else(PoisonError::into_inner);
-            kick.wakes.fetch_add(1, Ordering::Relaxed);
-        }
-        state.sleeping = false;
-        state.kicked = false;
     }
 }
 
@@ -731,113 +553,27 @@ mod tests {
     fn thread_mode(gate_closed: bool) -> (Arc<BlockingFake>, Arc<AuditWriter>) {
         let fake = Arc::new(BlockingFake::default());
         *fake.gate.0.lock().unwrap() = gate_closed;
-        let config = AuditWriterConfig { idle_wait: None, ..AuditWriterConfig::default() };
-        let writer = Arc::new(AuditWriter::new(FakeStore::blocking(fake.clone()), config));
+        let writer = Arc::new(AuditWriter::new(FakeStore::blocking(fake.clone()), AuditWriterConfig::default()));
         (fake, writer)
     }
 
-    /// The thread mode committing on idle, with `wait` as the longest wait for a kick.
-    fn idle_mode(wait: Duration) -> (Arc<BlockingFake>, Arc<AuditWriter>) {
-        let fake = Arc::new(BlockingFake::default());
-        let config = AuditWriterConfig { idle_wait: Some(wait), ..AuditWriterConfig::default() };
-        let writer = Arc::new(AuditWriter::new(FakeStore::blocking(fake.clone()), config));
-        (fake, writer)
-    }
-
-    /// Waits until an idle-mode writer's thread waits for a kick (a record queued before that
-    /// is taken without one).
-    async fn wait_until_thread_sleeps(writer: &AuditWriter) {
-        let (kick, _) = writer.kick.as_ref().expect("an idle-mode writer");
-        while !kick.state.lock().unwrap().sleeping {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    async fn wait_until_queued(writer: &AuditWriter, count: usize) {
-        while queued(writer) < count {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-    }
-
-    async fn all_ok(tasks: Vec<JoinHandle<Result<(), StoreError>>>) {
-        for task in tasks {
-            tokio::time::timeout(Duration::from_secs(10), task)
-                .await
-                .expect("an append was never committed")
-                .unwrap()
-                .unwrap();
-        }
-    }
-
-    /// One test, not two: the park hook kicks every idle-mode writer of the process, so a second
-    /// test calling it concurrently would wake this one's thread.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn idle_mode_wakes_only_when_a_runtime_thread_parks_or_kick_at_records_wait() {
-        // A runtime thread parks: the queued records go out as one batch.
-        let (fake, writer) = idle_mode(Duration::from_secs(60));
-        wait_until_thread_sleeps(&writer).await;
-        let tasks = spawn_appends(&writer, 0..=2);
-        wait_until_queued(&writer, 3).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(fake.entered.lock().unwrap().is_empty(), "a queued record woke the thread");
-        runtime_thread_parks();
-        all_ok(tasks).await;
-        assert_eq!(*fake.entered.lock().unwrap(), vec![3], "the queued records went out as one batch");
-
-        // No park: KICK_AT queued records wake the thread, fewer do not.
-        let (fake, writer) = idle_mode(Duration::from_secs(60));
-        wait_until_thread_sleeps(&writer).await;
-        let mut tasks = spawn_appends(&writer, 1..=KICK_AT - 1);
-        wait_until_queued(&writer, KICK_AT - 1).await;
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(fake.entered.lock().unwrap().is_empty(), "fewer than KICK_AT records woke the thread");
-        tasks.extend(spawn_appends(&writer, KICK_AT..=KICK_AT));
-        all_ok(tasks).await;
-        assert_eq!(*fake.entered.lock().unwrap(), vec![KICK_AT]);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_idle_writer_thread_sleeps_until_kicked_and_ends_when_the_writer_is_dropped() {
-        let (_fake, writer) = idle_mode(Duration::from_millis(1));
-        wait_until_thread_sleeps(&writer).await;
-        let (kick, _) = writer.kick.as_ref().unwrap();
-        let wakes = kick.wakes.load(Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        // Only a kick wakes it (a concurrent test's park hook call kicks only writers with records
-        // queued, and this one has none).
-        assert_eq!(kick.wakes.load(Ordering::SeqCst), wakes, "an idle writer's thread woke up");
-        let thread_side = Arc::downgrade(kick);
-        drop(writer);
-        tokio::time::timeout(Duration::from_secs(10), async {
-            while thread_side.strong_count() > 0 {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        })
-        .await
-        .expect("the thread of a dropped writer did not end");
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn idle_mode_commits_after_idle_wait_without_any_kick() {
-        let (fake, writer) = idle_mode(Duration::from_millis(20));
-        all_ok(spawn_appends(&writer, 0..=0)).await;
-        assert_eq!(*fake.entered.lock().unwrap(), vec![1]);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn idle_mode_shutdown_flushes_what_was_queued_then_refuses() {
-        let (fake, writer) = idle_mode(Duration::from_secs(60));
-        let tasks = spawn_appends(&writer, 0..=3);
-        // Queued or already committed (a concurrent test's park hook call may wake this thread).
-        while queued(&writer) + fake.entered.lock().unwrap().iter().sum::<usize>() < 4 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
+    async fn thread_mode_groups_appends_queued_during_a_commit_on_its_own_thread() {
+        let (fake, writer) = thread_mode(true);
+        let first = spawn_appends(&writer, 0..=0);
+        assert_eq!(wait_until_first_batch_blocks(&fake.entered, &writer, 1).await, 1);
+        let rest = spawn_appends(&writer, 1..=40);
+        wait_until_first_batch_blocks(&fake.entered, &writer, 41).await;
+        fake.open_gate();
+        for task in first {
+            task.await.unwrap().unwrap();
         }
-        tokio::time::timeout(Duration::from_secs(10), writer.shutdown())
-            .await
-            .expect("shutdown did not wake the thread");
-        all_ok(tasks).await;
-        assert_eq!(fake.entered.lock().unwrap().iter().sum::<usize>(), 4);
-        assert!(matches!(writer.append(record(9)).await, Err(StoreError::Closed)));
+        for task in rest {
+            task.await.unwrap().unwrap();
+        }
+        let sizes: Vec<usize> = fake.batches.lock().unwrap().iter().map(Vec::len).collect();
+        assert_eq!(sizes, vec![1, 40]);
+        assert!(fake.threads.lock().unwrap().iter().all(|name| name == "palisade-audit"));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -878,11 +614,7 @@ mod tests {
     async fn thread_mode_caller_gives_up_after_the_commit_timeout() {
         let fake = Arc::new(BlockingFake::default());
         *fake.gate.0.lock().unwrap() = true;
-        let config = AuditWriterConfig {
-            commit_timeout: Duration::from_millis(100),
-            idle_wait: None,
-            ..AuditWriterConfig::default()
-        };
+        let config = AuditWriterConfig { commit_timeout: Duration::from_millis(100), ..AuditWriterConfig::default() };
         let writer = AuditWriter::new(FakeStore::blocking(fake.clone()), config);
         assert!(matches!(writer.append(record(0)).await, Err(StoreError::Unavailable { .. })));
         fake.open_gate();
