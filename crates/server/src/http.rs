@@ -450,44 +450,44 @@ pub(crate) static MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-sess
 /// The transport headers the pipeline reads, in one pass over the request's headers (a lookup by
 /// name per header would parse and hash each name again).
 pub(crate) fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
-    let mut found = TransportHeaders::default();
-    let mut authorizations = 0usize;
-    // Routing headers seen more than once, in the order of the check below.
+    /// The routing headers (after `mcp-`), with the names used in a refusal, in check order.
+    const ROUTING: [(&str, &str); 3] =
+        [("protocol-version", "MCP-Protocol-Version"), ("method", "Mcp-Method"), ("name", "Mcp-Name")];
+    let mut routing: [Option<Vec<u8>>; 3] = Default::default();
     let mut repeated = [false; 3];
+    let mut params = Vec::new();
+    let mut authorization = None;
+    let mut authorizations = 0usize;
     for (name, value) in headers {
         if *name == header::AUTHORIZATION {
             authorizations += 1;
-            found.authorization = Some(value.as_bytes().to_vec());
+            if authorizations == 1 {
+                authorization = Some(value.as_bytes().to_vec());
+            }
             continue;
         }
         let Some(rest) = name.as_str().strip_prefix("mcp-") else { continue };
-        let (slot, index) = match rest {
-            "protocol-version" => (&mut found.protocol_version, 0),
-            "method" => (&mut found.method, 1),
-            "name" => (&mut found.name, 2),
-            _ => {
-                if let Some(param) = rest.strip_prefix("param-") {
-                    found.params.push((param.to_owned(), value.as_bytes().to_vec()));
-                }
-                continue;
+        if let Some(index) = ROUTING.iter().position(|(suffix, _)| *suffix == rest) {
+            // The first value is the one used, as `HeaderMap::get` would give it.
+            match &routing[index] {
+                Some(_) => repeated[index] = true,
+                None => routing[index] = Some(value.as_bytes().to_vec()),
             }
-        };
-        // The first value is the one used, as `HeaderMap::get` would give it.
-        if slot.is_some() {
-            repeated[index] = true;
-        } else {
-            *slot = Some(value.as_bytes().to_vec());
+        } else if let Some(param) = rest.strip_prefix("param-") {
+            params.push((param.to_owned(), value.as_bytes().to_vec()));
         }
     }
-    found.duplicate = ["MCP-Protocol-Version", "Mcp-Method", "Mcp-Name"]
-        .into_iter()
-        .zip(repeated)
-        .find_map(|(display, twice)| twice.then(|| display.to_owned()));
-    // More than one Authorization header is malformed: authenticate an empty value (refused).
-    if authorizations > 1 {
-        found.authorization = Some(Vec::new());
+    let duplicate = ROUTING.iter().zip(repeated).find_map(|((_, display), twice)| twice.then(|| (*display).to_owned()));
+    let [protocol_version, method, name] = routing;
+    TransportHeaders {
+        protocol_version,
+        method,
+        name,
+        params,
+        duplicate,
+        // More than one Authorization header is malformed: authenticate an empty value (refused).
+        authorization: if authorizations > 1 { Some(Vec::new()) } else { authorization },
     }
-    found
 }
 
 #[cfg(test)]
@@ -535,6 +535,13 @@ mod tests {
         {
             let found = transport_headers(&headers(&[(name, "first"), ("mcp-param-x", "1"), (name, "second")]));
             assert_eq!(found.duplicate.as_deref(), Some(display), "{name}");
+            let kept = [&found.protocol_version, &found.method, &found.name];
+            assert_eq!(
+                kept.iter().filter(|v| v.as_deref() == Some(&b"first"[..])).count(),
+                1,
+                "{name}: first value kept"
+            );
+            assert!(kept.iter().all(|v| v.as_deref() != Some(&b"second"[..])), "{name}");
         }
         // The first repeated header in the check's order is the one named.
         let both = transport_headers(&headers(&[
