@@ -68,7 +68,8 @@ pub async fn serve(
         return Err(ServeError::UnauthenticatedNonLoopback(local));
     }
     let token = server.shutdown_token().clone();
-    let app = router(server, local);
+    let (router, state) = router_with_state(server, local);
+    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(Endpoint { state, router });
     // Nagle's algorithm off: each JSON reply and SSE event is one write that should leave at
     // once; with it on, an event written while the previous one is unacknowledged waits for
     // the client's (possibly delayed) ACK.
@@ -88,6 +89,44 @@ pub async fn serve(
 
 /// The router: `/mcp` for MCP, everything else 404.
 pub fn router(server: Arc<Server>, local: SocketAddr) -> Router {
+    router_with_state(server, local).0
+}
+
+/// What [`serve`] answers with: requests for `/mcp` (nearly all of them) go straight to the
+/// endpoint, everything else through the router. Same behaviour as the router's own `/mcp`
+/// route, minus its per-request costs: the route lookup, a boxed handler service, and the
+/// extractors' copies of the request's headers and URI.
+#[derive(Clone)]
+struct Endpoint {
+    state: Arc<HttpState>,
+    router: Router,
+}
+
+type RouterFuture = <Router as tower::Service<axum::extract::Request>>::Future;
+
+impl tower::Service<axum::extract::Request> for Endpoint {
+    type Response = Response;
+    type Error = Infallible;
+    type Future =
+        futures::future::Either<futures::future::BoxFuture<'static, Result<Response, Infallible>>, RouterFuture>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        tower::Service::<axum::extract::Request>::poll_ready(&mut self.router, cx)
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
+        if request.uri().path() != "/mcp" {
+            return futures::future::Either::Right(tower::Service::call(&mut self.router, request));
+        }
+        let state = self.state.clone();
+        let (parts, body) = request.into_parts();
+        futures::future::Either::Left(Box::pin(async move {
+            Ok(mcp_endpoint(State(state), parts.method, parts.uri, parts.headers, body).await)
+        }))
+    }
+}
+
+fn router_with_state(server: Arc<Server>, local: SocketAddr) -> (Router, Arc<HttpState>) {
     let port = local.port();
     let mut allowed_hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
     if !local.ip().is_loopback() && !local.ip().is_unspecified() {
@@ -114,7 +153,7 @@ pub fn router(server: Arc<Server>, local: SocketAddr) -> Router {
             router = router.route(&path, get(move || async move { axum::Json((*document).clone()) }));
         }
     }
-    router.with_state(state)
+    (router.with_state(state.clone()), state)
 }
 
 async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
