@@ -533,6 +533,59 @@ pub(crate) fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
 mod tests {
     use super::*;
 
+    /// `serve`'s [`Endpoint`] and the router it wraps give the same answer to every kind of
+    /// request (the router's own `/mcp` route is what embedders of [`router`] use).
+    #[tokio::test]
+    async fn the_endpoint_answers_as_the_router_does() {
+        use tower::ServiceExt as _;
+        let app = crate::App::builder("t", "0").build().unwrap();
+        let server = Arc::new(Server::new(
+            app,
+            crate::ServerConfig::default(),
+            crate::auth::Authenticator::UnauthenticatedLoopback,
+            crate::secret::ServerSecret::random(),
+        ));
+        let local: SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let (router, state) = router_with_state(server, local);
+        let endpoint = Endpoint { state, router: router.clone() };
+        let request = |method: &str, uri: &str, host: &str| {
+            axum::extract::Request::builder()
+                .method(method)
+                .uri(uri)
+                .header(header::HOST, host)
+                .header(header::ACCEPT, "application/json, text/event-stream")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#))
+                .unwrap()
+        };
+        let cases = [
+            (("GET", "/mcp", "127.0.0.1:4000"), StatusCode::METHOD_NOT_ALLOWED),
+            (("POST", "/mcp", "evil.example:4000"), StatusCode::FORBIDDEN),
+            (("POST", "/mcp?access_token=x", "127.0.0.1:4000"), StatusCode::BAD_REQUEST),
+            // Reaches the pipeline: an app with no tools has no tools/list (-32601, 404).
+            (("POST", "/mcp", "127.0.0.1:4000"), StatusCode::NOT_FOUND),
+            (("GET", "/healthz", "127.0.0.1:4000"), StatusCode::OK),
+            (("POST", "/other", "127.0.0.1:4000"), StatusCode::NOT_FOUND),
+        ];
+        for ((method, uri, host), expected) in cases {
+            let mut answers = Vec::new();
+            for response in [
+                router.clone().oneshot(request(method, uri, host)).await.unwrap(),
+                endpoint.clone().oneshot(request(method, uri, host)).await.unwrap(),
+            ] {
+                let status = response.status();
+                let allow = response.headers().get(header::ALLOW).cloned();
+                let body = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+                answers.push((status, allow, body));
+            }
+            assert_eq!(answers[0].0, expected, "{method} {uri} (host {host})");
+            if expected == StatusCode::NOT_FOUND && uri == "/mcp" {
+                assert!(String::from_utf8_lossy(&answers[0].2).contains("-32601"), "the pipeline's answer");
+            }
+            assert_eq!(answers[0], answers[1], "{method} {uri} (host {host})");
+        }
+    }
+
     fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
         let mut map = HeaderMap::new();
         for (name, value) in pairs {
