@@ -7,9 +7,9 @@ mod bearer;
 
 pub use bearer::bearer_token;
 
-use palisade_wire::RequestMeta;
 use palisade_wire::header::{decode_value, encode_value, matches_json};
 use palisade_wire::jsonrpc::{self, Message, RequestId, parse_message};
+use palisade_wire::{ProtocolError, RequestMeta, StrictJsonError, strict};
 use serde_json::{Value, json};
 
 /// A fuzz target: its name (the binary and `corpus/<name>/`) and its property.
@@ -28,13 +28,24 @@ pub const TARGETS: &[Target] = &[
     Target { name: "bearer_token", check: bearer_token },
 ];
 
-/// One inbound JSON-RPC frame: parsing never panics; an accepted frame re-serialises to a frame
+/// One inbound JSON-RPC frame: the strict JSON parser agrees with `serde_json` (see
+/// [`strict_json_differential`]) and a duplicate member name refuses the frame as an invalid
+/// request without an id; parsing never panics; an accepted frame re-serialises to a frame
 /// that parses to the same id and method, its id is echoed with its JSON type, and its `_meta` is
 /// validated without panicking; a refused frame still yields a wire error object.
 pub fn jsonrpc_frame(data: &[u8]) {
+    let duplicate = strict_json_differential(data);
     let message = match parse_message(data) {
-        Ok(message) => message,
+        Ok(message) => {
+            assert!(!duplicate, "a frame with a duplicate member name was accepted");
+            message
+        }
         Err(refusal) => {
+            if duplicate {
+                let expected = ProtocolError::InvalidRequest("duplicate member name");
+                assert_eq!(refusal.error, expected, "a duplicate member name refused as something else");
+                assert!(refusal.id.is_none(), "a duplicate member name refused with an id");
+            }
             let frame = jsonrpc::error_frame(refusal.id.as_ref(), &refusal.error);
             assert!(frame["error"]["code"].is_i64(), "error frame without an integer code: {frame}");
             return;
@@ -67,6 +78,32 @@ pub fn jsonrpc_frame(data: &[u8]) {
         let _ = meta.check_supported();
         let _ = meta.has_capability("sampling");
         let _ = meta.has_extension("io.modelcontextprotocol/tasks");
+    }
+}
+
+/// `strict::from_slice` against `serde_json::from_slice::<Value>` on the same bytes: it refuses
+/// or gives the identical value (compared as values and as written-out bytes, so `1.0` and `1`,
+/// `-0.0` and `0` differ); when serde_json accepts and strict refuses, the refusal is a duplicate
+/// member name, never a syntax error; and strict never accepts what serde_json refuses. Returns
+/// whether strict refused a duplicate member name.
+///
+/// Exact equality assumes this workspace's serde_json (no `raw_value`, no `arbitrary_precision`):
+/// with `raw_value`, serde_json reads a `$serde_json::private::RawValue` member specially and
+/// strict, on purpose, does not.
+pub fn strict_json_differential(data: &[u8]) -> bool {
+    match (serde_json::from_slice::<Value>(data), strict::from_slice(data)) {
+        (Ok(plain), Ok(checked)) => {
+            assert_eq!(plain, checked, "strict parse differs from serde_json");
+            let bytes = |value: &Value| serde_json::to_vec(value).expect("a Value always serialises");
+            assert_eq!(bytes(&plain), bytes(&checked), "strict parse writes out differently from serde_json");
+            false
+        }
+        (_, Err(StrictJsonError::Duplicate)) => true,
+        (Err(_), Err(StrictJsonError::Syntax(_))) => false,
+        (Ok(_), Err(error @ StrictJsonError::Syntax(_))) => {
+            panic!("serde_json accepts the input, strict refuses it as a syntax error: {error:?}")
+        }
+        (Err(error), Ok(_)) => panic!("serde_json refuses the input ({error}), strict accepts it"),
     }
 }
 

@@ -145,11 +145,15 @@ async fn export_baskets(ctx: &RequestContext, baskets: &Baskets) -> ToolResult {
     }
     let tenant = tenant_of(ctx)?;
     let owner = owner_of(ctx.principal());
+    let client = ctx.principal().client_id().unwrap_or_default();
+    // The owner rule of the basket handles: the same user, through the client that made it.
     let mine: Vec<Value> = {
         let guard = baskets.lock();
         guard
             .iter()
-            .filter(|((basket_tenant, _), basket)| *basket_tenant == tenant && basket.owner == owner)
+            .filter(|((basket_tenant, _), basket)| {
+                *basket_tenant == tenant && basket.owner == owner && basket.client == client
+            })
             .map(|(_, basket)| basket_json(basket))
             .collect()
     };
@@ -340,6 +344,30 @@ async fn checkout(ctx: RequestContext, baskets: Arc<Baskets>, orders: Option<Ord
     )))
 }
 
+/// The confirmation question of a checkout: every item with its quantity and price, and the
+/// total the order will charge.
+fn checkout_summary(ctx: &RequestContext, baskets: &Baskets) -> Result<String, ProtocolError> {
+    let tenant = tenant_of(ctx)?;
+    let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
+    let guard = baskets.lock();
+    let basket = guard.get(&(tenant, handle.object_ref.clone())).ok_or(ProtocolError::Internal)?;
+    let summary = basket_json(basket);
+    let items: Vec<String> = summary["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|item| format!("{} x {} at {}", item["quantity"], item["sku"].as_str().unwrap_or("?"), euros(&item["priceCents"])))
+        .collect();
+    let items = if items.is_empty() { "nothing".to_owned() } else { items.join(", ") };
+    Ok(format!("Place an order for {items}; total {}.", euros(&summary["totalCents"])))
+}
+
+fn euros(cents: &Value) -> String {
+    let cents = cents.as_u64().unwrap_or(0);
+    format!("EUR {}.{:02}", cents / 100, cents % 100)
+}
+
 /// Before an in-memory basket change: the kill switch's second phase, when the server runs one.
 /// Baskets live in memory, so there is no transaction to redeem the fence in; the check still
 /// refuses a change the authority disabled since dispatch.
@@ -358,8 +386,8 @@ pub fn app() -> App {
 /// The demo application, recording orders in `orders`.
 pub fn app_with_orders(orders: Option<Orders>) -> App {
     let baskets = Arc::new(Baskets::default());
-    let (create, add, view, export, pay) =
-        (baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone());
+    let (create, add, view, export, pay, summary) =
+        (baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone());
     App::builder("palisade-demo-shop", env!("CARGO_PKG_VERSION"))
         .instructions(
             "A small tea shop. Search the catalogue, look up products, read the shop's policies. \
@@ -451,6 +479,8 @@ pub fn app_with_orders(orders: Option<Orders>) -> App {
                 .effect(Effect::SideEffecting)
                 .scopes(&[SCOPE_BASKET])
                 .handle_argument("basket", BASKET, SCOPE_BASKET)
+                // A financial effect: the user confirms this basket's items and total first.
+                .confirm_with(move |ctx, _| checkout_summary(ctx, &summary))
                 .handler(move |ctx, _| checkout(ctx, pay.clone(), orders.clone())),
         )
         .tool(

@@ -492,9 +492,11 @@ impl KillSwitch {
         let targets = rule
             .required_target_kinds
             .iter()
-            .map(|kind| {
-                let value = values.get(*kind).ok_or(KillSwitchError::MissingTarget { kind: *kind })?;
-                Ok(inner.target_key.digest(*kind, value))
+            .filter_map(|kind| match values.get(*kind) {
+                Some(value) => Some(Ok(inner.target_key.digest(*kind, value))),
+                // A principal without a tenant (client) has no target of that kind.
+                None if kind.is_principal_kind() => None,
+                None => Some(Err(KillSwitchError::MissingTarget { kind: *kind })),
             })
             .collect::<Result<Vec<_>, KillSwitchError>>()?;
         let heads = inner.authority.current_heads(&inner.policy, phase, &targets, inner.clock.as_ref()).await?;

@@ -63,6 +63,15 @@ impl TargetKind {
         }
     }
 
+    /// Whether the kind names a property of the calling principal (its tenant, its client),
+    /// which a principal may not have. A request whose principal has no tenant has no tenant
+    /// target: there is nothing of that kind to disable for it, so a rule's `tenant` (or
+    /// `client`) kind is not asked for that request. Every other kind is derived by the server
+    /// and must be present (its absence is [`crate::KillSwitchError::MissingTarget`]).
+    pub fn is_principal_kind(self) -> bool {
+        matches!(self, TargetKind::Tenant | TargetKind::Client)
+    }
+
     /// The kind with this wire name.
     pub fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| kind.as_str() == name)

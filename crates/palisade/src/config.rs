@@ -64,6 +64,18 @@ pub struct RawConfig {
     /// OpenTelemetry trace export.
     #[serde(default)]
     pub telemetry: RawTelemetry,
+    /// The audit log.
+    #[serde(default)]
+    pub audit: RawAudit,
+}
+
+/// `[audit]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAudit {
+    /// How often the HTTP transport's aggregated refusals are written to the audit log, in
+    /// seconds. Default 10.
+    pub transport_refusal_interval_secs: Option<u64>,
 }
 
 /// `[telemetry]`. Collector credentials are never read from the file: see
@@ -177,6 +189,14 @@ pub struct RawLimits {
     pub request_timeout_secs: Option<u64>,
     /// Items per list page.
     pub page_size: Option<usize>,
+    /// Seconds a client has to send a request's whole header section. Default 10.
+    pub header_read_timeout_secs: Option<u64>,
+    /// Seconds a request's whole body has to arrive in (else 408). Default 30.
+    pub body_read_timeout_secs: Option<u64>,
+    /// Seconds an HTTP connection may stay open with no request in flight. Default 60.
+    pub idle_timeout_secs: Option<u64>,
+    /// Most HTTP connections open at once. Default 1024.
+    pub max_connections: Option<usize>,
 }
 
 /// `[http]`
@@ -276,6 +296,16 @@ pub struct Settings {
     pub request_timeout_secs: u64,
     /// Page size.
     pub page_size: usize,
+    /// Header read timeout.
+    pub header_read_timeout_secs: u64,
+    /// Body read timeout.
+    pub body_read_timeout_secs: u64,
+    /// Idle connection timeout.
+    pub idle_timeout_secs: u64,
+    /// Connection cap.
+    pub max_connections: usize,
+    /// Interval of the aggregated transport refusal records.
+    pub transport_refusal_interval_secs: u64,
     /// Extra hosts.
     pub allowed_hosts: Vec<String>,
     /// Extra origins.
@@ -337,6 +367,9 @@ impl std::fmt::Debug for CollectorHeaders {
 
 /// The largest header file read.
 const MAX_HEADERS_FILE_BYTES: u64 = 64 * 1024;
+
+/// The largest accepted `limits.max_connections`.
+const MAX_CONNECTIONS: usize = 100_000;
 
 /// Checks one collector header. Errors never echo the value.
 fn collector_header(key: &str, name: &str, value: &str) -> Result<(String, String), ConfigError> {
@@ -576,8 +609,37 @@ fn validate_killswitch(
 pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
     toml::from_str(text).map_err(|e| {
         let message = e.message().to_owned();
-        let key = message.split('`').nth(1).unwrap_or("(file)").to_owned();
-        bad(&key, message)
+        let named = message.split('`').nth(1).map(str::to_owned);
+        // An unknown key names itself; a bad value (`max_connections = -1`) is named by the line
+        // it is on.
+        let key = if message.starts_with("unknown field") {
+            named
+        } else {
+            e.span().and_then(|span| key_at(text, span.start)).or(named)
+        };
+        bad(&key.unwrap_or_else(|| "(file)".to_owned()), message)
+    })
+}
+
+/// The dotted key of the `name = value` line holding byte `at` of `text`: the table header above
+/// it, if any, and the name.
+fn key_at(text: &str, at: usize) -> Option<String> {
+    let line_start = text.get(..at)?.rfind('\n').map_or(0, |newline| newline + 1);
+    let line = text.get(line_start..)?.lines().next()?;
+    let (name, _) = line.split_once('=')?;
+    let name = name.trim().trim_matches('"');
+    if name.is_empty() || name.starts_with('[') {
+        return None;
+    }
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| line.starts_with('['))
+        .map(|header| header.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
+    Some(match table {
+        Some(table) => format!("{table}.{name}"),
+        None => name.to_owned(),
     })
 }
 
@@ -618,6 +680,22 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
     }
     if let Some(v) = number("PALISADE_REQUEST_TIMEOUT_SECS")? {
         raw.limits.request_timeout_secs = Some(v);
+    }
+    if let Some(v) = number("PALISADE_LIMITS_HEADER_READ_TIMEOUT_SECS")? {
+        raw.limits.header_read_timeout_secs = Some(v);
+    }
+    if let Some(v) = number("PALISADE_LIMITS_BODY_READ_TIMEOUT_SECS")? {
+        raw.limits.body_read_timeout_secs = Some(v);
+    }
+    if let Some(v) = number("PALISADE_LIMITS_IDLE_TIMEOUT_SECS")? {
+        raw.limits.idle_timeout_secs = Some(v);
+    }
+    if let Some(v) = number("PALISADE_LIMITS_MAX_CONNECTIONS")? {
+        raw.limits.max_connections =
+            Some(usize::try_from(v).map_err(|_| bad("PALISADE_LIMITS_MAX_CONNECTIONS", "too large"))?);
+    }
+    if let Some(v) = number("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS")? {
+        raw.audit.transport_refusal_interval_secs = Some(v);
     }
     if let Some(v) = env("PALISADE_KILLSWITCH_MODE") {
         raw.killswitch.mode = Some(v);
@@ -684,6 +762,20 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     if !(1..=1000).contains(&page_size) {
         return Err(bad("limits.page_size", "must be between 1 and 1000"));
     }
+    let seconds = |value: Option<u64>, default: u64, key: &str, max: u64| {
+        let value = value.unwrap_or(default);
+        if (1..=max).contains(&value) { Ok(value) } else { Err(bad(key, format!("must be between 1 and {max}"))) }
+    };
+    let header_read_timeout_secs =
+        seconds(raw.limits.header_read_timeout_secs, 10, "limits.header_read_timeout_secs", 300)?;
+    let body_read_timeout_secs = seconds(raw.limits.body_read_timeout_secs, 30, "limits.body_read_timeout_secs", 600)?;
+    let idle_timeout_secs = seconds(raw.limits.idle_timeout_secs, 60, "limits.idle_timeout_secs", 3600)?;
+    let max_connections = raw.limits.max_connections.unwrap_or(1024);
+    if !(1..=MAX_CONNECTIONS).contains(&max_connections) {
+        return Err(bad("limits.max_connections", format!("must be between 1 and {MAX_CONNECTIONS}")));
+    }
+    let transport_refusal_interval_secs =
+        seconds(raw.audit.transport_refusal_interval_secs, 10, "audit.transport_refusal_interval_secs", 3600)?;
     let default_mode = if app == AppChoice::Demo { "bearer" } else { "none" };
     let auth_mode = match raw.auth.mode.as_deref().unwrap_or(default_mode) {
         "bearer" => AuthMode::Bearer,
@@ -755,6 +847,11 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         max_body_bytes,
         request_timeout_secs,
         page_size,
+        header_read_timeout_secs,
+        body_read_timeout_secs,
+        idle_timeout_secs,
+        max_connections,
+        transport_refusal_interval_secs,
         allowed_hosts: raw.http.allowed_hosts,
         allowed_origins: raw.http.allowed_origins,
         auth_mode,
@@ -805,6 +902,18 @@ mod tests {
             ("listen = \"nowhere\"", "listen"),
             ("[limits]\nrequest_timeout_secs = 0", "limits.request_timeout_secs"),
             ("[limits]\npage_size = 0", "limits.page_size"),
+            ("[limits]\nheader_read_timeout_secs = 0", "limits.header_read_timeout_secs"),
+            ("[limits]\nheader_read_timeout_secs = 301", "limits.header_read_timeout_secs"),
+            ("[limits]\nbody_read_timeout_secs = 0", "limits.body_read_timeout_secs"),
+            ("[limits]\nbody_read_timeout_secs = 100000", "limits.body_read_timeout_secs"),
+            ("[limits]\nidle_timeout_secs = 0", "limits.idle_timeout_secs"),
+            ("[limits]\nidle_timeout_secs = 86400", "limits.idle_timeout_secs"),
+            ("[limits]\nmax_connections = 0", "limits.max_connections"),
+            ("[limits]\nmax_connections = 10000000", "limits.max_connections"),
+            ("[limits]\nmax_connections = -1", "limits.max_connections"),
+            ("[audit]\ntransport_refusal_interval_secs = 0", "audit.transport_refusal_interval_secs"),
+            ("[audit]\ntransport_refusal_interval_secs = 86400", "audit.transport_refusal_interval_secs"),
+            ("[audit]\nretention = 1", "retention"),
             ("[auth]\nleeway_secs = 3600", "auth.leeway_secs"),
             ("[auth]\nmode = \"magic\"", "auth.mode"),
             (
@@ -861,6 +970,67 @@ mod tests {
         ] {
             let error = check(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn transport_limits_default_and_are_configurable() {
+        let defaults = check("").unwrap();
+        assert_eq!(
+            (
+                defaults.header_read_timeout_secs,
+                defaults.body_read_timeout_secs,
+                defaults.idle_timeout_secs,
+                defaults.max_connections,
+                defaults.transport_refusal_interval_secs
+            ),
+            (10, 30, 60, 1024, 10)
+        );
+        let file = "[limits]\nheader_read_timeout_secs = 5\nbody_read_timeout_secs = 20\nidle_timeout_secs = 120\n\
+                    max_connections = 64\n[audit]\ntransport_refusal_interval_secs = 30";
+        let custom = check(file).unwrap();
+        assert_eq!(
+            (
+                custom.header_read_timeout_secs,
+                custom.body_read_timeout_secs,
+                custom.idle_timeout_secs,
+                custom.max_connections,
+                custom.transport_refusal_interval_secs
+            ),
+            (5, 20, 120, 64, 30)
+        );
+        let env = |key: &str| match key {
+            "PALISADE_LIMITS_HEADER_READ_TIMEOUT_SECS" => Some("3".to_owned()),
+            "PALISADE_LIMITS_BODY_READ_TIMEOUT_SECS" => Some("4".to_owned()),
+            "PALISADE_LIMITS_IDLE_TIMEOUT_SECS" => Some("5".to_owned()),
+            "PALISADE_LIMITS_MAX_CONNECTIONS" => Some("6".to_owned()),
+            "PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS" => Some("7".to_owned()),
+            _ => None,
+        };
+        let mut raw = parse(file).unwrap();
+        apply_env(&mut raw, &env).unwrap();
+        let overridden = validate(raw).unwrap();
+        assert_eq!(
+            (
+                overridden.header_read_timeout_secs,
+                overridden.body_read_timeout_secs,
+                overridden.idle_timeout_secs,
+                overridden.max_connections,
+                overridden.transport_refusal_interval_secs
+            ),
+            (3, 4, 5, 6, 7)
+        );
+        for (key, value, expected) in [
+            ("PALISADE_LIMITS_IDLE_TIMEOUT_SECS", "soon", "PALISADE_LIMITS_IDLE_TIMEOUT_SECS"),
+            ("PALISADE_LIMITS_MAX_CONNECTIONS", "-3", "PALISADE_LIMITS_MAX_CONNECTIONS"),
+            ("PALISADE_LIMITS_MAX_CONNECTIONS", "0", "limits.max_connections"),
+            ("PALISADE_LIMITS_HEADER_READ_TIMEOUT_SECS", "0", "limits.header_read_timeout_secs"),
+            ("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS", "0", "audit.transport_refusal_interval_secs"),
+        ] {
+            let bad_env = |k: &str| (k == key).then(|| value.to_owned());
+            let mut raw = RawConfig::default();
+            let error = apply_env(&mut raw, &bad_env).and_then(|()| validate(raw).map(drop)).unwrap_err();
+            assert_eq!(error.key, expected, "{key}={value}");
         }
     }
 

@@ -170,6 +170,10 @@ pub struct TargetArgs {
     /// Why (recorded and signed into the heads; not shown to clients).
     #[arg(long)]
     reason: String,
+    /// Change the state even though the active signed policy has no rule that asks for targets
+    /// of this kind (so the change has no effect until a policy that does is signed).
+    #[arg(long)]
+    force: bool,
     #[command(flatten)]
     location: AuthorityLocation,
 }
@@ -260,10 +264,7 @@ fn settings_with_app(config: Option<&Path>, app: Option<String>) -> anyhow::Resu
 
 /// The authority database and target key the admin commands use.
 fn locate(location: &AuthorityLocation) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let mut settings = crate::settings(location.config.as_deref(), None)?;
-    if let Some(data_dir) = &location.data_dir {
-        settings.killswitch.mode = KillSwitchMode::Dev { dir: data_dir.join("killswitch-dev") };
-    }
+    let settings = location_settings(location)?;
     let (db, key) = match &settings.killswitch.mode {
         KillSwitchMode::Dev { dir } => {
             let files = DevAuthorityFiles::new(dir.clone());
@@ -284,6 +285,35 @@ fn locate(location: &AuthorityLocation) -> anyhow::Result<(PathBuf, PathBuf)> {
         anyhow::bail!("no authority database at {} (has the authority run yet?)", db.display());
     }
     Ok((db, key))
+}
+
+fn location_settings(location: &AuthorityLocation) -> anyhow::Result<Settings> {
+    let mut settings = crate::settings(location.config.as_deref(), None)?;
+    if let Some(data_dir) = &location.data_dir {
+        settings.killswitch.mode = KillSwitchMode::Dev { dir: data_dir.join("killswitch-dev") };
+    }
+    Ok(settings)
+}
+
+/// Whether the signed policy the server runs asks for targets of `kind` in any covered rule:
+/// a target of a kind no rule asks for is never checked, so switching it changes nothing.
+/// `Err` says why that could not be established.
+fn policy_asks_for(location: &AuthorityLocation, kind: palisade_killswitch::TargetKind) -> anyhow::Result<(bool, u64)> {
+    let settings = location_settings(location)?;
+    let files = match &settings.killswitch.mode {
+        KillSwitchMode::Dev { dir } => DevAuthorityFiles::new(dir.clone()).policy_files(),
+        KillSwitchMode::Authority(external) => palisade_killswitch::PolicyFiles {
+            root_public_key: external.root_public_key.clone(),
+            envelope: external.policy.clone(),
+            key_trust_root: external.key_trust_root.clone(),
+        },
+        KillSwitchMode::Off => anyhow::bail!("the configuration runs no kill switch ([killswitch] mode = \"off\")"),
+    };
+    let policy = palisade_killswitch::Policy::load(&files, now_ms()).context("reading the active signed policy")?;
+    let asks = policy.payload().operations.values().any(|rule| {
+        rule.coverage == palisade_killswitch::Coverage::Covered && rule.required_target_kinds.contains(&kind)
+    });
+    Ok((asks, policy.generation()))
 }
 
 fn parse_target(spec: &str) -> anyhow::Result<(palisade_killswitch::TargetKind, String)> {
@@ -335,6 +365,27 @@ pub async fn authority(command: AuthorityCommand) -> anyhow::Result<ExitCode> {
 async fn set_state(args: TargetArgs, state: TargetState) -> anyhow::Result<ExitCode> {
     let (db_path, key_path) = locate(&args.location)?;
     let (kind, value) = parse_target(&args.target)?;
+    // An operator must not believe a switch works when no signed rule ever asks for its kind.
+    let problem = match policy_asks_for(&args.location, kind) {
+        Ok((true, _)) => None,
+        Ok((false, generation)) => Some(format!(
+            "the active signed policy (generation {generation}) has no rule that asks for {kind} targets: \
+             setting {kind}:{value} would change nothing"
+        )),
+        Err(error) => Some(format!("cannot tell whether the active signed policy asks for {kind} targets: {error:#}")),
+    };
+    if let Some(problem) = problem {
+        if !args.force {
+            anyhow::bail!(
+                "{problem}; add the kind to the policy's rules (palisade policy init, then sign) or pass --force \
+                 to set the state anyway"
+            );
+        }
+        #[allow(clippy::print_stderr)]
+        {
+            eprintln!("WARNING: {problem}; setting it anyway (--force)");
+        }
+    }
     let key = TargetKey::read(&key_path).context("reading the target key")?;
     let target = key.digest(kind, &value);
     let db = AuthorityDb::open(path_text(&db_path)?).await.context("opening the authority database")?;

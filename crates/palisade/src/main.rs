@@ -611,6 +611,11 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let config = ServerConfig {
         max_body_bytes: settings.max_body_bytes,
         request_timeout: std::time::Duration::from_secs(settings.request_timeout_secs),
+        header_read_timeout: std::time::Duration::from_secs(settings.header_read_timeout_secs),
+        body_read_timeout: std::time::Duration::from_secs(settings.body_read_timeout_secs),
+        idle_timeout: std::time::Duration::from_secs(settings.idle_timeout_secs),
+        max_connections: settings.max_connections,
+        transport_refusal_interval: std::time::Duration::from_secs(settings.transport_refusal_interval_secs),
         page_size: settings.page_size,
         allowed_hosts: settings.allowed_hosts.clone(),
         allowed_origins: settings.allowed_origins.clone(),
@@ -647,8 +652,10 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         Arc::new(SystemClock),
     ));
     let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
+    let once_store: Arc<dyn palisade_store::OnceStore> = store.clone();
     let mut server = Server::new(app, config, authenticator, secret)
         .with_sessions(sessions_store.clone())
+        .with_once_store(once_store.clone())
         .with_audit(store)
         .with_handles(handles.clone())
         .with_tasks(tasks.clone());
@@ -658,7 +665,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
             .context("the signed kill-switch registry does not cover this server")?;
     }
     let server = Arc::new(server);
-    let session_purge = spawn_session_purge(sessions_store, &server);
+    let session_purge = spawn_session_purge(sessions_store, once_store, &server);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
     let maintenance = tasks.spawn_maintenance(
         server.shared_app(),
@@ -692,21 +699,36 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-/// Deletes dead 2025-era sessions every five minutes, in bounded batches, until `server` shuts
-/// down.
-fn spawn_session_purge(store: Arc<dyn palisade_store::SessionStore>, server: &Server) -> tokio::task::JoinHandle<()> {
+/// Deletes dead 2025-era sessions and expired single-use records every five minutes, in bounded
+/// batches, until `server` shuts down. (A single-use record expires no earlier than the sealed
+/// state it spends, so a purged one can no longer be presented.)
+fn spawn_session_purge(
+    store: Arc<dyn palisade_store::SessionStore>,
+    once: Arc<dyn palisade_store::OnceStore>,
+    server: &Server,
+) -> tokio::task::JoinHandle<()> {
     let (period, shutdown) = (std::time::Duration::from_secs(300), server.shutdown_token().clone());
     palisade_server::periodic::spawn_periodic("session purge", period, shutdown, move || {
-        let store = store.clone();
+        let (store, once) = (store.clone(), once.clone());
         async move {
             let now = i64::try_from(palisade_server::clock::Clock::now_ms(&SystemClock)).unwrap_or(i64::MAX);
-            // Up to ten batches per tick; the next tick picks up the rest.
+            // Up to ten batches of each per tick; the next tick picks up the rest.
             for _ in 0..10 {
                 match store.purge_sessions(now, 1_000).await {
                     Ok(1_000) => continue,
                     Ok(_) => break,
                     Err(error) => {
                         tracing::warn!(%error, "session purge failed; retrying at the next tick");
+                        break;
+                    }
+                }
+            }
+            for _ in 0..10 {
+                match once.purge_once(now, 1_000).await {
+                    Ok(1_000) => continue,
+                    Ok(_) => break,
+                    Err(error) => {
+                        tracing::warn!(%error, "single-use record purge failed; retrying at the next tick");
                         break;
                     }
                 }

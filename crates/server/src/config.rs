@@ -19,6 +19,23 @@ pub struct ServerConfig {
     pub request_timeout: Duration,
     /// Interval of SSE keep-alive comments on open streams.
     pub keep_alive: Duration,
+    /// How long an HTTP client has to send a request's whole header section, counted from the
+    /// connection's accept (first request) or from the end of the previous response (hyper
+    /// starts its header timer when an HTTP/1.1 connection goes idle, so this also bounds an
+    /// idle keep-alive connection). Past it the connection is closed. Default 10 s.
+    pub header_read_timeout: Duration,
+    /// How long the whole request body may take to arrive once the headers are in; past it the
+    /// request is answered `408` and the connection closed. Default 30 s.
+    pub body_read_timeout: Duration,
+    /// An HTTP connection with no request in flight for this long is closed (bytes that do not
+    /// complete a request do not count as activity). Default 60 s.
+    pub idle_timeout: Duration,
+    /// Most HTTP connections open at once; at the cap the server stops accepting until one
+    /// closes. Default 1024.
+    pub max_connections: usize,
+    /// How often the aggregated transport refusals (see [`crate::http`]) are written to the
+    /// audit log. Default 10 s.
+    pub transport_refusal_interval: Duration,
     /// Extra `Host` values accepted besides the listener's own loopback names.
     pub allowed_hosts: Vec<String>,
     /// Extra `Origin` values accepted besides the listener's own loopback origins.
@@ -26,6 +43,12 @@ pub struct ServerConfig {
     /// Queue bound of one listen stream; a client that falls this far behind is disconnected
     /// with the graceful `complete` result (backpressure).
     pub listen_queue: usize,
+    /// Most open streams (`subscriptions/listen`, and the 2025-era GET stream) one principal
+    /// (issuer, subject, tenant, client) may hold on this instance; one more is refused. Default 8.
+    pub max_streams_per_principal: usize,
+    /// Most entries of one listen filter list (`taskIds`, `resourceSubscriptions`); a longer
+    /// list is refused. Default 100.
+    pub max_listen_filter_entries: usize,
     /// Items per page of every list method.
     pub page_size: usize,
     /// Lifetime of a sealed MRTR `requestState`.
@@ -79,9 +102,16 @@ impl Default for ServerConfig {
             max_header_bytes: 16 * 1024,
             request_timeout: Duration::from_secs(60),
             keep_alive: Duration::from_secs(15),
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 1024,
+            transport_refusal_interval: Duration::from_secs(10),
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             listen_queue: 256,
+            max_streams_per_principal: 8,
+            max_listen_filter_entries: 100,
             page_size: 100,
             request_state_ttl: Duration::from_secs(600),
             legacy: LegacyConfig::default(),

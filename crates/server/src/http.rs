@@ -3,33 +3,46 @@
 //! same endpoint hands session-era traffic (initialize, `Mcp-Session-Id`, the GET stream, session
 //! DELETE) to [`crate::legacy`], which feeds the same pipeline.
 //!
-//! Checked here, before any byte reaches the pipeline: `Host`/`Origin` (DNS rebinding, 403),
-//! header count and size (431), body size (413), `Accept` (406). Closing the response stream
-//! cancels the request's work.
+//! Checked here, before any byte reaches the pipeline: `Host` (once; an absolute-form target's
+//! authority too) and `Origin` (once) against the allow-lists (DNS rebinding, 403), header count
+//! and size (431), method (405), `Accept` (406), `Content-Type` (415), body size (413) and body
+//! arrival time (408). Each such refusal is counted for the audit log ([`crate::refusals`]).
+//! Closing the response stream cancels the request's work.
+//!
+//! [`serve`] runs its own accept loop (hyper's HTTP/1.1 and HTTP/2 through `hyper_util`'s auto
+//! builder) so that no connection is held by a slow or idle client: a header read timeout, a
+//! body read timeout, an idle timeout and a cap on open connections
+//! ([`ServerConfig`](crate::ServerConfig)).
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
-use axum::extract::State;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, header};
+use axum::body::{Body, HttpBody as _};
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, Uri, Version, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use axum::serve::ListenerExt as _;
 use futures::Stream;
-use http_body_util::{BodyExt, Limited};
+use futures::future::BoxFuture;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use palisade_wire::ProtocolError;
 use palisade_wire::jsonrpc::{Message, error_frame, parse_message};
 use serde_json::Value;
-use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::NotificationSink;
 use crate::pipeline::{Reply, Server, TransportHeaders};
+use crate::refusals::Reason;
 
 /// Why the HTTP transport could not start.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +50,9 @@ pub enum ServeError {
     /// Unauthenticated mode on a non-loopback address.
     #[error("refusing to listen on {0}: the server is unauthenticated, which is allowed on loopback addresses only")]
     UnauthenticatedNonLoopback(SocketAddr),
+    /// A transport limit of the configuration is zero.
+    #[error("invalid transport configuration: {0} must not be zero")]
+    ZeroLimit(&'static str),
     /// Binding or serving failed.
     #[error("listener error: {0}")]
     Io(#[from] std::io::Error),
@@ -48,6 +64,15 @@ pub(crate) struct HttpState {
     allowed_origins: Vec<String>,
 }
 
+impl HttpState {
+    /// Counts a refusal of the transport (metrics now, the audit log at the next flush).
+    fn refused(&self, reason: Reason, peer: Option<IpAddr>) {
+        self.server.transport_refusals().record(reason, peer);
+        self.server.metrics().observe_transport_refusal(reason);
+        tracing::debug!(reason = reason.as_str(), "transport refusal");
+    }
+}
+
 /// Binds `addr`, refusing a non-loopback address while the server is unauthenticated.
 pub async fn bind(server: &Server, addr: SocketAddr) -> Result<TcpListener, ServeError> {
     if server.authenticator().is_unauthenticated() && !addr.ip().is_loopback() {
@@ -56,8 +81,52 @@ pub async fn bind(server: &Server, addr: SocketAddr) -> Result<TcpListener, Serv
     Ok(TcpListener::bind(addr).await?)
 }
 
-/// Serves until `shutdown` resolves; then open listen streams end with their `complete` result
-/// and in-flight requests finish.
+/// How long [`serve`] waits, once shutdown began, for open connections to finish their
+/// requests; connections still open then are closed.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// HTTP/2: a PING when the connection has been quiet this long, and the connection closed when
+/// its acknowledgement takes longer than that (a peer that vanished under an open stream).
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
+
+/// The per-connection limits of [`serve`], checked once.
+#[derive(Clone, Copy)]
+struct ConnectionLimits {
+    header_read_timeout: Duration,
+    idle_timeout: Duration,
+    max_connections: usize,
+}
+
+impl ConnectionLimits {
+    fn of(config: &crate::ServerConfig) -> Result<Self, ServeError> {
+        let nonzero =
+            |duration: Duration, name| if duration.is_zero() { Err(ServeError::ZeroLimit(name)) } else { Ok(()) };
+        nonzero(config.header_read_timeout, "header_read_timeout")?;
+        nonzero(config.body_read_timeout, "body_read_timeout")?;
+        nonzero(config.idle_timeout, "idle_timeout")?;
+        nonzero(config.transport_refusal_interval, "transport_refusal_interval")?;
+        if config.max_connections == 0 {
+            return Err(ServeError::ZeroLimit("max_connections"));
+        }
+        Ok(Self {
+            header_read_timeout: config.header_read_timeout,
+            idle_timeout: config.idle_timeout,
+            // A semaphore holds at most `Semaphore::MAX_PERMITS`.
+            max_connections: config.max_connections.min(Semaphore::MAX_PERMITS),
+        })
+    }
+}
+
+/// Serves until `shutdown` resolves; then it stops accepting, open listen streams end with
+/// their `complete` result and in-flight requests finish (for at most 30 s), and the pending
+/// transport refusals are written to the audit log.
+///
+/// Each accepted connection is served by hyper (HTTP/1.1, or HTTP/2 with prior knowledge) with
+/// `TCP_NODELAY`, and closed when it sends no complete request head within
+/// [`header_read_timeout`](crate::ServerConfig::header_read_timeout) or has no request in flight
+/// for [`idle_timeout`](crate::ServerConfig::idle_timeout). At
+/// [`max_connections`](crate::ServerConfig::max_connections) open connections the loop accepts
+/// nothing until one closes.
 pub async fn serve(
     server: Arc<Server>,
     listener: TcpListener,
@@ -67,62 +136,405 @@ pub async fn serve(
     if server.authenticator().is_unauthenticated() && !local.ip().is_loopback() {
         return Err(ServeError::UnauthenticatedNonLoopback(local));
     }
+    let limits = ConnectionLimits::of(server.config())?;
     let token = server.shutdown_token().clone();
-    let (router, state) = router_with_state(server, local);
-    let app = axum::ServiceExt::<axum::extract::Request>::into_make_service(Endpoint { state, router });
-    // Nagle's algorithm off: each JSON reply and SSE event is one write that should leave at
-    // once; with it on, an event written while the previous one is unacknowledged waits for
-    // the client's (possibly delayed) ACK.
-    let listener = listener.tap_io(|stream| {
+    let (router, state) = router_with_state(server.clone(), local);
+    let endpoint = Endpoint { state, router };
+    let builder = Arc::new(connection_builder(&limits));
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    // Cancelled when the shutdown grace has passed: connections still open are closed.
+    let force_close = CancellationToken::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    // When the connection cap was reached, while it holds.
+    let mut saturated: Option<std::time::Instant> = None;
+    loop {
+        let permit = match open.clone().try_acquire_owned() {
+            Ok(permit) => {
+                if let Some(since) = saturated.take() {
+                    tracing::info!(
+                        waited_ms = since.elapsed().as_millis(),
+                        "below the connection limit again: accepting"
+                    );
+                }
+                permit
+            }
+            Err(_) => {
+                if saturated.is_none() {
+                    saturated = Some(std::time::Instant::now());
+                    tracing::warn!(
+                        "connection limit reached ({}): not accepting until one closes",
+                        limits.max_connections
+                    );
+                }
+                tokio::select! {
+                    biased;
+                    () = &mut shutdown => break,
+                    permit = open.clone().acquire_owned() => match permit {
+                        Ok(permit) => permit,
+                        Err(_) => break,
+                    },
+                }
+            }
+        };
+        let (stream, peer) = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    drop(permit);
+                    // A connection that failed before it was accepted is the client's problem;
+                    // anything else (out of file descriptors) is retried after a pause.
+                    if !is_connection_error(&error) {
+                        tracing::error!(%error, "accepting a connection failed; retrying in 1 s");
+                        tokio::select! {
+                            () = &mut shutdown => break,
+                            () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        }
+                    }
+                    continue;
+                }
+            },
+        };
+        // Nagle's algorithm off: each JSON reply and SSE event is one write that should leave at
+        // once; with it on, an event written while the previous one is unacknowledged waits for
+        // the client's (possibly delayed) ACK.
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%error, "could not set TCP_NODELAY on an accepted connection");
         }
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            token.cancel();
-        })
-        .await?;
+        let connection = Connection {
+            stream,
+            peer,
+            permit,
+            endpoint: endpoint.clone(),
+            builder: builder.clone(),
+            limits,
+            force_close: force_close.clone(),
+        };
+        tokio::spawn(connection.run(graceful.watcher()));
+    }
+    // No new connections; listen streams end with `complete`; open connections finish the
+    // requests they are serving (HTTP/1.1 closes after the current response, HTTP/2 sends
+    // GOAWAY), for at most the grace period.
+    drop(listener);
+    token.cancel();
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!("connections still open {} s after shutdown began: closing them", SHUTDOWN_GRACE.as_secs());
+        force_close.cancel();
+    }
+    server.transport_refusals().flush(server.clock().now_ms()).await;
     Ok(())
 }
 
+/// hyper's HTTP/1.1 and HTTP/2 connection settings, shared by every connection.
+fn connection_builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // hyper starts this timer for every request head, including when an HTTP/1.1 connection
+    // goes idle after a response (so it also closes idle keep-alive connections; tested).
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout);
+    builder.http2().timer(TokioTimer::new()).keep_alive_interval(H2_KEEP_ALIVE).keep_alive_timeout(H2_KEEP_ALIVE);
+    builder
+}
+
+/// Failures of one incoming connection that say nothing about the listener.
+fn is_connection_error(error: &std::io::Error) -> bool {
+    matches!(
+        error.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// One accepted connection, until it is served.
+struct Connection {
+    stream: TcpStream,
+    peer: SocketAddr,
+    /// Held while the connection is open: the connection cap.
+    permit: OwnedSemaphorePermit,
+    endpoint: Endpoint,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    limits: ConnectionLimits,
+    force_close: CancellationToken,
+}
+
+impl Connection {
+    /// Serves the connection until it ends, is idle too long, or shutdown's grace has passed.
+    async fn run(self, watcher: hyper_util::server::graceful::Watcher) {
+        let Connection { stream, peer, permit: _permit, endpoint, builder, limits, force_close } = self;
+        let activity = Arc::new(Activity::new());
+        let state = endpoint.state.clone();
+        let service = ConnectionService { endpoint, peer, activity: activity.clone() };
+        let io = TokioIo::new(ActivityStream { stream, activity: activity.clone() });
+        let connection = watcher.watch(builder.serve_connection(io, service));
+        tokio::select! {
+            served = connection => {
+                let Err(error) = served else { return };
+                let Some(error) = error.downcast_ref::<hyper::Error>() else { return };
+                // An HTTP/1.1 request head hyper refused or gave up waiting for. hyper also
+                // times out an idle keep-alive connection this way: only a head begun counts.
+                let reason = if error.is_timeout() {
+                    activity.received_while_idle().then_some(Reason::HeaderTimeout)
+                } else if error.is_parse_too_large() {
+                    Some(Reason::HeadersTooLarge)
+                } else if error.is_parse() {
+                    Some(Reason::MalformedHttp)
+                } else {
+                    None
+                };
+                tracing::debug!(%error, "connection ended with an error");
+                if let Some(reason) = reason {
+                    state.refused(reason, Some(peer.ip()));
+                }
+            }
+            first_head = activity.idle(limits.header_read_timeout, limits.idle_timeout) => {
+                // A first request head begun and not finished in time (HTTP/2, or the bytes
+                // before hyper knows the version) is a refusal; a quiet connection is not.
+                if first_head && activity.received_while_idle() {
+                    state.refused(Reason::HeaderTimeout, Some(peer.ip()));
+                }
+                tracing::debug!(first_head, "closing an idle connection");
+            }
+            () = force_close.cancelled() => {}
+        }
+    }
+}
+
+/// What one connection is doing, shared by its service, its stream and its idle watch.
+struct Activity {
+    opened: tokio::time::Instant,
+    /// Requests whose response has not ended.
+    in_flight: AtomicUsize,
+    /// Requests received so far.
+    started: AtomicU64,
+    /// When the last request ended, in milliseconds after `opened`.
+    idle_since_ms: AtomicU64,
+    /// Bytes arrived while no request was in flight: the head of a next request has begun.
+    received_while_idle: AtomicBool,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            opened: tokio::time::Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            received_while_idle: AtomicBool::new(false),
+        }
+    }
+
+    /// A request arrived; it is in flight until the guard is dropped (with its response body).
+    fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.received_while_idle.store(false, Ordering::SeqCst);
+        InFlight(self.clone())
+    }
+
+    /// Bytes arrived.
+    fn received(&self) {
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            self.received_while_idle.store(true, Ordering::Relaxed);
+        }
+    }
+
+    fn received_while_idle(&self) -> bool {
+        self.received_while_idle.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the connection should be closed: no request received within `first_head`
+    /// of the accept (then `true`), or no request in flight for `idle` (then `false`). Never
+    /// early: every wake-up recomputes the deadline from the current state.
+    async fn idle(&self, first_head: Duration, idle: Duration) -> bool {
+        loop {
+            let now = tokio::time::Instant::now();
+            let busy = self.in_flight.load(Ordering::SeqCst) > 0;
+            let first = self.started.load(Ordering::SeqCst) == 0;
+            let deadline = if busy {
+                now + idle
+            } else if first {
+                self.opened + first_head
+            } else {
+                self.opened + Duration::from_millis(self.idle_since_ms.load(Ordering::SeqCst)) + idle
+            };
+            if !busy && deadline <= now && self.in_flight.load(Ordering::SeqCst) == 0 {
+                return first;
+            }
+            tokio::time::sleep_until(deadline).await;
+        }
+    }
+}
+
+/// A request in flight on its connection.
+struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let activity = &self.0;
+        if activity.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let since = u64::try_from(activity.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+            activity.idle_since_ms.store(since, Ordering::SeqCst);
+            activity.received_while_idle.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The accepted TCP stream, noting when bytes arrive.
+struct ActivityStream {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl tokio::io::AsyncRead for ActivityStream {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut this.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            this.activity.received();
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for ActivityStream {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+/// The hyper service of one connection: the [`Endpoint`], with the peer's address as the
+/// request's `ConnectInfo` and each request counted in flight until its response body ends.
+#[derive(Clone)]
+struct ConnectionService {
+    endpoint: Endpoint,
+    peer: SocketAddr,
+    activity: Arc<Activity>,
+}
+
+impl hyper::service::Service<hyper::Request<hyper::body::Incoming>> for ConnectionService {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Served;
+
+    fn call(&self, request: hyper::Request<hyper::body::Incoming>) -> Served {
+        let in_flight = self.activity.begin();
+        let mut request = request.map(Body::new);
+        request.extensions_mut().insert(ConnectInfo(self.peer));
+        Served { response: self.endpoint.serve(request), in_flight: Some(in_flight) }
+    }
+}
+
+/// A response being made; the request stays in flight until its body has been sent (or
+/// dropped).
+struct Served {
+    response: BoxFuture<'static, Response>,
+    in_flight: Option<InFlight>,
+}
+
+impl std::future::Future for Served {
+    type Output = Result<Response, Infallible>;
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let response = std::task::ready!(self.response.as_mut().poll(cx));
+        let Some(in_flight) = self.in_flight.take() else { return std::task::Poll::Ready(Ok(response)) };
+        std::task::Poll::Ready(Ok(response.map(|body| Body::new(HeldBody { body, _in_flight: in_flight }))))
+    }
+}
+
+/// A response body holding its request in flight.
+struct HeldBody {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for HeldBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, axum::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
 /// The router: `/mcp` for MCP, everything else 404.
+///
+/// Transport refusals are counted for the audit log per peer address when the request carries
+/// `ConnectInfo<SocketAddr>` (e.g. served with
+/// `into_make_service_with_connect_info::<SocketAddr>()`), else under source `unknown`; they are
+/// flushed periodically when this is called inside a Tokio runtime.
 pub fn router(server: Arc<Server>, local: SocketAddr) -> Router {
     router_with_state(server, local).0
 }
 
 /// What [`serve`] answers with: requests for `/mcp` (nearly all of them) go straight to the
 /// endpoint, everything else through the router. Same behaviour as the router's own `/mcp`
-/// route, minus its per-request costs: the route lookup, a boxed handler service, and the
-/// extractors' copies of the request's headers and URI.
+/// route, minus its per-request costs: the route lookup and a boxed handler service.
 #[derive(Clone)]
 struct Endpoint {
     state: Arc<HttpState>,
     router: Router,
 }
 
-type RouterFuture = <Router as tower::Service<axum::extract::Request>>::Future;
-
-impl tower::Service<axum::extract::Request> for Endpoint {
-    type Response = Response;
-    type Error = Infallible;
-    type Future =
-        futures::future::Either<futures::future::BoxFuture<'static, Result<Response, Infallible>>, RouterFuture>;
-
-    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
-        tower::Service::<axum::extract::Request>::poll_ready(&mut self.router, cx)
-    }
-
-    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
-        if request.uri().path() != "/mcp" {
-            return futures::future::Either::Right(tower::Service::call(&mut self.router, request));
+impl Endpoint {
+    fn serve(&self, request: axum::extract::Request) -> BoxFuture<'static, Response> {
+        if request.uri().path() == "/mcp" {
+            return Box::pin(mcp_endpoint(State(self.state.clone()), request));
         }
-        let state = self.state.clone();
-        let (parts, body) = request.into_parts();
-        futures::future::Either::Left(Box::pin(async move {
-            Ok(mcp_endpoint(State(state), parts.method, parts.uri, parts.headers, body).await)
-        }))
+        let router = self.router.clone();
+        Box::pin(async move {
+            match tower::ServiceExt::oneshot(router, request).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            }
+        })
     }
 }
 
@@ -139,6 +551,7 @@ fn router_with_state(server: Arc<Server>, local: SocketAddr) -> (Router, Arc<Htt
         let config = verifier.config();
         (palisade_auth::protected_resource_metadata(config), palisade_auth::metadata_paths(&config.resource))
     });
+    crate::refusals::spawn_flusher(&server);
     let state = Arc::new(HttpState { server, allowed_hosts, allowed_origins });
     let mut router = Router::new()
         .route("/mcp", any(mcp_endpoint))
@@ -168,62 +581,87 @@ async fn metrics(State(state): State<Arc<HttpState>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.server.metrics().render()).into_response()
 }
 
-async fn mcp_endpoint(
-    State(state): State<Arc<HttpState>>,
-    method: HttpMethod,
-    uri: axum::http::Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    if let Err(response) = check_transport(&state, &headers) {
-        return response;
+async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(address)| address.ip());
+    let refuse = |reason: Reason, response: Response| {
+        state.refused(reason, peer);
+        response
+    };
+    let (method, headers) = (&parts.method, &parts.headers);
+    if let Err((reason, response)) = check_transport(&state, &parts.uri, parts.version, headers) {
+        return refuse(reason, response);
     }
     // Bearer tokens travel in the Authorization header only, never in the URL (the RFC 6750
     // query form is not supported): such a request is refused before anything else.
-    if uri.query().is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some("access_token"))) {
+    if parts.uri.query().is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some("access_token"))) {
         let error = ProtocolError::InvalidRequest("access tokens are not accepted in the URL");
-        return error_response(None, &error, StatusCode::BAD_REQUEST);
+        return refuse(Reason::TokenInUrl, error_response(None, &error, StatusCode::BAD_REQUEST));
     }
     let legacy = state.server.legacy_enabled();
     // The GET stream and session DELETE exist only for a 2025-era session: they carry its id.
     let with_session = legacy && headers.contains_key(&MCP_SESSION_ID);
     if with_session && method == HttpMethod::GET {
-        return crate::legacy::get_stream(&state, &headers).await;
+        let response = crate::legacy::get_stream(&state, headers).await;
+        // Its only 406 is the transport's `Accept` check; its other refusals are the pipeline's.
+        if response.status() == StatusCode::NOT_ACCEPTABLE {
+            state.refused(Reason::Accept, peer);
+        }
+        return response;
     }
     if with_session && method == HttpMethod::DELETE {
-        return crate::legacy::delete_session(&state, &headers).await;
+        return crate::legacy::delete_session(&state, headers).await;
     }
     if method != HttpMethod::POST {
         // No GET stream and no session DELETE in 2026-07-28.
-        return (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response();
+        return refuse(Reason::Method, (StatusCode::METHOD_NOT_ALLOWED, [(header::ALLOW, "POST")]).into_response());
     }
-    let streaming = match accepted_kinds(&headers) {
+    let streaming = match accepted_kinds(headers) {
         Some(accepts) => accepts.event_stream,
         None => {
-            return error_response(
-                None,
-                &ProtocolError::InvalidRequest("Accept must allow application/json or text/event-stream"),
-                StatusCode::NOT_ACCEPTABLE,
-            );
+            let error = ProtocolError::InvalidRequest("Accept must allow application/json or text/event-stream");
+            return refuse(Reason::Accept, error_response(None, &error, StatusCode::NOT_ACCEPTABLE));
         }
     };
-    if let Some(content_type) = headers.get(header::CONTENT_TYPE)
-        && !content_type.to_str().is_ok_and(|v| v.trim_start().to_ascii_lowercase().starts_with("application/json"))
-    {
-        return error_response(
-            None,
-            &ProtocolError::InvalidRequest("Content-Type must be application/json"),
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        );
+    if !is_json_content_type(headers) {
+        let error = ProtocolError::InvalidRequest("Content-Type must be application/json");
+        return refuse(Reason::ContentType, error_response(None, &error, StatusCode::UNSUPPORTED_MEDIA_TYPE));
     }
-    let limit = state.server.config().max_body_bytes;
-    let bytes = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => return error_response(None, &ProtocolError::PayloadTooLarge, StatusCode::PAYLOAD_TOO_LARGE),
+    let config = state.server.config();
+    let limit = config.max_body_bytes;
+    // A declared length over the limit is refused before any of it is read.
+    if body.size_hint().lower() > u64::try_from(limit).unwrap_or(u64::MAX) {
+        return refuse(Reason::BodyTooLarge, payload_too_large());
+    }
+    let bytes = match tokio::time::timeout(config.body_read_timeout, Limited::new(body, limit).collect()).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(error)) if error.downcast_ref::<LengthLimitError>().is_some() => {
+            return refuse(Reason::BodyTooLarge, payload_too_large());
+        }
+        // The body broke off (the client left, or sent a malformed chunk): nobody to refuse.
+        Ok(Err(_)) => {
+            let error = ProtocolError::InvalidRequest("the request body could not be read");
+            return with_connection_close(error_response(None, &error, StatusCode::BAD_REQUEST), parts.version);
+        }
+        Err(_) => {
+            let error = ProtocolError::InvalidRequest("the request body did not arrive in time");
+            let response = error_response(None, &error, StatusCode::REQUEST_TIMEOUT);
+            return refuse(Reason::BodyTimeout, with_connection_close(response, parts.version));
+        }
     };
     let parsed = parse_message(&bytes);
-    if legacy && crate::legacy::is_legacy_post(&headers, &bytes, parsed.as_ref().ok()) {
-        return crate::legacy::post(&state, &headers, &bytes, streaming).await;
+    if legacy && crate::legacy::is_legacy_post(headers, &bytes, parsed.as_ref().ok()) {
+        let response = crate::legacy::post(&state, headers, &bytes, streaming).await;
+        // A frame the session wire refused as a frame (its 400), unless it was a client's answer
+        // to a server request (which the strict parser refuses as a response, and the session
+        // wire takes).
+        if let Err(frame_error) = &parsed
+            && response.status() == StatusCode::BAD_REQUEST
+            && !is_client_answer(&bytes)
+        {
+            state.refused(frame_reason(&frame_error.error, &bytes), peer);
+        }
+        return response;
     }
     let request = match parsed {
         Ok(Message::Request(request)) => request,
@@ -231,10 +669,11 @@ async fn mcp_endpoint(
         Ok(Message::Notification(_)) => return StatusCode::ACCEPTED.into_response(),
         Err(frame_error) => {
             let status = status_of(&frame_error.error);
-            return error_response(frame_error.id.as_ref(), &frame_error.error, status);
+            let response = error_response(frame_error.id.as_ref(), &frame_error.error, status);
+            return refuse(frame_reason(&frame_error.error, &bytes), response);
         }
     };
-    let transport_headers = transport_headers(&headers);
+    let transport_headers = transport_headers(headers);
     let server = state.server.clone();
     let queue = server.config().listen_queue;
     let (sink, notifications) = NotificationSink::channel(queue);
@@ -248,6 +687,64 @@ async fn mcp_endpoint(
         reply
     });
     respond(&state, streaming, work, notifications, guard).await
+}
+
+fn payload_too_large() -> Response {
+    error_response(None, &ProtocolError::PayloadTooLarge, StatusCode::PAYLOAD_TOO_LARGE)
+}
+
+/// Ends an HTTP/1.x connection after `response` (the rest of the request's body is not read).
+/// HTTP/2 has no such header: there the stream alone ends.
+fn with_connection_close(mut response: Response, version: Version) -> Response {
+    if version < Version::HTTP_2 {
+        response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
+/// The refusal reason of a frame the strict parser refused.
+fn frame_reason(error: &ProtocolError, bytes: &[u8]) -> Reason {
+    if *error == ProtocolError::Parse {
+        Reason::Parse
+    } else if bytes.iter().find(|byte| !byte.is_ascii_whitespace()) == Some(&b'[') {
+        Reason::Batch
+    } else {
+        Reason::Frame
+    }
+}
+
+/// Whether a body is shaped as a client's answer to a server request (an object with an id, a
+/// result or an error, and no method), which the session wire accepts.
+fn is_client_answer(bytes: &[u8]) -> bool {
+    matches!(
+        serde_json::from_slice::<Value>(bytes),
+        Ok(Value::Object(message))
+            if !message.contains_key("method")
+                && message.contains_key("id")
+                && (message.contains_key("result") || message.contains_key("error"))
+    )
+}
+
+/// Whether a request's `Content-Type` is sent once and is `application/json` (any case),
+/// optionally with parameters, a `charset` only `utf-8`. Absent, repeated or anything else
+/// (`application/json-seq`, `text/json`, …) is not.
+fn is_json_content_type(headers: &HeaderMap) -> bool {
+    let mut values = headers.get_all(header::CONTENT_TYPE).iter();
+    let (Some(value), None) = (values.next(), values.next()) else { return false };
+    let Ok(value) = value.to_str() else { return false };
+    let mut parts = value.split(';');
+    let media = parts.next().unwrap_or_default().trim();
+    if !media.eq_ignore_ascii_case("application/json") {
+        return false;
+    }
+    parts.all(|parameter| match parameter.split_once('=') {
+        Some((name, value)) if name.trim().eq_ignore_ascii_case("charset") => {
+            value.trim().trim_matches('"').eq_ignore_ascii_case("utf-8")
+        }
+        Some((name, _)) => !name.trim().is_empty(),
+        // `application/json;` with nothing after the separator.
+        None => parameter.trim().is_empty(),
+    })
 }
 
 /// A request's work, polled by the connection's own task rather than spawned per request (a
@@ -429,28 +926,59 @@ fn status_of(error: &ProtocolError) -> StatusCode {
 }
 
 /// Host and Origin against the allow-lists (DNS rebinding), then header count and size.
+///
+/// `Host` must be sent exactly once and be allowed; a request target in absolute form
+/// (`POST http://host/mcp`) must name the same authority (case-insensitively). An HTTP/2
+/// request may carry its authority in `:authority` alone. `Origin`, when present, must be sent
+/// once and be allowed.
 #[allow(clippy::result_large_err)]
-fn check_transport(state: &HttpState, headers: &HeaderMap) -> Result<(), Response> {
-    let forbidden =
-        |why: &'static str| error_response(None, &ProtocolError::InvalidRequest(why), StatusCode::FORBIDDEN);
-    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).map(|h| h.to_ascii_lowercase());
-    match host {
-        Some(host) if state.allowed_hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(&host)) => {}
-        _ => return Err(forbidden("Host is not allowed")),
+fn check_transport(
+    state: &HttpState,
+    uri: &Uri,
+    version: Version,
+    headers: &HeaderMap,
+) -> Result<(), (Reason, Response)> {
+    let forbidden = |reason: Reason, why: &'static str| {
+        (reason, error_response(None, &ProtocolError::InvalidRequest(why), StatusCode::FORBIDDEN))
+    };
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let (host, repeated) = (hosts.next(), hosts.next().is_some());
+    if repeated {
+        return Err(forbidden(Reason::Host, "more than one Host header"));
     }
-    if let Some(origin) = headers.get(header::ORIGIN) {
+    let host = host.map(|host| host.to_str().unwrap_or_default());
+    let authority = uri.authority().map(axum::http::uri::Authority::as_str);
+    let host = match (host, authority) {
+        (Some(host), Some(authority)) if !host.eq_ignore_ascii_case(authority) => {
+            return Err(forbidden(Reason::Host, "Host is not allowed"));
+        }
+        (Some(host), _) => Some(host),
+        (None, Some(authority)) if version == Version::HTTP_2 => Some(authority),
+        (None, _) => None,
+    };
+    if !host.is_some_and(|host| state.allowed_hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(host))) {
+        return Err(forbidden(Reason::Host, "Host is not allowed"));
+    }
+    let mut origins = headers.get_all(header::ORIGIN).iter();
+    if let Some(origin) = origins.next() {
+        if origins.next().is_some() {
+            return Err(forbidden(Reason::Origin, "more than one Origin header"));
+        }
         let allowed = origin.to_str().is_ok_and(|o| state.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
         if !allowed {
-            return Err(forbidden("Origin is not allowed"));
+            return Err(forbidden(Reason::Origin, "Origin is not allowed"));
         }
     }
     let config = state.server.config();
     let total: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
     if headers.len() > config.max_header_count || total > config.max_header_bytes {
-        return Err(error_response(
-            None,
-            &ProtocolError::InvalidRequest("request headers too large"),
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        return Err((
+            Reason::HeadersTooLarge,
+            error_response(
+                None,
+                &ProtocolError::InvalidRequest("request headers too large"),
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ),
         ));
     }
     Ok(())
@@ -495,6 +1023,7 @@ pub(crate) fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
     let mut routing: [Option<Vec<u8>>; 3] = Default::default();
     let mut repeated = [false; 3];
     let mut params = Vec::new();
+    let mut repeated_param = None;
     let mut authorization = None;
     let mut authorizations = 0usize;
     for (name, value) in headers {
@@ -513,10 +1042,18 @@ pub(crate) fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
                 None => routing[index] = Some(value.as_bytes().to_vec()),
             }
         } else if let Some(param) = rest.strip_prefix("param-") {
+            // Header names arrive lowercased: a repeated parameter header has an equal name.
+            if params.iter().any(|(seen, _): &(String, Vec<u8>)| seen == param) {
+                repeated_param.get_or_insert_with(|| format!("Mcp-Param-{param}"));
+            }
             params.push((param.to_owned(), value.as_bytes().to_vec()));
         }
     }
-    let duplicate = ROUTING.iter().zip(repeated).find_map(|((_, display), twice)| twice.then(|| (*display).to_owned()));
+    let duplicate = ROUTING
+        .iter()
+        .zip(repeated)
+        .find_map(|((_, display), twice)| twice.then(|| (*display).to_owned()))
+        .or(repeated_param);
     let [protocol_version, method, name] = routing;
     TransportHeaders {
         protocol_version,
@@ -571,7 +1108,7 @@ mod tests {
             let mut answers = Vec::new();
             for response in [
                 router.clone().oneshot(request(method, uri, host)).await.unwrap(),
-                endpoint.clone().oneshot(request(method, uri, host)).await.unwrap(),
+                endpoint.serve(request(method, uri, host)).await,
             ] {
                 let status = response.status();
                 let allow = response.headers().get(header::ALLOW).cloned();
@@ -643,6 +1180,11 @@ mod tests {
             ("mcp-method", "d"),
         ]));
         assert_eq!(both.duplicate.as_deref(), Some("Mcp-Method"));
+        // A repeated parameter header, in either order of its values.
+        for (first, second) in [("1", "2"), ("2", "1")] {
+            let found = transport_headers(&headers(&[("mcp-param-qty", first), ("Mcp-Param-Qty", second)]));
+            assert_eq!(found.duplicate.as_deref(), Some("Mcp-Param-qty"));
+        }
         // Two Authorization headers: an empty credential, which authentication refuses.
         let twice = transport_headers(&headers(&[("authorization", "Bearer a"), ("authorization", "Bearer b")]));
         assert_eq!(twice.authorization.as_deref(), Some(&b""[..]));

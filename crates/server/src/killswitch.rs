@@ -28,11 +28,11 @@ use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::auth::VerifiedPrincipal;
 use crate::context::RequestContext;
-use crate::pipeline::{Method, OperationKey, advertised};
+use crate::pipeline::{Method, OperationKey, TargetFamily, advertised};
 use crate::registry::{App, Effect};
 
 /// Every method the pipeline implements, for [`exposed_operations`].
-const METHODS: [Method; 18] = [
+const METHODS: [Method; 22] = [
     Method::Discover,
     Method::ToolsList,
     Method::ToolsCall,
@@ -51,6 +51,10 @@ const METHODS: [Method; 18] = [
     Method::SetLogLevel,
     Method::Subscribe,
     Method::Unsubscribe,
+    Method::SessionStream,
+    Method::SessionNotification,
+    Method::SessionAnswer,
+    Method::SessionDelete,
 ];
 
 /// Exhaustive on purpose: a new [`Method`] does not compile until it is added to [`METHODS`]
@@ -74,32 +78,52 @@ const fn in_methods(method: Method) -> bool {
         | Method::Ping
         | Method::SetLogLevel
         | Method::Subscribe
-        | Method::Unsubscribe => true,
+        | Method::Unsubscribe
+        | Method::SessionStream
+        | Method::SessionNotification
+        | Method::SessionAnswer
+        | Method::SessionDelete => true,
     }
 }
 
-/// Every operation `app` exposes, keyed exactly as stage 3 classifies requests
-/// ([`OperationKey`]'s display form). Tools declared side-effecting are marked so.
+/// The kind of target an operation's registered entry is, for the authority: a tool or a
+/// resource (prompts have no kind of their own; the release, tenant and client still cover them).
+fn target_kind(family: TargetFamily) -> Option<TargetKind> {
+    match family {
+        TargetFamily::Tool => Some(TargetKind::Tool),
+        TargetFamily::Resource => Some(TargetKind::Resource),
+        TargetFamily::Prompt | TargetFamily::None => None,
+    }
+}
+
+/// Every operation `app` exposes, keyed exactly as stage 3 classifies requests (both follow
+/// [`Method::target_family`]; [`OperationKey`]'s display form). Tools declared side-effecting
+/// are marked so.
 pub fn exposed_operations(app: &App) -> Vec<ExposedOperation> {
     let mut exposed = Vec::new();
     for method in METHODS {
         if !in_methods(method) || !advertised(app, method) {
             continue;
         }
-        let plain = |key: String| ExposedOperation { key, has_side_effect: false };
-        match method {
-            Method::ToolsCall => exposed.extend(app.tools.iter().map(|tool| ExposedOperation {
-                key: format!("{}:{}", method.as_str(), tool.name),
-                has_side_effect: tool.effect == Effect::SideEffecting,
-            })),
-            Method::PromptsGet => {
-                exposed.extend(app.prompts.iter().map(|prompt| plain(format!("{}:{}", method.as_str(), prompt.name))))
+        let family = method.target_family();
+        let entry = |target: &str, has_side_effect: bool| ExposedOperation {
+            key: format!("{}:{target}", method.as_str()),
+            has_side_effect,
+            target_kind: target_kind(family),
+        };
+        match family {
+            TargetFamily::Tool => exposed
+                .extend(app.tools.iter().map(|tool| entry(&tool.name, tool.effect == Effect::SideEffecting))),
+            TargetFamily::Prompt => exposed.extend(app.prompts.iter().map(|prompt| entry(&prompt.name, false))),
+            TargetFamily::Resource => {
+                exposed.extend(app.resources.iter().map(|r| entry(&r.uri, false)));
+                exposed.extend(app.templates.iter().map(|t| entry(&t.template, false)));
             }
-            Method::ResourcesRead => {
-                exposed.extend(app.resources.iter().map(|r| plain(format!("{}:{}", method.as_str(), r.uri))));
-                exposed.extend(app.templates.iter().map(|t| plain(format!("{}:{}", method.as_str(), t.template))));
-            }
-            _ => exposed.push(plain(method.as_str().to_owned())),
+            TargetFamily::None => exposed.push(ExposedOperation {
+                key: method.as_str().to_owned(),
+                has_side_effect: false,
+                target_kind: None,
+            }),
         }
     }
     exposed
@@ -140,10 +164,8 @@ impl KillSwitchStage {
         if let Some(client) = principal.client_id() {
             targets.insert(TargetKind::Client, client);
         }
-        match (operation.method(), operation.target()) {
-            (Method::ToolsCall, Some(tool)) => targets.insert(TargetKind::Tool, tool),
-            (Method::ResourcesRead, Some(resource)) => targets.insert(TargetKind::Resource, resource),
-            _ => {}
+        if let (Some(kind), Some(target)) = (target_kind(operation.method().target_family()), operation.target()) {
+            targets.insert(kind, target);
         }
         let clearance = self.switch.pre_dispatch(&key, &targets).await.map_err(|error| refusal(&key, &error))?;
         let fence_required = self.switch.policy().lookup(&key).is_some_and(|rule| rule.require_commit_fence);
@@ -192,9 +214,10 @@ pub(crate) struct Cleared {
 pub(crate) struct DisableWatch(Option<(broadcast::Receiver<DisableEvent>, Arc<Cleared>)>);
 
 impl DisableWatch {
-    /// Subscribes for `ctx`'s targets; without a kill switch it never fires.
-    pub(crate) fn new(ctx: &RequestContext) -> Self {
-        Self(ctx.kill_switch.as_ref().map(|cleared| (cleared.switch.subscribe_disables(), cleared.clone())))
+    /// Subscribes for the targets a request was cleared with; without a kill switch (`None`) it
+    /// never fires.
+    pub(crate) fn new(cleared: Option<&Arc<Cleared>>) -> Self {
+        Self(cleared.map(|cleared| (cleared.switch.subscribe_disables(), cleared.clone())))
     }
 
     /// Completes when a DISABLE of one of the targets is observed (by any request's check: the

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use palisade_wire::header::decode_value;
+use palisade_wire::header::decode_plain_value;
 use palisade_wire::jsonrpc::{Message, notification_frame, parse_message};
 use palisade_wire::{ProtocolError, Request};
 use serde_json::{Map, Value, json};
@@ -33,7 +33,7 @@ use crate::http::{
     HttpState, MCP_SESSION_ID, accepted_kinds, error_response, json_response, respond, sse_response, stream_of,
     transport_headers,
 };
-use crate::pipeline::{Reply, Server, TransportHeaders};
+use crate::pipeline::{Method, Reply, Server, TransportHeaders};
 use crate::sessions::SessionId;
 
 /// Keys of 2026-07-28 results that the 2025-era wire does not know.
@@ -53,7 +53,7 @@ pub(crate) fn is_legacy_post(headers: &HeaderMap, body: &[u8], parsed: Option<&M
     let (params, has_id) = match parsed {
         Some(Message::Request(request)) => (Some(&request.params), true),
         Some(Message::Notification(notification)) => (Some(&notification.params), false),
-        None => match serde_json::from_slice::<Value>(body) {
+        None => match palisade_wire::strict::from_slice(body) {
             Ok(Value::Object(message)) => {
                 let params = message.get("params").and_then(Value::as_object).cloned();
                 return legacy_by_version(headers, params.as_ref(), message.contains_key("id"));
@@ -71,21 +71,20 @@ fn legacy_by_version(headers: &HeaderMap, params: Option<&Map<String, Value>>, h
         return false;
     }
     if let Some(raw) = headers.get("mcp-protocol-version") {
-        return decode_value(raw.as_bytes()).is_ok_and(|v| v.starts_with("2024-") || v.starts_with("2025-"));
+        return decode_plain_value(raw.as_bytes()).is_ok_and(|v| v.starts_with("2024-") || v.starts_with("2025-"));
     }
     // A notification without a session is nobody's business on either wire.
     has_id
 }
 
 /// The `Mcp-Session-Id` of a request: `Ok(None)` when absent; a malformed or repeated value is
-/// answered like an unknown session (404).
-#[allow(clippy::result_large_err)]
-fn session_id(headers: &HeaderMap) -> Result<Option<SessionId>, Response> {
+/// answered like an unknown session (404), after authentication (401 comes first).
+async fn session_id(server: &Server, headers: &HeaderMap, what: &str) -> Result<Option<SessionId>, Response> {
     let mut values = headers.get_all(&MCP_SESSION_ID).iter();
     let Some(first) = values.next() else { return Ok(None) };
     match (SessionId::parse(first.as_bytes()), values.next()) {
         (Some(id), None) => Ok(Some(id)),
-        _ => Err(error_response(None, &ProtocolError::SessionNotFound, StatusCode::NOT_FOUND)),
+        _ => Err(json_response(server.refuse_malformed_session(authorization(headers).as_deref(), what).await)),
     }
 }
 
@@ -96,13 +95,13 @@ fn authorization(headers: &HeaderMap) -> Option<Vec<u8>> {
 /// A POST on the session wire: a request, a notification, or a client's answer to a server
 /// request.
 pub(crate) async fn post(state: &Arc<HttpState>, headers: &HeaderMap, body: &[u8], streaming: bool) -> Response {
-    let session = match session_id(headers) {
+    let session = match session_id(&state.server, headers, "session/post").await {
         Ok(session) => session,
         Err(response) => return response,
     };
     let server = state.server.clone();
     // An answer to one of our requests: no method, an id, and a result or an error.
-    if let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(body)
+    if let Ok(Value::Object(message)) = palisade_wire::strict::from_slice(body)
         && !message.contains_key("method")
         && message.contains_key("id")
         && (message.contains_key("result") || message.contains_key("error"))
@@ -117,7 +116,7 @@ pub(crate) async fn post(state: &Arc<HttpState>, headers: &HeaderMap, body: &[u8
                 return StatusCode::ACCEPTED.into_response();
             }
             let auth = authorization(headers);
-            return match server.admit_session(auth.as_deref(), session.as_ref(), "notification").await {
+            return match server.admit_session(auth.as_deref(), session.as_ref(), Method::SessionNotification).await {
                 Ok(_) => StatusCode::ACCEPTED.into_response(),
                 Err(reply) => json_response(reply),
             };
@@ -240,7 +239,7 @@ async fn ask_client(
                     answers.insert(key, result.clone());
                     continue;
                 }
-                _ => ProtocolError::invalid_params(format!("the client declined the server's request {key}")),
+                _ => ProtocolError::invalid_params("the client declined the server's request"),
             },
             Some(Ok(Err(_))) | None => ProtocolError::Internal,
             Some(Err(_)) => ProtocolError::Timeout,
@@ -262,8 +261,8 @@ async fn client_answer(
     message: Map<String, Value>,
 ) -> Response {
     let auth = authorization(headers);
-    let admitted = match server.admit_session(auth.as_deref(), session, "client-answer").await {
-        Ok((_, admitted)) => admitted,
+    let admitted = match server.admit_session(auth.as_deref(), session, Method::SessionAnswer).await {
+        Ok((_, admitted, _)) => admitted,
         Err(reply) => return json_response(reply),
     };
     let id = message.get("id").and_then(Value::as_str).map(str::to_owned);
@@ -297,34 +296,47 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
         let error = ProtocolError::InvalidRequest("Accept must allow text/event-stream");
         return error_response(None, &error, StatusCode::NOT_ACCEPTABLE);
     }
-    let session = match session_id(headers) {
+    let session = match session_id(&state.server, headers, Method::SessionStream.as_str()).await {
         Ok(session) => session,
         Err(response) => return response,
     };
     let server = state.server.clone();
     let auth = authorization(headers);
-    let (principal, admitted) = match server.admit_session(auth.as_deref(), session.as_ref(), "sse-stream").await {
+    let admission = server.admit_session(auth.as_deref(), session.as_ref(), Method::SessionStream).await;
+    let (principal, admitted, cleared) = match admission {
         Ok(admitted) => admitted,
         Err(reply) => return json_response(reply),
     };
     let Some(service) = server.sessions().cloned() else {
         return error_response(None, &ProtocolError::Unavailable, StatusCode::SERVICE_UNAVAILABLE);
     };
+    let permit = match server.stream_permit(&principal) {
+        Ok(permit) => permit,
+        Err(error) => return error_response(None, &error, StatusCode::TOO_MANY_REQUESTS),
+    };
     let (tx, rx) = mpsc::channel::<Value>(server.config().listen_queue.max(1));
     let shutdown = server.shutdown_token().clone();
     let caps = server.app().capabilities();
     let server_for_task = server.clone();
     tokio::spawn(async move {
+        let _permit = permit;
         let server = server_for_task;
         let mut events = server.events().subscribe();
         let left_ms = principal.expires_at_ms().map(|at| at.saturating_sub(server.clock().now_ms()));
         let expiry = tokio::time::sleep(std::time::Duration::from_millis(left_ms.unwrap_or(u64::MAX / 4)));
         tokio::pin!(expiry);
+        // A DISABLE the kill switch observes for one of the stream's targets ends it, as it
+        // ends a listen stream.
+        let mut disables = crate::killswitch::DisableWatch::new(cleared.as_ref());
         loop {
             let event = tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = tx.closed() => break,
                 () = &mut expiry => break,
+                () = disables.disabled() => {
+                    tracing::info!(stage = "session", "GET stream closed: a target was disabled");
+                    break;
+                }
                 event = events.recv() => event,
             };
             let event = match event {
@@ -363,14 +375,14 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
 
 /// `DELETE /mcp`: ends the caller's own session. Anyone else's id is 404 and stays live.
 pub(crate) async fn delete_session(state: &Arc<HttpState>, headers: &HeaderMap) -> Response {
-    let session = match session_id(headers) {
+    let session = match session_id(&state.server, headers, Method::SessionDelete.as_str()).await {
         Ok(session) => session,
         Err(response) => return response,
     };
     let server = &state.server;
     let auth = authorization(headers);
-    let admitted = match server.admit_session(auth.as_deref(), session.as_ref(), "session-delete").await {
-        Ok((_, admitted)) => admitted,
+    let admitted = match server.admit_session(auth.as_deref(), session.as_ref(), Method::SessionDelete).await {
+        Ok((_, admitted, _)) => admitted,
         Err(reply) => return json_response(reply),
     };
     let Some(service) = server.sessions() else {

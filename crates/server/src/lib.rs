@@ -20,10 +20,12 @@ pub mod metrics;
 pub mod mrtr;
 pub mod periodic;
 pub mod pipeline;
+mod refusals;
 pub mod registry;
 pub mod secret;
 pub mod sessions;
 pub mod stdio;
+mod streams;
 pub mod tasks;
 pub mod telemetry;
 

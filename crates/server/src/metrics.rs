@@ -1,10 +1,12 @@
-//! Prometheus metrics: request counts by outcome, decision counts by stage, and a latency
-//! histogram, rendered in the text exposition format at `/metrics`.
+//! Prometheus metrics: request counts by outcome, decision counts by stage, transport refusals
+//! by reason, and a latency histogram, rendered in the text exposition format at `/metrics`.
 
 use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::refusals::Reason;
 
 /// Upper bounds of the latency histogram buckets, in seconds.
 const BUCKETS: [f64; 12] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
@@ -18,6 +20,7 @@ pub struct Metrics {
     latency_buckets: [AtomicU64; BUCKETS.len()],
     latency_count: AtomicU64,
     latency_sum_micros: AtomicU64,
+    transport_refusals: [AtomicU64; Reason::ALL.len()],
 }
 
 impl Metrics {
@@ -43,6 +46,11 @@ impl Metrics {
         }
     }
 
+    /// Counts one request the HTTP transport refused before the pipeline.
+    pub(crate) fn observe_transport_refusal(&self, reason: Reason) {
+        self.transport_refusals[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -60,6 +68,15 @@ impl Metrics {
         let decisions = self.decisions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (stage, decision, count) in decisions.iter() {
             let _ = writeln!(out, "palisade_decisions_total{{stage=\"{stage}\",decision=\"{decision}\"}} {count}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP palisade_transport_refusals_total Requests the HTTP transport refused before the pipeline, by reason."
+        );
+        let _ = writeln!(out, "# TYPE palisade_transport_refusals_total counter");
+        for (reason, count) in Reason::ALL.iter().zip(&self.transport_refusals) {
+            let count = count.load(Ordering::Relaxed);
+            let _ = writeln!(out, "palisade_transport_refusals_total{{reason=\"{}\"}} {count}", reason.as_str());
         }
         let _ = writeln!(out, "# HELP palisade_request_duration_seconds Time from a parsed request to its answer.");
         let _ = writeln!(out, "# TYPE palisade_request_duration_seconds histogram");
@@ -90,6 +107,7 @@ mod tests {
         metrics.observe_request(false, Duration::from_millis(30));
         metrics.observe_decision("authenticate", "deny");
         metrics.observe_decision("authenticate", "deny");
+        metrics.observe_transport_refusal(Reason::Origin);
         let text = metrics.render();
         assert!(text.contains("palisade_requests_total{outcome=\"ok\"} 1"));
         assert!(text.contains("palisade_requests_total{outcome=\"error\"} 1"));
@@ -97,5 +115,7 @@ mod tests {
         assert!(text.contains("palisade_request_duration_seconds_bucket{le=\"0.0005\"} 1"));
         assert!(text.contains("palisade_request_duration_seconds_bucket{le=\"0.05\"} 2"));
         assert!(text.contains("palisade_request_duration_seconds_count 2"));
+        assert!(text.contains("palisade_transport_refusals_total{reason=\"origin\"} 1"));
+        assert!(text.contains("palisade_transport_refusals_total{reason=\"host\"} 0"));
     }
 }

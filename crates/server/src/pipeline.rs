@@ -46,7 +46,7 @@ use crate::registry::{App, CompletionRef};
 use crate::secret::ServerSecret;
 use crate::sessions::{Admitted, SessionId, SessionService, store_refusal};
 use crate::tasks::{TASKS_EXTENSION, TaskCall, TaskService, TaskSupport};
-use palisade_store::SessionStore;
+use palisade_store::{OnceStore, SessionStore};
 
 /// The methods of 2026-07-28 this server implements; anything else is `-32601`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,6 +87,29 @@ pub enum Method {
     Subscribe,
     /// `resources/unsubscribe` (2025-era wire only)
     Unsubscribe,
+    /// Opening the session's `GET /mcp` stream (2025-era wire only; not a JSON-RPC method).
+    SessionStream,
+    /// A client notification POSTed to a session (2025-era wire only).
+    SessionNotification,
+    /// A client's answer to a server request of its session (2025-era wire only).
+    SessionAnswer,
+    /// `DELETE /mcp` of a session (2025-era wire only).
+    SessionDelete,
+}
+
+/// What an operation key names besides its method: the kind of registered entry it acts on.
+/// The one definition both classification (stage 3) and the kill switch's list of exposed
+/// operations use, so that the two can never key an operation differently.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TargetFamily {
+    /// The method alone (`tools/list`).
+    None,
+    /// A registered tool, by name (`tools/call:product_get`).
+    Tool,
+    /// A registered prompt, by name.
+    Prompt,
+    /// A registered resource URI or template (`resources/read:shop://policies/{topic}`).
+    Resource,
 }
 
 impl Method {
@@ -119,14 +142,38 @@ impl Method {
             "logging/setLevel" => Self::SetLogLevel,
             "resources/subscribe" => Self::Subscribe,
             "resources/unsubscribe" => Self::Unsubscribe,
-            "server/discover" | "subscriptions/listen" => return None,
+            // Durable tasks are the 2026-07-28 extension: not on this wire (SECURITY.md).
+            "server/discover" | "subscriptions/listen" | "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                return None;
+            }
             other => return Self::parse(other),
         })
     }
 
     /// Whether the method exists only on the 2025-era session wire.
     pub fn is_session_method(self) -> bool {
-        matches!(self, Self::Initialize | Self::Ping | Self::SetLogLevel | Self::Subscribe | Self::Unsubscribe)
+        matches!(
+            self,
+            Self::Initialize
+                | Self::Ping
+                | Self::SetLogLevel
+                | Self::Subscribe
+                | Self::Unsubscribe
+                | Self::SessionStream
+                | Self::SessionNotification
+                | Self::SessionAnswer
+                | Self::SessionDelete
+        )
+    }
+
+    /// What the method's operation key names besides the method.
+    pub(crate) fn target_family(self) -> TargetFamily {
+        match self {
+            Self::ToolsCall => TargetFamily::Tool,
+            Self::PromptsGet => TargetFamily::Prompt,
+            Self::ResourcesRead | Self::Subscribe | Self::Unsubscribe => TargetFamily::Resource,
+            _ => TargetFamily::None,
+        }
     }
 
     /// The wire name.
@@ -150,6 +197,10 @@ impl Method {
             Self::SetLogLevel => "logging/setLevel",
             Self::Subscribe => "resources/subscribe",
             Self::Unsubscribe => "resources/unsubscribe",
+            Self::SessionStream => "session/stream",
+            Self::SessionNotification => "session/notification",
+            Self::SessionAnswer => "session/answer",
+            Self::SessionDelete => "session/delete",
         }
     }
 }
@@ -307,6 +358,19 @@ impl<'a> AuditTrail<'a> {
         })
     }
 
+    /// Records a refusal that is answered with a result rather than an error (arguments that
+    /// fail the tool's schema, a declined confirmation). It stands even if it cannot be recorded.
+    async fn deny(&self, stage: &str, code: Option<i64>) {
+        self.server.metrics.observe_decision(stage, "deny");
+        crate::telemetry::decision(&self.span, stage, "deny", code);
+        tracing::info!(trace_id = %self.trace_id, stage, decision = "deny", code, operation = %self.operation, "decision");
+        if let Some(writer) = &self.server.audit
+            && let Err(audit_error) = writer.append(self.record(stage, Decision::Deny, code)).await
+        {
+            tracing::error!(trace_id = %self.trace_id, %audit_error, "audit log unavailable while refusing");
+        }
+    }
+
     /// Records a refusal and builds its reply. A refusal stands even if it cannot be recorded.
     async fn refuse(&self, id: &RequestId, stage: &str, error: &ProtocolError, challenge: Option<String>) -> Reply {
         self.refuse_any(Some(id), stage, error, challenge).await
@@ -320,14 +384,7 @@ impl<'a> AuditTrail<'a> {
         error: &ProtocolError,
         challenge: Option<String>,
     ) -> Reply {
-        self.server.metrics.observe_decision(stage, "deny");
-        crate::telemetry::decision(&self.span, stage, "deny", Some(error.code()));
-        tracing::info!(trace_id = %self.trace_id, stage, decision = "deny", code = error.code(), operation = %self.operation, "decision");
-        if let Some(writer) = &self.server.audit
-            && let Err(audit_error) = writer.append(self.record(stage, Decision::Deny, Some(error.code()))).await
-        {
-            tracing::error!(trace_id = %self.trace_id, %audit_error, "audit log unavailable while refusing");
-        }
+        self.deny(stage, Some(error.code())).await;
         Reply { challenge, ..Reply::error(id, error) }
     }
 }
@@ -469,6 +526,10 @@ pub struct Server {
     sessions: Option<Arc<SessionService>>,
     metrics: Metrics,
     kill_switch: Option<KillSwitchStage>,
+    once: Option<Arc<dyn OnceStore>>,
+    streams: Arc<crate::streams::StreamLimiter>,
+    /// Refusals of the HTTP transport, aggregated for the audit log (see [`crate::refusals`]).
+    transport_refusals: crate::refusals::TransportRefusals,
 }
 
 impl Server {
@@ -485,6 +546,9 @@ impl Server {
             handles: None,
             tasks: None,
             kill_switch: None,
+            once: None,
+            streams: Arc::default(),
+            transport_refusals: crate::refusals::TransportRefusals::new(secret.derive("palisade/audit-digest/v1")),
             metrics: Metrics::default(),
             cursors: Cursors::new(&secret),
             events: EventBus::new(config.listen_queue),
@@ -500,11 +564,19 @@ impl Server {
     /// health is also what `/readyz` reports.
     pub fn with_audit(mut self, store: Arc<dyn AuditStore>) -> Self {
         let writer = Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default()));
+        self.transport_refusals.attach(writer.clone());
         if let Some(tasks) = &self.tasks {
             tasks.set_audit(writer.clone(), self.digester.clone());
         }
         self.audit = Some(writer);
         self.store = Some(store);
+        self
+    }
+
+    /// Keeps single-use records (an accepted confirmation is spent there) in `store`, shared by
+    /// every instance. Without one, a confirmed call of a needs-confirmation tool is refused.
+    pub fn with_once_store(mut self, store: Arc<dyn OnceStore>) -> Self {
+        self.once = Some(store);
         self
     }
 
@@ -623,6 +695,11 @@ impl Server {
     /// The server's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The HTTP transport's refusals, counted until they are flushed to the audit log.
+    pub(crate) fn transport_refusals(&self) -> &crate::refusals::TransportRefusals {
+        &self.transport_refusals
     }
 
     /// Flushes the audit log (call at shutdown).
@@ -781,9 +858,9 @@ impl Server {
             None => None,
         };
         // 5. authorize: the operation's required scopes; a 403 names all of them.
-        let required = self.required_scopes(&operation);
-        if let Err(refusal) = self.authenticator.require_scopes(&principal, required) {
-            let error = ProtocolError::InsufficientScope { required: required.to_vec() };
+        let required = self.required_scopes(&operation, &request.params);
+        if let Err(refusal) = self.authenticator.require_scopes(&principal, &required) {
+            let error = ProtocolError::InsufficientScope { required };
             return audit.refuse(&id, "authorize", &error, refusal.challenge).await;
         }
         // 6. handles: every declared handle argument, resolved with its per-use checks.
@@ -824,7 +901,7 @@ impl Server {
                 self.session_method(method, &request.params, admitted.as_ref()).await
             }
             _ => {
-                let work = self.dispatch(&operation, ctx, &request.params);
+                let work = self.dispatch(&operation, ctx, &request.params, audit);
                 tokio::select! {
                     result = tokio::time::timeout(self.config.effective_timeout(), work) => {
                         result.unwrap_or_else(|_| { cancel.cancel(); Err(ProtocolError::Timeout) })
@@ -841,10 +918,9 @@ impl Server {
             Err(error) if fence_rule.as_ref().is_some_and(|cleared| cleared.fence_skipped()) => {
                 audit.refuse(&id, "killswitch", &error, None).await
             }
-            Err(error) => {
-                tracing::info!(stage = "dispatch", code = error.code(), operation = %operation, "request failed");
-                Reply::error(Some(&id), &error)
-            }
+            // Every refusal after the allow (a forged requestState, a bad cursor, a missing
+            // capability, a handler's error, a timeout) is on the record with its code.
+            Err(error) => audit.refuse(&id, "dispatch", &error, None).await,
         }
     }
 
@@ -894,18 +970,52 @@ impl Server {
         Ok(resolved)
     }
 
-    fn required_scopes(&self, operation: &OperationKey) -> &[String] {
-        match (operation.method, operation.target()) {
-            (Method::ToolsCall, Some(name)) => self.app.tool(name).map(|t| t.required_scopes.as_slice()).unwrap_or(&[]),
-            (Method::PromptsGet, Some(name)) => {
-                self.app.prompt(name).map(|p| p.required_scopes.as_slice()).unwrap_or(&[])
-            }
+    /// Stage 5's scopes: what the operation's registered entry requires; for a listen stream,
+    /// what reading every resource it names requires; for a completion, what its reference
+    /// (the prompt, the resource) requires. What a request only *names* is never looser than
+    /// what acting on it is.
+    fn required_scopes(&self, operation: &OperationKey, params: &Map<String, Value>) -> Vec<String> {
+        let app = &self.app;
+        let mut scopes: Vec<String> = match (operation.method, operation.target()) {
+            (Method::ToolsCall, Some(name)) => app.tool(name).map(|t| t.required_scopes.clone()).unwrap_or_default(),
+            (Method::PromptsGet, Some(name)) => app.prompt(name).map(|p| p.required_scopes.clone()).unwrap_or_default(),
             // Subscribing to a resource needs what reading it needs, on either wire.
             (Method::ResourcesRead | Method::Subscribe | Method::Unsubscribe, Some(target)) => {
-                self.app.resource_scopes(target)
+                app.resource_scopes(target).to_vec()
             }
-            _ => &[],
-        }
+            (Method::Listen, _) => {
+                let uris = params
+                    .get("notifications")
+                    .and_then(|filter| filter.get("resourceSubscriptions"))
+                    .and_then(Value::as_array)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                uris.iter()
+                    .filter_map(Value::as_str)
+                    .filter_map(|uri| app.registered_resource(uri))
+                    .flat_map(|target| app.resource_scopes(target).iter().cloned())
+                    .collect()
+            }
+            (Method::Complete, _) => {
+                let reference = params.get("ref");
+                let field = |key: &str| reference.and_then(|r| r.get(key)).and_then(Value::as_str);
+                match reference.and_then(|r| r.get("type")).and_then(Value::as_str) {
+                    Some("ref/prompt") => field("name")
+                        .and_then(|name| app.prompt(name))
+                        .map(|p| p.required_scopes.clone())
+                        .unwrap_or_default(),
+                    Some("ref/resource") => field("uri")
+                        .and_then(|uri| app.registered_resource(uri).or(Some(uri)))
+                        .map(|target| app.resource_scopes(target).to_vec())
+                        .unwrap_or_default(),
+                    _ => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
+        };
+        scopes.sort();
+        scopes.dedup();
+        scopes
     }
 
     /// Stage 1: everything that must hold before the request means anything.
@@ -924,8 +1034,11 @@ impl Server {
             return Err(if palisade_wire::error::is_removed_method(&request.method) {
                 ProtocolError::MethodNotFound { method: request.method.clone() }
             } else {
-                let requested =
-                    headers.protocol_version.as_deref().and_then(|v| decode_value(v).ok()).unwrap_or_default();
+                let requested = headers
+                    .protocol_version
+                    .as_deref()
+                    .and_then(|v| palisade_wire::header::decode_plain_value(v).ok())
+                    .unwrap_or_default();
                 ProtocolError::UnsupportedVersion { requested }
             });
         }
@@ -966,12 +1079,16 @@ impl Server {
         if !self.advertised(method) {
             return Err(not_found());
         }
-        if let Some(raw) = headers.and_then(|h| h.protocol_version.as_deref()) {
-            let version = decode_value(raw)
-                .map_err(|_| ProtocolError::HeaderMismatch("MCP-Protocol-Version is malformed".into()))?;
-            if !self.config.legacy.versions.contains(&version) {
+        if let Some(headers) = headers {
+            if let Some(name) = &headers.duplicate {
+                return Err(ProtocolError::HeaderMismatch(format!("{name} sent more than once")));
+            }
+            if let Some(version) = plain_header(&headers.protocol_version, "MCP-Protocol-Version")?
+                && !self.config.legacy.versions.contains(&version)
+            {
                 return Err(ProtocolError::UnsupportedVersion { requested: version });
             }
+            check_method_and_name(request, headers, false)?;
         }
         match (method, wire.session) {
             (Method::Initialize, Some(_)) => {
@@ -1034,8 +1151,9 @@ impl Server {
         })?;
         let session = session.ok_or(ProtocolError::SessionNotFound)?;
         let admitted = service.admit(principal, session, self.clock.as_ref()).await?;
-        if let Some(raw) = headers.and_then(|h| h.protocol_version.as_deref())
-            && decode_value(raw).ok().as_deref() != Some(admitted.state.protocol_version.as_str())
+        if let Some(headers) = headers
+            && let Some(version) = plain_header(&headers.protocol_version, "MCP-Protocol-Version")?
+            && version != admitted.state.protocol_version
         {
             return Err(ProtocolError::HeaderMismatch(
                 "MCP-Protocol-Version differs from the session's negotiated version".into(),
@@ -1125,15 +1243,17 @@ impl Server {
     }
 
     /// For the 2025-era transport's requests that are not JSON-RPC requests (the GET stream,
-    /// DELETE, notifications, answers to server requests): authenticate, then admit the session
-    /// for that principal. Audited like every other decision.
-    pub async fn admit_session(
+    /// DELETE, notifications, answers to server requests): authenticate, admit the session for
+    /// that principal, then the kill switch for `method` (one of the `Session*` operations, in
+    /// the signed registry like every other). Audited like every other decision. The clearance
+    /// is what a GET stream watches to end on a DISABLE.
+    pub(crate) async fn admit_session(
         &self,
         authorization: Option<&[u8]>,
         session: Option<&SessionId>,
-        what: &str,
-    ) -> Result<(Arc<VerifiedPrincipal>, Admitted), Reply> {
-        let mut audit = AuditTrail::new(self, what);
+        method: Method,
+    ) -> Result<(Arc<VerifiedPrincipal>, Admitted, Option<Arc<crate::killswitch::Cleared>>), Reply> {
+        let mut audit = AuditTrail::new(self, method.as_str());
         let principal = match self.authenticator.authenticate(authorization).await {
             Ok(principal) => Arc::new(principal),
             Err(refusal) => {
@@ -1153,10 +1273,49 @@ impl Server {
             Ok(admitted) => admitted,
             Err(error) => return Err(audit.refuse_any(None, "session", &error, None).await),
         };
+        let operation = OperationKey { method, target: None };
+        audit.operation(&operation);
+        let cleared = match &self.kill_switch {
+            Some(stage) => {
+                audit.policy_version = Some(stage.policy_version());
+                match stage.pre_dispatch(&operation, &principal).await {
+                    Ok(cleared) => Some(cleared),
+                    Err(error) => return Err(audit.refuse_any(None, "killswitch", &error, None).await),
+                }
+            }
+            None => None,
+        };
         if let Err(error) = audit.allow("session").await {
             return Err(audit.refuse_any(None, "audit", &error, None).await);
         }
-        Ok((principal, admitted))
+        Ok((principal, admitted, cleared))
+    }
+
+    /// A 2025-era request whose `Mcp-Session-Id` is malformed or repeated: it can name no
+    /// session, but authentication still comes first (401 with its challenge, whatever the
+    /// session id), then the same 404 as an unknown session. Audited like every refusal.
+    pub(crate) async fn refuse_malformed_session(&self, authorization: Option<&[u8]>, what: &str) -> Reply {
+        let mut audit = AuditTrail::new(self, what);
+        match self.authenticator.authenticate(authorization).await {
+            Ok(principal) => {
+                audit.principal(&Arc::new(principal));
+                audit.refuse_any(None, "session", &ProtocolError::SessionNotFound, None).await
+            }
+            Err(refusal) => {
+                audit.refuse_any(None, "authenticate", &ProtocolError::Unauthenticated, refusal.challenge).await
+            }
+        }
+    }
+
+    /// A place for one more open stream of `principal` (listen, GET), or the refusal.
+    pub(crate) fn stream_permit(
+        &self,
+        principal: &VerifiedPrincipal,
+    ) -> Result<crate::streams::StreamPermit, ProtocolError> {
+        self.streams.acquire(principal.partition_key(), self.config.max_streams_per_principal).ok_or_else(|| {
+            tracing::info!(stage = "listen", "stream refused: the principal holds the most streams allowed");
+            ProtocolError::InvalidRequest("too many open streams for this caller")
+        })
     }
 
     /// The clock.
@@ -1200,45 +1359,29 @@ impl Server {
     }
 
     fn classify(&self, method: Method, params: &Map<String, Value>) -> Result<OperationKey, ProtocolError> {
-        let target = match method {
-            Method::ToolsCall => {
+        let target = match method.target_family() {
+            TargetFamily::Tool => {
                 let name = string_param(params, "name")?;
-                Some(
-                    self.app
-                        .tool(name)
-                        .ok_or_else(|| ProtocolError::invalid_params(format!("unknown tool: {name}")))?
-                        .name
-                        .clone(),
-                )
+                Some(self.app.tool(name).ok_or_else(|| ProtocolError::invalid_params("unknown tool"))?.name.clone())
             }
-            Method::PromptsGet => {
+            TargetFamily::Prompt => {
                 let name = string_param(params, "name")?;
-                Some(
-                    self.app
-                        .prompt(name)
-                        .ok_or_else(|| ProtocolError::invalid_params(format!("unknown prompt: {name}")))?
-                        .name
-                        .clone(),
-                )
+                Some(self.app.prompt(name).ok_or_else(|| ProtocolError::invalid_params("unknown prompt"))?.name.clone())
             }
-            Method::ResourcesRead | Method::Subscribe | Method::Unsubscribe => {
+            TargetFamily::Resource => {
                 let uri = string_param(params, "uri")?;
-                let registered =
-                    self.app.resources.iter().find(|r| r.uri == uri).map(|r| r.uri.clone()).or_else(|| {
-                        self.app.templates.iter().find(|t| t.match_uri(uri).is_some()).map(|t| t.template.clone())
-                    });
-                Some(registered.ok_or_else(|| ProtocolError::ResourceNotFound { uri: uri.to_owned() })?)
+                let registered = self.app.registered_resource(uri);
+                Some(registered.ok_or_else(|| ProtocolError::ResourceNotFound { uri: uri.to_owned() })?.to_owned())
             }
-            // Any tasks/* request without the extension is -32021, before the id is looked at.
-            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {
-                let declared = RequestMeta::from_params(params).map(|meta| meta.has_extension(TASKS_EXTENSION));
-                if !declared.unwrap_or(false) {
-                    return Err(missing_tasks_capability());
-                }
-                None
-            }
-            _ => None,
+            TargetFamily::None => None,
         };
+        // Any tasks/* request without the extension is -32021, before the id is looked at.
+        if matches!(method, Method::TasksGet | Method::TasksUpdate | Method::TasksCancel) {
+            let declared = RequestMeta::from_params(params).map(|meta| meta.has_extension(TASKS_EXTENSION));
+            if !declared.unwrap_or(false) {
+                return Err(missing_tasks_capability());
+            }
+        }
         Ok(OperationKey { method, target })
     }
 
@@ -1247,6 +1390,7 @@ impl Server {
         operation: &OperationKey,
         mut ctx: RequestContext,
         params: &Map<String, Value>,
+        audit: &AuditTrail<'_>,
     ) -> Result<Value, ProtocolError> {
         let app = &self.app;
         match operation.method {
@@ -1267,9 +1411,13 @@ impl Server {
                 self.prepare_round(&mut ctx, Method::ToolsCall, params)?;
                 if let Some(validator) = &tool.validator {
                     let instance = Value::Object(arguments.clone());
+                    // Named by where in the tool's schema each check failed (the server's own
+                    // text): a validator's message would quote the client's values back.
                     let problems: Vec<String> =
-                        validator.iter_errors(&instance).take(5).map(|e| e.to_string()).collect();
+                        validator.iter_errors(&instance).take(5).map(|e| e.schema_path().to_string()).collect();
                     if !problems.is_empty() {
+                        // A tool error the model can read, and a refusal on the record.
+                        audit.deny("arguments", Some(ProtocolError::invalid_params("").code())).await;
                         let result =
                             crate::CallToolResult::error(format!("invalid arguments: {}", problems.join("; ")));
                         return Ok(result.into_value());
@@ -1277,10 +1425,19 @@ impl Server {
                 }
                 // Task-capable tools: a task when the request declares the extension; a tool that
                 // only runs as a task refuses a request that does not (before any handler runs).
+                // Never on the 2025-era wire, whatever its session's capabilities say: durable
+                // tasks are the 2026-07-28 extension.
+                let modern = palisade_wire::SUPPORTED_VERSIONS.contains(&ctx.meta.protocol_version.as_str());
                 let as_task = tool.task_support != TaskSupport::Forbidden
                     && self.tasks.is_some()
+                    && modern
                     && ctx.meta.has_extension(TASKS_EXTENSION);
                 if tool.task_support == TaskSupport::Required && !as_task {
+                    if !modern {
+                        return Err(ProtocolError::invalid_params(
+                            "this tool runs only as a durable task, which needs the 2026-07-28 wire",
+                        ));
+                    }
                     return Err(missing_tasks_capability());
                 }
                 // Handles were resolved in stage 6: the handler (and a confirmation question) gets
@@ -1289,7 +1446,7 @@ impl Server {
                     arguments.remove(&argument.name);
                 }
                 if tool.needs_confirmation
-                    && let Some(answer) = self.confirmation(&mut ctx, tool, params, &arguments)?
+                    && let Some(answer) = self.confirmation(&mut ctx, tool, params, &arguments, audit).await?
                 {
                     return Ok(answer);
                 }
@@ -1306,7 +1463,7 @@ impl Server {
                     // Later rounds of a confirmed call carry the confirmation forward.
                     Outcome::InputRequired(mut input) if tool.needs_confirmation => {
                         let app_state = input.state.take().unwrap_or(Value::Null);
-                        input.state = Some(json!({ "confirmed": true, "app": app_state }));
+                        input.state = Some(json!({ "confirmed": true, "app": app_state, "n": fresh_trace_id() }));
                         Outcome::InputRequired(input)
                     }
                     outcome => outcome,
@@ -1361,7 +1518,11 @@ impl Server {
             | Method::Ping
             | Method::SetLogLevel
             | Method::Subscribe
-            | Method::Unsubscribe => Err(ProtocolError::Internal),
+            | Method::Unsubscribe
+            | Method::SessionStream
+            | Method::SessionNotification
+            | Method::SessionAnswer
+            | Method::SessionDelete => Err(ProtocolError::Internal),
             Method::TasksGet => self.task_service()?.get(&ctx.principal, params).await,
             Method::TasksUpdate => self.task_service()?.update(&self.app, &self.events, &ctx.principal, params).await,
             Method::TasksCancel => self.task_service()?.cancel(&self.events, &ctx.principal, params).await,
@@ -1390,34 +1551,97 @@ impl Server {
         let service = self.task_service()?;
         let meta = params.get("_meta").cloned().unwrap_or_else(|| json!({}));
         let call =
-            TaskCall { tool: tool.name.clone(), arguments, meta, scopes: self.required_scopes(operation).to_vec() };
+            TaskCall { tool: tool.name.clone(), arguments, meta, scopes: self.required_scopes(operation, params) };
         service.create(&self.app, &self.events, &ctx, call).await
     }
 
     /// The confirmation step of a needs-confirmation tool. `None`: confirmed, run the handler
     /// (with the application's own state unwrapped into the context). `Some(result)`: answer
     /// with it (the question, or the refusal after a decline).
-    fn confirmation(
+    ///
+    /// A confirmation authorizes one execution: the sealed state that carries it (the question's,
+    /// answered with accept, or a later round's) is spent in the store's single-use records
+    /// before the handler runs, so replaying it (on this instance or another) is refused.
+    async fn confirmation(
         &self,
         ctx: &mut RequestContext,
         tool: &crate::registry::ToolDef,
         params: &Map<String, Value>,
         arguments: &Map<String, Value>,
+        audit: &AuditTrail<'_>,
     ) -> Result<Option<Value>, ProtocolError> {
         const KEY: &str = "palisade.confirm";
         let envelope = ctx.request_state.take();
         let confirmed = envelope.as_ref().and_then(|s| s.get("confirmed")).and_then(Value::as_bool);
+        let shown = envelope.as_ref().and_then(|s| s.get("s")).and_then(Value::as_str).map(str::to_owned);
         ctx.request_state = envelope.and_then(|mut s| s.get_mut("app").map(Value::take)).filter(|v| !v.is_null());
         match confirmed {
-            Some(true) => Ok(None),
+            Some(true) => {}
             // We asked (the sealed state says so, for exactly these params): read the answer.
             Some(false) => match ctx.input_responses.remove(KEY) {
-                Some(answer) if answer["action"] == "accept" && answer["content"]["confirm"] == true => Ok(None),
-                Some(_) => Ok(Some(crate::CallToolResult::error("the user did not confirm this call").into_value())),
-                None => self.ask_confirmation(ctx, tool, params, arguments).map(Some),
+                Some(answer) if answer["action"] == "accept" && answer["content"]["confirm"] == true => {
+                    // What the user accepted must still be what would run.
+                    if shown != Some(summary_digest(&self.confirmation_text(ctx, tool, arguments)?)) {
+                        audit.deny("confirmation", None).await;
+                        let changed = "what this call would do changed since it was confirmed: call it again";
+                        return Ok(Some(crate::CallToolResult::error(changed).into_value()));
+                    }
+                }
+                Some(_) => {
+                    audit.deny("confirmation", None).await;
+                    return Ok(Some(crate::CallToolResult::error("the user did not confirm this call").into_value()));
+                }
+                None => return self.ask_confirmation(ctx, tool, params, arguments).map(Some),
             },
-            None => self.ask_confirmation(ctx, tool, params, arguments).map(Some),
+            None => return self.ask_confirmation(ctx, tool, params, arguments).map(Some),
         }
+        self.spend_confirmation(params).await?;
+        Ok(None)
+    }
+
+    /// Marks the sealed state a confirmed round presents as used (until it would expire anyway).
+    /// Used before: refused. No single-use store, or the store in doubt: refused (fail closed).
+    async fn spend_confirmation(&self, params: &Map<String, Value>) -> Result<(), ProtocolError> {
+        let sealed = params.get("requestState").and_then(Value::as_str).ok_or(ProtocolError::Internal)?;
+        let Some(once) = &self.once else {
+            tracing::error!("a tool needs confirmation but the server has no single-use store: refused");
+            return Err(ProtocolError::Unavailable);
+        };
+        let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, sealed.as_bytes());
+        let digest: [u8; 32] = digest.as_ref().try_into().map_err(|_| ProtocolError::Internal)?;
+        let ttl_ms = u64::try_from(self.config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
+        let expires_ms = i64::try_from(self.clock.now_ms().saturating_add(ttl_ms)).unwrap_or(i64::MAX);
+        match once.consume_once(digest, expires_ms).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                tracing::info!(stage = "dispatch", decision = "deny", "a confirmation was presented again: refused");
+                Err(ProtocolError::invalid_params("this confirmation was already used"))
+            }
+            Err(error) => {
+                tracing::error!(%error, "single-use store unavailable: refusing the confirmed call");
+                Err(ProtocolError::Unavailable)
+            }
+        }
+    }
+
+    /// What the user is asked to confirm for this call: the tool's own summary when it has one,
+    /// else its arguments (handles removed), cut to 500 bytes.
+    fn confirmation_text(
+        &self,
+        ctx: &RequestContext,
+        tool: &crate::registry::ToolDef,
+        arguments: &Map<String, Value>,
+    ) -> Result<String, ProtocolError> {
+        if let Some(summary) = &tool.confirmation_summary {
+            return Ok(format!("Allow the tool {}? {}", tool.name, summary(ctx, arguments)?));
+        }
+        let mut shown = Value::Object(arguments.clone()).to_string();
+        if shown.len() > 500 {
+            let cut = (0..=500).rev().find(|i| shown.is_char_boundary(*i)).unwrap_or(0);
+            shown.truncate(cut);
+            shown.push('…');
+        }
+        Ok(format!("Allow the tool {} to run with these arguments? {shown}", tool.name))
     }
 
     fn ask_confirmation(
@@ -1427,21 +1651,13 @@ impl Server {
         params: &Map<String, Value>,
         arguments: &Map<String, Value>,
     ) -> Result<Value, ProtocolError> {
-        let mut shown = Value::Object(arguments.clone()).to_string();
-        if shown.len() > 500 {
-            let cut = (0..=500).rev().find(|i| shown.is_char_boundary(*i)).unwrap_or(0);
-            shown.truncate(cut);
-            shown.push('…');
-        }
+        let text = self.confirmation_text(ctx, tool, arguments)?;
         let schema =
             json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] });
-        let question = InputRequired::new()
-            .elicit(
-                "palisade.confirm",
-                format!("Allow the tool {} to run with these arguments? {shown}", tool.name),
-                schema,
-            )
-            .with_state(json!({ "confirmed": false }));
+        // The nonce makes each question's sealed state distinct (it is spent by digest); the
+        // summary's digest binds the answer to what was shown.
+        let state = json!({ "confirmed": false, "n": fresh_trace_id(), "s": summary_digest(&text) });
+        let question = InputRequired::new().elicit("palisade.confirm", text, schema).with_state(state);
         self.finish_round(ctx, Method::ToolsCall, params, Outcome::InputRequired(question))
     }
 
@@ -1590,14 +1806,14 @@ impl Server {
                 let name = string_param(reference, "name")?;
                 self.app
                     .prompt(name)
-                    .ok_or_else(|| ProtocolError::invalid_params(format!("unknown prompt: {name}")))?;
+                    .ok_or_else(|| ProtocolError::invalid_params("unknown prompt"))?;
                 CompletionRef::Prompt(name.to_owned())
             }
             Some("ref/resource") => {
                 let uri = string_param(reference, "uri")?;
                 let known = self.app.templates.iter().any(|t| t.template == uri) || self.app.knows_resource(uri);
                 if !known {
-                    return Err(ProtocolError::invalid_params(format!("unknown resource: {uri}")));
+                    return Err(ProtocolError::invalid_params("unknown resource"));
                 }
                 CompletionRef::Resource(uri.to_owned())
             }
@@ -1669,17 +1885,23 @@ impl Server {
         if requested_tasks.is_some() && !ctx.meta.has_extension(TASKS_EXTENSION) {
             return Err(missing_tasks_capability());
         }
+        // Bounded work per stream: each named task is a store lookup now and at every change.
+        let most = self.config.max_listen_filter_entries;
+        if requested_tasks.as_ref().is_some_and(|ids| ids.len() > most) || uris.len() > most {
+            return Err(ProtocolError::invalid_params("a listen filter names more entries than allowed"));
+        }
+        let _permit = self.stream_permit(&ctx.principal)?;
         // Only the caller's own tasks: others are dropped from the acknowledged set, silently
         // (the same answer for unknown and foreign ids).
         let mut tasks: BTreeMap<[u8; 32], (String, i64)> = BTreeMap::new();
         if let (Some(requested), Some(service)) = (&requested_tasks, &self.tasks) {
-            for id in requested.iter().take(100) {
+            for id in requested {
                 if service.owns(&ctx.principal, id).await? {
                     tasks.insert(crate::tasks::task_digest(id), (id.clone(), -1));
                 }
             }
         }
-        // Only resources that exist (and, once policies exist, that the caller may read).
+        // Only resources that exist (stage 5 required the read scopes of every one named).
         let uris: Vec<String> = uris.into_iter().filter(|uri| self.app.knows_resource(uri)).collect();
 
         let subscription_id = ctx.id.to_value();
@@ -1702,7 +1924,7 @@ impl Server {
         // Subscribe before acknowledging, so no event between the two is lost.
         let mut events = self.events.subscribe();
         // A DISABLE the kill switch observes for one of this stream's targets ends the stream.
-        let mut disables = crate::killswitch::DisableWatch::new(&ctx);
+        let mut disables = crate::killswitch::DisableWatch::new(ctx.kill_switch.as_ref());
         let ack = notification_frame(
             "notifications/subscriptions/acknowledged",
             json!({ "notifications": honoured, "_meta": stream_meta }),
@@ -1815,9 +2037,14 @@ impl<T> Outcome<T> {
     }
 }
 
+/// The digest of a confirmation question's text, kept in its sealed state.
+fn summary_digest(text: &str) -> String {
+    palisade_wire::hex(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, text.as_bytes()).as_ref())
+}
+
 /// A version header of an earlier revision (or none at all) marks a request of the session era.
 fn is_legacy_version_header(raw: Option<&[u8]>) -> bool {
-    match raw.map(decode_value) {
+    match raw.map(palisade_wire::header::decode_plain_value) {
         None => true,
         Some(Ok(version)) => version.starts_with("2024-") || version.starts_with("2025-"),
         Some(Err(_)) => false,
@@ -1835,20 +2062,28 @@ fn check_routing_headers(request: &Request, headers: &TransportHeaders) -> Resul
     if let Some(name) = &headers.duplicate {
         return Err(mismatch(&format!("{name} sent more than once")));
     }
-    let decode = |raw: &Option<Vec<u8>>, name: &str| -> Result<Option<String>, ProtocolError> {
-        raw.as_ref().map(|raw| decode_value(raw).map_err(|_| mismatch(&format!("{name} is malformed")))).transpose()
-    };
-    let version = decode(&headers.protocol_version, "MCP-Protocol-Version")?
+    let version = plain_header(&headers.protocol_version, "MCP-Protocol-Version")?
         .ok_or_else(|| mismatch("MCP-Protocol-Version header is required"))?;
     let body_version =
         request.params.get("_meta").and_then(|meta| meta.get(meta_keys::PROTOCOL_VERSION)).and_then(Value::as_str);
     if body_version != Some(version.as_str()) {
         return Err(mismatch("MCP-Protocol-Version does not match _meta protocolVersion"));
     }
-    let header_method =
-        decode(&headers.method, "Mcp-Method")?.ok_or_else(|| mismatch("Mcp-Method header is required"))?;
-    if header_method != request.method {
-        return Err(mismatch("Mcp-Method does not match the request method"));
+    check_method_and_name(request, headers, true)
+}
+
+/// `Mcp-Method` and `Mcp-Name` equal to the body. `required`: they must be present (the
+/// 2026-07-28 wire); otherwise (the 2025-era wire, whose clients may not send them) they are
+/// compared where sent, so that what a header-routing proxy saw is what runs.
+fn check_method_and_name(request: &Request, headers: &TransportHeaders, required: bool) -> Result<(), ProtocolError> {
+    let mismatch = |what: &str| ProtocolError::HeaderMismatch(what.to_owned());
+    match plain_header(&headers.method, "Mcp-Method")? {
+        Some(method) if method != request.method => {
+            return Err(mismatch("Mcp-Method does not match the request method"));
+        }
+        Some(_) => {}
+        None if required => return Err(mismatch("Mcp-Method header is required")),
+        None => {}
     }
     let name_param = match request.method.as_str() {
         "tools/call" | "prompts/get" => Some("name"),
@@ -1856,16 +2091,32 @@ fn check_routing_headers(request: &Request, headers: &TransportHeaders) -> Resul
         "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
         _ => None,
     };
-    if let Some(param) = name_param {
-        let header_name = decode(&headers.name, "Mcp-Name")?.ok_or_else(|| mismatch("Mcp-Name header is required"))?;
+    let header_name = headers
+        .name
+        .as_ref()
+        .map(|raw| decode_value(raw).map_err(|_| mismatch("Mcp-Name is malformed")))
+        .transpose()?;
+    match (name_param, header_name) {
+        (Some(_), None) if required => Err(mismatch("Mcp-Name header is required")),
         // A body without the param is an invalid-params error for the method itself.
-        if let Some(body_name) = request.params.get(param).and_then(Value::as_str)
-            && header_name != body_name
-        {
-            return Err(mismatch("Mcp-Name does not match the request"));
-        }
+        (Some(param), Some(header_name)) => match request.params.get(param).and_then(Value::as_str) {
+            Some(body_name) if header_name != body_name => Err(mismatch("Mcp-Name does not match the request")),
+            _ => Ok(()),
+        },
+        // A name header on a method that names nothing would route on a value nothing checks.
+        (None, Some(_)) if !required => Err(mismatch("Mcp-Name is not defined for this method")),
+        _ => Ok(()),
     }
-    Ok(())
+}
+
+/// A routing header without an encoded form (`MCP-Protocol-Version`, `Mcp-Method`), decoded.
+fn plain_header(raw: &Option<Vec<u8>>, name: &str) -> Result<Option<String>, ProtocolError> {
+    raw.as_ref()
+        .map(|raw| {
+            palisade_wire::header::decode_plain_value(raw)
+                .map_err(|_| ProtocolError::HeaderMismatch(format!("{name} is malformed")))
+        })
+        .transpose()
 }
 
 fn string_param<'a>(params: &'a Map<String, Value>, key: &str) -> Result<&'a str, ProtocolError> {
@@ -1901,7 +2152,15 @@ pub(crate) fn advertised(app: &App, method: Method) -> bool {
         | Method::Unsubscribe => !app.resources.is_empty() || !app.templates.is_empty(),
         Method::PromptsList | Method::PromptsGet => !app.prompts.is_empty(),
         Method::Complete => app.completion.is_some(),
-        Method::Discover | Method::Listen | Method::Initialize | Method::Ping | Method::SetLogLevel => true,
+        Method::Discover
+        | Method::Listen
+        | Method::Initialize
+        | Method::Ping
+        | Method::SetLogLevel
+        | Method::SessionStream
+        | Method::SessionNotification
+        | Method::SessionAnswer
+        | Method::SessionDelete => true,
         // The tasks extension's methods exist when some tool can run as a task (the server must
         // also have a task service to answer them).
         Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {

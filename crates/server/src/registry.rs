@@ -23,6 +23,9 @@ type ToolHandler = Arc<
 type TaskPrelude = Arc<
     dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Option<InputRequired>, ProtocolError>> + Send + Sync,
 >;
+/// What a needs-confirmation tool shows the user for one concrete call (its objects resolved).
+pub(crate) type ConfirmationSummary =
+    Arc<dyn Fn(&RequestContext, &Map<String, Value>) -> Result<String, ProtocolError> + Send + Sync>;
 type ResourceReader =
     Arc<dyn Fn(RequestContext, String, BTreeMap<String, String>) -> BoxFuture<ReadResult> + Send + Sync>;
 type PromptHandler = Arc<
@@ -74,6 +77,7 @@ pub struct ToolDef {
     pub(crate) required_scopes: Vec<String>,
     pub(crate) effect: Effect,
     pub(crate) needs_confirmation: bool,
+    pub(crate) confirmation_summary: Option<ConfirmationSummary>,
     pub(crate) header_params: Vec<(String, String)>,
     pub(crate) handle_args: Vec<HandleArgument>,
     pub(crate) task_support: TaskSupport,
@@ -90,6 +94,7 @@ pub struct ToolBuilder {
     required_scopes: Vec<String>,
     effect: Effect,
     needs_confirmation: bool,
+    confirmation_summary: Option<ConfirmationSummary>,
     handle_args: Vec<HandleArgument>,
     task_support: TaskSupport,
     restart: RestartPolicy,
@@ -120,6 +125,7 @@ impl ToolDef {
             required_scopes: Vec::new(),
             effect: Effect::default(),
             needs_confirmation: false,
+            confirmation_summary: None,
             handle_args: Vec::new(),
             task_support: TaskSupport::default(),
             restart: RestartPolicy::default(),
@@ -211,6 +217,20 @@ impl ToolBuilder {
         self
     }
 
+    /// [`needs_confirmation`](Self::needs_confirmation), showing the user what `summary` says of
+    /// the concrete call instead of the raw arguments (it sees the call's resolved handle
+    /// objects through the context: a checkout shows the basket's items and total). What it
+    /// said is bound to the answer too: if the summary differs when the accepted call comes
+    /// back (the basket changed in between), the call is refused and must be confirmed afresh.
+    pub fn confirm_with(
+        mut self,
+        summary: impl Fn(&RequestContext, &Map<String, Value>) -> Result<String, ProtocolError> + Send + Sync + 'static,
+    ) -> Self {
+        self.needs_confirmation = true;
+        self.confirmation_summary = Some(Arc::new(summary));
+        self
+    }
+
     /// Declares whether the tool runs as a task (the server decides; a request opts in by
     /// declaring the `io.modelcontextprotocol/tasks` extension). Default: never.
     pub fn task_support(mut self, support: TaskSupport) -> Self {
@@ -267,7 +287,11 @@ impl ToolBuilder {
             async move {
                 match serde_json::from_value::<A>(Value::Object(arguments)) {
                     Ok(typed) => handler(ctx, typed).await,
-                    Err(error) => Ok(Outcome::Complete(CallToolResult::error(format!("invalid arguments: {error}")))),
+                    // serde's message would quote the client's values back: logged, not sent.
+                    Err(error) => {
+                        tracing::debug!(%error, "arguments did not deserialize");
+                        Ok(Outcome::Complete(CallToolResult::error("invalid arguments: they do not fit the tool's input schema")))
+                    }
                 }
             }
         })
@@ -300,6 +324,7 @@ impl ToolBuilder {
             required_scopes: self.required_scopes,
             effect: self.effect,
             needs_confirmation: self.needs_confirmation,
+            confirmation_summary: self.confirmation_summary,
             header_params: Vec::new(),
             handle_args: self.handle_args,
             task_support: self.task_support,
@@ -666,6 +691,15 @@ impl App {
             .map(|r| r.required_scopes.as_slice())
             .or_else(|| self.templates.iter().find(|t| t.template == target).map(|t| t.required_scopes.as_slice()))
             .unwrap_or(&[])
+    }
+
+    /// The registered entry `uri` names: the static resource's URI, else the template it matches.
+    pub(crate) fn registered_resource(&self, uri: &str) -> Option<&str> {
+        self.resources
+            .iter()
+            .find(|r| r.uri == uri)
+            .map(|r| r.uri.as_str())
+            .or_else(|| self.templates.iter().find(|t| t.match_uri(uri).is_some()).map(|t| t.template.as_str()))
     }
 
     /// Whether `uri` names a static resource or matches a template.

@@ -242,7 +242,66 @@ on_both_backends!(
     a_deleted_session_is_refused,
     malformed_session_traffic_is_refused_and_changes_nothing,
     a_store_outage_fails_closed,
+    routing_headers_and_member_names_are_checked_on_the_session_wire,
 );
+
+/// The session wire checks what a header-routing proxy in front would see, as the 2026 wire
+/// does: `Mcp-Method`/`Mcp-Name` where sent must equal the body, a routing header is sent at
+/// most once, the version header has no encoded form, and a message with a repeated member
+/// name is refused (a first-wins parser in front would read another request). Durable tasks
+/// are not on this wire. Nothing runs.
+async fn routing_headers_and_member_names_are_checked_on_the_session_wire(backend: Backend) {
+    let fixture = start(backend).await;
+    let alice = fixture.alice();
+    let session = fixture.initialize(&alice).await;
+    let post = |headers: &[(&str, &str)], body: String| {
+        let mut request = reqwest::Client::new()
+            .post(&fixture.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .header("authorization", format!("Bearer {alice}"))
+            .header("mcp-session-id", session.as_str());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        async move {
+            let response = request.body(body).send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "count", "arguments": {} } })
+        .to_string();
+    let before = fixture.runs();
+    let version = ("mcp-protocol-version", VERSION);
+    for (headers, code) in [
+        (vec![version, ("mcp-method", "tools/list")], -32020),
+        (vec![version, ("mcp-method", "tools/call"), ("mcp-name", "other")], -32020),
+        (vec![version, ("mcp-method", "tools/call"), ("mcp-method", "tools/call")], -32020),
+        (vec![("mcp-protocol-version", "=?base64?MjAyNS0xMS0yNQ==?=")], -32022),
+    ] {
+        let (status, body) = post(&headers, call.clone()).await;
+        assert_eq!((status, body["error"]["code"].as_i64()), (400, Some(code)), "{headers:?}: {body}");
+    }
+    for duplicated in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{"name":"count"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"nope","name":"count"}}"#,
+    ] {
+        let (status, body) = post(&[version], duplicated.to_owned()).await;
+        assert_eq!((status, body["error"]["code"].as_i64()), (400, Some(-32600)), "{duplicated}: {body}");
+    }
+    for tasks in ["tasks/get", "tasks/cancel"] {
+        let body = json!({ "jsonrpc": "2.0", "id": 2, "method": tasks, "params": { "taskId": "x" } }).to_string();
+        let (status, body) = post(&[version], body).await;
+        assert_eq!((status, body["error"]["code"].as_i64()), (404, Some(-32601)), "{tasks}: {body}");
+        assert_eq!(body["error"]["message"], "method not found", "no client string is echoed");
+    }
+    assert_eq!(fixture.runs(), before, "a refused request ran the handler");
+    // The same call with agreeing headers runs.
+    let (status, body) = post(&[version, ("mcp-method", "tools/call"), ("mcp-name", "count")], call).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(fixture.runs(), before + 1);
+}
 
 /// With the store down, neither a new session nor a request of a live one gets through: 503,
 /// no session id, nothing runs.
@@ -313,6 +372,15 @@ async fn a_session_id_without_a_token_is_refused(backend: Backend) {
     let session = fixture.initialize(&alice).await;
     fixture.assert_refused(None, &session, 401).await;
     fixture.assert_refused(Some("not-a-token"), &session, 401).await;
+    // Authentication comes first whatever the session id: a malformed one is 401 too, with the
+    // challenge, on every kind of session request.
+    for malformed in ["short", "has spaces in the session id"] {
+        fixture.assert_refused(None, malformed, 401).await;
+        for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+            let answer = fixture.send(method.clone(), None, Some(malformed), None).await;
+            assert_eq!(answer.status, 401, "{method} with {malformed:?}");
+        }
+    }
     let stream = fixture.send(reqwest::Method::GET, None, Some(&session), None).await;
     assert_eq!(stream.status, 401);
     assert_eq!(fixture.send(reqwest::Method::DELETE, None, Some(&session), None).await.status, 401);

@@ -1,8 +1,8 @@
 //! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]) and explicit
-//! application handles ([`HandleStore`]), durable tasks ([`TaskStore`]) and 2025-era session state
-//! ([`SessionStore`]) on SQLite and PostgreSQL, group commit in front of the
-//! log ([`AuditWriter`]), and [`open_store`] choosing a backend from a URL ([`Store`] is every
-//! trait at once). Later: pins.
+//! application handles ([`HandleStore`]), durable tasks ([`TaskStore`]), 2025-era session state
+//! ([`SessionStore`]) and single-use records ([`OnceStore`]) on SQLite and PostgreSQL, group commit
+//! in front of the log ([`AuditWriter`]), and [`open_store`] choosing a backend from a URL
+//! ([`Store`] is every trait at once). Later: pins.
 //!
 //! **Architecture Invariant:** the audit log is one chain. Record `seq` stores
 //! `hash = SHA-256(prev_hash || canonical JSON of the record)`; appenders in any number of tasks,
@@ -32,6 +32,7 @@ mod chain;
 pub mod conformance;
 mod error;
 mod handles;
+mod once;
 mod postgres;
 mod record;
 mod sessions;
@@ -47,6 +48,7 @@ pub use handles::{
     HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_FIELD_BYTES, MAX_HANDLE_LIST, MAX_HANDLE_SCOPES,
     NewHandle, Revocation, RevokeSelector, hex_prefix,
 };
+pub use once::OnceStore;
 pub use postgres::{MAX_LOOKUP_CONNECTIONS, PostgresOptions, PostgresStore};
 pub use record::{AuditRecord, Decision, GENESIS_HASH, MAX_FIELD_BYTES, MAX_SCOPES, StoredAuditRecord, chain_hash};
 pub use sessions::{
@@ -60,9 +62,9 @@ pub use writer::{AuditWriter, AuditWriterConfig, BlockingAppend};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.
-pub trait Store: AuditStore + HandleStore + TaskStore + SessionStore {}
+pub trait Store: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore {}
 
-impl<T: AuditStore + HandleStore + TaskStore + SessionStore> Store for T {}
+impl<T: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore> Store for T {}
 
 /// Opens the store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
 /// `postgres://…` / `postgresql://…` (see [`PostgresStore::connect`]). Migrates and checks

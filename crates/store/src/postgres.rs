@@ -505,3 +505,9 @@ crate::sessions::impl_session_store!(
     sql: pg_sql,
     stmt: &'static str
 );
+
+crate::once::impl_once_store!(
+    store: PostgresStore,
+    writer: pool,
+    sql: pg_sql
+);

@@ -342,6 +342,12 @@ crate::sessions::impl_session_store!(
     stmt: sqlx::AssertSqlSafe<&'static str>
 );
 
+crate::once::impl_once_store!(
+    store: SqliteStore,
+    writer: writer,
+    sql: sqlite_sql
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,9 +41,10 @@ pub enum ProtocolError {
     #[error("request body too large")]
     PayloadTooLarge,
     /// Unknown, removed or un-advertised method.
-    #[error("method not found: {method}")]
+    #[error("method not found")]
     MethodNotFound {
-        /// The method as the client sent it (echoed to the client, never interpreted).
+        /// The method as the client sent it (never echoed to the client: it only decides whether
+        /// the answer names the supported versions, for a method an earlier revision had).
         method: String,
     },
     /// A required `_meta` key is missing or malformed.

@@ -35,6 +35,17 @@ pub fn decode_value(raw: &[u8]) -> Result<String, HeaderValueError> {
     }
 }
 
+/// Decodes a header value that has no encoded form (`Mcp-Method`, `MCP-Protocol-Version`): plain
+/// visible ASCII, surrounding blanks trimmed. The `=?base64?…?=` form is defined for `Mcp-Name`
+/// and `Mcp-Param-*` only; here it is taken literally (and so matches nothing).
+pub fn decode_plain_value(raw: &[u8]) -> Result<String, HeaderValueError> {
+    if !raw.iter().all(|b| (0x20..=0x7e).contains(b) || *b == b'\t') {
+        return Err(HeaderValueError::NotAscii);
+    }
+    let text = std::str::from_utf8(raw).map_err(|_| HeaderValueError::NotAscii)?;
+    Ok(text.trim_matches(|c| c == ' ' || c == '\t').to_owned())
+}
+
 /// Encodes a value for a header, choosing the base64 form when the plain form would be unsafe.
 pub fn encode_value(value: &str) -> String {
     let visible = |b: u8| (0x21..=0x7e).contains(&b) || b == b' ';
@@ -73,6 +84,15 @@ mod tests {
         }
         assert_eq!(encode_value("plain"), "plain");
         assert!(encode_value("héllo").starts_with("=?base64?"));
+    }
+
+    #[test]
+    fn plain_values_have_no_encoded_form() {
+        assert_eq!(decode_plain_value(b" tools/call ").unwrap(), "tools/call");
+        let encoded = encode_value("tools/call ");
+        assert!(encoded.starts_with(PREFIX));
+        assert_eq!(decode_plain_value(encoded.as_bytes()).unwrap(), encoded, "taken literally");
+        assert_eq!(decode_plain_value(&[0xc3, 0xa9]), Err(HeaderValueError::NotAscii));
     }
 
     #[test]

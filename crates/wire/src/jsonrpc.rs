@@ -5,6 +5,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use crate::error::ProtocolError;
+use crate::strict::{self, StrictJsonError};
 
 /// A JSON-RPC request id: a string or an integer, never null, echoed with its JSON type.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -95,9 +96,18 @@ pub struct FrameError {
 }
 
 /// Parses one frame strictly. Never panics; nesting depth is bounded by `serde_json`.
+///
+/// A member name repeated in any object, at any depth, refuses the frame as an invalid request
+/// without an id (the id may be the repeated member): a first-wins parser in front of us must
+/// never see a different request than the one we run. See [`strict`].
 pub fn parse_message(bytes: &[u8]) -> Result<Message, FrameError> {
-    let value: Value =
-        serde_json::from_slice(bytes).map_err(|_| FrameError { id: None, error: ProtocolError::Parse })?;
+    let value = strict::from_slice(bytes).map_err(|error| FrameError {
+        id: None,
+        error: match error {
+            StrictJsonError::Duplicate => ProtocolError::InvalidRequest("duplicate member name"),
+            StrictJsonError::Syntax(_) => ProtocolError::Parse,
+        },
+    })?;
     message_from_value(value)
 }
 
@@ -223,6 +233,92 @@ mod tests {
     fn deep_nesting_is_an_error_not_a_crash() {
         let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert_eq!(err(&deep), ProtocolError::Parse);
+    }
+
+    /// A valid `tools/call` frame with `insert` spliced in right after `"{at}":{` — or, when `at`
+    /// is empty, right after the frame's opening brace.
+    fn tools_call_with(at: &str, insert: &str) -> String {
+        let frame = concat!(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"product_get","#,
+            r#""arguments":{"sku":"TEA-001","filter":{"tags":[{"k":"a","v":"b"}]}},"#,
+            r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","#,
+            r#""io.modelcontextprotocol/clientCapabilities":{}}}}"#
+        );
+        let marker = if at.is_empty() { "{".to_owned() } else { format!(r#""{at}":{{"#) };
+        let split = frame.find(&marker).expect("marker in the frame") + marker.len();
+        format!("{}{insert}{}", &frame[..split], &frame[split..])
+    }
+
+    fn refused_as_duplicate(frame: &str) {
+        let refusal = parse_message(frame.as_bytes()).expect_err(frame);
+        assert_eq!(refusal.error, ProtocolError::InvalidRequest("duplicate member name"), "{frame}");
+        assert_eq!(refusal.error.code(), -32600);
+        assert_eq!(refusal.id, None, "{frame}");
+        assert!(error_frame(refusal.id.as_ref(), &refusal.error).get("id").is_none());
+    }
+
+    #[test]
+    fn the_test_frame_is_accepted() {
+        let Message::Request(request) = parse_message(tools_call_with("", "").as_bytes()).unwrap() else {
+            panic!("not a request")
+        };
+        assert_eq!(request.method, "tools/call");
+        assert_eq!(request.params["arguments"]["filter"]["tags"][0]["k"], json!("a"));
+    }
+
+    #[test]
+    fn duplicate_top_level_members_are_refused() {
+        refused_as_duplicate(&tools_call_with("", r#""method":"tools/list","#));
+        refused_as_duplicate(&tools_call_with("", r#""params":{},"#));
+        refused_as_duplicate(&tools_call_with("", r#""id":2,"#));
+        refused_as_duplicate(&tools_call_with("", r#""id":1,"#));
+        refused_as_duplicate(&tools_call_with("", r#""jsonrpc":"2.0","#));
+        // Last-wins would have made this a valid request.
+        refused_as_duplicate(r#"{"jsonrpc":"1.0","jsonrpc":"2.0","id":1,"method":"m"}"#);
+        refused_as_duplicate(r#"{"jsonrpc":"2.0","id":null,"id":"a","method":"m"}"#);
+    }
+
+    #[test]
+    fn duplicate_members_inside_params_are_refused() {
+        refused_as_duplicate(&tools_call_with("params", r#""name":"admin_delete","#));
+        refused_as_duplicate(&tools_call_with("params", r#""arguments":{"sku":"TEA-002"},"#));
+        refused_as_duplicate(&tools_call_with("_meta", r#""io.modelcontextprotocol/protocolVersion":"2025-06-18","#));
+        refused_as_duplicate(&tools_call_with("arguments", r#""sku":"TEA-002","#));
+        refused_as_duplicate(&tools_call_with("filter", r#""tags":[],"#));
+        refused_as_duplicate(&tools_call_with(
+            "io.modelcontextprotocol/clientCapabilities",
+            r#""sampling":{},"sampling":{}"#,
+        ));
+        let deep = tools_call_with("arguments", r#""deep":[[{"x":{"y":[{"z":1,"z":2}]}}]],"#);
+        refused_as_duplicate(&deep);
+    }
+
+    #[test]
+    fn escaped_equal_member_names_are_duplicates() {
+        refused_as_duplicate(&tools_call_with("", r#""\u006dethod":"tools/list","#));
+        refused_as_duplicate(&tools_call_with("params", r#""n\u0061me":"admin_delete","#));
+        refused_as_duplicate(&tools_call_with("_meta", r#""io.modelcontextprotocol\/protocolVersion":"2025-06-18","#));
+        refused_as_duplicate(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":1,"\u0061":2}}"#);
+    }
+
+    #[test]
+    fn equal_names_in_different_objects_are_accepted() {
+        let frame = tools_call_with(
+            "arguments",
+            r#""name":"x","params":{"name":"y","params":{"name":"z"}},"list":[{"id":1},{"id":1}],"#,
+        );
+        let Message::Request(request) = parse_message(frame.as_bytes()).unwrap() else { panic!("not a request") };
+        assert_eq!(request.params["name"], json!("product_get"));
+        assert_eq!(request.params["arguments"]["params"]["params"]["name"], json!("z"));
+    }
+
+    #[test]
+    fn syntax_errors_stay_parse_errors() {
+        assert_eq!(err(r#"{"jsonrpc":"2.0","id":1,,"method":"m"}"#), ProtocolError::Parse);
+        assert_eq!(err(r#"{"jsonrpc":"2.0","id":1,"method":"m"} {}"#), ProtocolError::Parse);
+        assert_eq!(err(r#"{"jsonrpc":"2.0","id":1,"id":"#), ProtocolError::Parse);
+        // Parsing stops at the first problem: a duplicate read before the text breaks off.
+        assert_eq!(err(r#"{"id":1,"id":2"#), ProtocolError::InvalidRequest("duplicate member name"));
     }
 
     #[test]

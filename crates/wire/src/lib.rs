@@ -9,10 +9,12 @@ pub mod error;
 pub mod header;
 pub mod jsonrpc;
 pub mod meta;
+pub mod strict;
 
 pub use error::ProtocolError;
 pub use jsonrpc::{Message, Notification, Request, RequestId};
 pub use meta::{LogLevel, ProgressToken, RequestMeta};
+pub use strict::StrictJsonError;
 
 /// Lower-case hex of `bytes` (digests, ids, trace ids): one allocation, no formatter.
 pub fn hex(bytes: &[u8]) -> String {

@@ -6,7 +6,7 @@ use palisade_killswitch::envelope::{EnvelopeError, SignedEnvelope, envelope_byte
 use palisade_killswitch::keys::generate_keypair_files;
 use palisade_killswitch::{
     Coverage, Ed25519SigningKey, ExposedOperation, KillSwitchError, MonotonicOutcome, PolicyError, PolicyHeader,
-    PolicyPayload, SqliteGenerationStore, TargetValues, format_rfc3339_ms, sign_policy,
+    PolicyPayload, SqliteGenerationStore, TargetKind, TargetValues, format_rfc3339_ms, sign_policy,
 };
 use serde_json::json;
 
@@ -337,13 +337,26 @@ fn skeleton_sign_and_load_round_trip() {
     let skeleton = PolicyPayload::skeleton(
         header,
         [
-            ExposedOperation { key: CHECKOUT.to_owned(), has_side_effect: true },
-            ExposedOperation { key: TOOLS_LIST.to_owned(), has_side_effect: false },
-            ExposedOperation { key: "resources/read:shop://policy".to_owned(), has_side_effect: false },
+            ExposedOperation { key: CHECKOUT.to_owned(), has_side_effect: true, target_kind: Some(TargetKind::Tool) },
+            ExposedOperation { key: TOOLS_LIST.to_owned(), has_side_effect: false, target_kind: None },
+            ExposedOperation {
+                key: "resources/read:shop://policy".to_owned(),
+                has_side_effect: false,
+                target_kind: Some(TargetKind::Resource),
+            },
         ],
     );
     assert!(skeleton.operations.values().all(|rule| rule.coverage == Coverage::Covered), "fail-safe default");
     assert!(skeleton.operations[CHECKOUT].require_commit_fence);
+    // Every rule asks for the targets an operator can name for any request: the release, the
+    // caller's tenant and client; plus the operation's own entry.
+    use TargetKind::{Client, Resource, ServerRelease, Tenant, Tool};
+    assert_eq!(skeleton.operations[CHECKOUT].required_target_kinds, vec![ServerRelease, Tenant, Client, Tool]);
+    assert_eq!(skeleton.operations[TOOLS_LIST].required_target_kinds, vec![ServerRelease, Tenant, Client]);
+    assert_eq!(
+        skeleton.operations["resources/read:shop://policy"].required_target_kinds,
+        vec![ServerRelease, Tenant, Client, Resource]
+    );
     let json = serde_json::to_vec_pretty(&skeleton).unwrap();
     let envelope = sign_policy(&json, &kit.root_key, now_ms()).unwrap();
     let policy = kit.load(&envelope).unwrap();

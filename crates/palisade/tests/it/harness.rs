@@ -262,3 +262,21 @@ pub fn tool_call(server: &Palisade, token: &str, tool: &str, arguments: Value) -
         .header("authorization", format!("Bearer {token}"))
         .body(body.to_string())
 }
+
+/// `tools/call` of a needs-confirmation tool as a client that confirms: the call declares
+/// elicitation, gets the confirmation question, and is sent again with the sealed state and an
+/// accept. Returns the question's text and the final answer.
+pub async fn confirmed_tool_call(server: &Palisade, token: &str, tool: &str, arguments: Value) -> (String, Exchange) {
+    let call = |extra: Value| {
+        let mut params = with_meta(json!({ "name": tool, "arguments": arguments }), json!({ "elicitation": {} }));
+        params.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap());
+        let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
+        tool_call(server, token, tool, json!({})).body(body.to_string())
+    };
+    let asked = send(call(json!({}))).await;
+    assert_eq!(asked.result()["resultType"], "input_required", "{:?}", asked.response());
+    let question = asked.result()["inputRequests"]["palisade.confirm"]["params"]["message"].as_str().unwrap().to_owned();
+    let state = asked.result()["requestState"].clone();
+    let accept = json!({ "palisade.confirm": { "action": "accept", "content": { "confirm": true } } });
+    (question, send(call(json!({ "requestState": state, "inputResponses": accept }))).await)
+}

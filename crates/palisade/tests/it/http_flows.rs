@@ -206,7 +206,11 @@ async fn confirmation_is_bound_to_the_exact_arguments() {
     let mut accepted = call.clone();
     accepted["inputResponses"] = answer("accept");
     accepted["requestState"] = state;
-    assert_eq!(client.request("tools/call", accepted).await.result()["content"][0]["text"], "action done on a");
+    assert_eq!(client.request("tools/call", accepted.clone()).await.result()["content"][0]["text"], "action done on a");
+    // A confirmation authorizes one execution: the same accepted state again is refused.
+    let replayed = client.request("tools/call", accepted).await;
+    assert_eq!(replayed.error_code(), -32602, "{:?}", replayed.response());
+    assert_eq!(replayed.response()["error"]["message"], "invalid params: this confirmation was already used");
     // Without the elicitation capability the server cannot ask: -32021.
     let no_caps = with_meta(json!({ "name": "test_confirmed_action", "arguments": { "target": "a" } }), json!({}));
     assert_eq!(client.request("tools/call", no_caps).await.error_code(), -32021);

@@ -3,10 +3,11 @@
 //! server's registry, and a signed policy missing an exposed operation refuses to start.
 
 use std::process::Command;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Palisade, TempDir, send, tool_call, with_meta};
+use crate::harness::{Palisade, TempDir, confirmed_tool_call, send, tool_call, with_meta};
 
 fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(envs.iter().copied()).output().expect("run palisade")
@@ -48,6 +49,7 @@ async fn the_demo_tool_flips_off_and_on_live() {
 
     let disabled = succeed(&["authority", "disable", "--target", "tool:basket_checkout", "--reason", "test"], &env);
     assert!(disabled.contains("tool:basket_checkout is now DISABLE"), "{disabled}");
+    // Refused before anything else runs: not even the confirmation question is asked.
     let refused = send(tool_call(&server, token, "basket_checkout", json!({ "basket": first }))).await;
     assert_eq!((refused.status, refused.error_code()), (403, -32030), "{:?}", refused.response());
     // Other tools keep working; the basket is intact.
@@ -59,7 +61,8 @@ async fn the_demo_tool_flips_off_and_on_live() {
 
     let enabled = succeed(&["authority", "enable", "--target", "tool:basket_checkout", "--reason", "fixed"], &env);
     assert!(enabled.contains("is now ENABLE"), "{enabled}");
-    let placed = send(tool_call(&server, token, "basket_checkout", json!({ "basket": first }))).await;
+    let (question, placed) = confirmed_tool_call(&server, token, "basket_checkout", json!({ "basket": first })).await;
+    assert!(question.contains("1 x MUG-001") && question.contains("EUR 14.50"), "{question}");
     assert_eq!(placed.result()["structuredContent"]["totalCents"], 1450);
 
     let bad = palisade(&["authority", "disable", "--target", "gizmo:x", "--reason", "r"], &env);
@@ -266,4 +269,97 @@ async fn an_external_authority_process_switches_the_server_and_its_absence_fails
     drop(authority);
     let refused = send(product()).await;
     assert_eq!((refused.status, refused.error_code()), (503, -32603), "{:?}", refused.response());
+}
+
+/// A 2025-era POST of `body` for `session` (none for `initialize`).
+fn legacy_post(server: &Palisade, token: &str, session: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+    let mut request = reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session).header("mcp-protocol-version", "2025-11-25");
+    }
+    request
+}
+
+fn legacy_get(server: &Palisade, token: &str, session: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .get(&server.url)
+        .header("accept", "text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+}
+
+async fn initialize(server: &Palisade, token: &str) -> String {
+    let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "it", "version": "0" } } });
+    let response = legacy_post(server, token, None, body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.headers()["mcp-session-id"].to_str().unwrap().to_owned()
+}
+
+/// `tenant:` and `client:` targets switch off every operation of that tenant or client, on both
+/// wires, including the 2025-era GET stream (new ones refused, an open one ended), session
+/// notifications and resource subscriptions; other tenants and clients are untouched; and
+/// `authority disable` refuses a target kind the signed policy never asks for.
+#[tokio::test]
+async fn tenant_and_client_targets_switch_every_operation_on_both_wires() {
+    let server = Palisade::start_app("demo", &[]);
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let token = |tenant: &str, client: &str| {
+        let args =
+            ["dev", "token", "--subject", "alice", "--tenant", tenant, "--client", client, "--scope", "shop:read"];
+        succeed(&args, &env).trim().to_owned()
+    };
+    let (alice, other_tenant, other_client) = (token("acme", "cli"), token("globex", "cli"), token("acme", "web"));
+    let product = |token: &str| send(tool_call(&server, token, "product_get", json!({ "sku": "TEA-001" })));
+    assert_eq!(product(&alice).await.status, 200);
+    let session = initialize(&server, &alice).await;
+    // Subscriptions are in the signed registry under the key classification gives them.
+    let subscribe = json!({ "jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
+        "params": { "uri": "shop://policies/returns" } });
+    let subscribed = send(legacy_post(&server, &alice, Some(&session), subscribe.clone())).await;
+    assert_eq!((subscribed.status, subscribed.result()), (200, &json!({})), "{:?}", subscribed.response());
+    let mut open_stream = crate::harness::Stream::open(legacy_get(&server, &alice, &session)).await;
+
+    for (target, refused, untouched) in [("tenant:acme", &alice, &other_tenant), ("client:cli", &alice, &other_client)]
+    {
+        let disabled = succeed(&["authority", "disable", "--target", target, "--reason", "test"], &env);
+        assert!(disabled.contains("is now DISABLE"), "{disabled}");
+        let answer = product(refused).await;
+        assert_eq!((answer.status, answer.error_code()), (403, -32030), "{target}: {:?}", answer.response());
+        assert_eq!(product(untouched).await.status, 200, "{target}: another tenant or client is untouched");
+        let call = json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": { "name": "product_get", "arguments": { "sku": "TEA-001" } } });
+        let legacy = send(legacy_post(&server, refused, Some(&session), call)).await;
+        assert_eq!(legacy.error_code(), -32030, "{target}: {:?}", legacy.response());
+        let stream = legacy_get(&server, refused, &session).send().await.unwrap();
+        assert_eq!(stream.status(), 403, "{target}: no new GET stream");
+        let note = json!({ "jsonrpc": "2.0", "method": "notifications/roots/list_changed" });
+        let note = legacy_post(&server, refused, Some(&session), note).send().await.unwrap();
+        assert_eq!(note.status(), 403, "{target}: no session notification");
+        let resubscribe = send(legacy_post(&server, refused, Some(&session), subscribe.clone())).await;
+        assert_eq!(resubscribe.error_code(), -32030, "{target}");
+        if target == "tenant:acme" {
+            // The stream opened before the DISABLE ended once a check observed it.
+            let started = std::time::Instant::now();
+            assert!(open_stream.next(Duration::from_secs(10)).await.is_none());
+            assert!(started.elapsed() < Duration::from_secs(8), "the open GET stream was ended, not timed out");
+        }
+        succeed(&["authority", "enable", "--target", target, "--reason", "done"], &env);
+        assert_eq!(product(refused).await.status, 200, "{target}: ENABLE restores");
+    }
+
+    // A kind no signed rule asks for: refused, unless forced (and then loudly).
+    let pointless = palisade(&["authority", "disable", "--target", "task:x", "--reason", "r"], &env);
+    assert!(!pointless.status.success());
+    let stderr = String::from_utf8_lossy(&pointless.stderr);
+    assert!(stderr.contains("has no rule that asks for task targets"), "{stderr}");
+    let forced = palisade(&["authority", "disable", "--target", "task:x", "--reason", "r", "--force"], &env);
+    assert!(forced.status.success(), "{}", String::from_utf8_lossy(&forced.stderr));
+    assert!(String::from_utf8_lossy(&forced.stderr).contains("WARNING"));
 }
