@@ -263,7 +263,7 @@ async fn a_stalled_request_head_is_cut_off_after_the_header_timeout() {
     });
     futures::future::join_all(checks).await;
     // One header line every 400 ms, each within the timeout, does not reset it.
-    let lines = ["POST /mcp HTTP/1.1\r\n", "Host: x\r\n"].into_iter().chain(std::iter::repeat("X-A: 1\r\n").take(10));
+    let lines = ["POST /mcp HTTP/1.1\r\n", "Host: x\r\n"].into_iter().chain(std::iter::repeat_n("X-A: 1\r\n", 10));
     let closed = trickled(connect(port).await, lines.map(str::as_bytes), Duration::from_millis(400)).await;
     assert!(closed < Duration::from_millis(2500), "cut off after the header timeout, not per line ({closed:?})");
     // Each head begun and not finished is a refusal; the silent connection is not.
@@ -298,7 +298,7 @@ async fn a_body_that_does_not_arrive_in_time_is_answered_408_and_the_connection_
 
     // A chunked body at one byte per 300 ms.
     let chunks = std::iter::once(head("Transfer-Encoding: chunked\r\n").into_bytes())
-        .chain(std::iter::repeat(b"1\r\n \r\n".to_vec()).take(20));
+        .chain(std::iter::repeat_n(b"1\r\n \r\n".to_vec(), 20));
     let (closed, received) = trickled_reading(connect(port).await, chunks, Duration::from_millis(300)).await;
     let text = String::from_utf8_lossy(&received);
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");

@@ -206,12 +206,31 @@ async fn demo_orders_export_runs_as_a_task_with_confirmation_and_progress() {
     send(tool_call(&server, &alice, "basket_add_item", json!({ "basket": basket, "sku": "MUG-001", "quantity": 1 })))
         .await;
 
+    let done = export(&server, &alice, true).await;
+    assert_eq!(done["result"]["structuredContent"]["count"], 1, "{done}");
+    assert_eq!(done["statusMessage"], "exported 1 of 1 baskets");
+    // The same user through another client exports none of them: the owner rule of the
+    // basket handles (the same user, through the client that made the basket) applies.
+    let elsewhere = token_for(&server, "alice", "acme", "evil", "shop:read shop:basket");
+    let done = export(&server, &elsewhere, false).await;
+    assert_eq!(done["result"]["structuredContent"]["count"], 0, "{done}");
+    // Without the extension the export is refused before anything runs.
+    let params = with_meta(json!({ "name": "orders_export", "arguments": {} }), json!({}));
+    let body = json!({ "jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": params });
+    let request = Client::new(&server).post("tools/call", &params).header("authorization", format!("Bearer {alice}"));
+    let refused = send(request.body(body.to_string())).await;
+    assert_eq!(refused.error_code(), -32021);
+}
+
+/// Runs `orders_export` as `token` to its end (confirming it) and returns the finished task.
+/// `probe_foreign`: also check that another user can neither see nor answer it.
+async fn export(server: &Palisade, alice: &str, probe_foreign: bool) -> Value {
     let call = json!({ "name": "orders_export", "arguments": {} });
-    let task = demo_task_rpc(&server, &alice, "tools/call", call).await;
+    let task = demo_task_rpc(server, alice, "tools/call", call).await;
     assert_eq!(task["result"]["resultType"], "task", "{task}");
     let id = task["result"]["taskId"].as_str().unwrap().to_owned();
     let poll = |expected: &'static str| {
-        let (server, alice, id) = (&server, &alice, id.clone());
+        let id = id.clone();
         async move {
             for _ in 0..100 {
                 let got = demo_task_rpc(server, alice, "tasks/get", json!({ "taskId": id })).await;
@@ -225,22 +244,16 @@ async fn demo_orders_export_runs_as_a_task_with_confirmation_and_progress() {
     };
     let waiting = poll("input_required").await;
     assert_eq!(waiting["inputRequests"]["confirm"]["method"], "elicitation/create");
-    // Another user cannot see or answer it.
-    let bob = token(&server, "bob", "shop:read shop:basket");
-    let foreign = demo_task_rpc(&server, &bob, "tasks/get", json!({ "taskId": id })).await;
-    assert_eq!(foreign["error"]["code"], -32602);
+    if probe_foreign {
+        // Another user cannot see or answer it.
+        let bob = token(server, "bob", "shop:read shop:basket");
+        let foreign = demo_task_rpc(server, &bob, "tasks/get", json!({ "taskId": id })).await;
+        assert_eq!(foreign["error"]["code"], -32602);
+    }
     let answer = json!({ "taskId": id, "inputResponses": { "confirm": { "action": "accept", "content": { "confirm": true } } } });
-    let ack = demo_task_rpc(&server, &alice, "tasks/update", answer).await;
+    let ack = demo_task_rpc(server, alice, "tasks/update", answer).await;
     assert_eq!(ack["result"]["resultType"], "complete");
-    let done = poll("completed").await;
-    assert_eq!(done["result"]["structuredContent"]["count"], 1, "{done}");
-    assert_eq!(done["statusMessage"], "exported 1 of 1 baskets");
-    // Without the extension the export is refused before anything runs.
-    let params = with_meta(json!({ "name": "orders_export", "arguments": {} }), json!({}));
-    let body = json!({ "jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": params });
-    let request = Client::new(&server).post("tools/call", &params).header("authorization", format!("Bearer {alice}"));
-    let refused = send(request.body(body.to_string())).await;
-    assert_eq!(refused.error_code(), -32021);
+    poll("completed").await
 }
 
 #[test]

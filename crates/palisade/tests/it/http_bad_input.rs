@@ -53,6 +53,21 @@ async fn malformed_frames() {
         ("a response", r#"{"jsonrpc":"2.0","id":1,"result":{}}"#, 400, -32600),
         ("extra member", r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","x":1}"#, 400, -32600),
         ("truncated frame", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\u{fffd}\"", 400, -32700),
+        // A first-wins parser in front would read another request than the one run.
+        ("duplicate method", r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call"}"#, 400, -32600),
+        ("duplicate id", r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/list"}"#, 400, -32600),
+        (
+            "duplicate tool name",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"name":"a","name":"b"}}"#,
+            400,
+            -32600,
+        ),
+        (
+            "duplicate _meta version",
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+            400,
+            -32600,
+        ),
     ];
     for (case, body, status, code) in cases {
         let exchange = raw(&client, "tools/list", (*body).to_owned(), |b| b).await;
@@ -128,6 +143,12 @@ async fn headers_must_match_the_body() {
                 reqwest::RequestBuilder::from_parts(reqwest::Client::new(), request)
             }),
         ),
+        // The encoded form exists for Mcp-Name and Mcp-Param-* only.
+        ("method header base64-encoded", Box::new(|b| set(b, "mcp-method", "=?base64?dG9vbHMvbGlzdA==?="))),
+        (
+            "version header base64-encoded",
+            Box::new(|b| set(b, "mcp-protocol-version", "=?base64?MjAyNi0wNy0yOA==?=")),
+        ),
         (
             "malformed base64 header",
             Box::new(|b| {
@@ -170,6 +191,17 @@ async fn headers_must_match_the_body() {
     )
     .await;
     expect(&differs, 400, -32020, "Mcp-Param differs");
+    for (first, second) in [("eu", "us"), ("us", "eu")] {
+        let twice = send(
+            client
+                .post("tools/call", &json!({ "name": "test_header_param" }))
+                .header("Mcp-Param-Region", first)
+                .header("mcp-param-region", second)
+                .body(param_call("eu")),
+        )
+        .await;
+        expect(&twice, 400, -32020, "Mcp-Param repeated, in either order");
+    }
     let matches = send(
         client
             .post("tools/call", &json!({ "name": "test_header_param" }))
@@ -197,12 +229,9 @@ async fn methods_and_params() {
         expect(&exchange, 404, -32601, method);
         assert_eq!(exchange.response()["error"]["data"]["supported"], json!(["2026-07-28"]), "{method}");
     }
-    expect(
-        &raw(&client, "nope/nope", frame("nope/nope", with_meta(json!({}), json!({}))), |b| b).await,
-        404,
-        -32601,
-        "unknown",
-    );
+    let unknown = raw(&client, "nope/nope", frame("nope/nope", with_meta(json!({}), json!({}))), |b| b).await;
+    expect(&unknown, 404, -32601, "unknown");
+    assert_eq!(unknown.response()["error"]["message"], "method not found", "the client's string is not echoed");
     // A legacy client's initialize (no version header, no _meta) is served on the session wire
     // (on by default): a session and the negotiated 2025-era version.
     let legacy_init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize",
@@ -239,6 +268,7 @@ async fn methods_and_params() {
     assert_eq!(exchange.error_code(), -32602, "cursor of the wrong type");
     let exchange = client.request("tools/call", json!({ "name": "no_such_tool" })).await;
     assert_eq!(exchange.error_code(), -32602, "unknown tool");
+    assert_eq!(exchange.response()["error"]["message"], "invalid params: unknown tool", "no echo of the name");
     let exchange = client.request("tools/call", json!({ "name": "test_simple_text", "arguments": [1] })).await;
     assert_eq!(exchange.error_code(), -32602, "arguments not an object");
     let exchange = client.request("tools/call", json!({ "name": "echo_structured", "arguments": { "text": 5 } })).await;
