@@ -37,7 +37,11 @@ struct Args {
 }
 
 fn targets() -> TargetValues {
-    TargetValues::new().with(TargetKind::ServerRelease, "bench").with(TargetKind::Tool, "bench")
+    TargetValues::new()
+        .with(TargetKind::ServerRelease, "bench")
+        .with(TargetKind::Tenant, "bench")
+        .with(TargetKind::Client, "bench")
+        .with(TargetKind::Tool, "bench")
 }
 
 fn percentile(sorted: &[u64], p: f64) -> u64 {
@@ -73,7 +77,11 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let dir = std::env::temp_dir().join(format!("palisade-authority-bench-{}", std::process::id()));
     let files = DevAuthorityFiles::new(dir.clone());
-    let exposed = vec![ExposedOperation { key: OPERATION.to_owned(), has_side_effect: true }];
+    let exposed = vec![ExposedOperation {
+        key: OPERATION.to_owned(),
+        has_side_effect: true,
+        target_kind: Some(TargetKind::Tool),
+    }];
     files.prepare(&exposed, SystemClock.now_ms())?;
     let authority = files.start_authority().await?;
     let switch = Arc::new(files.kill_switch(&authority.url, vec![OPERATION.to_owned()]).await?);

@@ -357,7 +357,9 @@ fn checkout_summary(ctx: &RequestContext, baskets: &Baskets) -> Result<String, P
         .map(Vec::as_slice)
         .unwrap_or_default()
         .iter()
-        .map(|item| format!("{} x {} at {}", item["quantity"], item["sku"].as_str().unwrap_or("?"), euros(&item["priceCents"])))
+        .map(|item| {
+            format!("{} x {} at {}", item["quantity"], item["sku"].as_str().unwrap_or("?"), euros(&item["priceCents"]))
+        })
         .collect();
     let items = if items.is_empty() { "nothing".to_owned() } else { items.join(", ") };
     Ok(format!("Place an order for {items}; total {}.", euros(&summary["totalCents"])))

@@ -345,8 +345,10 @@ impl Activity {
     }
 
     /// Resolves when the connection should be closed: no request received within `first_head`
-    /// of the accept (then `true`), or no request in flight for `idle` (then `false`). Never
-    /// early: every wake-up recomputes the deadline from the current state.
+    /// (or `idle`, if shorter) of the accept (then `true`), or no request in flight for `idle`
+    /// (then `false`). A deadline only ever moves later as requests come and go, so sleeping
+    /// until it and recomputing it from the current state on every wake-up never closes early
+    /// or late.
     async fn idle(&self, first_head: Duration, idle: Duration) -> bool {
         loop {
             let now = tokio::time::Instant::now();
@@ -355,7 +357,7 @@ impl Activity {
             let deadline = if busy {
                 now + idle
             } else if first {
-                self.opened + first_head
+                self.opened + first_head.min(idle)
             } else {
                 self.opened + Duration::from_millis(self.idle_since_ms.load(Ordering::SeqCst)) + idle
             };
@@ -717,7 +719,7 @@ fn frame_reason(error: &ProtocolError, bytes: &[u8]) -> Reason {
 /// result or an error, and no method), which the session wire accepts.
 fn is_client_answer(bytes: &[u8]) -> bool {
     matches!(
-        serde_json::from_slice::<Value>(bytes),
+        palisade_wire::strict::from_slice(bytes),
         Ok(Value::Object(message))
             if !message.contains_key("method")
                 && message.contains_key("id")

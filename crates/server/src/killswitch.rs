@@ -112,8 +112,9 @@ pub fn exposed_operations(app: &App) -> Vec<ExposedOperation> {
             target_kind: target_kind(family),
         };
         match family {
-            TargetFamily::Tool => exposed
-                .extend(app.tools.iter().map(|tool| entry(&tool.name, tool.effect == Effect::SideEffecting))),
+            TargetFamily::Tool => {
+                exposed.extend(app.tools.iter().map(|tool| entry(&tool.name, tool.effect == Effect::SideEffecting)))
+            }
             TargetFamily::Prompt => exposed.extend(app.prompts.iter().map(|prompt| entry(&prompt.name, false))),
             TargetFamily::Resource => {
                 exposed.extend(app.resources.iter().map(|r| entry(&r.uri, false)));

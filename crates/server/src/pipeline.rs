@@ -1804,9 +1804,7 @@ impl Server {
         let reference = match reference.get("type").and_then(Value::as_str) {
             Some("ref/prompt") => {
                 let name = string_param(reference, "name")?;
-                self.app
-                    .prompt(name)
-                    .ok_or_else(|| ProtocolError::invalid_params("unknown prompt"))?;
+                self.app.prompt(name).ok_or_else(|| ProtocolError::invalid_params("unknown prompt"))?;
                 CompletionRef::Prompt(name.to_owned())
             }
             Some("ref/resource") => {

@@ -290,7 +290,9 @@ impl ToolBuilder {
                     // serde's message would quote the client's values back: logged, not sent.
                     Err(error) => {
                         tracing::debug!(%error, "arguments did not deserialize");
-                        Ok(Outcome::Complete(CallToolResult::error("invalid arguments: they do not fit the tool's input schema")))
+                        Ok(Outcome::Complete(CallToolResult::error(
+                            "invalid arguments: they do not fit the tool's input schema",
+                        )))
                     }
                 }
             }

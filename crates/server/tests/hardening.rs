@@ -24,12 +24,16 @@ use tokio_util::sync::CancellationToken;
 fn app() -> App {
     let schema = json!({ "type": "object", "properties": { "n": { "type": "integer" } }, "required": ["n"] });
     App::builder("hardening-test", "0")
-        .tool(ToolDef::new("typed").input_schema(schema).handler(|_, _| async {
-            Ok(Outcome::Complete(CallToolResult::text("ran")))
-        }))
-        .tool(ToolDef::new("confirmed").needs_confirmation().handler(|_, _| async {
-            Ok(Outcome::Complete(CallToolResult::text("ran")))
-        }))
+        .tool(
+            ToolDef::new("typed")
+                .input_schema(schema)
+                .handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("ran"))) }),
+        )
+        .tool(
+            ToolDef::new("confirmed")
+                .needs_confirmation()
+                .handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("ran"))) }),
+        )
         .tool(
             ToolDef::new("task_only")
                 .task_support(TaskSupport::Required)
@@ -139,13 +143,15 @@ async fn refusals_after_the_allow_are_on_the_record() {
         assert!(records.iter().any(|stored| stored.record.decision == Decision::Allow), "{what}: the allow stays");
     }
     // The schema refusal is a tool error the model can read, naming the schema, not the value.
-    let reply = world.send(request("tools/call", json!({ "name": "typed", "arguments": { "n": "seven" } }), json!({}))).await;
+    let reply =
+        world.send(request("tools/call", json!({ "name": "typed", "arguments": { "n": "seven" } }), json!({}))).await;
     let text = reply.frame["result"]["content"][0]["text"].as_str().unwrap();
     assert_eq!(reply.frame["result"]["isError"], true);
     assert!(text.contains("/properties/n/type") && !text.contains("seven"), "{text}");
 
     // A declined confirmation: asked, then declined; the decline is a deny at `confirmation`.
-    let asked = world.send(request("tools/call", json!({ "name": "confirmed", "arguments": {} }), elicitation.clone())).await;
+    let asked =
+        world.send(request("tools/call", json!({ "name": "confirmed", "arguments": {} }), elicitation.clone())).await;
     let state = asked.frame["result"]["requestState"].clone();
     let declined = json!({ "name": "confirmed", "arguments": {}, "requestState": state,
         "inputResponses": { "palisade.confirm": { "action": "decline" } } });
@@ -165,7 +171,10 @@ async fn listen_filters_and_completions_need_the_scopes_of_what_they_name() {
         request("subscriptions/listen", json!({ "notifications": { "resourceSubscriptions": [uri] } }), json!({}))
     };
     let refused = bare.send(listen("test://secret")).await;
-    assert_eq!((refused.status, refused.frame["error"]["data"]["requiredScopes"].clone()), (403, json!(["secret:read"])));
+    assert_eq!(
+        (refused.status, refused.frame["error"]["data"]["requiredScopes"].clone()),
+        (403, json!(["secret:read"]))
+    );
     let complete = |reference: Value| {
         request(
             "completion/complete",
@@ -174,7 +183,10 @@ async fn listen_filters_and_completions_need_the_scopes_of_what_they_name() {
         )
     };
     let refused = bare.send(complete(json!({ "type": "ref/prompt", "name": "guarded" }))).await;
-    assert_eq!((refused.status, refused.frame["error"]["data"]["requiredScopes"].clone()), (403, json!(["prompt:use"])));
+    assert_eq!(
+        (refused.status, refused.frame["error"]["data"]["requiredScopes"].clone()),
+        (403, json!(["prompt:use"]))
+    );
     let refused = bare.send(complete(json!({ "type": "ref/resource", "uri": "test://secret" }))).await;
     assert_eq!(refused.status, 403, "{}", refused.frame);
     // What needs no scope is served without one.
@@ -200,7 +212,8 @@ async fn listen_filters_and_completions_need_the_scopes_of_what_they_name() {
 async fn streams_per_principal_and_listen_filters_are_bounded() {
     let config = ServerConfig { max_streams_per_principal: 2, max_listen_filter_entries: 3, ..ServerConfig::default() };
     let world = world(&[], config).await;
-    let listen = || request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }), json!({}));
+    let listen =
+        || request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }), json!({}));
     let mut open = Vec::new();
     for _ in 0..2 {
         let (sink, mut frames) = NotificationSink::channel(16);
@@ -220,7 +233,8 @@ async fn streams_per_principal_and_listen_filters_are_bounded() {
     let _ = task.await;
     let (sink, mut frames) = NotificationSink::channel(16);
     let server = world.server.clone();
-    let again = tokio::spawn(async move { server.handle_request(listen(), None, sink, CancellationToken::new()).await });
+    let again =
+        tokio::spawn(async move { server.handle_request(listen(), None, sink, CancellationToken::new()).await });
     let ack = tokio::time::timeout(Duration::from_secs(5), frames.recv()).await.unwrap().unwrap();
     assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     again.abort();

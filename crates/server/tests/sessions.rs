@@ -270,8 +270,9 @@ async fn routing_headers_and_member_names_are_checked_on_the_session_wire(backen
             (status, response.json::<Value>().await.unwrap_or(Value::Null))
         }
     };
-    let call = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "count", "arguments": {} } })
-        .to_string();
+    let call =
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": { "name": "count", "arguments": {} } })
+            .to_string();
     let before = fixture.runs();
     let version = ("mcp-protocol-version", VERSION);
     for (headers, code) in [

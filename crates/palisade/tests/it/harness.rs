@@ -275,7 +275,8 @@ pub async fn confirmed_tool_call(server: &Palisade, token: &str, tool: &str, arg
     };
     let asked = send(call(json!({}))).await;
     assert_eq!(asked.result()["resultType"], "input_required", "{:?}", asked.response());
-    let question = asked.result()["inputRequests"]["palisade.confirm"]["params"]["message"].as_str().unwrap().to_owned();
+    let question =
+        asked.result()["inputRequests"]["palisade.confirm"]["params"]["message"].as_str().unwrap().to_owned();
     let state = asked.result()["requestState"].clone();
     let accept = json!({ "palisade.confirm": { "action": "accept", "content": { "confirm": true } } });
     (question, send(call(json!({ "requestState": state, "inputResponses": accept }))).await)

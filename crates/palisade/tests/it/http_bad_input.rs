@@ -145,10 +145,7 @@ async fn headers_must_match_the_body() {
         ),
         // The encoded form exists for Mcp-Name and Mcp-Param-* only.
         ("method header base64-encoded", Box::new(|b| set(b, "mcp-method", "=?base64?dG9vbHMvbGlzdA==?="))),
-        (
-            "version header base64-encoded",
-            Box::new(|b| set(b, "mcp-protocol-version", "=?base64?MjAyNi0wNy0yOA==?=")),
-        ),
+        ("version header base64-encoded", Box::new(|b| set(b, "mcp-protocol-version", "=?base64?MjAyNi0wNy0yOA==?="))),
         (
             "malformed base64 header",
             Box::new(|b| {
