@@ -363,3 +363,51 @@ async fn tenant_and_client_targets_switch_every_operation_on_both_wires() {
     assert!(forced.status.success(), "{}", String::from_utf8_lossy(&forced.stderr));
     assert!(String::from_utf8_lossy(&forced.stderr).contains("WARNING"));
 }
+
+/// The demo's checkout on the 2025-era wire: the confirmation is a real `elicitation/create`
+/// request on the POST's stream showing the items and total; the client's answer (admitted like
+/// any request of the session) lets the same call run through every stage again, once.
+#[tokio::test]
+async fn checkout_confirms_through_a_relayed_elicitation_on_the_session_wire() {
+    let server = Palisade::start_app("demo", &[]);
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let args = [
+        "dev",
+        "token",
+        "--subject",
+        "alice",
+        "--tenant",
+        "acme",
+        "--client",
+        "cli",
+        "--scope",
+        "shop:read shop:basket",
+    ];
+    let token = succeed(&args, &env).trim().to_owned();
+    let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": { "elicitation": {} }, "clientInfo": { "name": "it", "version": "0" } } });
+    let response = legacy_post(&server, &token, None, init).send().await.unwrap();
+    let session = response.headers()["mcp-session-id"].to_str().unwrap().to_owned();
+    let call = |id: i64, tool: &str, arguments: Value| json!({ "jsonrpc": "2.0", "id": id, "method": "tools/call", "params": { "name": tool, "arguments": arguments } });
+    let created = send(legacy_post(&server, &token, Some(&session), call(1, "basket_create", json!({})))).await;
+    let basket = created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned();
+    let item = json!({ "basket": basket, "sku": "TEA-001", "quantity": 2 });
+    assert_eq!(send(legacy_post(&server, &token, Some(&session), call(2, "basket_add_item", item))).await.status, 200);
+
+    let checkout = call(3, "basket_checkout", json!({ "basket": basket }));
+    let mut stream = crate::harness::Stream::open(legacy_post(&server, &token, Some(&session), checkout)).await;
+    let ask = stream.next(Duration::from_secs(10)).await.expect("the server's question");
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    let message = ask["params"]["message"].as_str().unwrap();
+    assert!(message.contains("2 x TEA-001") && message.contains("total EUR 13.00"), "{message}");
+    let answer =
+        json!({ "jsonrpc": "2.0", "id": ask["id"], "result": { "action": "accept", "content": { "confirm": true } } });
+    let answered = legacy_post(&server, &token, Some(&session), answer.clone()).send().await.unwrap();
+    assert_eq!(answered.status(), 202);
+    let placed = stream.next(Duration::from_secs(10)).await.expect("the call's answer");
+    assert_eq!(placed["id"], 3);
+    assert_eq!(placed["result"]["structuredContent"]["totalCents"], 1300, "{placed}");
+    // The same answer again finds nothing waiting for it.
+    let again = legacy_post(&server, &token, Some(&session), answer).send().await.unwrap();
+    assert_eq!(again.status(), 400);
+}
