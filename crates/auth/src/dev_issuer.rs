@@ -1,6 +1,6 @@
 //! A development token issuer for the demo and tests: one ES256 key kept on disk, tokens minted
-//! in the RFC 9068 access-token shape. Not an authorization server (no endpoints, no consent):
-//! it exists so `palisade serve` works out of the box with `JwksSource::Static`.
+//! in the RFC 9068 access-token shape, trusted by the demo with `JwksSource::Static`. The
+//! endpoints that make it an authorization server are in [`crate::authorization_server`].
 //!
 //! Files in the data directory:
 //! - `dev-issuer-key.p8`: the PKCS#8 private key, created with mode 0600 and refused on load if

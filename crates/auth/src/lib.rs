@@ -8,9 +8,13 @@
 //! [`AuthError`] that knows its HTTP status and its exact `WWW-Authenticate` challenge.
 //! [`check_scopes`] turns a missing scope into a 403 naming every needed scope.
 //! [`protected_resource_metadata`] and [`metadata_paths`] publish RFC 9728 metadata.
-//! [`dev_issuer::DevIssuer`] mints ES256 tokens for the demo.
+//! [`dev_issuer::DevIssuer`] mints ES256 tokens for the demo, and
+//! [`authorization_server::DevAuthorizationServer`] makes it a small OAuth 2.1 authorization
+//! server for the demo (development only). [`egress::EgressGuard`] is the one way a URL chosen by
+//! someone else is fetched (SSRF controls).
 //!
-//! **API Boundary:** this crate knows HTTP only as header bytes and status numbers; it knows
+//! **API Boundary:** this crate knows HTTP only as header bytes, status numbers and the plain
+//! request/response values of the authorization server; it knows
 //! neither axum nor JSON-RPC. The server crate calls `verify` once per request and hands the
 //! `VerifiedClaims` on by value; nothing outside this crate can construct one.
 //!
@@ -74,7 +78,9 @@ mod cache;
 mod claims;
 mod clock;
 mod config;
+pub mod authorization_server;
 pub mod dev_issuer;
+pub mod egress;
 mod error;
 mod header;
 mod jwks;

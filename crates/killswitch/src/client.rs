@@ -15,6 +15,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use url::Url;
 use zeroize::Zeroizing;
 
+use crate::batch::BATCH_PATH;
 use crate::clock::{Clock, parse_rfc3339_ms};
 use crate::envelope::{EnvelopeError, verify_envelope_fields};
 use crate::head::{
@@ -53,6 +54,10 @@ pub enum AuthorityError {
     /// The answer exceeded the size cap.
     #[error("authority answer too large")]
     TooLarge,
+    /// A batched answer's item does not prove inclusion under the signed root (index out of
+    /// range, path of the wrong length, or a leaf that folds to another root).
+    #[error("authority batch item does not fold to the signed root")]
+    Inclusion,
     /// The answer is not the expected document.
     #[error("authority answer malformed: {what}")]
     Malformed {
@@ -79,6 +84,39 @@ pub enum AuthorityError {
     RedeemRejected,
 }
 
+impl AuthorityError {
+    /// The same refusal for another caller of one batch (transport sources are not cloneable;
+    /// the first caller keeps the source, the others get the kind).
+    pub(crate) fn for_another_caller(&self) -> AuthorityError {
+        match self {
+            AuthorityError::Config { reason } => AuthorityError::Config { reason: reason.clone() },
+            AuthorityError::Unreachable { .. } => AuthorityError::Unreachable { source: None },
+            AuthorityError::Timeout => AuthorityError::Timeout,
+            AuthorityError::HttpStatus { status } => AuthorityError::HttpStatus { status: *status },
+            AuthorityError::TooLarge => AuthorityError::TooLarge,
+            AuthorityError::Inclusion => AuthorityError::Inclusion,
+            AuthorityError::Malformed { what } => AuthorityError::Malformed { what },
+            AuthorityError::Envelope(error) => AuthorityError::Envelope(error.clone()),
+            AuthorityError::HeadMismatch { field } => AuthorityError::HeadMismatch { field },
+            AuthorityError::Stale => AuthorityError::Stale,
+            AuthorityError::Expired => AuthorityError::Expired,
+            AuthorityError::RedeemRejected => AuthorityError::RedeemRejected,
+        }
+    }
+}
+
+/// Which envelope the client asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeadEnvelope {
+    /// One signature over many callers' queries ([`crate::batch`]); the queries waiting at one
+    /// moment travel together, the next batch leaves when the previous answer arrived.
+    #[default]
+    Batched,
+    /// One query per request, each head signed on its own (v2; for authorities without the
+    /// batch endpoint).
+    Single,
+}
+
 /// Where and how to reach the authority.
 pub struct AuthorityClientConfig {
     /// Base URL, `https://host:port` (a path prefix is allowed).
@@ -91,8 +129,10 @@ pub struct AuthorityClientConfig {
     pub client_key_pem: Zeroizing<Vec<u8>>,
     /// Overall time limit per query (connect, TLS, request, answer).
     pub timeout: Duration,
-    /// Largest answer accepted, in bytes.
+    /// Largest answer accepted, in bytes (per query: a batch of n queries may be n times this).
     pub max_response_bytes: usize,
+    /// Batched (default) or single-query envelope.
+    pub envelope: HeadEnvelope,
 }
 
 impl std::fmt::Debug for AuthorityClientConfig {
@@ -130,6 +170,7 @@ impl AuthorityClientConfig {
             client_key_pem: Zeroizing::new(read(client_key_file)?),
             timeout: Self::DEFAULT_TIMEOUT,
             max_response_bytes: Self::DEFAULT_MAX_RESPONSE_BYTES,
+            envelope: HeadEnvelope::default(),
         })
     }
 }
@@ -182,7 +223,9 @@ impl std::fmt::Debug for CommitToken {
 pub struct AuthorityClient {
     http: reqwest::Client,
     head_endpoint: Url,
+    batch_endpoint: Url,
     redeem_endpoint: Url,
+    envelope: HeadEnvelope,
     timeout: Duration,
     max_response_bytes: usize,
     random: Arc<SystemRandom>,
@@ -265,15 +308,28 @@ impl AuthorityClient {
         Ok(Self {
             http,
             head_endpoint: endpoint(CURRENT_HEAD_PATH),
+            batch_endpoint: endpoint(BATCH_PATH),
             redeem_endpoint: endpoint(REDEEM_PATH),
+            envelope: config.envelope,
             timeout: config.timeout,
             max_response_bytes: config.max_response_bytes,
             random: Arc::new(SystemRandom::new()),
         })
     }
 
+    /// The envelope this client asks for.
+    pub fn envelope(&self) -> HeadEnvelope {
+        self.envelope
+    }
+
+    /// POSTs a batch request (`queries` of them) and returns status and body; the size cap
+    /// scales with the number of queries.
+    pub(crate) async fn post_batch(&self, body: Vec<u8>, queries: usize) -> Result<(u16, Vec<u8>), AuthorityError> {
+        self.post_capped(&self.batch_endpoint, body, self.max_response_bytes.saturating_mul(queries.max(1))).await
+    }
+
     /// A fresh 256-bit query nonce, lowercase hex.
-    fn nonce(&self) -> Result<String, AuthorityError> {
+    pub(crate) fn nonce(&self) -> Result<String, AuthorityError> {
         let mut bytes = [0_u8; 32];
         self.random.fill(&mut bytes).map_err(|_| config_error("random generator failed"))?;
         Ok(hex(&bytes))
@@ -281,6 +337,10 @@ impl AuthorityClient {
 
     /// POSTs `body` and returns the 200 answer's bytes, within the timeout and size cap.
     async fn post(&self, url: &Url, body: Vec<u8>) -> Result<(u16, Vec<u8>), AuthorityError> {
+        self.post_capped(url, body, self.max_response_bytes).await
+    }
+
+    async fn post_capped(&self, url: &Url, body: Vec<u8>, cap: usize) -> Result<(u16, Vec<u8>), AuthorityError> {
         let exchange = async {
             let mut response = self
                 .http
@@ -296,7 +356,7 @@ impl AuthorityClient {
             while let Some(chunk) =
                 response.chunk().await.map_err(|error| AuthorityError::Unreachable { source: Some(error) })?
             {
-                if received.len() + chunk.len() > self.max_response_bytes {
+                if received.len() + chunk.len() > cap {
                     return Err(AuthorityError::TooLarge);
                 }
                 received.extend_from_slice(&chunk);

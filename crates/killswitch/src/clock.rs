@@ -1,13 +1,29 @@
 //! Time behind a trait (so expiry and freshness are testable without sleeping), and the one
 //! timestamp format the kill switch signs: RFC 3339 in UTC with a `Z` suffix.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of the current time in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + 'static {
     /// Now, in milliseconds since 1970-01-01T00:00:00Z.
     fn now_ms(&self) -> i64;
+
+    /// Completes once [`Clock::now_ms`] has reached `deadline_ms`. The default sleeps on the
+    /// runtime's timer and looks again; [`ManualClock`] completes when it is moved past it.
+    fn sleep_until_ms(&self, deadline_ms: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            loop {
+                let left = deadline_ms.saturating_sub(self.now_ms());
+                if left <= 0 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(u64::try_from(left).unwrap_or(0))).await;
+            }
+        })
+    }
 }
 
 /// The system's wall clock.
@@ -28,28 +44,45 @@ impl Clock for SystemClock {
 #[derive(Debug, Default)]
 pub struct ManualClock {
     now_ms: AtomicI64,
+    moved: tokio::sync::Notify,
 }
 
 impl ManualClock {
     /// A clock showing `now_ms`.
     pub fn new(now_ms: i64) -> Self {
-        Self { now_ms: AtomicI64::new(now_ms) }
+        Self { now_ms: AtomicI64::new(now_ms), moved: tokio::sync::Notify::new() }
     }
 
     /// Sets the time.
     pub fn set_ms(&self, now_ms: i64) {
         self.now_ms.store(now_ms, Ordering::SeqCst);
+        self.moved.notify_waiters();
     }
 
     /// Moves the time forward (or back, with a negative step).
     pub fn advance_ms(&self, step_ms: i64) {
         self.now_ms.fetch_add(step_ms, Ordering::SeqCst);
+        self.moved.notify_waiters();
     }
 }
 
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.now_ms.load(Ordering::SeqCst)
+    }
+
+    fn sleep_until_ms(&self, deadline_ms: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            loop {
+                let moved = self.moved.notified();
+                tokio::pin!(moved);
+                moved.as_mut().enable();
+                if self.now_ms() >= deadline_ms {
+                    return;
+                }
+                moved.await;
+            }
+        })
     }
 }
 

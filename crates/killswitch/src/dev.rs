@@ -307,7 +307,16 @@ impl DevAuthorityFiles {
         url: &str,
         exposed_operations: Vec<String>,
     ) -> Result<KillSwitch, DevAuthorityError> {
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        self.kill_switch_with_clock(url, exposed_operations, Arc::new(SystemClock)).await
+    }
+
+    /// [`Self::kill_switch`] reading the time from `clock` (tests move it instead of sleeping).
+    pub async fn kill_switch_with_clock(
+        &self,
+        url: &str,
+        exposed_operations: Vec<String>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<KillSwitch, DevAuthorityError> {
         let policy = Policy::load(&self.policy_files(), clock.now_ms())?;
         let store = SqliteGenerationStore::open(&path_str(&self.generation_db())?).await?;
         let kill_switch = KillSwitch::start(KillSwitchConfig {

@@ -62,6 +62,11 @@ impl Ed25519SigningKey {
         Ok(Self(SigningKey::from_bytes(&seed)))
     }
 
+    /// A key from its 32-byte seed (test vectors; production keys come from [`Self::generate`]).
+    pub fn from_seed(seed: &[u8; 32]) -> Self {
+        Self(SigningKey::from_bytes(seed))
+    }
+
     /// Reads a signing key file (see the module docs for the format).
     pub fn read(path: &Path) -> Result<Self, KeyError> {
         let bytes = Zeroizing::new(read_file(path)?);

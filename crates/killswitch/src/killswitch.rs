@@ -6,15 +6,21 @@
 //! can make.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::broadcast;
 
-use crate::client::{AuthorityClient, AuthorityError, CommitToken, VerifiedHead};
+use crate::batcher::{Batcher, DriverContext, outcome_refusal};
+use crate::client::{AuthorityClient, AuthorityError, CommitToken, HeadEnvelope, VerifiedHead};
 use crate::clock::Clock;
 use crate::generation::{GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome};
 use crate::head::{Phase, RedeemRequest, TargetState};
 use crate::policy::{Coverage, Policy, RegistryError};
 use crate::target::{TargetDigest, TargetKey, TargetKind, TargetValues};
+
+/// The default of `[killswitch] stream_recheck_secs`: 5 s.
+pub const DEFAULT_STREAM_RECHECK_MS: u64 = 5_000;
 
 /// Why the kill switch refused. Every variant is a refusal; only [`KillSwitchError::Disabled`]
 /// is the authority's deliberate decision, the rest are doubts (fail closed).
@@ -341,8 +347,12 @@ impl std::fmt::Debug for KillSwitchConfig {
 }
 
 struct Inner {
-    policy: Policy,
+    policy: Arc<Policy>,
     authority: AuthorityClient,
+    /// The batched envelope's driver (`None`: the single-query v2 envelope).
+    batcher: Option<Batcher>,
+    /// How often open streams re-check their targets, in milliseconds.
+    stream_recheck_ms: AtomicU64,
     store: Arc<dyn GenerationStore>,
     target_key: TargetKey,
     clock: Arc<dyn Clock>,
@@ -390,12 +400,55 @@ impl KillSwitch {
             _ => return Err(GenerationStoreError::Corrupt { what: "outcome count" }.into()),
         }
         let (disables, _) = broadcast::channel(256);
-        Ok(Self { inner: Arc::new(Inner { policy, authority, store, target_key, clock, disables }) })
+        let policy = Arc::new(policy);
+        let batcher = (authority.envelope() == HeadEnvelope::Batched).then(|| {
+            Batcher::start(DriverContext {
+                policy: policy.clone(),
+                client: authority.clone(),
+                store: store.clone(),
+                clock: clock.clone(),
+            })
+        });
+        let stream_recheck_ms = AtomicU64::new(DEFAULT_STREAM_RECHECK_MS);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                policy,
+                authority,
+                batcher,
+                stream_recheck_ms,
+                store,
+                target_key,
+                clock,
+                disables,
+            }),
+        })
     }
 
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy
+    }
+
+    /// With the batched envelope: (authority requests sent, queries they carried) so far — each
+    /// request is one signature at the authority. `None` with the single-query envelope.
+    pub fn batch_stats(&self) -> Option<(u64, u64)> {
+        self.inner.batcher.as_ref().map(Batcher::stats)
+    }
+
+    /// How often an open stream re-checks its targets (default 5 s).
+    pub fn stream_recheck(&self) -> Duration {
+        Duration::from_millis(self.inner.stream_recheck_ms.load(Ordering::Relaxed))
+    }
+
+    /// Sets the stream re-check interval (`[killswitch] stream_recheck_secs`; at least 1 ms).
+    pub fn set_stream_recheck(&self, interval: Duration) {
+        let millis = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1);
+        self.inner.stream_recheck_ms.store(millis, Ordering::Relaxed);
+    }
+
+    /// The clock the kill switch reads (streams schedule their re-checks on it).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
     }
 
     /// Subscribes to DISABLE observations (from either phase's authority answers).
@@ -499,30 +552,26 @@ impl KillSwitch {
                 None => Some(Err(KillSwitchError::MissingTarget { kind: *kind })),
             })
             .collect::<Result<Vec<_>, KillSwitchError>>()?;
-        let heads = inner.authority.current_heads(&inner.policy, phase, &targets, inner.clock.as_ref()).await?;
-        let records: Vec<GenerationRecord> = heads
-            .iter()
-            .map(|head| GenerationRecord {
-                authority: inner.policy.authority().to_owned(),
-                subject: GenerationSubject::Target(head.target.clone()),
-                generation: head.generation,
-                digest: head.state_digest.clone(),
-                state: head.state.as_str().to_owned(),
-            })
-            .collect();
-        let outcomes = inner.store.accept_all(&records).await?;
-        if outcomes.len() != heads.len() {
-            return Err(GenerationStoreError::Corrupt { what: "outcome count" }.into());
-        }
-        for (head, outcome) in heads.iter().zip(&outcomes) {
-            match outcome {
-                MonotonicOutcome::Stale => return Err(KillSwitchError::StaleGeneration { kind: head.target.kind }),
-                MonotonicOutcome::Conflict => {
-                    return Err(KillSwitchError::GenerationConflict { kind: head.target.kind });
-                }
-                MonotonicOutcome::Accepted | MonotonicOutcome::Replay => {}
+        let heads = match &inner.batcher {
+            // Verified and accepted by the generation store in the driver.
+            Some(batcher) => batcher.current_heads(phase, targets.clone()).await?,
+            None => {
+                let heads = inner.authority.current_heads(&inner.policy, phase, &targets, inner.clock.as_ref()).await?;
+                let records: Vec<GenerationRecord> = heads
+                    .iter()
+                    .map(|head| GenerationRecord {
+                        authority: inner.policy.authority().to_owned(),
+                        subject: GenerationSubject::Target(head.target.clone()),
+                        generation: head.generation,
+                        digest: head.state_digest.clone(),
+                        state: head.state.as_str().to_owned(),
+                    })
+                    .collect();
+                let outcomes = inner.store.accept_all(&records).await?;
+                outcome_refusal(&heads, &outcomes)?;
+                heads
             }
-        }
+        };
         // Broadcast every DISABLE of the answer before refusing, so listeners learn all of them.
         let mut refusal = None;
         for head in &heads {

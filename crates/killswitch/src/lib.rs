@@ -24,6 +24,12 @@
 //!           compare with kill_switch.target_digest(kind, value) of each stream's targets.
 //! ```
 //!
+//! The authority answers in one of two envelopes ([`AuthorityClientConfig::envelope`]): batched
+//! (the default; [`batch`]: the queries waiting at one moment go in one request, one signature
+//! over a Merkle root covers them all, each caller verifies its own item) or single (v2: one
+//! request per query, each head signed). Open streams re-check their targets every
+//! [`KillSwitch::stream_recheck`] (`set_stream_recheck`; default 5 s).
+//!
 //! Operation keys are the server's `OperationKey`s: `tools/call:<tool>`, `resources/read:<uri>`,
 //! `prompts/get:<name>`, or a plain method (`tools/list`). [`TargetValues`] carries the request's
 //! target values by [`TargetKind`]; every kind the operation's rule requires must be present.
@@ -67,6 +73,8 @@
 
 pub mod authority;
 mod b64;
+pub mod batch;
+mod batcher;
 mod client;
 mod clock;
 pub mod dev;
@@ -79,7 +87,7 @@ mod policy;
 mod target;
 
 pub use b64::Base64Error;
-pub use client::{AuthorityClient, AuthorityClientConfig, AuthorityError, CommitToken, VerifiedHead};
+pub use client::{AuthorityClient, AuthorityClientConfig, AuthorityError, CommitToken, HeadEnvelope, VerifiedHead};
 pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339_ms, parse_rfc3339_ms};
 pub use generation::{
     GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome, RedisGenerationStore,
@@ -88,7 +96,8 @@ pub use generation::{
 pub use head::{Phase, RedeemRequest, TargetState};
 pub use keys::Ed25519SigningKey;
 pub use killswitch::{
-    CommitFence, DisableEvent, DispatchClearance, FenceToken, KillSwitch, KillSwitchConfig, KillSwitchError,
+    CommitFence, DEFAULT_STREAM_RECHECK_MS, DisableEvent, DispatchClearance, FenceToken, KillSwitch, KillSwitchConfig,
+    KillSwitchError,
 };
 pub use policy::{
     Coverage, ExposedOperation, MAX_SAFE_INTEGER, OperationRule, POLICY_SCHEMA_VERSION, Policy, PolicyError,

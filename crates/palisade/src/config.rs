@@ -148,6 +148,12 @@ pub struct RawKillSwitch {
     /// redeem commit tokens in their own transaction); also the default of
     /// `palisade authority disable|enable|status --db`.
     pub authority_db: Option<PathBuf>,
+    /// How often open listen streams and GET streams re-check their targets, in seconds
+    /// (1–3600, default 5); a refusal (DISABLE or any doubt) ends the stream.
+    pub stream_recheck_secs: Option<u64>,
+    /// `batch` (default: many callers' queries under one signature) or `single` (the v2
+    /// envelope, one signed head per target, for authorities without the batch endpoint).
+    pub authority_envelope: Option<String>,
 }
 
 /// `[handles]`
@@ -217,8 +223,9 @@ pub struct RawHttp {
 pub struct RawAuth {
     /// `bearer` or `none`. Default: `bearer` for the demo, `none` for the conformance fixture.
     pub mode: Option<String>,
-    /// Enables the development issuer (`palisade dev token`). Default: on for the demo.
-    pub dev_issuer: Option<bool>,
+    /// The development issuer (`palisade dev token`, and its authorization server): `true` /
+    /// `false`, or a `[auth.dev_issuer]` table. Default: on for the demo.
+    pub dev_issuer: Option<RawDevIssuer>,
     /// Clock-skew leeway in seconds (at most 60).
     pub leeway_secs: Option<u64>,
     /// Required JOSE `typ`, e.g. `at+jwt`.
@@ -232,6 +239,71 @@ pub struct RawAuth {
     /// Trusted external issuers.
     #[serde(default)]
     pub issuers: Vec<RawIssuer>,
+}
+
+/// `[auth] dev_issuer = true|false`, or the `[auth.dev_issuer]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum RawDevIssuer {
+    /// `dev_issuer = true|false`.
+    Enabled(bool),
+    /// `[auth.dev_issuer]`.
+    Table(RawDevIssuerTable),
+}
+
+/// `[auth.dev_issuer]`: the development issuer and its authorization server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDevIssuerTable {
+    /// On or off. Default: on for the demo.
+    pub enabled: Option<bool>,
+    /// Approve every authorization request with the defaults, without the page (tests and
+    /// scripts). Refused on a non-loopback listener.
+    pub auto_approve: Option<bool>,
+    /// Subject pre-filled on the page (and granted by `auto_approve`). Default `alice`.
+    pub default_subject: Option<String>,
+    /// Tenant pre-filled on the page (and granted by `auto_approve`). Default `acme`.
+    pub default_tenant: Option<String>,
+    /// Lifetime of access tokens in seconds (60–3600). Default 300.
+    pub access_token_ttl_secs: Option<u64>,
+    /// Tests only: client metadata documents may be fetched from loopback addresses (and over
+    /// plain http there). Refused on a non-loopback listener.
+    pub client_metadata_allow_loopback: Option<bool>,
+    /// Tests only: extra trust anchors (PEM) for fetching client metadata documents.
+    pub client_metadata_ca_file: Option<PathBuf>,
+}
+
+impl RawDevIssuer {
+    fn enabled(&self) -> Option<bool> {
+        match self {
+            Self::Enabled(on) => Some(*on),
+            Self::Table(table) => table.enabled,
+        }
+    }
+
+    fn table(&self) -> RawDevIssuerTable {
+        match self {
+            Self::Enabled(_) => RawDevIssuerTable::default(),
+            Self::Table(table) => table.clone(),
+        }
+    }
+}
+
+/// The development authorization server's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DevAuthorization {
+    /// Skip the page.
+    pub auto_approve: bool,
+    /// Pre-filled subject.
+    pub default_subject: String,
+    /// Pre-filled tenant.
+    pub default_tenant: String,
+    /// Access-token lifetime.
+    pub access_token_ttl_secs: u64,
+    /// Loopback client metadata documents allowed (tests).
+    pub client_metadata_allow_loopback: bool,
+    /// Extra trust anchors for client metadata documents (tests).
+    pub client_metadata_ca_file: Option<PathBuf>,
 }
 
 /// `[[auth.issuers]]`
@@ -314,6 +386,8 @@ pub struct Settings {
     pub auth_mode: AuthMode,
     /// Whether the dev issuer is on.
     pub dev_issuer: bool,
+    /// Its authorization server.
+    pub dev_authorization: DevAuthorization,
     /// Leeway.
     pub leeway_secs: u64,
     /// Required `typ`.
@@ -552,6 +626,10 @@ pub struct KillSwitchSettings {
     pub mode: KillSwitchMode,
     /// The `server_release` target value.
     pub server_release: String,
+    /// `killswitch.stream_recheck_secs`.
+    pub stream_recheck: Duration,
+    /// `killswitch.authority_envelope = "single"`.
+    pub single_envelope: bool,
 }
 
 fn validate_killswitch(
@@ -602,7 +680,16 @@ fn validate_killswitch(
             return Err(bad("killswitch.mode", format!("unknown mode `{other}`; expected off, dev or authority")));
         }
     };
-    Ok(KillSwitchSettings { mode, server_release })
+    let recheck = raw.stream_recheck_secs.unwrap_or(5);
+    if !(1..=3600).contains(&recheck) {
+        return Err(bad("killswitch.stream_recheck_secs", "must be between 1 and 3600"));
+    }
+    let single_envelope = match raw.authority_envelope.as_deref().unwrap_or("batch") {
+        "batch" => false,
+        "single" => true,
+        _ => return Err(bad("killswitch.authority_envelope", "must be batch or single")),
+    };
+    Ok(KillSwitchSettings { mode, server_release, stream_recheck: Duration::from_secs(recheck), single_envelope })
 }
 
 /// Parses TOML text.
@@ -669,7 +756,18 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
         raw.auth.mode = Some(v);
     }
     if let Some(v) = env("PALISADE_DEV_ISSUER") {
-        raw.auth.dev_issuer = Some(parse_bool("PALISADE_DEV_ISSUER", &v)?);
+        let on = parse_bool("PALISADE_DEV_ISSUER", &v)?;
+        raw.auth.dev_issuer = Some(match raw.auth.dev_issuer.take() {
+            Some(RawDevIssuer::Table(table)) => RawDevIssuer::Table(RawDevIssuerTable { enabled: Some(on), ..table }),
+            _ => RawDevIssuer::Enabled(on),
+        });
+    }
+    if let Some(v) = env("PALISADE_DEV_ISSUER_AUTO_APPROVE") {
+        let on = parse_bool("PALISADE_DEV_ISSUER_AUTO_APPROVE", &v)?;
+        let mut table = raw.auth.dev_issuer.as_ref().map(RawDevIssuer::table).unwrap_or_default();
+        table.enabled = table.enabled.or(raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled));
+        table.auto_approve = Some(on);
+        raw.auth.dev_issuer = Some(RawDevIssuer::Table(table));
     }
     if let Some(v) = number("PALISADE_MAX_BODY_BYTES")? {
         raw.limits.max_body_bytes = Some(usize::try_from(v).map_err(|_| bad("PALISADE_MAX_BODY_BYTES", "too large"))?);
@@ -699,6 +797,9 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
     }
     if let Some(v) = env("PALISADE_KILLSWITCH_MODE") {
         raw.killswitch.mode = Some(v);
+    }
+    if let Some(v) = number("PALISADE_KILLSWITCH_STREAM_RECHECK_SECS")? {
+        raw.killswitch.stream_recheck_secs = Some(v);
     }
     if let Some(v) = env("PALISADE_HANDLES_SUBJECT_KEY_FILE") {
         raw.handles.subject_key_file = Some(v.into());
@@ -782,7 +883,36 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         "none" => AuthMode::None,
         other => return Err(bad("auth.mode", format!("unknown mode `{other}`; expected bearer or none"))),
     };
-    let dev_issuer = raw.auth.dev_issuer.unwrap_or(app == AppChoice::Demo);
+    let dev_issuer = raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled).unwrap_or(app == AppChoice::Demo);
+    let dev_table = raw.auth.dev_issuer.as_ref().map(RawDevIssuer::table).unwrap_or_default();
+    let dev_authorization = DevAuthorization {
+        auto_approve: dev_table.auto_approve.unwrap_or(false),
+        default_subject: dev_table.default_subject.unwrap_or_else(|| "alice".into()),
+        default_tenant: dev_table.default_tenant.unwrap_or_else(|| "acme".into()),
+        access_token_ttl_secs: dev_table.access_token_ttl_secs.unwrap_or(300),
+        client_metadata_allow_loopback: dev_table.client_metadata_allow_loopback.unwrap_or(false),
+        client_metadata_ca_file: dev_table.client_metadata_ca_file,
+    };
+    if !(60..=3600).contains(&dev_authorization.access_token_ttl_secs) {
+        return Err(bad("auth.dev_issuer.access_token_ttl_secs", "must be between 60 and 3600"));
+    }
+    for (key, value) in [
+        ("auth.dev_issuer.default_subject", &dev_authorization.default_subject),
+        ("auth.dev_issuer.default_tenant", &dev_authorization.default_tenant),
+    ] {
+        let ok = (1..=64).contains(&value.len())
+            && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'-'));
+        if !ok {
+            return Err(bad(key, "must be 1 to 64 letters, digits or . _ @ -"));
+        }
+    }
+    // Approving without a person, or fetching from loopback, is for tests on this machine only.
+    if dev_authorization.auto_approve && !listen.ip().is_loopback() {
+        return Err(bad("auth.dev_issuer.auto_approve", "is allowed on a loopback listener only"));
+    }
+    if dev_authorization.client_metadata_allow_loopback && !listen.ip().is_loopback() {
+        return Err(bad("auth.dev_issuer.client_metadata_allow_loopback", "is allowed on a loopback listener only"));
+    }
     let leeway_secs = raw.auth.leeway_secs.unwrap_or(30);
     if leeway_secs > palisade_auth::MAX_LEEWAY_SECS {
         return Err(bad("auth.leeway_secs", format!("must be at most {}", palisade_auth::MAX_LEEWAY_SECS)));
@@ -856,6 +986,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         allowed_origins: raw.http.allowed_origins,
         auth_mode,
         dev_issuer,
+        dev_authorization,
         leeway_secs,
         required_typ: raw.auth.required_typ,
         tenant_claim: raw.auth.tenant_claim.unwrap_or_else(|| "tenant".into()),
@@ -921,6 +1052,14 @@ mod tests {
                 "auth.issuers[0].algorithms",
             ),
             ("[auth]\ndev_issuer = false", "auth.issuers"),
+            ("[auth.dev_issuer]\nenabled = false", "auth.issuers"),
+            ("listen = \"0.0.0.0:8080\"\n[auth.dev_issuer]\nauto_approve = true", "auth.dev_issuer.auto_approve"),
+            (
+                "listen = \"0.0.0.0:8080\"\n[auth.dev_issuer]\nclient_metadata_allow_loopback = true",
+                "auth.dev_issuer.client_metadata_allow_loopback",
+            ),
+            ("[auth.dev_issuer]\naccess_token_ttl_secs = 86400", "auth.dev_issuer.access_token_ttl_secs"),
+            ("[auth.dev_issuer]\ndefault_subject = \"a b\"", "auth.dev_issuer.default_subject"),
             ("app = \"conformance\"\nlisten = \"0.0.0.0:8080\"", "listen"),
             ("store = \"mysql://x\"", "store"),
             ("unknown_key = 1", "unknown_key"),
@@ -948,6 +1087,8 @@ mod tests {
                 "killswitch.generation_store",
             ),
             ("[killswitch]\nserver_release = \"\"", "killswitch.server_release"),
+            ("[killswitch]\nstream_recheck_secs = 0", "killswitch.stream_recheck_secs"),
+            ("[killswitch]\nauthority_envelope = \"both\"", "killswitch.authority_envelope"),
             ("[legacy]\nversions = []", "legacy.versions"),
             ("[legacy]\nversions = [\"2024-11-05\"]", "legacy.versions"),
             ("[legacy]\nidle_timeout_secs = 1", "legacy.idle_timeout_secs"),
@@ -1166,7 +1307,7 @@ mod tests {
             match expected {
                 Some(expected) => {
                     apply_env(&mut raw, &env).unwrap();
-                    assert_eq!(raw.auth.dev_issuer, Some(expected), "{value}");
+                    assert_eq!(raw.auth.dev_issuer, Some(RawDevIssuer::Enabled(expected)), "{value}");
                 }
                 None => assert_eq!(apply_env(&mut raw, &env).unwrap_err().key, "PALISADE_DEV_ISSUER"),
             }

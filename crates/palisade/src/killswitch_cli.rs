@@ -453,6 +453,7 @@ pub async fn start(settings: &Settings, exposed: &[ExposedOperation]) -> anyhow:
                 dir.display()
             );
             let switch = files.kill_switch(&running.url, keys).await.context("starting the kill switch")?;
+            switch.set_stream_recheck(settings.killswitch.stream_recheck);
             Ok(Some(KillSwitchRuntime {
                 switch: Arc::new(switch),
                 server_release,
@@ -470,16 +471,17 @@ pub async fn start(settings: &Settings, exposed: &[ExposedOperation]) -> anyhow:
                 now_ms(),
             )
             .context("loading the kill-switch policy")?;
-            let client = AuthorityClient::new(
-                AuthorityClientConfig::from_files(
-                    &external.authority_url,
-                    &external.authority_ca,
-                    &external.client_cert,
-                    &external.client_key,
-                )
-                .context("reading the authority client files")?,
+            let mut client_config = AuthorityClientConfig::from_files(
+                &external.authority_url,
+                &external.authority_ca,
+                &external.client_cert,
+                &external.client_key,
             )
-            .context("building the authority client")?;
+            .context("reading the authority client files")?;
+            if settings.killswitch.single_envelope {
+                client_config.envelope = palisade_killswitch::HeadEnvelope::Single;
+            }
+            let client = AuthorityClient::new(client_config).context("building the authority client")?;
             let store: Arc<dyn GenerationStore> = if external.generation_store.starts_with("sqlite:") {
                 Arc::new(
                     SqliteGenerationStore::open(&external.generation_store)
@@ -503,6 +505,7 @@ pub async fn start(settings: &Settings, exposed: &[ExposedOperation]) -> anyhow:
             })
             .await
             .context("starting the kill switch")?;
+            switch.set_stream_recheck(settings.killswitch.stream_recheck);
             let shared_db = match &external.authority_db {
                 Some(path) => {
                     Some(AuthorityDb::open(path_text(path)?).await.context("opening the authority database")?)

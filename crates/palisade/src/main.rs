@@ -579,6 +579,46 @@ fn bearer_authenticator(settings: &Settings, app: AppName) -> anyhow::Result<Aut
     Ok(Authenticator::Bearer(Arc::new(verifier)))
 }
 
+/// The development issuer's authorization server, when the dev issuer is on and `serve` runs
+/// over HTTP with bearer authentication. Announced on stderr: it is for development only.
+fn dev_authorization_server(
+    settings: &Settings,
+    app: AppName,
+    authenticator: &Authenticator,
+    stdio: bool,
+) -> anyhow::Result<Option<Arc<palisade_auth::authorization_server::DevAuthorizationServer>>> {
+    use palisade_auth::authorization_server::{DevAuthorizationServer, DevAuthorizationSettings};
+    if !settings.dev_issuer || stdio || authenticator.verifier().is_none() {
+        return Ok(None);
+    }
+    let issuer = DevIssuer::load_or_create(&settings.data_dir, &dev_issuer_id(settings))
+        .context("loading the dev issuer key")?;
+    let scopes: Vec<String> = app.scopes_supported().iter().map(|s| (*s).to_owned()).collect();
+    let mut as_settings = DevAuthorizationSettings::new(settings.public_url.clone(), scopes);
+    let dev = &settings.dev_authorization;
+    as_settings.auto_approve = dev.auto_approve;
+    as_settings.default_subject = dev.default_subject.clone();
+    as_settings.default_tenant = dev.default_tenant.clone();
+    as_settings.access_token_ttl_secs = dev.access_token_ttl_secs;
+    as_settings.client_metadata_egress.allow_loopback = dev.client_metadata_allow_loopback;
+    if let Some(path) = &dev.client_metadata_ca_file {
+        let pem = std::fs::read(path).map_err(|e| config::ConfigError {
+            key: "auth.dev_issuer.client_metadata_ca_file".into(),
+            reason: format!("{}: {e}", path.display()),
+        })?;
+        as_settings.client_metadata_egress.extra_roots_pem = Some(pem);
+    }
+    let server = DevAuthorizationServer::new(issuer, as_settings)
+        .map_err(|e| config::ConfigError { key: "auth.dev_issuer".into(), reason: e.to_string() })?;
+    eprintln!(
+        "WARNING: the DEVELOPMENT authorization server is on at {} (auth.dev_issuer): whoever reaches its \
+         page can authorize as any subject. For local development only{}.",
+        server.issuer(),
+        if dev.auto_approve { "; auto_approve: every request is approved without a page" } else { "" }
+    );
+    Ok(Some(Arc::new(server)))
+}
+
 /// stdio with authentication on: the principal comes from the environment (seed 004).
 fn environment_authenticator() -> anyhow::Result<Authenticator> {
     let subject = env("PALISADE_PRINCIPAL_SUBJECT").ok_or_else(|| config::ConfigError {
@@ -621,6 +661,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         allowed_origins: settings.allowed_origins.clone(),
         legacy: settings.legacy.clone(),
         continue_traces: settings.telemetry.as_ref().is_none_or(|telemetry| telemetry.continue_incoming_traces),
+        authorization_server: dev_authorization_server(&settings, app_name, &authenticator, args.stdio)?,
         ..ServerConfig::default()
     };
     prepare_sqlite_dir(&settings)?;

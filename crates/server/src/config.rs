@@ -59,6 +59,10 @@ pub struct ServerConfig {
     /// trace id becomes the request's audit trace id). `false`: every request starts a trace of
     /// its own, so callers cannot choose audit trace ids. Default `true`.
     pub continue_traces: bool,
+    /// The development authorization server, served on the HTTP listener beside `/mcp` (its
+    /// metadata, authorization, token, registration and JWKS paths). `None` (the default): no
+    /// authorization server is served.
+    pub authorization_server: Option<std::sync::Arc<palisade_auth::authorization_server::DevAuthorizationServer>>,
 }
 
 /// The 2025-era (initialize + `Mcp-Session-Id`) wire, served on the same endpoint beside the
@@ -116,6 +120,7 @@ impl Default for ServerConfig {
             request_state_ttl: Duration::from_secs(600),
             legacy: LegacyConfig::default(),
             continue_traces: true,
+            authorization_server: None,
         }
     }
 }

@@ -568,7 +568,57 @@ fn router_with_state(server: Arc<Server>, local: SocketAddr) -> (Router, Arc<Htt
             router = router.route(&path, get(move || async move { axum::Json((*document).clone()) }));
         }
     }
+    // The development authorization server's paths (metadata, authorize, token, register, JWKS).
+    if let Some(authorization_server) = state.server.config().authorization_server.clone() {
+        for path in authorization_server.paths() {
+            let authorization_server = authorization_server.clone();
+            router = router.route(
+                &path,
+                any(move |State(state): State<Arc<HttpState>>, request: axum::extract::Request| {
+                    authorization_endpoint(state, authorization_server.clone(), request)
+                }),
+            );
+        }
+    }
     (router.with_state(state.clone()), state)
+}
+
+/// One request to the development authorization server: the listener's Host/Origin checks, a
+/// bounded body, then [`palisade_auth::authorization_server::DevAuthorizationServer::handle`].
+async fn authorization_endpoint(
+    state: Arc<HttpState>,
+    authorization_server: Arc<palisade_auth::authorization_server::DevAuthorizationServer>,
+    request: axum::extract::Request,
+) -> Response {
+    const MAX_BODY: usize = 64 * 1024;
+    let (parts, body) = request.into_parts();
+    if let Err((reason, response)) = check_transport(&state, &parts.uri, parts.version, &parts.headers) {
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(address)| address.ip());
+        state.refused(reason, peer);
+        return response;
+    }
+    let Ok(body) = Limited::new(body, MAX_BODY).collect().await.map(http_body_util::Collected::to_bytes) else {
+        return payload_too_large();
+    };
+    let text = |name: header::HeaderName| parts.headers.get(name).and_then(|value| value.to_str().ok());
+    let answer = authorization_server
+        .handle(palisade_auth::authorization_server::HttpRequest {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query(),
+            content_type: text(header::CONTENT_TYPE),
+            cookie: text(header::COOKIE),
+            body: &body,
+        })
+        .await;
+    let mut response = Response::new(Body::from(answer.body));
+    *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in answer.headers {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
 }
 
 async fn readyz(State(state): State<Arc<HttpState>>) -> Response {

@@ -212,27 +212,51 @@ pub(crate) struct Cleared {
 }
 
 /// What a listen stream watches: DISABLE observations for one of its request's targets.
-pub(crate) struct DisableWatch(Option<(broadcast::Receiver<DisableEvent>, Arc<Cleared>)>);
+/// What ends an open stream: a DISABLE of one of its targets observed by any check, or its own
+/// re-check of its targets (every `[killswitch] stream_recheck_secs`, through the same batched
+/// path) refusing — on DISABLE or on any doubt.
+pub(crate) struct DisableWatch(Option<Watch>);
+
+struct Watch {
+    receiver: broadcast::Receiver<DisableEvent>,
+    cleared: Arc<Cleared>,
+    next_recheck_ms: i64,
+}
+
+fn recheck_interval_ms(switch: &KillSwitch) -> i64 {
+    i64::try_from(switch.stream_recheck().as_millis()).unwrap_or(i64::MAX)
+}
 
 impl DisableWatch {
-    /// Subscribes for the targets a request was cleared with; without a kill switch (`None`) it
-    /// never fires.
     pub(crate) fn new(cleared: Option<&Arc<Cleared>>) -> Self {
-        Self(cleared.map(|cleared| (cleared.switch.subscribe_disables(), cleared.clone())))
+        Self(cleared.map(|cleared| Watch {
+            receiver: cleared.switch.subscribe_disables(),
+            next_recheck_ms: cleared.switch.clock().now_ms().saturating_add(recheck_interval_ms(&cleared.switch)),
+            cleared: cleared.clone(),
+        }))
     }
 
-    /// Completes when a DISABLE of one of the targets is observed (by any request's check: the
-    /// authority does not push). Cancel-safe.
+    /// Completes when the stream must end. Cancel-safe: a re-check interrupted by the caller's
+    /// `select!` runs again on the next call.
     pub(crate) async fn disabled(&mut self) {
-        let Some((receiver, cleared)) = &mut self.0 else { return std::future::pending().await };
+        let Some(watch) = &mut self.0 else { return std::future::pending().await };
+        let clock = watch.cleared.switch.clock().clone();
         loop {
-            match receiver.recv().await {
-                Ok(event) if cleared.clearance.targets().contains(&event.target) => return,
-                Ok(_) => {}
-                // Missed observations may have named these targets: end the stream (the client
-                // listens again, through stage 4).
-                Err(RecvError::Lagged(_)) => return,
-                Err(RecvError::Closed) => return std::future::pending().await,
+            tokio::select! {
+                received = watch.receiver.recv() => match received {
+                    Ok(event) if watch.cleared.clearance.targets().contains(&event.target) => return,
+                    Ok(_) => {}
+                    Err(RecvError::Lagged(_)) => return,
+                    Err(RecvError::Closed) => return std::future::pending().await,
+                },
+                () = clock.sleep_until_ms(watch.next_recheck_ms) => {
+                    let cleared = &watch.cleared;
+                    if let Err(error) = cleared.switch.pre_dispatch(&cleared.operation, &cleared.targets).await {
+                        let _ = refusal(&cleared.operation, &error);
+                        return;
+                    }
+                    watch.next_recheck_ms = clock.now_ms().saturating_add(recheck_interval_ms(&cleared.switch));
+                }
             }
         }
     }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use palisade_killswitch::dev::{DevAuthorityFiles, RunningDevAuthority};
-use palisade_killswitch::{Clock as _, SystemClock, TargetKey, TargetKind};
+use palisade_killswitch::{Clock, KillSwitch, ManualClock, SystemClock, TargetKey, TargetKind};
 use palisade_server::auth::{Authenticator, EnvironmentPrincipal};
 use palisade_server::context::NotificationSink;
 use palisade_server::killswitch::exposed_operations;
@@ -85,6 +85,7 @@ struct World {
     files: DevAuthorityFiles,
     authority: Option<RunningDevAuthority>,
     server: Arc<Server>,
+    switch: Arc<KillSwitch>,
     counters: Arc<Counters>,
     audit: Arc<SqliteStore>,
 }
@@ -100,6 +101,11 @@ fn principal() -> Authenticator {
 
 /// `reachable = false`: the kill switch asks an address where no authority listens.
 async fn world(reachable: bool) -> World {
+    world_with_clock(reachable, Arc::new(SystemClock)).await
+}
+
+/// [`world`] with the kill switch reading `clock`.
+async fn world_with_clock(reachable: bool, clock: Arc<dyn Clock>) -> World {
     let dir = tempfile::tempdir().unwrap();
     let files = DevAuthorityFiles::new(dir.path().join("ks"));
     let counters = Arc::new(Counters::default());
@@ -109,7 +115,7 @@ async fn world(reachable: bool) -> World {
     let authority = files.start_authority().await.unwrap();
     let url = if reachable { authority.url.clone() } else { "https://127.0.0.1:9".to_owned() };
     let keys = exposed.iter().map(|operation| operation.key.clone()).collect();
-    let switch = files.kill_switch(&url, keys).await.unwrap();
+    let switch = Arc::new(files.kill_switch_with_clock(&url, keys, clock).await.unwrap());
     let audit = Arc::new(SqliteStore::open("sqlite::memory:").await.unwrap());
     let key = SubjectKey::from_bytes(&[9u8; 32]).unwrap();
     let clock = Arc::new(palisade_server::clock::SystemClock);
@@ -117,9 +123,9 @@ async fn world(reachable: bool) -> World {
     let server = Server::new(app, ServerConfig::default(), principal(), ServerSecret::random())
         .with_audit(audit.clone())
         .with_tasks(tasks)
-        .with_kill_switch(Arc::new(switch), RELEASE)
+        .with_kill_switch(switch.clone(), RELEASE)
         .unwrap();
-    World { _dir: dir, files, authority: Some(authority), server: Arc::new(server), counters, audit }
+    World { _dir: dir, files, authority: Some(authority), server: Arc::new(server), switch, counters, audit }
 }
 
 impl World {
@@ -251,6 +257,62 @@ async fn an_observed_disable_ends_the_listen_streams_it_covers() {
     let listen = request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
     let refused = world.server.handle_request(listen, None, sink, CancellationToken::new()).await;
     assert_eq!(refused.status, 403);
+}
+
+/// Waits (real time, bounded) until the kill switch has sent more than `before` batches.
+async fn batches_beyond(switch: &KillSwitch, before: u64) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while switch.batch_stats().unwrap().0 <= before {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("a re-check was sent");
+}
+
+/// Open listen streams re-check their targets every `stream_recheck` on the kill switch's clock
+/// (moved here by hand), through the batched path: ENABLE keeps them open, a DISABLE no request
+/// observed ends them, and so does any doubt (the authority gone).
+#[tokio::test]
+async fn open_listen_streams_recheck_on_the_clock_and_end_on_disable_or_doubt() {
+    // Ahead of the authority's clock by a second, so its heads are never "from the future".
+    let clock = Arc::new(ManualClock::new(SystemClock.now_ms() + 1_000));
+    let world = world_with_clock(true, clock.clone()).await;
+    assert_eq!(world.switch.stream_recheck(), Duration::from_secs(5), "the default");
+    world.switch.set_stream_recheck(Duration::from_secs(1));
+    let listen = || request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
+    let open = |world: &World| {
+        let (sink, frames) = NotificationSink::channel(16);
+        let server = world.server.clone();
+        let listen = listen();
+        (tokio::spawn(async move { server.handle_request(listen, None, sink, CancellationToken::new()).await }), frames)
+    };
+    let (stream, mut frames) = open(&world);
+    assert_eq!(frames.recv().await.unwrap()["method"], "notifications/subscriptions/acknowledged");
+
+    // The clock moves: the stream re-checks (one more batch), finds ENABLE and stays open.
+    let before = world.switch.batch_stats().unwrap().0;
+    clock.advance_ms(1_000);
+    batches_beyond(&world.switch, before).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!stream.is_finished(), "ENABLE keeps the stream open");
+
+    // A DISABLE that no request observes: nothing happens until the clock moves again.
+    world.set(TargetKind::Tenant, "acme", true).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!stream.is_finished(), "no re-check before the interval has passed on the clock");
+    clock.advance_ms(1_000);
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream).await.unwrap().unwrap();
+    assert_eq!(ended.frame["result"]["resultType"], "complete", "{}", ended.frame);
+    world.set(TargetKind::Tenant, "acme", false).await;
+
+    // Doubt: the clock jumps past the freshness bound; the next re-check's answer cannot be
+    // fresh, and the stream ends.
+    let (stream, mut frames) = open(&world);
+    assert_eq!(frames.recv().await.unwrap()["method"], "notifications/subscriptions/acknowledged");
+    clock.advance_ms(10_000);
+    let ended = tokio::time::timeout(Duration::from_secs(10), stream).await.unwrap().unwrap();
+    assert_eq!(ended.frame["result"]["resultType"], "complete", "{}", ended.frame);
 }
 
 #[tokio::test]

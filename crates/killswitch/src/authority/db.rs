@@ -1,6 +1,7 @@
 //! `AuthorityDb`: the authority's state in SQLite, and the redeem function a backend sharing the
 //! database runs inside its commit transaction.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use crate::head::{RedeemRequest, TargetState};
 use crate::policy::MAX_SAFE_INTEGER;
 use crate::target::{TargetDigest, TargetKind, hex};
 
-const SCHEMA: [&str; 3] = [
+const SCHEMA: [&str; 5] = [
     "CREATE TABLE IF NOT EXISTS killswitch_authority_targets (
         kind TEXT NOT NULL,
         digest TEXT NOT NULL,
@@ -37,7 +38,19 @@ const SCHEMA: [&str; 3] = [
         redeemed_at_ms INTEGER
     ) WITHOUT ROWID",
     "CREATE INDEX IF NOT EXISTS killswitch_authority_tokens_expiry ON killswitch_authority_tokens (expires_at_ms)",
+    // Bumped in the transaction of every state change, by any process: an authority answering
+    // from memory reloads when it moved.
+    "CREATE TABLE IF NOT EXISTS killswitch_authority_meta (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        state_version INTEGER NOT NULL
+    )",
+    "INSERT OR IGNORE INTO killswitch_authority_meta (id, state_version) VALUES (1, 0)",
 ];
+
+const SELECT_VERSION: &str = "SELECT state_version FROM killswitch_authority_meta WHERE id = 1";
+const BUMP_VERSION: &str = "UPDATE killswitch_authority_meta SET state_version = state_version + 1 WHERE id = 1";
+const SELECT_ALL: &str =
+    "SELECT kind, digest, state, generation, reason_code, updated_at_ms FROM killswitch_authority_targets";
 
 /// A target nobody has touched is ENABLE at generation 1 with this reason.
 pub const DEFAULT_REASON: &str = "default_enable";
@@ -114,11 +127,25 @@ fn to_i64(value: u64) -> Result<i64, AuthorityServiceError> {
     i64::try_from(value).map_err(|_| AuthorityServiceError::InvalidInput { what: "generation out of range" })
 }
 
-/// The authority's database.
+/// The state as last loaded, and the version it was loaded at.
+#[derive(Default)]
+struct Memory {
+    /// `state_version` of the loaded map; `None` before the first load.
+    version: std::sync::RwLock<(Option<i64>, HashMap<TargetDigest, TargetStatus>)>,
+    /// One reload at a time.
+    reloading: tokio::sync::Mutex<()>,
+}
+
+/// The authority's database, with the current state of every target kept in memory: reads
+/// (the heads it answers) come from memory after one single-row version check per request or
+/// batch; changes are written to the database (bumping the version in the same transaction)
+/// and picked up by every `AuthorityDb` on the file — in this process or another — at its next
+/// check.
 #[derive(Clone)]
 pub struct AuthorityDb {
     pool: SqlitePool,
     random: std::sync::Arc<SystemRandom>,
+    memory: std::sync::Arc<Memory>,
 }
 
 impl std::fmt::Debug for AuthorityDb {
@@ -158,7 +185,7 @@ impl AuthorityDb {
         for statement in SCHEMA {
             sqlx::query(statement).execute(&pool).await.map_err(storage("schema"))?;
         }
-        Ok(Self { pool, random: std::sync::Arc::new(SystemRandom::new()) })
+        Ok(Self { pool, random: std::sync::Arc::new(SystemRandom::new()), memory: Default::default() })
     }
 
     /// The pool (for a backend sharing the database).
@@ -201,15 +228,18 @@ impl AuthorityDb {
                 what: "reason code (1-256 bytes, no control characters)",
             });
         }
+        let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(storage("set state"))?;
         let generation: i64 = sqlx::query_scalar(SET_STATE)
             .bind(target.kind.as_str())
             .bind(&target.digest)
             .bind(state.as_str())
             .bind(reason_code)
             .bind(now_ms)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *transaction)
             .await
             .map_err(storage("set state"))?;
+        sqlx::query(BUMP_VERSION).execute(&mut *transaction).await.map_err(storage("set state"))?;
+        transaction.commit().await.map_err(storage("set state"))?;
         let generation =
             u64::try_from(generation).map_err(|_| AuthorityServiceError::Corrupt { what: "generation" })?;
         if generation > MAX_SAFE_INTEGER {
@@ -256,29 +286,90 @@ impl AuthorityDb {
         read_target(&mut connection, target).await
     }
 
-    /// Reads every target's state in one transaction and, when `issue` is given as
-    /// `(now_ms, token_ttl_ms)`, issues a one-use commit token for each ENABLE target (stored as
-    /// its SHA-256 only).
-    pub(crate) async fn read_heads(
-        &self,
-        targets: &[TargetDigest],
-        issue: Option<(i64, i64)>,
-    ) -> Result<Vec<(TargetStatus, Option<String>)>, AuthorityServiceError> {
-        let mut transaction = match issue {
-            Some(_) => self.pool.begin_with("BEGIN IMMEDIATE").await,
-            None => self.pool.begin().await,
+    /// Brings the in-memory state up to date: one single-row read of the version; only when it
+    /// moved, the whole state again (one read transaction).
+    async fn refresh(&self) -> Result<(), AuthorityServiceError> {
+        let current: i64 =
+            sqlx::query_scalar(SELECT_VERSION).fetch_one(&self.pool).await.map_err(storage("version"))?;
+        if self.loaded_version() == Some(current) {
+            return Ok(());
         }
-        .map_err(storage("read heads"))?;
-        let mut heads = Vec::with_capacity(targets.len());
-        for target in targets {
-            let status = read_target(&mut transaction, target).await?;
-            let token = match issue {
-                Some((now_ms, ttl_ms)) if status.state == TargetState::Enable => {
-                    let mut bytes = [0_u8; 32];
-                    self.random
-                        .fill(&mut bytes)
-                        .map_err(|_| AuthorityServiceError::Corrupt { what: "random generator" })?;
-                    let token = hex(&bytes);
+        let _one = self.memory.reloading.lock().await;
+        if self.loaded_version() == Some(current) {
+            return Ok(());
+        }
+        let mut transaction = self.pool.begin().await.map_err(storage("reload"))?;
+        let version: i64 =
+            sqlx::query_scalar(SELECT_VERSION).fetch_one(&mut *transaction).await.map_err(storage("reload"))?;
+        let rows = sqlx::query(SELECT_ALL).fetch_all(&mut *transaction).await.map_err(storage("reload"))?;
+        transaction.commit().await.map_err(storage("reload"))?;
+        let mut map = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            let kind: String = row.try_get(0).map_err(storage("reload"))?;
+            let kind = TargetKind::from_name(&kind).ok_or(AuthorityServiceError::Corrupt { what: "target kind" })?;
+            let target = TargetDigest { kind, digest: row.try_get(1).map_err(storage("reload"))? };
+            let status = status_from_columns(
+                target.clone(),
+                row.try_get(2).map_err(storage("reload"))?,
+                row.try_get(3).map_err(storage("reload"))?,
+                row.try_get(4).map_err(storage("reload"))?,
+                row.try_get(5).map_err(storage("reload"))?,
+            )?;
+            map.insert(target, status);
+        }
+        let mut memory =
+            self.memory.version.write().map_err(|_| AuthorityServiceError::Corrupt { what: "state lock" })?;
+        *memory = (Some(version), map);
+        Ok(())
+    }
+
+    fn loaded_version(&self) -> Option<i64> {
+        self.memory.version.read().ok().and_then(|memory| memory.0)
+    }
+
+    /// Answers many queries at once: every target's state from memory (after [`Self::refresh`])
+    /// and, for each query asking with `issue = true`, a one-use commit token per ENABLE target
+    /// (stored as its SHA-256 only), all tokens of the call in one database transaction.
+    pub(crate) async fn answer(
+        &self,
+        queries: &[(&[TargetDigest], bool)],
+        now_ms: i64,
+        token_ttl_ms: i64,
+    ) -> Result<Vec<Vec<(TargetStatus, Option<String>)>>, AuthorityServiceError> {
+        self.refresh().await?;
+        let mut answers = Vec::with_capacity(queries.len());
+        let mut issued: Vec<(TargetDigest, u64, bool, String)> = Vec::new();
+        {
+            let memory =
+                self.memory.version.read().map_err(|_| AuthorityServiceError::Corrupt { what: "state lock" })?;
+            for (targets, issue) in queries {
+                let mut heads = Vec::with_capacity(targets.len());
+                for target in *targets {
+                    let (status, stored) = match memory.1.get(target) {
+                        Some(status) => (status.clone(), true),
+                        None => (default_status(target), false),
+                    };
+                    let token = if *issue && status.state == TargetState::Enable {
+                        let mut bytes = [0_u8; 32];
+                        self.random
+                            .fill(&mut bytes)
+                            .map_err(|_| AuthorityServiceError::Corrupt { what: "random generator" })?;
+                        let token = hex(&bytes);
+                        issued.push((target.clone(), status.generation, stored, sha256_hex(token.as_bytes())));
+                        Some(token)
+                    } else {
+                        None
+                    };
+                    heads.push((status, token));
+                }
+                answers.push(heads);
+            }
+        }
+        if !issued.is_empty() {
+            let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(storage("issue token"))?;
+            for (target, generation, stored, token_digest) in &issued {
+                if !stored {
+                    // The redeem statement needs the row; a concurrent change wins (DO NOTHING).
                     sqlx::query(MATERIALIZE_DEFAULT)
                         .bind(target.kind.as_str())
                         .bind(&target.digest)
@@ -287,24 +378,21 @@ impl AuthorityDb {
                         .execute(&mut *transaction)
                         .await
                         .map_err(storage("issue token"))?;
-                    sqlx::query(INSERT_TOKEN)
-                        .bind(sha256_hex(token.as_bytes()))
-                        .bind(target.kind.as_str())
-                        .bind(&target.digest)
-                        .bind(to_i64(status.generation)?)
-                        .bind(now_ms)
-                        .bind(now_ms.saturating_add(ttl_ms))
-                        .execute(&mut *transaction)
-                        .await
-                        .map_err(storage("issue token"))?;
-                    Some(token)
                 }
-                _ => None,
-            };
-            heads.push((status, token));
+                sqlx::query(INSERT_TOKEN)
+                    .bind(token_digest)
+                    .bind(target.kind.as_str())
+                    .bind(&target.digest)
+                    .bind(to_i64(*generation)?)
+                    .bind(now_ms)
+                    .bind(now_ms.saturating_add(token_ttl_ms))
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(storage("issue token"))?;
+            }
+            transaction.commit().await.map_err(storage("issue token"))?;
         }
-        transaction.commit().await.map_err(storage("read heads"))?;
-        Ok(heads)
+        Ok(answers)
     }
 
     /// Redeems a token in its own transaction (the HTTP redeem endpoint).
@@ -396,13 +484,7 @@ async fn read_target(
         .await
         .map_err(storage("read target"))?;
     match row {
-        None => Ok(TargetStatus {
-            target: target.clone(),
-            state: TargetState::Enable,
-            generation: 1,
-            reason_code: DEFAULT_REASON.to_owned(),
-            updated_at_ms: 0,
-        }),
+        None => Ok(default_status(target)),
         Some(row) => status_from_columns(
             target.clone(),
             row.try_get(0).map_err(storage("read target"))?,
@@ -410,6 +492,16 @@ async fn read_target(
             row.try_get(2).map_err(storage("read target"))?,
             row.try_get(3).map_err(storage("read target"))?,
         ),
+    }
+}
+
+fn default_status(target: &TargetDigest) -> TargetStatus {
+    TargetStatus {
+        target: target.clone(),
+        state: TargetState::Enable,
+        generation: 1,
+        reason_code: DEFAULT_REASON.to_owned(),
+        updated_at_ms: 0,
     }
 }
 

@@ -2,6 +2,8 @@
 //! client certificates required and verified against the configured CA.
 //!
 //! `POST /v1/disable/current-head` answers a [`HeadQuery`] with one signed head per target;
+//! `POST /v1/disable/current-heads-batch` answers a [`BatchQuery`] of many queries with the same
+//! heads, unsigned one by one, under one signature over their Merkle root ([`crate::batch`]);
 //! `POST /v1/disable/redeem` redeems a commit token (200, or 409 when rejected). Anything else is
 //! 404/405; malformed bodies 400; storage failures 503.
 
@@ -22,6 +24,10 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::{AuthorityDb, AuthorityServiceError, RedeemError};
+use crate::batch::{
+    BATCH_PATH, BATCH_QUERY_SCHEMA_VERSION, BATCH_SCHEMA_VERSION, BatchItem, BatchPayload, BatchQuery, BatchResponse,
+    MAX_BATCH_QUERIES, all_paths, hash_hex, key_id, leaf_hash, sign_batch,
+};
 use crate::clock::{Clock, format_rfc3339_ms};
 use crate::envelope::sign_envelope;
 use crate::head::{
@@ -30,10 +36,12 @@ use crate::head::{
 };
 use crate::keys::Ed25519SigningKey;
 use crate::policy::MAX_SAFE_INTEGER;
-use crate::target::is_lower_hex;
+use crate::target::{TargetDigest, is_lower_hex};
 
-/// Largest request body accepted.
+/// Largest request body accepted (single query, redeem).
 const MAX_BODY_BYTES: usize = 64 * 1024;
+/// Largest batch request body accepted.
+const MAX_BATCH_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// A TLS handshake must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -109,6 +117,8 @@ pub fn server_tls_config(
 struct State {
     config: AuthorityServerConfig,
     db: AuthorityDb,
+    key_id: String,
+    random: aws_lc_rs::rand::SystemRandom,
 }
 
 /// Serves the authority on `listener` until `shutdown` completes. Connections already accepted
@@ -120,7 +130,8 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), AuthorityServiceError> {
     let acceptor = TlsAcceptor::from(config.tls.clone());
-    let state = Arc::new(State { config, db });
+    let key_id = key_id(&config.signing_key.verifying_key());
+    let state = Arc::new(State { config, db, key_id, random: aws_lc_rs::rand::SystemRandom::new() });
     let purger = tokio::spawn({
         let state = state.clone();
         async move {
@@ -189,17 +200,22 @@ fn error_response(status: StatusCode, code: &str) -> Response<Full<Bytes>> {
 
 async fn handle(state: Arc<State>, request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = request.uri().path().to_owned();
-    if path != CURRENT_HEAD_PATH && path != REDEEM_PATH {
+    if path != CURRENT_HEAD_PATH && path != REDEEM_PATH && path != BATCH_PATH {
         return Ok(error_response(StatusCode::NOT_FOUND, "not_found"));
     }
     if request.method() != Method::POST {
         return Ok(error_response(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"));
     }
-    let body = match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
+    let limit = if path == BATCH_PATH { MAX_BATCH_BODY_BYTES } else { MAX_BODY_BYTES };
+    let body = match Limited::new(request.into_body(), limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Ok(error_response(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")),
     };
-    Ok(if path == CURRENT_HEAD_PATH { current_head(&state, &body).await } else { redeem(&state, &body).await })
+    Ok(match path.as_str() {
+        CURRENT_HEAD_PATH => current_head(&state, &body).await,
+        BATCH_PATH => current_heads_batch(&state, &body).await,
+        _ => redeem(&state, &body).await,
+    })
 }
 
 fn query_is_valid(query: &HeadQuery) -> bool {
@@ -215,6 +231,39 @@ fn query_is_valid(query: &HeadQuery) -> bool {
         && query.targets.iter().all(|target| target.is_well_formed() && seen.insert(target.clone()))
 }
 
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The head bodies of one query (the same for both envelopes).
+fn head_payloads(
+    config: &AuthorityServerConfig,
+    query: &HeadQuery,
+    heads: Vec<(super::TargetStatus, Option<String>)>,
+    now_ms: i64,
+) -> Vec<HeadPayload> {
+    let issued_at = format_rfc3339_ms(now_ms);
+    let expires_at = format_rfc3339_ms(now_ms.saturating_add(millis(config.head_ttl)));
+    heads
+        .into_iter()
+        .map(|(status, token)| HeadPayload {
+            authority: config.authority_id.clone(),
+            commit_token: token,
+            expires_at: expires_at.clone(),
+            generation: status.generation,
+            issued_at: issued_at.clone(),
+            phase: query.phase,
+            policy_digest: query.policy_digest.clone(),
+            policy_generation: query.policy_generation,
+            query_nonce: query.query_nonce.clone(),
+            reason_code: status.reason_code,
+            schema_version: HEAD_SCHEMA_VERSION.to_owned(),
+            state: status.state,
+            target: status.target,
+        })
+        .collect()
+}
+
 async fn current_head(state: &State, body: &[u8]) -> Response<Full<Bytes>> {
     let Ok(query) = serde_json::from_slice::<HeadQuery>(body) else {
         return error_response(StatusCode::BAD_REQUEST, "malformed_query");
@@ -224,39 +273,77 @@ async fn current_head(state: &State, body: &[u8]) -> Response<Full<Bytes>> {
     }
     let config = &state.config;
     let now_ms = config.clock.now_ms();
-    let millis = |duration: Duration| i64::try_from(duration.as_millis()).unwrap_or(i64::MAX);
-    let issue = (query.phase == Phase::PreSideEffect).then(|| (now_ms, millis(config.commit_token_ttl)));
-    let heads = match state.db.read_heads(&query.targets, issue).await {
-        Ok(heads) => heads,
+    let issue = query.phase == Phase::PreSideEffect;
+    let mut answers =
+        match state.db.answer(&[(query.targets.as_slice(), issue)], now_ms, millis(config.commit_token_ttl)).await {
+            Ok(answers) => answers,
+            Err(error) => {
+                tracing::warn!(%error, "authority could not read heads");
+                return error_response(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+            }
+        };
+    let heads = answers.pop().unwrap_or_default();
+    let envelopes = head_payloads(config, &query, heads, now_ms)
+        .iter()
+        .map(|payload| sign_envelope(&payload.canonical_bytes(), &config.signing_key))
+        .collect();
+    json_response(StatusCode::OK, canonical(&HeadResponse { heads: envelopes }))
+}
+
+/// The batched envelope: every query's heads, one leaf per query, one signature per batch.
+async fn current_heads_batch(state: &State, body: &[u8]) -> Response<Full<Bytes>> {
+    let Ok(batch) = serde_json::from_slice::<BatchQuery>(body) else {
+        return error_response(StatusCode::BAD_REQUEST, "malformed_query");
+    };
+    if batch.schema_version != BATCH_QUERY_SCHEMA_VERSION
+        || batch.queries.is_empty()
+        || batch.queries.len() > MAX_BATCH_QUERIES
+        || !batch.queries.iter().all(query_is_valid)
+    {
+        return error_response(StatusCode::BAD_REQUEST, "invalid_query");
+    }
+    let config = &state.config;
+    let now_ms = config.clock.now_ms();
+    let asks: Vec<(&[TargetDigest], bool)> =
+        batch.queries.iter().map(|query| (query.targets.as_slice(), query.phase == Phase::PreSideEffect)).collect();
+    let answers = match state.db.answer(&asks, now_ms, millis(config.commit_token_ttl)).await {
+        Ok(answers) => answers,
         Err(error) => {
             tracing::warn!(%error, "authority could not read heads");
             return error_response(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
         }
     };
-    let issued_at = format_rfc3339_ms(now_ms);
-    let expires_at = format_rfc3339_ms(now_ms.saturating_add(millis(config.head_ttl)));
-    let envelopes = heads
+    let heads: Vec<Vec<HeadPayload>> =
+        batch.queries.iter().zip(answers).map(|(query, answer)| head_payloads(config, query, answer, now_ms)).collect();
+    let leaves: Vec<_> = batch.queries.iter().zip(&heads).map(|(query, heads)| leaf_hash(query, heads)).collect();
+    let (Some(root), paths) = all_paths(&leaves) else {
+        return error_response(StatusCode::BAD_REQUEST, "invalid_query");
+    };
+    let mut batch_id = [0_u8; 16];
+    if aws_lc_rs::rand::SecureRandom::fill(&state.random, &mut batch_id).is_err() {
+        return error_response(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    }
+    let payload = BatchPayload {
+        authority: config.authority_id.clone(),
+        batch_id: crate::target::hex(&batch_id),
+        issued_at: format_rfc3339_ms(now_ms),
+        key_id: state.key_id.clone(),
+        root: hash_hex(&root),
+        schema_version: BATCH_SCHEMA_VERSION.to_owned(),
+        tree_size: u64::try_from(leaves.len()).unwrap_or(u64::MAX),
+    };
+    let signed = sign_batch(&payload, &config.signing_key);
+    let items = heads
         .into_iter()
-        .map(|(status, token)| {
-            let payload = HeadPayload {
-                authority: config.authority_id.clone(),
-                commit_token: token,
-                expires_at: expires_at.clone(),
-                generation: status.generation,
-                issued_at: issued_at.clone(),
-                phase: query.phase,
-                policy_digest: query.policy_digest.clone(),
-                policy_generation: query.policy_generation,
-                query_nonce: query.query_nonce.clone(),
-                reason_code: status.reason_code,
-                schema_version: HEAD_SCHEMA_VERSION.to_owned(),
-                state: status.state,
-                target: status.target,
-            };
-            sign_envelope(&payload.canonical_bytes(), &config.signing_key)
+        .zip(paths)
+        .enumerate()
+        .map(|(index, (heads, path))| BatchItem {
+            heads,
+            index: u64::try_from(index).unwrap_or(u64::MAX),
+            path: path.iter().map(hash_hex).collect(),
         })
         .collect();
-    json_response(StatusCode::OK, canonical(&HeadResponse { heads: envelopes }))
+    json_response(StatusCode::OK, canonical(&BatchResponse { batch: signed, items }))
 }
 
 async fn redeem(state: &State, body: &[u8]) -> Response<Full<Bytes>> {

@@ -159,7 +159,12 @@ async fn a_restarted_server_keeps_refusing_rolled_back_heads() {
         SqliteGenerationStore::open(world.kit.dir.path().join("generations.db").to_str().unwrap()).await.unwrap(),
     );
     // The authority loses its state (a restore from an old backup): it answers generation 1 again.
+    // (A backup holds the older state version too, so the authority's memory reloads.)
     sqlx::query("DELETE FROM killswitch_authority_targets").execute(world.authority.db.pool()).await.unwrap();
+    sqlx::query("UPDATE killswitch_authority_meta SET state_version = 0")
+        .execute(world.authority.db.pool())
+        .await
+        .unwrap();
     let restarted =
         fixture::kill_switch(world.kit.policy(1), world.client(), store, &world.target_key_bytes).await.unwrap();
     let refused = restarted.pre_dispatch(PRODUCT_GET, &targets).await.unwrap_err();
@@ -322,3 +327,31 @@ async fn mutual_tls_is_required_both_ways() {
 }
 
 use rustls::pki_types::pem::PemObject;
+
+#[tokio::test]
+async fn the_single_query_envelope_still_answers_fences_and_refuses() {
+    let world = World::new().await;
+    let mut config = world.pki.client_config(&world.authority.url, &world.pki.client, &world.pki.ca.cert_pem);
+    config.envelope = palisade_killswitch::HeadEnvelope::Single;
+    let switch = fixture::kill_switch(
+        world.kit.policy(1),
+        AuthorityClient::new(config).unwrap(),
+        world.store.clone(),
+        &world.target_key_bytes,
+    )
+    .await
+    .unwrap();
+    assert_eq!(switch.batch_stats(), None, "v2: no batches");
+    let targets = checkout_targets("basket_checkout");
+    let clearance = switch.pre_dispatch(CHECKOUT, &targets).await.unwrap();
+    let fence = switch.pre_side_effect(CHECKOUT, &targets, &clearance).await.unwrap();
+    assert_eq!(fence.tokens().len(), 2);
+    for request in fence.redeem_requests() {
+        world.client().redeem(&request).await.unwrap();
+    }
+    let tool = world.target_key().digest(TargetKind::Tool, "basket_checkout");
+    world.authority.db.disable(&tool, "halt", now_ms()).await.unwrap();
+    assert!(switch.pre_dispatch(CHECKOUT, &targets).await.unwrap_err().is_disabled());
+    // The batched kill switch of the same world agrees.
+    assert!(world.kill_switch.pre_dispatch(CHECKOUT, &targets).await.unwrap_err().is_disabled());
+}

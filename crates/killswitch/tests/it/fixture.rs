@@ -107,6 +107,7 @@ impl Pki {
             client_key_pem: Zeroizing::new(identity.key_pem.as_bytes().to_vec()),
             timeout: Duration::from_secs(2),
             max_response_bytes: 64 * 1024,
+            envelope: palisade_killswitch::HeadEnvelope::Batched,
         }
     }
 }

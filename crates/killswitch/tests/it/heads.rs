@@ -72,7 +72,10 @@ async fn scripted(
             });
         }
     });
-    let client = AuthorityClient::new(pki.client_config(&url, &pki.client, &pki.ca.cert_pem)).unwrap();
+    // This scripted authority speaks the single-query v2 envelope (the batched one: `batch.rs`).
+    let mut config = pki.client_config(&url, &pki.client, &pki.ca.cert_pem);
+    config.envelope = palisade_killswitch::HeadEnvelope::Single;
+    let client = AuthorityClient::new(config).unwrap();
     let store = Arc::new(SqliteGenerationStore::open("sqlite::memory:").await.unwrap());
     let kill_switch = fixture::kill_switch(kit.policy(1), client, store, &[3; 32]).await.unwrap();
     Scripted { kill_switch, requests, _kit: kit }

@@ -5,8 +5,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod authority;
+mod batch;
 mod fixture;
 mod generation;
 mod heads;
 mod policy;
 mod race;
+mod vectors;

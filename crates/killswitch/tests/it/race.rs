@@ -169,3 +169,92 @@ async fn disable_between_pre_side_effect_and_commit_always_rejects_the_commit() 
     }
     assert!(modes.iter().all(|count| *count > 100), "every interleaving ran: {modes:?}");
 }
+
+const ROUNDS: u64 = 1000;
+const CALLERS: usize = 4;
+
+/// Gets a fence through both phases (batched with the other callers of the round).
+async fn fenced(switch: palisade_killswitch::KillSwitch, targets: TargetValues) -> CommitFence {
+    let clearance = switch.pre_dispatch(CHECKOUT, &targets).await.unwrap();
+    switch.pre_side_effect(CHECKOUT, &targets, &clearance).await.unwrap()
+}
+
+/// Commits each fence concurrently; returns how many went through.
+async fn commit_all(backend: &SqlitePool, fences: Vec<CommitFence>, round: u64) -> (u64, u64) {
+    let mut tasks = Vec::new();
+    for fence in fences {
+        let backend = backend.clone();
+        tasks.push(tokio::spawn(async move { commit(&backend, &fence, round).await }));
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(()) => ok += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    (ok, refused)
+}
+
+/// 1000 DISABLE flips, each between `pre_side_effect` and the commit of concurrent callers
+/// holding fences on the same targets: every commit before the flip goes through, every commit
+/// after it is rejected. The counts are printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_flips_with_concurrent_callers_reject_every_commit_after_the_flip_and_none_before() {
+    let world = World::new().await;
+    let database = world.authority.db_path.to_str().unwrap().to_owned();
+    let backend = AuthorityDb::open(&database).await.unwrap();
+    sqlx::query("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, iteration INTEGER NOT NULL)")
+        .execute(backend.pool())
+        .await
+        .unwrap();
+    let other_admin = AuthorityDb::open(&database).await.unwrap();
+    let key = world.target_key();
+    let targets = TargetValues::new().with(TargetKind::ServerRelease, RELEASE).with(TargetKind::Tool, "shared");
+    let victims = [key.digest(TargetKind::ServerRelease, RELEASE), key.digest(TargetKind::Tool, "shared")];
+
+    let mut seed_bytes = [0_u8; 8];
+    aws_lc_rs::rand::fill(&mut seed_bytes).unwrap();
+    let seed = u64::from_le_bytes(seed_bytes) | 1;
+    let mut rng = Rng(seed);
+    let (mut before_ok, mut before_refused, mut after_ok, mut after_refused) = (0_u64, 0_u64, 0_u64, 0_u64);
+    let batches_at_start = world.kill_switch.batch_stats().unwrap();
+    for round in 0..ROUNDS {
+        let mut tasks = Vec::new();
+        for _ in 0..CALLERS {
+            tasks.push(tokio::spawn(fenced(world.kill_switch.clone(), targets.clone())));
+        }
+        let mut fences = Vec::new();
+        for task in tasks {
+            fences.push(task.await.unwrap());
+        }
+        let split = usize::try_from(rng.below(CALLERS as u64 + 1)).unwrap();
+        let after = fences.split_off(split);
+        let (ok, refused) = commit_all(backend.pool(), fences, round).await;
+        before_ok += ok;
+        before_refused += refused;
+
+        let victim = &victims[usize::try_from(rng.below(2)).unwrap()];
+        let admin = if rng.below(2) == 0 { &world.authority.db } else { &other_admin };
+        admin.disable(victim, "flip", now_ms()).await.unwrap();
+        pause(&mut rng).await;
+        let (ok, refused) = commit_all(backend.pool(), after, round).await;
+        after_ok += ok;
+        after_refused += refused;
+        admin.enable(victim, "flip-over", now_ms()).await.unwrap();
+    }
+    let batches_at_end = world.kill_switch.batch_stats().unwrap();
+    println!(
+        "fence race (seed {seed}): {ROUNDS} flips, {CALLERS} callers per flip; before the flip {before_ok} committed, \
+         {before_refused} rejected; after the flip {after_ok} committed, {after_refused} rejected; \
+         {} batches carried {} queries",
+        batches_at_end.0 - batches_at_start.0,
+        batches_at_end.1 - batches_at_start.1
+    );
+    assert_eq!(after_ok, 0, "seed {seed}: a commit after the flip went through");
+    assert_eq!(before_refused, 0, "seed {seed}: a commit before the flip was rejected");
+    assert_eq!(before_ok + after_refused, ROUNDS * CALLERS as u64);
+    assert!(before_ok > 0 && after_refused > 0);
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM orders").fetch_one(backend.pool()).await.unwrap();
+    assert_eq!(u64::try_from(orders).unwrap(), before_ok, "exactly the commits before the flips wrote an order");
+}

@@ -364,6 +364,24 @@ async fn tenant_and_client_targets_switch_every_operation_on_both_wires() {
     assert!(String::from_utf8_lossy(&forced.stderr).contains("WARNING"));
 }
 
+/// An open 2025-era GET stream re-checks its targets every `[killswitch] stream_recheck_secs`
+/// (1 s here) through the batched path: a DISABLE that no request observes (set with
+/// `authority disable`, nothing else sent) still ends it.
+#[tokio::test]
+async fn an_open_get_stream_ends_on_a_disable_no_request_observed() {
+    let server = Palisade::start_app_env("demo", &[], &[("PALISADE_KILLSWITCH_STREAM_RECHECK_SECS", "1")]);
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let args = ["dev", "token", "--subject", "alice", "--tenant", "acme", "--client", "cli", "--scope", "shop:read"];
+    let alice = succeed(&args, &env).trim().to_owned();
+    let session = initialize(&server, &alice).await;
+    let mut open_stream = crate::harness::Stream::open(legacy_get(&server, &alice, &session)).await;
+    let disabled = succeed(&["authority", "disable", "--target", "tenant:acme", "--reason", "test"], &env);
+    assert!(disabled.contains("is now DISABLE"), "{disabled}");
+    let started = std::time::Instant::now();
+    assert!(open_stream.next(Duration::from_secs(10)).await.is_none());
+    assert!(started.elapsed() < Duration::from_secs(8), "the open GET stream was ended by its re-check");
+}
+
 /// The demo's checkout on the 2025-era wire: the confirmation is a real `elicitation/create`
 /// request on the POST's stream showing the items and total; the client's answer (admitted like
 /// any request of the session) lets the same call run through every stage again, once.

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod auth;
+mod dev_authorization;
 mod harness;
 mod http_bad_input;
 mod http_flows;
