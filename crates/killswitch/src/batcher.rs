@@ -94,7 +94,7 @@ impl Batcher {
 }
 
 async fn drive(context: Arc<DriverContext>, mut receiver: mpsc::UnboundedReceiver<Pending>, stats: Arc<Counters>) {
-    let key_id = key_id(context.policy.authority_key());
+    let key_id: Arc<str> = key_id(context.policy.authority_key()).into();
     while let Some(first) = receiver.recv().await {
         let mut batch = vec![first];
         while batch.len() < BATCH_LIMIT {
@@ -126,7 +126,9 @@ fn fail_batch(prepared: Vec<Prepared>, error: AuthorityError) {
     }
 }
 
-async fn run_batch(context: &DriverContext, key_id: &str, batch: Vec<Pending>) {
+/// Sends one batch and waits for its answer; checking the answer and replying to its callers
+/// run in their own task, so the next batch leaves as soon as this answer has arrived.
+async fn run_batch(context: &Arc<DriverContext>, key_id: &Arc<str>, batch: Vec<Pending>) {
     let policy = &context.policy;
     let mut prepared = Vec::with_capacity(batch.len());
     for pending in batch {
@@ -159,6 +161,12 @@ async fn run_batch(context: &DriverContext, key_id: &str, batch: Vec<Pending>) {
         Ok(answer) => answer,
         Err(error) => return fail_batch(prepared, error),
     };
+    let (context, key_id) = (context.clone(), key_id.clone());
+    tokio::spawn(async move { finish(&context, &key_id, prepared, status, body).await });
+}
+
+async fn finish(context: &DriverContext, key_id: &str, prepared: Vec<Prepared>, status: u16, body: Vec<u8>) {
+    let policy = &context.policy;
     if status != 200 {
         return fail_batch(prepared, AuthorityError::HttpStatus { status });
     }

@@ -754,28 +754,26 @@ fn spawn_session_purge(
         async move {
             let now = i64::try_from(palisade_server::clock::Clock::now_ms(&SystemClock)).unwrap_or(i64::MAX);
             // Up to ten batches of each per tick; the next tick picks up the rest.
-            for _ in 0..10 {
-                match store.purge_sessions(now, 1_000).await {
-                    Ok(1_000) => continue,
-                    Ok(_) => break,
-                    Err(error) => {
-                        tracing::warn!(%error, "session purge failed; retrying at the next tick");
-                        break;
-                    }
-                }
-            }
-            for _ in 0..10 {
-                match once.purge_once(now, 1_000).await {
-                    Ok(1_000) => continue,
-                    Ok(_) => break,
-                    Err(error) => {
-                        tracing::warn!(%error, "single-use record purge failed; retrying at the next tick");
-                        break;
-                    }
-                }
-            }
+            purge_in_batches("session", |limit| store.purge_sessions(now, limit)).await;
+            purge_in_batches("single-use record", |limit| once.purge_once(now, limit)).await;
         }
     })
+}
+
+/// Runs `purge` (which deletes at most its argument's worth of rows and says how many it did)
+/// until a batch comes back short, at most ten times; a failure waits for the next tick.
+async fn purge_in_batches<'a>(what: &str, purge: impl Fn(u32) -> palisade_store::StoreFuture<'a, u64>) {
+    const BATCH: u32 = 1_000;
+    for _ in 0..10 {
+        match purge(BATCH).await {
+            Ok(done) if done == u64::from(BATCH) => continue,
+            Ok(_) => break,
+            Err(error) => {
+                tracing::warn!(%error, "{what} purge failed; retrying at the next tick");
+                break;
+            }
+        }
+    }
 }
 
 async fn shutdown_signal() {

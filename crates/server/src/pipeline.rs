@@ -847,15 +847,9 @@ impl Server {
         };
         audit.operation(&operation);
         // 4. kill switch (pre_dispatch): before any other decision about the operation.
-        let cleared = match &self.kill_switch {
-            Some(stage) => {
-                audit.policy_version = Some(stage.policy_version());
-                match stage.pre_dispatch(&operation, &principal).await {
-                    Ok(cleared) => Some(cleared),
-                    Err(error) => return audit.refuse(&id, "killswitch", &error, None).await,
-                }
-            }
-            None => None,
+        let cleared = match self.pre_dispatch(&operation, &principal, audit).await {
+            Ok(cleared) => cleared,
+            Err(error) => return audit.refuse(&id, "killswitch", &error, None).await,
         };
         // 5. authorize: the operation's required scopes; a 403 names all of them.
         let required = self.required_scopes(&operation, &request.params);
@@ -922,6 +916,19 @@ impl Server {
             // capability, a handler's error, a timeout) is on the record with its code.
             Err(error) => audit.refuse(&id, "dispatch", &error, None).await,
         }
+    }
+
+    /// Stage 4, the kill switch's first phase, when the server runs one (`None` without): the
+    /// audit trail then names the policy generation the decision was made under.
+    async fn pre_dispatch(
+        &self,
+        operation: &OperationKey,
+        principal: &VerifiedPrincipal,
+        audit: &mut AuditTrail<'_>,
+    ) -> Result<Option<Arc<crate::killswitch::Cleared>>, ProtocolError> {
+        let Some(stage) = &self.kill_switch else { return Ok(None) };
+        audit.policy_version = Some(stage.policy_version());
+        stage.pre_dispatch(operation, principal).await.map(Some)
     }
 
     /// Stage 6: resolves the handle arguments the called tool declares. Any failure is one generic
@@ -1275,15 +1282,9 @@ impl Server {
         };
         let operation = OperationKey { method, target: None };
         audit.operation(&operation);
-        let cleared = match &self.kill_switch {
-            Some(stage) => {
-                audit.policy_version = Some(stage.policy_version());
-                match stage.pre_dispatch(&operation, &principal).await {
-                    Ok(cleared) => Some(cleared),
-                    Err(error) => return Err(audit.refuse_any(None, "killswitch", &error, None).await),
-                }
-            }
-            None => None,
+        let cleared = match self.pre_dispatch(&operation, &principal, &mut audit).await {
+            Ok(cleared) => cleared,
+            Err(error) => return Err(audit.refuse_any(None, "killswitch", &error, None).await),
         };
         if let Err(error) = audit.allow("session").await {
             return Err(audit.refuse_any(None, "audit", &error, None).await);

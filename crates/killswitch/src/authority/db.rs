@@ -62,11 +62,6 @@ const SET_STATE: &str =
     ON CONFLICT (kind, digest) DO UPDATE SET state = excluded.state, generation = generation + 1,
         reason_code = excluded.reason_code, updated_at_ms = excluded.updated_at_ms
     RETURNING generation";
-const MATERIALIZE_DEFAULT: &str = "INSERT INTO killswitch_authority_targets
-    (kind, digest, state, generation, reason_code, updated_at_ms) VALUES (?1, ?2, 'ENABLE', 1, ?3, ?4)
-    ON CONFLICT (kind, digest) DO NOTHING";
-const INSERT_TOKEN: &str = "INSERT INTO killswitch_authority_tokens
-    (token_sha256, kind, digest, generation, issued_at_ms, expires_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 /// One statement: atomic against a concurrent DISABLE (SQLite serializes writers).
 const REDEEM: &str = "UPDATE killswitch_authority_tokens SET redeemed_at_ms = ?1
     WHERE token_sha256 = ?2 AND kind = ?3 AND digest = ?4 AND generation = ?5
@@ -366,30 +361,42 @@ impl AuthorityDb {
             }
         }
         if !issued.is_empty() {
+            // Two statements for the whole call, however many tokens (each row: 6 or 4 values,
+            // far below SQLite's variable limit for the largest batch).
             let mut transaction = self.pool.begin_with("BEGIN IMMEDIATE").await.map_err(storage("issue token"))?;
-            for (target, generation, stored, token_digest) in &issued {
-                if !stored {
-                    // The redeem statement needs the row; a concurrent change wins (DO NOTHING).
-                    sqlx::query(MATERIALIZE_DEFAULT)
-                        .bind(target.kind.as_str())
-                        .bind(&target.digest)
-                        .bind(DEFAULT_REASON)
-                        .bind(now_ms)
-                        .execute(&mut *transaction)
-                        .await
-                        .map_err(storage("issue token"))?;
-                }
-                sqlx::query(INSERT_TOKEN)
-                    .bind(token_digest)
-                    .bind(target.kind.as_str())
-                    .bind(&target.digest)
-                    .bind(to_i64(*generation)?)
-                    .bind(now_ms)
-                    .bind(now_ms.saturating_add(token_ttl_ms))
-                    .execute(&mut *transaction)
-                    .await
-                    .map_err(storage("issue token"))?;
+            let unstored: Vec<&(TargetDigest, u64, bool, String)> = issued.iter().filter(|issue| !issue.2).collect();
+            if !unstored.is_empty() {
+                // The redeem statement needs the row; a concurrent change wins (DO NOTHING).
+                let mut builder = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                    "INSERT INTO killswitch_authority_targets (kind, digest, state, generation, reason_code, updated_at_ms) ",
+                );
+                builder.push_values(unstored, |mut row, (target, _, _, _)| {
+                    row.push_bind(target.kind.as_str())
+                        .push_bind(target.digest.as_str())
+                        .push_bind("ENABLE")
+                        .push_bind(1_i64)
+                        .push_bind(DEFAULT_REASON)
+                        .push_bind(now_ms);
+                });
+                builder.push(" ON CONFLICT (kind, digest) DO NOTHING");
+                builder.build().execute(&mut *transaction).await.map_err(storage("issue token"))?;
             }
+            let mut rows = Vec::with_capacity(issued.len());
+            for (target, generation, _, token_digest) in &issued {
+                rows.push((target, to_i64(*generation)?, token_digest));
+            }
+            let mut builder = sqlx::QueryBuilder::<sqlx::Sqlite>::new(
+                "INSERT INTO killswitch_authority_tokens (token_sha256, kind, digest, generation, issued_at_ms, expires_at_ms) ",
+            );
+            builder.push_values(rows, |mut row, (target, generation, token_digest)| {
+                row.push_bind(token_digest.as_str())
+                    .push_bind(target.kind.as_str())
+                    .push_bind(target.digest.as_str())
+                    .push_bind(generation)
+                    .push_bind(now_ms)
+                    .push_bind(now_ms.saturating_add(token_ttl_ms));
+            });
+            builder.build().execute(&mut *transaction).await.map_err(storage("issue token"))?;
             transaction.commit().await.map_err(storage("issue token"))?;
         }
         Ok(answers)
