@@ -177,9 +177,19 @@ struct TokenArgs {
     /// Lifetime in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl: u64,
-    /// Configuration file (data directory, public URL).
+    /// Configuration file (data directory, public URL), as given to `serve`.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// The address `serve` listens on, as given to it: the token's audience and issuer are
+    /// derived from it unless `public_url` is set.
+    #[arg(long)]
+    listen: Option<String>,
+    /// The server's canonical resource URI (`public_url`), the token's audience.
+    #[arg(long)]
+    public_url: Option<String>,
+    /// Data directory (the development issuer's key), as given to `serve`.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -299,6 +309,15 @@ fn env(key: &str) -> Option<String> {
 }
 
 fn settings(config: Option<&Path>, args: Option<&ServeArgs>) -> anyhow::Result<Settings> {
+    settings_with(config, args, |_| {})
+}
+
+/// [`settings`], with `flags` applied last (a command's own flags over file and environment).
+fn settings_with(
+    config: Option<&Path>,
+    args: Option<&ServeArgs>,
+    flags: impl FnOnce(&mut config::RawConfig),
+) -> anyhow::Result<Settings> {
     let mut raw = match config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| config::ConfigError {
@@ -326,6 +345,7 @@ fn settings(config: Option<&Path>, args: Option<&ServeArgs>) -> anyhow::Result<S
             raw.auth.mode = Some("none".into());
         }
     }
+    flags(&mut raw);
     Ok(config::validate(raw)?)
 }
 
@@ -352,7 +372,12 @@ fn dev_issuer_id(settings: &Settings) -> String {
 }
 
 fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
-    let settings = settings(args.config.as_deref(), None)?;
+    // The same settings `serve` would run with, so that the token is for that server.
+    let settings = settings_with(args.config.as_deref(), None, |raw| {
+        raw.listen = args.listen.clone().or(raw.listen.take());
+        raw.public_url = args.public_url.clone().or(raw.public_url.take());
+        raw.data_dir = args.data_dir.clone().or(raw.data_dir.take());
+    })?;
     if !settings.dev_issuer {
         anyhow::bail!("the development issuer is disabled in this configuration (auth.dev_issuer = false)");
     }

@@ -304,3 +304,36 @@ fn config_check_names_the_bad_key() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("colour"));
 }
+
+/// `dev token` takes `serve`'s own flags (`--listen`, `--public-url`, `--data-dir`), so a token
+/// minted with the flags a server was started with is for that server; one minted for another
+/// address is refused by it (its audience is another resource).
+#[tokio::test]
+async fn dev_token_takes_the_flags_serve_was_started_with() {
+    let server = Palisade::start_app("demo", &[]);
+    let mint = |listen: &str| {
+        let args = [
+            "dev",
+            "token",
+            "--subject",
+            "alice",
+            "--tenant",
+            "acme",
+            "--client",
+            "it",
+            "--scope",
+            "shop:read",
+            "--listen",
+            listen,
+            "--data-dir",
+            server.data_dir.path(),
+        ];
+        let output = palisade(&args, &[]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    let same = send(product_call(&server, Some(&mint("127.0.0.1:0")))).await;
+    assert_eq!(same.status, 200, "{:?}", same.response());
+    let other = send(product_call(&server, Some(&mint("127.0.0.1:9000")))).await;
+    assert_eq!(other.status, 401, "a token for another server's address is refused");
+}
