@@ -74,11 +74,11 @@
 
 #![forbid(unsafe_code)]
 
+pub mod authorization_server;
 mod cache;
 mod claims;
 mod clock;
 mod config;
-pub mod authorization_server;
 pub mod dev_issuer;
 pub mod egress;
 mod error;

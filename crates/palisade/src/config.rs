@@ -203,6 +203,10 @@ pub struct RawLimits {
     pub idle_timeout_secs: Option<u64>,
     /// Most HTTP connections open at once. Default 1024.
     pub max_connections: Option<usize>,
+    /// Most open listen and GET streams per principal on one instance. Default 8.
+    pub max_streams_per_principal: Option<usize>,
+    /// Most entries of one listen filter list (`taskIds`, `resourceSubscriptions`). Default 100.
+    pub max_listen_filter_entries: Option<usize>,
 }
 
 /// `[http]`
@@ -376,6 +380,10 @@ pub struct Settings {
     pub idle_timeout_secs: u64,
     /// Connection cap.
     pub max_connections: usize,
+    /// Open streams per principal.
+    pub max_streams_per_principal: usize,
+    /// Entries per listen filter list.
+    pub max_listen_filter_entries: usize,
     /// Interval of the aggregated transport refusal records.
     pub transport_refusal_interval_secs: u64,
     /// Extra hosts.
@@ -792,6 +800,14 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
         raw.limits.max_connections =
             Some(usize::try_from(v).map_err(|_| bad("PALISADE_LIMITS_MAX_CONNECTIONS", "too large"))?);
     }
+    for (name, slot) in [
+        ("PALISADE_LIMITS_MAX_STREAMS_PER_PRINCIPAL", &mut raw.limits.max_streams_per_principal),
+        ("PALISADE_LIMITS_MAX_LISTEN_FILTER_ENTRIES", &mut raw.limits.max_listen_filter_entries),
+    ] {
+        if let Some(v) = number(name)? {
+            *slot = Some(usize::try_from(v).map_err(|_| bad(name, "too large"))?);
+        }
+    }
     if let Some(v) = number("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS")? {
         raw.audit.transport_refusal_interval_secs = Some(v);
     }
@@ -875,6 +891,14 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     if !(1..=MAX_CONNECTIONS).contains(&max_connections) {
         return Err(bad("limits.max_connections", format!("must be between 1 and {MAX_CONNECTIONS}")));
     }
+    let bounded = |value: Option<usize>, default: usize, key: &str, max: usize| {
+        let value = value.unwrap_or(default);
+        if (1..=max).contains(&value) { Ok(value) } else { Err(bad(key, format!("must be between 1 and {max}"))) }
+    };
+    let max_streams_per_principal =
+        bounded(raw.limits.max_streams_per_principal, 8, "limits.max_streams_per_principal", 1_000)?;
+    let max_listen_filter_entries =
+        bounded(raw.limits.max_listen_filter_entries, 100, "limits.max_listen_filter_entries", 10_000)?;
     let transport_refusal_interval_secs =
         seconds(raw.audit.transport_refusal_interval_secs, 10, "audit.transport_refusal_interval_secs", 3600)?;
     let default_mode = if app == AppChoice::Demo { "bearer" } else { "none" };
@@ -981,6 +1005,8 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         body_read_timeout_secs,
         idle_timeout_secs,
         max_connections,
+        max_streams_per_principal,
+        max_listen_filter_entries,
         transport_refusal_interval_secs,
         allowed_hosts: raw.http.allowed_hosts,
         allowed_origins: raw.http.allowed_origins,
@@ -1042,6 +1068,8 @@ mod tests {
             ("[limits]\nmax_connections = 0", "limits.max_connections"),
             ("[limits]\nmax_connections = 10000000", "limits.max_connections"),
             ("[limits]\nmax_connections = -1", "limits.max_connections"),
+            ("[limits]\nmax_streams_per_principal = 0", "limits.max_streams_per_principal"),
+            ("[limits]\nmax_listen_filter_entries = 100000", "limits.max_listen_filter_entries"),
             ("[audit]\ntransport_refusal_interval_secs = 0", "audit.transport_refusal_interval_secs"),
             ("[audit]\ntransport_refusal_interval_secs = 86400", "audit.transport_refusal_interval_secs"),
             ("[audit]\nretention = 1", "retention"),

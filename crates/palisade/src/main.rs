@@ -680,6 +680,8 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         body_read_timeout: std::time::Duration::from_secs(settings.body_read_timeout_secs),
         idle_timeout: std::time::Duration::from_secs(settings.idle_timeout_secs),
         max_connections: settings.max_connections,
+        max_streams_per_principal: settings.max_streams_per_principal,
+        max_listen_filter_entries: settings.max_listen_filter_entries,
         transport_refusal_interval: std::time::Duration::from_secs(settings.transport_refusal_interval_secs),
         page_size: settings.page_size,
         allowed_hosts: settings.allowed_hosts.clone(),
