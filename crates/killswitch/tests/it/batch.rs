@@ -17,10 +17,10 @@ use palisade_killswitch::batch::{
     sign_batch,
 };
 use palisade_killswitch::envelope::{EnvelopeError, sign_envelope};
-use palisade_killswitch::head::{HeadPayload, HeadQuery};
+use palisade_killswitch::head::HeadPayload;
 use palisade_killswitch::{
-    AuthorityClient, AuthorityError, DispatchClearance, Ed25519SigningKey, KillSwitch, KillSwitchError, Phase,
-    SqliteGenerationStore, TargetKind, TargetState, TargetValues, format_rfc3339_ms,
+    AuthorityClient, AuthorityError, DispatchClearance, Ed25519SigningKey, KillSwitch, KillSwitchError,
+    SqliteGenerationStore, TargetKind, TargetValues, format_rfc3339_ms,
 };
 use tokio::net::TcpListener;
 
@@ -47,24 +47,6 @@ struct Defects {
     time_shift_ms: i64,
 }
 
-fn honest_head(query: &HeadQuery, index: usize, now: i64) -> HeadPayload {
-    HeadPayload {
-        authority: AUTHORITY_ID.to_owned(),
-        commit_token: (query.phase == Phase::PreSideEffect).then(|| format!("token-{index}-{}", query.query_nonce)),
-        expires_at: format_rfc3339_ms(now + 30_000),
-        generation: 1,
-        issued_at: format_rfc3339_ms(now),
-        phase: query.phase,
-        policy_digest: query.policy_digest.clone(),
-        policy_generation: query.policy_generation,
-        query_nonce: query.query_nonce.clone(),
-        reason_code: "default_enable".to_owned(),
-        schema_version: "aidefend.mcp-disable-head.v2".to_owned(),
-        state: TargetState::Enable,
-        target: query.targets[index].clone(),
-    }
-}
-
 fn answer(batch: &BatchQuery, key: &Ed25519SigningKey, defects: &Defects) -> BatchResponse {
     let now = now_ms() + defects.time_shift_ms;
     let heads: Vec<Vec<HeadPayload>> = batch
@@ -74,7 +56,7 @@ fn answer(batch: &BatchQuery, key: &Ed25519SigningKey, defects: &Defects) -> Bat
         .map(|(query_index, query)| {
             (0..query.targets.len())
                 .map(|index| {
-                    let mut head = honest_head(query, index, now);
+                    let mut head = fixture::honest_head(query, index, now);
                     if let Some(mutate) = &defects.heads {
                         mutate(query_index, &mut head);
                     }

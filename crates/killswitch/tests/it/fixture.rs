@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use palisade_killswitch::authority::{self, AuthorityDb, AuthorityServerConfig};
 use palisade_killswitch::envelope::{envelope_bytes, sign_envelope};
+use palisade_killswitch::head::{HeadPayload, HeadQuery};
 use palisade_killswitch::keys::generate_keypair_files;
 use palisade_killswitch::{
     AuthorityClient, AuthorityClientConfig, Clock, Ed25519SigningKey, GenerationStore, KillSwitch, KillSwitchConfig,
     Policy, PolicyFiles, SqliteGenerationStore, SystemClock, TargetKey, file_sha256_hex, format_rfc3339_ms,
 };
+use palisade_killswitch::{Phase, TargetState};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -303,4 +305,24 @@ pub async fn kill_switch_with_clock(
         clock,
     })
     .await
+}
+
+/// The head an honest authority signs for target `index` of `query` at `now` (ENABLE,
+/// generation 1, valid 30 s, a commit token in the second phase).
+pub fn honest_head(query: &HeadQuery, index: usize, now: i64) -> HeadPayload {
+    HeadPayload {
+        authority: AUTHORITY_ID.to_owned(),
+        commit_token: (query.phase == Phase::PreSideEffect).then(|| format!("token-{index}-{}", query.query_nonce)),
+        expires_at: format_rfc3339_ms(now + 30_000),
+        generation: 1,
+        issued_at: format_rfc3339_ms(now),
+        phase: query.phase,
+        policy_digest: query.policy_digest.clone(),
+        policy_generation: query.policy_generation,
+        query_nonce: query.query_nonce.clone(),
+        reason_code: "default_enable".to_owned(),
+        schema_version: "aidefend.mcp-disable-head.v2".to_owned(),
+        state: TargetState::Enable,
+        target: query.targets[index].clone(),
+    }
 }

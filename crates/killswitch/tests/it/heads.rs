@@ -17,7 +17,7 @@ use palisade_killswitch::{
 };
 use tokio::net::TcpListener;
 
-use crate::fixture::{self, AUTHORITY_ID, CHECKOUT, PRODUCT_GET, Pki, PolicyKit, now_ms};
+use crate::fixture::{self, CHECKOUT, PRODUCT_GET, Pki, PolicyKit, now_ms};
 
 type Script = Arc<dyn Fn(&HeadQuery, &[u8]) -> (u16, Vec<u8>) + Send + Sync>;
 
@@ -83,22 +83,7 @@ async fn scripted(
 
 /// The honest head for one target of a query.
 fn honest(query: &HeadQuery, index: usize) -> HeadPayload {
-    let now = now_ms();
-    HeadPayload {
-        authority: AUTHORITY_ID.to_owned(),
-        commit_token: (query.phase == Phase::PreSideEffect).then(|| format!("token-{index}-{}", query.query_nonce)),
-        expires_at: format_rfc3339_ms(now + 30_000),
-        generation: 1,
-        issued_at: format_rfc3339_ms(now),
-        phase: query.phase,
-        policy_digest: query.policy_digest.clone(),
-        policy_generation: query.policy_generation,
-        query_nonce: query.query_nonce.clone(),
-        reason_code: "default_enable".to_owned(),
-        schema_version: "aidefend.mcp-disable-head.v2".to_owned(),
-        state: TargetState::Enable,
-        target: query.targets[index].clone(),
-    }
+    fixture::honest_head(query, index, now_ms())
 }
 
 fn answer(envelopes: Vec<SignedEnvelope>) -> (u16, Vec<u8>) {

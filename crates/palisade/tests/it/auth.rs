@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Client, Palisade, TempDir, send, tool_call, with_meta};
+use crate::harness::{Client, Palisade, TempDir, dev_token, send, tool_call, with_meta};
 use crate::schema;
 
 fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
@@ -15,15 +15,7 @@ fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
 
 /// A token from the demo's dev issuer for the server in `data_dir` listening on `127.0.0.1:0`.
 fn token(server: &Palisade, subject: &str, scope: &str) -> String {
-    token_for(server, subject, "acme", "it", scope)
-}
-
-fn token_for(server: &Palisade, subject: &str, tenant: &str, client: &str, scope: &str) -> String {
-    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
-    let args = ["dev", "token", "--subject", subject, "--tenant", tenant, "--client", client, "--scope", scope];
-    let output = palisade(&args, &env);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    dev_token(server, subject, "acme", "it", scope)
 }
 
 fn product_call(server: &Palisade, token: Option<&str>) -> reqwest::RequestBuilder {
@@ -152,9 +144,9 @@ async fn demo_baskets_are_held_by_handles_only_their_owner_can_use() {
 
     // Another user, tenant or client presenting the handle gets the one generic refusal.
     for other in [
-        token_for(&server, "bob", "acme", "it", "shop:read shop:basket"),
-        token_for(&server, "alice", "globex", "it", "shop:read shop:basket"),
-        token_for(&server, "alice", "acme", "other-client", "shop:read shop:basket"),
+        dev_token(&server, "bob", "acme", "it", "shop:read shop:basket"),
+        dev_token(&server, "alice", "globex", "it", "shop:read shop:basket"),
+        dev_token(&server, "alice", "acme", "other-client", "shop:read shop:basket"),
     ] {
         let refused = send(tool_call(&server, &other, "basket_view", json!({ "basket": basket }))).await;
         assert_eq!(refused.status, 400);
@@ -211,7 +203,7 @@ async fn demo_orders_export_runs_as_a_task_with_confirmation_and_progress() {
     assert_eq!(done["statusMessage"], "exported 1 of 1 baskets");
     // The same user through another client exports none of them: the owner rule of the
     // basket handles (the same user, through the client that made the basket) applies.
-    let elsewhere = token_for(&server, "alice", "acme", "evil", "shop:read shop:basket");
+    let elsewhere = dev_token(&server, "alice", "acme", "evil", "shop:read shop:basket");
     let done = export(&server, &elsewhere, false).await;
     assert_eq!(done["result"]["structuredContent"]["count"], 0, "{done}");
     // Without the extension the export is refused before anything runs.

@@ -281,3 +281,13 @@ pub async fn confirmed_tool_call(server: &Palisade, token: &str, tool: &str, arg
     let accept = json!({ "palisade.confirm": { "action": "accept", "content": { "confirm": true } } });
     (question, send(call(json!({ "requestState": state, "inputResponses": accept }))).await)
 }
+
+/// A token from the demo's dev issuer for `server` (its data directory, listening on
+/// `127.0.0.1:0`, as every test server does).
+pub fn dev_token(server: &Palisade, subject: &str, tenant: &str, client: &str, scope: &str) -> String {
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let args = ["dev", "token", "--subject", subject, "--tenant", tenant, "--client", client, "--scope", scope];
+    let output = Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(env).output().expect("run palisade");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Palisade, TempDir, confirmed_tool_call, send, tool_call, with_meta};
+use crate::harness::{Palisade, TempDir, confirmed_tool_call, dev_token, send, tool_call, with_meta};
 
 fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(envs.iter().copied()).output().expect("run palisade")
@@ -23,22 +23,8 @@ fn succeed(args: &[&str], envs: &[(&str, &str)]) -> String {
 async fn the_demo_tool_flips_off_and_on_live() {
     let server = Palisade::start_app("demo", &[]);
     let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
-    let token = succeed(
-        &[
-            "dev",
-            "token",
-            "--subject",
-            "alice",
-            "--tenant",
-            "acme",
-            "--client",
-            "it",
-            "--scope",
-            "shop:read shop:basket",
-        ],
-        &env,
-    );
-    let token = token.trim();
+    let token = dev_token(&server, "alice", "acme", "it", "shop:read shop:basket");
+    let token = token.as_str();
     let basket = |created: &crate::harness::Exchange| {
         created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned()
     };
@@ -310,11 +296,7 @@ async fn initialize(server: &Palisade, token: &str) -> String {
 async fn tenant_and_client_targets_switch_every_operation_on_both_wires() {
     let server = Palisade::start_app("demo", &[]);
     let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
-    let token = |tenant: &str, client: &str| {
-        let args =
-            ["dev", "token", "--subject", "alice", "--tenant", tenant, "--client", client, "--scope", "shop:read"];
-        succeed(&args, &env).trim().to_owned()
-    };
+    let token = |tenant: &str, client: &str| dev_token(&server, "alice", tenant, client, "shop:read");
     let (alice, other_tenant, other_client) = (token("acme", "cli"), token("globex", "cli"), token("acme", "web"));
     let product = |token: &str| send(tool_call(&server, token, "product_get", json!({ "sku": "TEA-001" })));
     assert_eq!(product(&alice).await.status, 200);
@@ -371,8 +353,7 @@ async fn tenant_and_client_targets_switch_every_operation_on_both_wires() {
 async fn an_open_get_stream_ends_on_a_disable_no_request_observed() {
     let server = Palisade::start_app_env("demo", &[], &[("PALISADE_KILLSWITCH_STREAM_RECHECK_SECS", "1")]);
     let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
-    let args = ["dev", "token", "--subject", "alice", "--tenant", "acme", "--client", "cli", "--scope", "shop:read"];
-    let alice = succeed(&args, &env).trim().to_owned();
+    let alice = dev_token(&server, "alice", "acme", "cli", "shop:read");
     let session = initialize(&server, &alice).await;
     let mut open_stream = crate::harness::Stream::open(legacy_get(&server, &alice, &session)).await;
     let disabled = succeed(&["authority", "disable", "--target", "tenant:acme", "--reason", "test"], &env);
@@ -388,20 +369,7 @@ async fn an_open_get_stream_ends_on_a_disable_no_request_observed() {
 #[tokio::test]
 async fn checkout_confirms_through_a_relayed_elicitation_on_the_session_wire() {
     let server = Palisade::start_app("demo", &[]);
-    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
-    let args = [
-        "dev",
-        "token",
-        "--subject",
-        "alice",
-        "--tenant",
-        "acme",
-        "--client",
-        "cli",
-        "--scope",
-        "shop:read shop:basket",
-    ];
-    let token = succeed(&args, &env).trim().to_owned();
+    let token = dev_token(&server, "alice", "acme", "cli", "shop:read shop:basket");
     let init = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": { "elicitation": {} }, "clientInfo": { "name": "it", "version": "0" } } });
     let response = legacy_post(&server, &token, None, init).send().await.unwrap();
