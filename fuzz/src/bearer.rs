@@ -34,9 +34,8 @@ use aws_lc_rs::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_auth::dev_issuer::{DevIssuer, KEY_FILE_NAME};
-use palisade_auth::{
-    AuthError, InvalidTokenReason, JwksPolicy, ManualClock, ResourceServerConfig, TokenVerifier, VerifiedClaims,
-};
+use palisade_auth::{AuthError, InvalidTokenReason, JwksPolicy, ResourceServerConfig, TokenVerifier, VerifiedClaims};
+use palisade_base::clock::ManualClock;
 use serde_json::{Map, Value};
 
 /// The development issuer's identifier (nothing listens there: the keys are static).
@@ -90,7 +89,7 @@ fn fixture() -> &'static Fixture {
 
 fn build_fixture() -> Fixture {
     let dir = key_dir();
-    let clock = Arc::new(ManualClock::new(NOW_SECS * 1000));
+    let clock = Arc::new(ManualClock::new(i64::try_from(NOW_SECS * 1000).expect("a fixed time")));
     let issuer = DevIssuer::load_or_create(&dir, ISSUER).expect("development issuer").with_clock(clock.clone());
     let pkcs8 = std::fs::read(dir.join(KEY_FILE_NAME)).expect("the issuer key file");
     let signer = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &pkcs8).expect("a P-256 PKCS#8 key");

@@ -4,8 +4,14 @@
 //! A property that fails panics; libFuzzer reports that as a crash, the replayer as a failed file.
 
 mod bearer;
+mod jwks;
+mod killswitch;
+mod server;
 
 pub use bearer::bearer_token;
+pub use jwks::jwks;
+pub use killswitch::killswitch;
+pub use server::{cursor, request_state, sealed_state, traceparent};
 
 use palisade_wire::header::{decode_value, encode_value, matches_json};
 use palisade_wire::jsonrpc::{self, Message, RequestId, parse_message};
@@ -26,6 +32,11 @@ pub const TARGETS: &[Target] = &[
     Target { name: "jsonrpc_frame", check: jsonrpc_frame },
     Target { name: "header_value", check: header_value },
     Target { name: "bearer_token", check: bearer_token },
+    Target { name: "request_state", check: request_state },
+    Target { name: "cursor", check: cursor },
+    Target { name: "traceparent", check: traceparent },
+    Target { name: "jwks", check: jwks },
+    Target { name: "killswitch", check: killswitch },
 ];
 
 /// One inbound JSON-RPC frame: the strict JSON parser agrees with `serde_json` (see

@@ -8,7 +8,7 @@
 //!
 //! 1. **Chain hash** of a typical allow record (three principal digests, two scopes): the
 //!    store's `chain_hash` (canonical JSON written field by field) against the generic route it
-//!    replaced (the record through `serde_json::Value`, then `palisade_wire`'s canonical form),
+//!    replaced (the record through `serde_json::Value`, then `palisade_base`'s RFC 8785 form),
 //!    alternating in blocks in one run; both must produce the same hash or the run fails.
 //! 2. **Group commit**: `--tasks` tasks append through an `AuditWriter` on a fresh SQLite file
 //!    (WAL, the server's settings) for `--seconds`, each awaiting its commit as a request does;
@@ -62,7 +62,7 @@ fn record(n: u64) -> AuditRecord {
 fn generic_hash(prev_hash: &[u8; 32], record: &AuditRecord) -> [u8; 32] {
     let value = serde_json::to_value(record).expect("a record serializes");
     let mut input = prev_hash.to_vec();
-    input.extend(palisade_wire::canonical::canonical_bytes(&value));
+    input.extend(palisade_base::canonical::canonical_bytes(&value));
     let mut hash = [0u8; 32];
     hash.copy_from_slice(aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &input).as_ref());
     hash

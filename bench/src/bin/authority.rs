@@ -25,10 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_killswitch::dev::DevAuthorityFiles;
 use palisade_killswitch::{
-    AuthorityClient, Clock as _, ExposedOperation, HeadEnvelope, KillSwitch, KillSwitchConfig, SystemClock, TargetKey,
-    TargetKind, TargetValues,
+    AuthorityClient, ExposedOperation, HeadEnvelope, KillSwitch, KillSwitchConfig, TargetKey, TargetKind, TargetValues,
 };
 use serde_json::json;
 

@@ -64,9 +64,11 @@ fn server(store: Arc<dyn Store>, listen_queue: usize) -> Arc<Server> {
     let config = TaskConfig { cancel_poll: Duration::from_millis(200), ..TaskConfig::default() };
     let tasks = Arc::new(TaskService::new(store.clone(), key, config, Arc::new(palisade_server::clock::SystemClock)));
     let config = ServerConfig { listen_queue, ..ServerConfig::default() };
-    let server = Server::new(app(), config, Authenticator::UnauthenticatedLoopback, ServerSecret::random())
-        .with_audit(store)
-        .with_tasks(tasks);
+    let server = Server::builder(app(), config, Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+        .audit(store)
+        .tasks(tasks)
+        .build()
+        .expect("a consistent server");
     Arc::new(server)
 }
 

@@ -253,7 +253,7 @@ impl Orders {
     /// Redeems every fence token and inserts the order, in one transaction; nothing is written
     /// unless every token redeems.
     async fn commit(&self, fence: &CommitFence, order: &PlacedOrder) -> Result<(), ProtocolError> {
-        let now_ms = palisade_killswitch::Clock::now_ms(&palisade_killswitch::SystemClock);
+        let now_ms = palisade_base::clock::Clock::now_ms(&palisade_base::clock::SystemClock);
         let storage = |error: sqlx::Error| {
             tracing::error!(%error, "order database unavailable");
             ProtocolError::Unavailable
@@ -321,7 +321,7 @@ async fn checkout(ctx: RequestContext, baskets: Arc<Baskets>, orders: Option<Ord
     let mut id = [0u8; 16];
     palisade_server::secret::fill_random(&mut id).map_err(|_| ProtocolError::Internal)?;
     let order = PlacedOrder {
-        id: palisade_wire::hex(&id),
+        id: palisade_base::hex::hex(&id),
         tenant: tenant.clone(),
         owner: owner_of(ctx.principal()),
         basket: basket_ref.clone(),
@@ -410,7 +410,7 @@ pub fn app_with_orders(orders: Option<Orders>) -> App {
                         let tenant = tenant_of(&ctx)?;
                         let mut id = [0u8; 16];
                         palisade_server::secret::fill_random(&mut id).map_err(|_| ProtocolError::Internal)?;
-                        let basket_id: String = palisade_wire::hex(&id);
+                        let basket_id: String = palisade_base::hex::hex(&id);
                         check_before_change(&ctx).await?;
                         let basket = Basket {
                             owner: owner_of(ctx.principal()),

@@ -12,16 +12,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use palisade_apps::demo::{self, Orders};
+use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_killswitch::authority::AuthorityDb;
 use palisade_killswitch::dev::{DevAuthorityFiles, RunningDevAuthority};
-use palisade_killswitch::{Clock as _, SystemClock, TargetKey, TargetKind};
+use palisade_killswitch::{TargetKey, TargetKind};
 use palisade_server::auth::{Authenticator, EnvironmentPrincipal};
 use palisade_server::clock::SystemClock as ServerClock;
 use palisade_server::context::NotificationSink;
 use palisade_server::killswitch::exposed_operations;
-use palisade_server::pipeline::Reply;
+use palisade_server::reply::Reply;
 use palisade_server::secret::ServerSecret;
-use palisade_server::{HandleService, Server, ServerConfig, SubjectKey};
+use palisade_server::{HandleService, Server, ServerConfig, SubjectKey, TaskConfig, TaskService};
 use palisade_store::SqliteStore;
 use palisade_wire::{Request, RequestId};
 use serde_json::{Map, Value, json};
@@ -77,11 +78,20 @@ async fn shop(disable_before_commit: Arc<AtomicBool>) -> Shop {
         scopes: ["shop:read", "shop:basket"].into_iter().map(str::to_owned).collect::<BTreeSet<_>>(),
     });
     let secret = ServerSecret::from_bytes([3; 32]);
-    let server = Server::new(app, ServerConfig::default(), principal, secret)
-        .with_once_store(store.clone())
-        .with_audit(store)
-        .with_handles(Arc::new(handles))
-        .with_kill_switch(Arc::new(switch), "test")
+    // The demo's export runs only as a task: the server needs a task service.
+    let tasks = TaskService::new(
+        store.clone(),
+        SubjectKey::from_bytes(&[8; 32]).unwrap(),
+        TaskConfig::default(),
+        Arc::new(ServerClock),
+    );
+    let server = Server::builder(app, ServerConfig::default(), principal, secret)
+        .once_store(store.clone())
+        .audit(store.clone())
+        .handles(Arc::new(handles))
+        .tasks(Arc::new(tasks))
+        .kill_switch(Arc::new(switch), "test")
+        .build()
         .unwrap();
     Shop { _dir: dir, _authority: authority, server, orders, db, target_key }
 }

@@ -38,11 +38,11 @@ use aws_lc_rs::digest::{SHA256, digest};
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use palisade_base::clock::{Clock, SystemClock};
 use serde_json::{Map, Value, json};
 use subtle::ConstantTimeEq;
 use url::Url;
 
-use crate::clock::{Clock, SystemClock};
 use crate::dev_issuer::DevIssuer;
 use crate::egress::{EgressError, EgressGuard, EgressPolicy};
 
@@ -397,7 +397,7 @@ impl DevAuthorizationServer {
     }
 
     fn now(&self) -> u64 {
-        self.clock.now_unix_ms() / 1000
+        self.clock.now_secs()
     }
 
     fn random_token(&self) -> String {

@@ -21,9 +21,9 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use palisade_base::clock::{Clock, SystemClock};
 use serde_json::json;
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::{IssuerConfig, JwksSource, UrlProblem, check_url};
 
 /// File name of the private key inside the data directory.
@@ -90,10 +90,12 @@ impl DevIssuer {
         check_url(issuer, true).map_err(DevIssuerError::InvalidIssuer)?;
         create_private_dir(data_dir)?;
         let key_path = data_dir.join(KEY_FILE_NAME);
-        let pkcs8 = match read_key_file(&key_path)? {
+        // The private key's bytes are wiped once the key objects are made (`EncodingKey` and
+        // aws-lc-rs's key pair wipe their own copies).
+        let pkcs8 = zeroize::Zeroizing::new(match read_key_file(&key_path)? {
             Some(bytes) => bytes,
             None => create_key_file(&key_path)?,
-        };
+        });
         let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &pkcs8)
             .map_err(|_| DevIssuerError::InvalidKey { path: key_path.clone() })?;
         let public = pair.public_key().as_ref();
@@ -164,7 +166,7 @@ impl DevIssuer {
         audience: &str,
         ttl_secs: u64,
     ) -> Result<String, DevIssuerError> {
-        let now = self.clock.now_unix_ms() / 1000;
+        let now = self.clock.now_secs();
         let mut jti = [0u8; 16];
         self.rng.fill(&mut jti).map_err(|_| DevIssuerError::Crypto)?;
         let claims = json!({

@@ -15,11 +15,11 @@
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use palisade_base::clock::Clock;
 use reqwest::header::ACCEPT;
 use serde_json::Value;
 use url::Url;
 
-use crate::clock::Clock;
 use crate::jws::JwsAlgorithm;
 use crate::keys::{KeySet, VerificationKey};
 use crate::stats::Counters;
@@ -209,7 +209,7 @@ impl RemoteKeys {
     }
 
     fn lookup(&self, ctx: &FetchContext<'_>, kid: &str) -> Lookup {
-        let now = ctx.clock.now_unix_ms();
+        let now = ctx.clock.now_unsigned_ms();
         let state = self.read();
         let usable = state.fetched_at_ms.is_some_and(|at| now < at.saturating_add(duration_ms(ctx.policy.max_key_age)));
         if !usable {
@@ -226,7 +226,7 @@ impl RemoteKeys {
     }
 
     fn refresh_due(&self, ctx: &FetchContext<'_>) -> bool {
-        let now = ctx.clock.now_unix_ms();
+        let now = ctx.clock.now_unsigned_ms();
         let state = self.read();
         let stale =
             state.fetched_at_ms.is_none_or(|at| now >= at.saturating_add(duration_ms(ctx.policy.refresh_interval)));
@@ -237,7 +237,7 @@ impl RemoteKeys {
     /// task while we waited for the lock). Returns once no fetch is in flight.
     async fn fetch(&self, ctx: &FetchContext<'_>) {
         let _single_flight = self.fetch_lock.lock().await;
-        let started = ctx.clock.now_unix_ms();
+        let started = ctx.clock.now_unsigned_ms();
         {
             let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
             if !Self::attempt_allowed_at(&state, started, ctx.policy) {

@@ -36,7 +36,8 @@
 //!   by [`JwksPolicy::max_key_age`].
 //! - **Tokens are never logged or echoed.** Refusal reasons are fixed enums; the cache is keyed by
 //!   SHA-256; the only loggable form is [`VerifiedClaims::token_digest`].
-//! - **Time is injected** ([`Clock`]): tests move a [`ManualClock`] instead of sleeping.
+//! - **Time is injected** ([`palisade_base::clock::Clock`]; token times in whole seconds come from
+//!   its `now_secs`, nowhere else): tests move a `ManualClock` instead of sleeping.
 //!
 //! # Design notes
 //!
@@ -77,7 +78,6 @@
 pub mod authorization_server;
 mod cache;
 mod claims;
-mod clock;
 mod config;
 pub mod dev_issuer;
 pub mod egress;
@@ -91,7 +91,6 @@ mod stats;
 mod verifier;
 
 pub use claims::{VerifiedClaims, check_scopes};
-pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{
     ConfigError, IssuerConfig, JwksSource, MAX_CACHE_CAPACITY, MAX_LEEWAY_SECS, ResourceServerConfig, UrlProblem,
 };

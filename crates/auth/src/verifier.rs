@@ -21,10 +21,10 @@
 use std::sync::Arc;
 
 use aws_lc_rs::digest::{SHA256, digest};
+use palisade_base::clock::{Clock, SystemClock};
 
 use crate::cache::{CachedToken, TokenHash, VerifiedTokenCache};
 use crate::claims::{VerifiedClaims, unverified_issuer, validate_claims};
-use crate::clock::{Clock, SystemClock};
 use crate::config::{ConfigError, ResourceServerConfig, ValidatedConfig, ValidatedJwksSource, normalize_typ};
 use crate::error::{AuthError, InvalidTokenReason};
 use crate::header::bearer_token;
@@ -48,6 +48,11 @@ impl TokenVerifier {
     /// A verifier on the system clock with the default [`JwksPolicy`].
     pub fn new(config: ResourceServerConfig) -> Result<Self, ConfigError> {
         Self::with_clock_and_policy(config, Arc::new(SystemClock), JwksPolicy::default())
+    }
+
+    /// The clock token times are checked by.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// A verifier with an explicit clock and JWKS policy (tests, simulations, tuned deployments).
@@ -130,7 +135,7 @@ impl TokenVerifier {
 
     async fn verify_token(&self, token: &str, hash: &TokenHash) -> Result<VerifiedClaims, AuthError> {
         let ctx = self.fetch_context();
-        if let Some(hit) = self.cache.get(hash, self.clock.now_unix_ms()) {
+        if let Some(hit) = self.cache.get(hash, self.clock.now_unsigned_ms()) {
             let keys = &self.issuer_keys[hit.issuer_index];
             match keys.still_publishes(&ctx, &hit.kid, &hit.key_fingerprint).await {
                 Ok(true) => {
@@ -169,7 +174,7 @@ impl TokenVerifier {
             return Err(InvalidTokenReason::BadSignature.into());
         }
         // Read the clock after any fetch, which may have taken seconds.
-        let now = self.clock.now_unix_ms();
+        let now = self.clock.now_unsigned_ms();
         let claims = validate_claims(&jws.payload, &self.config, &issuer.issuer, now, short_hex(hash))?;
         self.cache.insert(
             *hash,

@@ -15,6 +15,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use palisade_base::clock::Clock;
+use palisade_base::time::parse_rfc3339_ms;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::batch::{
@@ -22,7 +24,6 @@ use crate::batch::{
     key_id, leaf_hash_bytes, parse_hash, root_from_path, verify_batch,
 };
 use crate::client::{AuthorityClient, AuthorityError, VerifiedHead, check_head};
-use crate::clock::{Clock, parse_rfc3339_ms};
 use crate::generation::{GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome};
 use crate::head::{HeadPayload, HeadQuery, MAX_TARGETS_PER_QUERY, Phase, QUERY_SCHEMA_VERSION, canonical};
 use crate::killswitch::KillSwitchError;

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use palisade_base::clock::Clock;
+use palisade_base::time::parse_rfc3339_ms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use url::Url;
 use zeroize::Zeroizing;
 
 use crate::batch::BATCH_PATH;
-use crate::clock::{Clock, parse_rfc3339_ms};
 use crate::envelope::{EnvelopeError, verify_envelope_fields};
 use crate::head::{
     CURRENT_HEAD_PATH, HEAD_SCHEMA_VERSION, HeadPayload, HeadQuery, HeadResponse, MAX_TARGETS_PER_QUERY, Phase,

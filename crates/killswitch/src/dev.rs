@@ -19,12 +19,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use palisade_base::clock::{Clock, SystemClock};
+use palisade_base::time::{format_rfc3339_ms, parse_rfc3339_ms};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use tokio::net::TcpListener;
 
 use crate::authority::{self, AuthorityDb, AuthorityServerConfig, AuthorityServiceError};
 use crate::client::{AuthorityClient, AuthorityClientConfig, AuthorityError};
-use crate::clock::{Clock, SystemClock, format_rfc3339_ms};
 use crate::generation::{GenerationStoreError, SqliteGenerationStore};
 use crate::keys::{Ed25519SigningKey, KeyError, write_new_file};
 use crate::killswitch::{KillSwitch, KillSwitchConfig, KillSwitchError};
@@ -201,7 +202,8 @@ impl DevAuthorityFiles {
             params.distinguished_name.push(DnType::CommonName, common_name);
             params.extended_key_usages = vec![purpose];
             let cert = params.signed_by(&key, &issuer).map_err(cert_error)?;
-            Ok::<_, DevAuthorityError>((cert.pem(), key.serialize_pem()))
+            // The private key's PEM is wiped once written.
+            Ok::<_, DevAuthorityError>((cert.pem(), zeroize::Zeroizing::new(key.serialize_pem())))
         };
         let (server_cert, server_key) = issue(
             vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
@@ -212,10 +214,10 @@ impl DevAuthorityFiles {
             issue(vec!["palisade-server".to_owned()], "palisade-server", rcgen::ExtendedKeyUsagePurpose::ClientAuth)?;
         // The CA key is not kept: nothing else is ever issued under it.
         for (path, contents, secret) in [
-            (self.ca_cert(), ca_cert.pem(), false),
-            (self.server_cert(), server_cert, false),
+            (self.ca_cert(), zeroize::Zeroizing::new(ca_cert.pem()), false),
+            (self.server_cert(), zeroize::Zeroizing::new(server_cert), false),
             (self.server_key(), server_key, true),
-            (self.client_cert(), client_cert, false),
+            (self.client_cert(), zeroize::Zeroizing::new(client_cert), false),
             (self.client_key(), client_key, true),
         ] {
             replace_file(&path, contents.as_bytes(), secret)?;
@@ -241,7 +243,7 @@ impl DevAuthorityFiles {
         };
         let fresh = PolicyPayload::skeleton(header(1), exposed.iter().cloned());
         if let Some(previous) = &previous {
-            let not_after_ms = crate::clock::parse_rfc3339_ms(&previous.not_after).unwrap_or(0);
+            let not_after_ms = parse_rfc3339_ms(&previous.not_after).unwrap_or(0);
             let same = previous.operations == fresh.operations
                 && previous.authority_key_sha256 == fresh.authority_key_sha256
                 && not_after_ms > now_ms.saturating_add(POLICY_RENEW_MS);

@@ -85,7 +85,7 @@ pub fn sign_envelope(payload: &[u8], key: &Ed25519SigningKey) -> SignedEnvelope 
 /// The envelope as canonical JSON bytes.
 pub fn envelope_bytes(envelope: &SignedEnvelope) -> Vec<u8> {
     match serde_json::to_value(envelope) {
-        Ok(value) => palisade_wire::canonical::canonical_bytes(&value),
+        Ok(value) => palisade_base::canonical::canonical_bytes(&value),
         // Two strings always serialize.
         Err(_) => Vec::new(),
     }

@@ -140,10 +140,10 @@ impl HeadPayload {
             "state": self.state,
             "reason_code": self.reason_code,
         });
-        sha256_hex(&palisade_wire::canonical::canonical_bytes(&value))
+        sha256_hex(&palisade_base::canonical::canonical_bytes(&value))
     }
 
-    /// Canonical JSON bytes: what the authority signs.
+    /// RFC 8785 canonical JSON bytes: what the authority signs.
     pub fn canonical_bytes(&self) -> Vec<u8> {
         canonical(self)
     }
@@ -189,10 +189,10 @@ impl std::fmt::Debug for RedeemRequest {
     }
 }
 
-/// Canonical JSON bytes of a serializable value.
+/// RFC 8785 canonical JSON bytes of a serializable value (empty if it does not serialize).
 pub(crate) fn canonical<T: Serialize>(value: &T) -> Vec<u8> {
     match serde_json::to_value(value) {
-        Ok(value) => palisade_wire::canonical::canonical_bytes(&value),
+        Ok(value) => palisade_base::canonical::canonical_bytes(&value),
         Err(_) => Vec::new(),
     }
 }

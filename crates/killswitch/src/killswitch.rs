@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use palisade_base::clock::Clock;
 use tokio::sync::broadcast;
 
 use crate::batcher::{Batcher, DriverContext, outcome_refusal};
 use crate::client::{AuthorityClient, AuthorityError, CommitToken, HeadEnvelope, VerifiedHead};
-use crate::clock::Clock;
 use crate::generation::{GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome};
 use crate::head::{Phase, RedeemRequest, TargetState};
 use crate::policy::{Coverage, Policy, RegistryError};
@@ -336,7 +336,7 @@ pub struct KillSwitchConfig {
     pub store: Arc<dyn GenerationStore>,
     /// The target digest key (shared by every instance and the authority's operators).
     pub target_key: TargetKey,
-    /// The clock ([`crate::SystemClock`] in production).
+    /// The clock ([`palisade_base::clock::SystemClock`] in production).
     pub clock: Arc<dyn Clock>,
 }
 

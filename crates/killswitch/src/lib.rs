@@ -76,7 +76,6 @@ mod b64;
 pub mod batch;
 mod batcher;
 mod client;
-mod clock;
 pub mod dev;
 pub mod envelope;
 pub mod generation;
@@ -88,7 +87,6 @@ mod target;
 
 pub use b64::Base64Error;
 pub use client::{AuthorityClient, AuthorityClientConfig, AuthorityError, CommitToken, HeadEnvelope, VerifiedHead};
-pub use clock::{Clock, ManualClock, SystemClock, format_rfc3339_ms, parse_rfc3339_ms};
 pub use generation::{
     GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome, RedisGenerationStore,
     RedisOptions, SqliteGenerationStore,

@@ -13,10 +13,10 @@ use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
 use ed25519_dalek::VerifyingKey;
+use palisade_base::time::parse_rfc3339_ms;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::clock::parse_rfc3339_ms;
 use crate::envelope::{self, EnvelopeError, sha256_hex};
 use crate::keys::{self, Ed25519SigningKey, KeyError};
 use crate::target::{TargetKind, is_lower_hex};
@@ -26,7 +26,7 @@ pub const POLICY_SCHEMA_VERSION: &str = "aidefend.mcp-disable-policy.v2";
 
 /// Largest integer a policy or head may carry (2^53 − 1: exact in every JSON implementation and
 /// in the generation store's Lua numbers).
-pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+pub const MAX_SAFE_INTEGER: u64 = palisade_base::canonical::MAX_SAFE_INTEGER;
 
 /// Whether an operation is under the kill switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -164,10 +164,10 @@ impl PolicyPayload {
         Ok(not_after_ms)
     }
 
-    /// The payload as canonical JSON bytes (sorted keys, no white space): what gets signed.
+    /// The payload as RFC 8785 canonical JSON bytes (sorted keys, no white space): what gets signed.
     pub fn canonical_bytes(&self) -> Vec<u8> {
         match serde_json::to_value(self) {
-            Ok(value) => palisade_wire::canonical::canonical_bytes(&value),
+            Ok(value) => palisade_base::canonical::canonical_bytes(&value),
             // Strings, integers, booleans and maps with string keys always serialize.
             Err(_) => Vec::new(),
         }
@@ -224,7 +224,7 @@ pub struct PolicyHeader {
     pub authority_key_sha256: String,
     /// Freshness bound for authority answers.
     pub max_authority_response_age_ms: u64,
-    /// RFC 3339 UTC expiry ([`crate::format_rfc3339_ms`]).
+    /// RFC 3339 UTC expiry ([`palisade_base::time::format_rfc3339_ms`]).
     pub not_after: String,
 }
 

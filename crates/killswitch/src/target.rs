@@ -114,7 +114,7 @@ pub(crate) fn is_lower_hex(text: &str, length: usize) -> bool {
     text.len() == length && text.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
 }
 
-pub(crate) use palisade_wire::hex;
+pub(crate) use palisade_base::hex::hex;
 
 /// The 32-byte key target digests are made with. Every server instance and the authority's
 /// operators (who name targets by value) share it. No `Debug` output of the key.

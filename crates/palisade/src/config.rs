@@ -33,6 +33,8 @@ pub struct RawConfig {
     pub app: Option<String>,
     /// HTTP listen address.
     pub listen: Option<String>,
+    /// The private listener serving `/metrics`. Unset: none.
+    pub metrics_listen: Option<String>,
     /// The canonical resource URI of this server (tokens' audience). Default
     /// `http://<listen>/mcp`.
     pub public_url: Option<String>,
@@ -358,6 +360,8 @@ pub struct Settings {
     pub app: AppChoice,
     /// HTTP listen address.
     pub listen: SocketAddr,
+    /// The private `/metrics` listener's address, when configured.
+    pub metrics_listen: Option<SocketAddr>,
     /// Canonical resource URI.
     pub public_url: String,
     /// Data directory.
@@ -521,11 +525,11 @@ fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
 fn validate_telemetry(raw: RawTelemetry) -> Result<Option<TelemetrySettings>, ConfigError> {
     let service_name = raw.service_name.unwrap_or_else(|| "palisade".into());
     if service_name.trim().is_empty() || service_name.len() > 255 || service_name.chars().any(char::is_control) {
-        return Err(bad("telemetry.service_name", "must be 1-255 printable characters"));
+        return Err(bad(TELEMETRY_SERVICE_NAME.key, "must be 1-255 printable characters"));
     }
     let sampling_ratio = raw.sampling_ratio.unwrap_or(1.0);
     if !(0.0..=1.0).contains(&sampling_ratio) {
-        return Err(bad("telemetry.sampling_ratio", "must be between 0.0 and 1.0"));
+        return Err(bad(TELEMETRY_SAMPLING_RATIO.key, "must be between 0.0 and 1.0"));
     }
     let mut headers = Vec::new();
     if let Some(text) = &raw.otlp_headers {
@@ -533,7 +537,7 @@ fn validate_telemetry(raw: RawTelemetry) -> Result<Option<TelemetrySettings>, Co
     }
     if let Some(path) = &raw.otlp_headers_file {
         use std::io::Read as _;
-        let key = "telemetry.otlp_headers_file";
+        let key = TELEMETRY_OTLP_HEADERS_FILE.key;
         let file = std::fs::File::open(path).map_err(|e| bad(key, format!("cannot read {}: {e}", path.display())))?;
         let mut text = String::new();
         file.take(MAX_HEADERS_FILE_BYTES + 1)
@@ -546,7 +550,7 @@ fn validate_telemetry(raw: RawTelemetry) -> Result<Option<TelemetrySettings>, Co
     }
     let Some(endpoint) = raw.otlp_endpoint else { return Ok(None) };
     Ok(Some(TelemetrySettings {
-        traces_url: traces_url("telemetry.otlp_endpoint", &endpoint)?,
+        traces_url: traces_url(TELEMETRY_OTLP_ENDPOINT.key, &endpoint)?,
         service_name,
         sampling_ratio,
         headers: CollectorHeaders(headers),
@@ -560,11 +564,14 @@ fn validate_legacy(raw: RawLegacy) -> Result<LegacyConfig, ConfigError> {
         None => defaults.versions.clone(),
         Some(versions) => {
             if versions.is_empty() {
-                return Err(bad("legacy.versions", "must name at least one revision (or set legacy.enabled = false)"));
+                return Err(bad(
+                    LEGACY_VERSIONS.key,
+                    "must name at least one revision (or set legacy.enabled = false)",
+                ));
             }
             if let Some(unknown) = versions.iter().find(|v| !palisade_wire::LEGACY_VERSIONS.contains(&v.as_str())) {
                 return Err(bad(
-                    "legacy.versions",
+                    LEGACY_VERSIONS.key,
                     format!("`{unknown}` is not a supported earlier revision; use 2025-11-25 or 2025-06-18"),
                 ));
             }
@@ -573,11 +580,11 @@ fn validate_legacy(raw: RawLegacy) -> Result<LegacyConfig, ConfigError> {
     };
     let idle = raw.idle_timeout_secs.unwrap_or(defaults.idle_timeout.as_secs());
     if !(10..=86_400).contains(&idle) {
-        return Err(bad("legacy.idle_timeout_secs", "must be between 10 and 86400"));
+        return Err(bad(LEGACY_IDLE_TIMEOUT_SECS.key, "must be between 10 and 86400"));
     }
     let absolute = raw.absolute_timeout_secs.unwrap_or(defaults.absolute_timeout.as_secs());
     if !(idle..=7 * 86_400).contains(&absolute) {
-        return Err(bad("legacy.absolute_timeout_secs", "must be at least the idle timeout and at most 604800"));
+        return Err(bad(LEGACY_ABSOLUTE_TIMEOUT_SECS.key, "must be at least the idle timeout and at most 604800"));
     }
     Ok(LegacyConfig {
         enabled: raw.enabled.unwrap_or(defaults.enabled),
@@ -648,19 +655,19 @@ fn validate_killswitch(
     let default_mode = if app == AppChoice::Demo { "dev" } else { "off" };
     let server_release = raw.server_release.unwrap_or_else(|| env!("CARGO_PKG_VERSION").to_owned());
     if server_release.trim().is_empty() || server_release.len() > 128 {
-        return Err(bad("killswitch.server_release", "must be 1-128 characters"));
+        return Err(bad(KILLSWITCH_SERVER_RELEASE.key, "must be 1-128 characters"));
     }
     let mode = match raw.mode.as_deref().unwrap_or(default_mode) {
         "off" => KillSwitchMode::Off,
         "dev" => KillSwitchMode::Dev { dir: data_dir.join("killswitch-dev") },
         "authority" => {
-            let required = |value: Option<PathBuf>, key: &str| {
-                value.ok_or_else(|| bad(&format!("killswitch.{key}"), "required in authority mode"))
+            let required = |value: Option<PathBuf>, spec: &OptionSpec| {
+                value.ok_or_else(|| bad(spec.key, "required in authority mode"))
             };
             let authority_url =
-                raw.authority_url.ok_or_else(|| bad("killswitch.authority_url", "required in authority mode"))?;
+                raw.authority_url.ok_or_else(|| bad(KILLSWITCH_AUTHORITY_URL.key, "required in authority mode"))?;
             if !authority_url.starts_with("https://") || url::Url::parse(&authority_url).is_err() {
-                return Err(bad("killswitch.authority_url", "must be an https:// URL"));
+                return Err(bad(KILLSWITCH_AUTHORITY_URL.key, "must be an https:// URL"));
             }
             let generation_store = raw
                 .generation_store
@@ -669,33 +676,33 @@ fn validate_killswitch(
                 || generation_store.starts_with("redis://")
                 || generation_store.starts_with("rediss://"))
             {
-                return Err(bad("killswitch.generation_store", "must be sqlite:<path> or redis://…"));
+                return Err(bad(KILLSWITCH_GENERATION_STORE.key, "must be sqlite:<path> or redis://…"));
             }
             KillSwitchMode::Authority(Box::new(ExternalAuthority {
-                root_public_key: required(raw.root_public_key, "root_public_key")?,
-                policy: required(raw.policy, "policy")?,
-                key_trust_root: required(raw.key_trust_root, "key_trust_root")?,
+                root_public_key: required(raw.root_public_key, &KILLSWITCH_ROOT_PUBLIC_KEY)?,
+                policy: required(raw.policy, &KILLSWITCH_POLICY)?,
+                key_trust_root: required(raw.key_trust_root, &KILLSWITCH_KEY_TRUST_ROOT)?,
                 authority_url,
-                authority_ca: required(raw.authority_ca, "authority_ca")?,
-                client_cert: required(raw.client_cert, "client_cert")?,
-                client_key: required(raw.client_key, "client_key")?,
+                authority_ca: required(raw.authority_ca, &KILLSWITCH_AUTHORITY_CA)?,
+                client_cert: required(raw.client_cert, &KILLSWITCH_CLIENT_CERT)?,
+                client_key: required(raw.client_key, &KILLSWITCH_CLIENT_KEY)?,
                 generation_store,
-                target_key_file: required(raw.target_key_file, "target_key_file")?,
+                target_key_file: required(raw.target_key_file, &KILLSWITCH_TARGET_KEY_FILE)?,
                 authority_db: raw.authority_db,
             }))
         }
         other => {
-            return Err(bad("killswitch.mode", format!("unknown mode `{other}`; expected off, dev or authority")));
+            return Err(bad(KILLSWITCH_MODE.key, format!("unknown mode `{other}`; expected off, dev or authority")));
         }
     };
     let recheck = raw.stream_recheck_secs.unwrap_or(5);
     if !(1..=3600).contains(&recheck) {
-        return Err(bad("killswitch.stream_recheck_secs", "must be between 1 and 3600"));
+        return Err(bad(KILLSWITCH_STREAM_RECHECK_SECS.key, "must be between 1 and 3600"));
     }
     let single_envelope = match raw.authority_envelope.as_deref().unwrap_or("batch") {
         "batch" => false,
         "single" => true,
-        _ => return Err(bad("killswitch.authority_envelope", "must be batch or single")),
+        _ => return Err(bad(KILLSWITCH_AUTHORITY_ENVELOPE.key, "must be batch or single")),
     };
     Ok(KillSwitchSettings { mode, server_release, stream_recheck: Duration::from_secs(recheck), single_envelope })
 }
@@ -738,109 +745,407 @@ fn key_at(text: &str, at: usize) -> Option<String> {
     })
 }
 
-pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-    let number = |key: &str| -> Result<Option<u64>, ConfigError> {
-        env(key).map(|v| v.parse::<u64>().map_err(|_| bad(key, "must be a non-negative integer"))).transpose()
-    };
-    if let Some(v) = env("PALISADE_APP") {
-        raw.app = Some(v);
-    }
-    if let Some(v) = env("PALISADE_LISTEN") {
-        raw.listen = Some(v);
-    }
-    if let Some(v) = env("PALISADE_PUBLIC_URL") {
-        raw.public_url = Some(v);
-    }
-    if let Some(v) = env("PALISADE_DATA_DIR") {
-        raw.data_dir = Some(v.into());
-    }
-    if let Some(v) = env("PALISADE_STORE") {
-        raw.store = Some(v);
-    }
-    if let Some(v) = env("PALISADE_SECRET_FILE") {
-        raw.secret_file = Some(v.into());
-    }
-    if let Some(v) = env("PALISADE_AUTH_MODE") {
-        raw.auth.mode = Some(v);
-    }
-    if let Some(v) = env("PALISADE_DEV_ISSUER") {
-        let on = parse_bool("PALISADE_DEV_ISSUER", &v)?;
-        raw.auth.dev_issuer = Some(match raw.auth.dev_issuer.take() {
-            Some(RawDevIssuer::Table(table)) => RawDevIssuer::Table(RawDevIssuerTable { enabled: Some(on), ..table }),
-            _ => RawDevIssuer::Enabled(on),
-        });
-    }
-    if let Some(v) = env("PALISADE_DEV_ISSUER_AUTO_APPROVE") {
-        let on = parse_bool("PALISADE_DEV_ISSUER_AUTO_APPROVE", &v)?;
-        let mut table = raw.auth.dev_issuer.as_ref().map(RawDevIssuer::table).unwrap_or_default();
-        table.enabled = table.enabled.or(raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled));
-        table.auto_approve = Some(on);
-        raw.auth.dev_issuer = Some(RawDevIssuer::Table(table));
-    }
-    if let Some(v) = number("PALISADE_MAX_BODY_BYTES")? {
-        raw.limits.max_body_bytes = Some(usize::try_from(v).map_err(|_| bad("PALISADE_MAX_BODY_BYTES", "too large"))?);
-    }
-    if let Some(v) = number("PALISADE_TOKEN_CACHE_CAPACITY")? {
-        raw.auth.token_cache_capacity =
-            Some(usize::try_from(v).map_err(|_| bad("PALISADE_TOKEN_CACHE_CAPACITY", "too large"))?);
-    }
-    if let Some(v) = number("PALISADE_REQUEST_TIMEOUT_SECS")? {
-        raw.limits.request_timeout_secs = Some(v);
-    }
-    if let Some(v) = number("PALISADE_LIMITS_HEADER_READ_TIMEOUT_SECS")? {
-        raw.limits.header_read_timeout_secs = Some(v);
-    }
-    if let Some(v) = number("PALISADE_LIMITS_BODY_READ_TIMEOUT_SECS")? {
-        raw.limits.body_read_timeout_secs = Some(v);
-    }
-    if let Some(v) = number("PALISADE_LIMITS_IDLE_TIMEOUT_SECS")? {
-        raw.limits.idle_timeout_secs = Some(v);
-    }
-    if let Some(v) = number("PALISADE_LIMITS_MAX_CONNECTIONS")? {
-        raw.limits.max_connections =
-            Some(usize::try_from(v).map_err(|_| bad("PALISADE_LIMITS_MAX_CONNECTIONS", "too large"))?);
-    }
-    for (name, slot) in [
-        ("PALISADE_LIMITS_MAX_STREAMS_PER_PRINCIPAL", &mut raw.limits.max_streams_per_principal),
-        ("PALISADE_LIMITS_MAX_LISTEN_FILTER_ENTRIES", &mut raw.limits.max_listen_filter_entries),
-    ] {
-        if let Some(v) = number(name)? {
-            *slot = Some(usize::try_from(v).map_err(|_| bad(name, "too large"))?);
+/// What an option's value is: the flag's value name and the shape tests give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A string.
+    Text,
+    /// A file or directory path.
+    Path,
+    /// A non-negative integer.
+    Integer,
+    /// A decimal number.
+    Number,
+    /// `true` or `false` (in the environment also `1`/`0`, `on`/`off`).
+    Bool,
+    /// A list of strings (a flag is repeated, each adding one).
+    List,
+    /// A table (or an array of tables) whose keys are listed after it.
+    Table,
+}
+
+impl Kind {
+    fn value_name(self) -> &'static str {
+        match self {
+            Self::Text | Self::List | Self::Table => "VALUE",
+            Self::Path => "PATH",
+            Self::Integer | Self::Number => "N",
+            Self::Bool => "BOOL",
         }
     }
-    if let Some(v) = number("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS")? {
-        raw.audit.transport_refusal_interval_secs = Some(v);
+}
+
+/// An option's default, as documented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallback {
+    /// Unset unless configured.
+    Unset,
+    /// This value, written as in the environment (a test checks it is the one applied).
+    Value(&'static str),
+    /// A default that depends on other settings, in words.
+    Described(&'static str),
+}
+
+/// Sets an option from a string (an environment variable or a flag); `source` (the variable or
+/// the flag) names it in errors.
+pub type Setter = fn(&mut RawConfig, &str, &str) -> Result<(), ConfigError>;
+
+/// One configuration option, defined once: its file key, environment variable, flag, default and
+/// meaning. The environment overlay, the flags of `serve` and `dev token`, the validation errors
+/// and the option list (`palisade config options`, README) all read [`OPTIONS`].
+#[derive(Debug, Clone, Copy)]
+pub struct OptionSpec {
+    /// The dotted file key (`auth.token_cache_capacity`); also what validation errors name.
+    pub key: &'static str,
+    /// The `PALISADE_*` environment variable, if any.
+    pub env: Option<&'static str>,
+    /// The long flag (without `--`) of `serve` and `dev token`, if any.
+    pub flag: Option<&'static str>,
+    /// The value's shape.
+    pub kind: Kind,
+    /// The default.
+    pub default: Fallback,
+    /// What it does (one paragraph of Markdown).
+    pub doc: &'static str,
+    /// `false`: environment only, refused in the file (credentials).
+    pub in_file: bool,
+    /// Applies an environment or flag value; `None` when the option has neither.
+    set: Option<Setter>,
+}
+
+const fn opt(key: &'static str, kind: Kind, doc: &'static str) -> OptionSpec {
+    OptionSpec { key, env: None, flag: None, kind, default: Fallback::Unset, doc, in_file: true, set: None }
+}
+
+impl OptionSpec {
+    const fn env(mut self, name: &'static str, set: Setter) -> Self {
+        self.env = Some(name);
+        self.set = Some(set);
+        self
     }
-    if let Some(v) = env("PALISADE_KILLSWITCH_MODE") {
-        raw.killswitch.mode = Some(v);
+
+    /// An environment variable the command reads itself (no [`Setter`]).
+    const fn variable(mut self, name: &'static str) -> Self {
+        self.env = Some(name);
+        self
     }
-    if let Some(v) = number("PALISADE_KILLSWITCH_STREAM_RECHECK_SECS")? {
-        raw.killswitch.stream_recheck_secs = Some(v);
+
+    const fn flag(mut self, flag: &'static str, set: Setter) -> Self {
+        self.flag = Some(flag);
+        self.set = Some(set);
+        self
     }
-    if let Some(v) = env("PALISADE_HANDLES_SUBJECT_KEY_FILE") {
-        raw.handles.subject_key_file = Some(v.into());
+
+    const fn default(mut self, value: &'static str) -> Self {
+        self.default = Fallback::Value(value);
+        self
     }
-    if let Some(v) = env("PALISADE_TELEMETRY_OTLP_ENDPOINT") {
-        raw.telemetry.otlp_endpoint = Some(v);
+
+    const fn described(mut self, default: &'static str) -> Self {
+        self.default = Fallback::Described(default);
+        self
     }
-    if let Some(v) = env("PALISADE_TELEMETRY_SERVICE_NAME") {
-        raw.telemetry.service_name = Some(v);
+
+    const fn env_only(mut self) -> Self {
+        self.in_file = false;
+        self
     }
-    if let Some(v) = env("PALISADE_TELEMETRY_SAMPLING_RATIO") {
-        let ratio =
-            v.trim().parse::<f64>().map_err(|_| bad("PALISADE_TELEMETRY_SAMPLING_RATIO", "must be a number"))?;
-        raw.telemetry.sampling_ratio = Some(ratio);
-    }
-    if let Some(v) = env("PALISADE_TELEMETRY_OTLP_HEADERS_FILE") {
-        raw.telemetry.otlp_headers_file = Some(v.into());
-    }
-    if let Some(v) = env("PALISADE_TELEMETRY_OTLP_HEADERS") {
-        raw.telemetry.otlp_headers = Some(v);
-    }
-    if let Some(v) = env("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES") {
-        raw.telemetry.continue_incoming_traces = Some(parse_bool("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES", &v)?);
+}
+
+fn integer(source: &str, value: &str) -> Result<u64, ConfigError> {
+    value.parse::<u64>().map_err(|_| bad(source, "must be a non-negative integer"))
+}
+
+fn size(source: &str, value: &str) -> Result<usize, ConfigError> {
+    usize::try_from(integer(source, value)?).map_err(|_| bad(source, "too large"))
+}
+
+fn number(source: &str, value: &str) -> Result<f64, ConfigError> {
+    value.trim().parse::<f64>().map_err(|_| bad(source, "must be a number"))
+}
+
+/// A [`Setter`] writing one field of [`RawConfig`], converting the string as its kind says.
+macro_rules! set {
+    (text $($field:ident).+) => {
+        (|raw: &mut RawConfig, _: &str, v: &str| {
+            raw.$($field).+ = Some(v.to_owned());
+            Ok(())
+        }) as Setter
+    };
+    (path $($field:ident).+) => {
+        (|raw: &mut RawConfig, _: &str, v: &str| {
+            raw.$($field).+ = Some(PathBuf::from(v));
+            Ok(())
+        }) as Setter
+    };
+    (u64 $($field:ident).+) => {
+        (|raw: &mut RawConfig, source: &str, v: &str| {
+            raw.$($field).+ = Some(integer(source, v)?);
+            Ok(())
+        }) as Setter
+    };
+    (usize $($field:ident).+) => {
+        (|raw: &mut RawConfig, source: &str, v: &str| {
+            raw.$($field).+ = Some(size(source, v)?);
+            Ok(())
+        }) as Setter
+    };
+    (f64 $($field:ident).+) => {
+        (|raw: &mut RawConfig, source: &str, v: &str| {
+            raw.$($field).+ = Some(number(source, v)?);
+            Ok(())
+        }) as Setter
+    };
+    (bool $($field:ident).+) => {
+        (|raw: &mut RawConfig, source: &str, v: &str| {
+            raw.$($field).+ = Some(parse_bool(source, v)?);
+            Ok(())
+        }) as Setter
+    };
+    (append $($field:ident).+) => {
+        (|raw: &mut RawConfig, _: &str, v: &str| {
+            raw.$($field).+.push(v.to_owned());
+            Ok(())
+        }) as Setter
+    };
+}
+
+/// `PALISADE_DEV_ISSUER`: on or off, keeping a `[auth.dev_issuer]` table's other keys.
+fn set_dev_issuer(raw: &mut RawConfig, source: &str, value: &str) -> Result<(), ConfigError> {
+    let on = parse_bool(source, value)?;
+    raw.auth.dev_issuer = Some(match raw.auth.dev_issuer.take() {
+        Some(RawDevIssuer::Table(table)) => RawDevIssuer::Table(RawDevIssuerTable { enabled: Some(on), ..table }),
+        _ => RawDevIssuer::Enabled(on),
+    });
+    Ok(())
+}
+
+/// `PALISADE_DEV_ISSUER_AUTO_APPROVE`: `auth.dev_issuer.auto_approve`, keeping `enabled`.
+fn set_dev_auto_approve(raw: &mut RawConfig, source: &str, value: &str) -> Result<(), ConfigError> {
+    let on = parse_bool(source, value)?;
+    let mut table = raw.auth.dev_issuer.as_ref().map(RawDevIssuer::table).unwrap_or_default();
+    table.enabled = table.enabled.or(raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled));
+    table.auto_approve = Some(on);
+    raw.auth.dev_issuer = Some(RawDevIssuer::Table(table));
+    Ok(())
+}
+
+/// Declares each option as a constant (validation names its key through it) and lists them all,
+/// in order, in [`OPTIONS`].
+macro_rules! options {
+    ($($name:ident = $spec:expr;)*) => {
+        $(pub const $name: OptionSpec = $spec;)*
+        /// Every option, in the order they are documented and the environment is applied.
+        pub const OPTIONS: &[OptionSpec] = &[$($name),*];
+    };
+}
+
+options! {
+    APP = opt("app", Kind::Text, "The application to serve: `demo` (the tea shop) or `conformance` (the fixture of the official conformance suite).")
+        .env("PALISADE_APP", set!(text app)).flag("app", set!(text app)).default("demo");
+    LISTEN = opt("listen", Kind::Text, "The HTTP listen address (IP and port). Without authentication only loopback addresses are allowed.")
+        .env("PALISADE_LISTEN", set!(text listen)).flag("listen", set!(text listen)).default("127.0.0.1:8080");
+    METRICS_LISTEN = opt("metrics_listen", Kind::Text, "A private HTTP listener (IP and port) serving `/metrics`, `/healthz` and `/readyz` with no authentication: bind it to loopback or an internal address. Unset: `/metrics` is served nowhere. Not with `--stdio`.")
+        .env("PALISADE_METRICS_LISTEN", set!(text metrics_listen)).flag("metrics-listen", set!(text metrics_listen));
+    PUBLIC_URL = opt("public_url", Kind::Text, "The canonical resource URI of this server: the audience tokens must be issued for, and the origin of the development issuer.")
+        .env("PALISADE_PUBLIC_URL", set!(text public_url)).flag("public-url", set!(text public_url)).described("`http://<listen>/mcp`");
+    DATA_DIR = opt("data_dir", Kind::Path, "Directory for the embedded database, generated keys and the server secret.")
+        .env("PALISADE_DATA_DIR", set!(path data_dir)).flag("data-dir", set!(path data_dir)).default("palisade-data");
+    STORE = opt("store", Kind::Text, "The store: `sqlite:<path>` or `postgres://…`.")
+        .env("PALISADE_STORE", set!(text store)).flag("store", set!(text store)).described("`sqlite:<data_dir>/palisade.db`");
+    SECRET_FILE = opt("secret_file", Kind::Path, "File holding the 32-byte server secret (64 hex characters), generated on first run.")
+        .env("PALISADE_SECRET_FILE", set!(path secret_file)).described("`<data_dir>/server-secret`");
+    LIMITS_MAX_BODY_BYTES = opt("limits.max_body_bytes", Kind::Integer, "Largest request body (HTTP) or line (stdio), in bytes (1024–67108864).")
+        .env("PALISADE_MAX_BODY_BYTES", set!(usize limits.max_body_bytes)).flag("max-body-bytes", set!(usize limits.max_body_bytes)).default("1048576");
+    LIMITS_REQUEST_TIMEOUT_SECS = opt("limits.request_timeout_secs", Kind::Integer, "Per-request timeout in seconds (1–600).")
+        .env("PALISADE_REQUEST_TIMEOUT_SECS", set!(u64 limits.request_timeout_secs)).flag("request-timeout-secs", set!(u64 limits.request_timeout_secs)).default("60");
+    LIMITS_PAGE_SIZE = opt("limits.page_size", Kind::Integer, "Items per page of every list method (1–1000).")
+        .flag("page-size", set!(usize limits.page_size)).default("100");
+    LIMITS_HEADER_READ_TIMEOUT_SECS = opt("limits.header_read_timeout_secs", Kind::Integer, "Seconds a client has to send a request's whole header section (1–300), else the connection is closed.")
+        .env("PALISADE_LIMITS_HEADER_READ_TIMEOUT_SECS", set!(u64 limits.header_read_timeout_secs)).default("10");
+    LIMITS_BODY_READ_TIMEOUT_SECS = opt("limits.body_read_timeout_secs", Kind::Integer, "Seconds a request's whole body has to arrive in once the headers are in (1–600), else `408`.")
+        .env("PALISADE_LIMITS_BODY_READ_TIMEOUT_SECS", set!(u64 limits.body_read_timeout_secs)).default("30");
+    LIMITS_IDLE_TIMEOUT_SECS = opt("limits.idle_timeout_secs", Kind::Integer, "Seconds an HTTP connection may stay open with no request in flight (1–3600); an open SSE stream is a request in flight.")
+        .env("PALISADE_LIMITS_IDLE_TIMEOUT_SECS", set!(u64 limits.idle_timeout_secs)).default("60");
+    LIMITS_MAX_CONNECTIONS = opt("limits.max_connections", Kind::Integer, "Most HTTP connections open at once (1–100000); at the cap the server stops accepting until one closes.")
+        .env("PALISADE_LIMITS_MAX_CONNECTIONS", set!(usize limits.max_connections)).default("1024");
+    LIMITS_MAX_STREAMS_PER_PRINCIPAL = opt("limits.max_streams_per_principal", Kind::Integer, "Most open listen and GET streams per principal on one instance (1–1000).")
+        .env("PALISADE_LIMITS_MAX_STREAMS_PER_PRINCIPAL", set!(usize limits.max_streams_per_principal)).default("8");
+    LIMITS_MAX_LISTEN_FILTER_ENTRIES = opt("limits.max_listen_filter_entries", Kind::Integer, "Most entries of one listen filter list, `taskIds` or `resourceSubscriptions` (1–10000).")
+        .env("PALISADE_LIMITS_MAX_LISTEN_FILTER_ENTRIES", set!(usize limits.max_listen_filter_entries)).default("100");
+    HTTP_ALLOWED_HOSTS = opt("http.allowed_hosts", Kind::List, "Extra accepted `Host` values, e.g. `mcp.example.com` (the flag is repeatable and adds to the file's list).")
+        .flag("allow-host", set!(append http.allowed_hosts));
+    HTTP_ALLOWED_ORIGINS = opt("http.allowed_origins", Kind::List, "Extra accepted `Origin` values, e.g. `https://app.example.com` (the flag is repeatable and adds to the file's list).")
+        .flag("allow-origin", set!(append http.allowed_origins));
+    AUTH_MODE = opt("auth.mode", Kind::Text, "How callers are authenticated: `bearer` or `none` (loopback and stdio only).")
+        .env("PALISADE_AUTH_MODE", set!(text auth.mode)).flag("auth", set!(text auth.mode)).described("`bearer` for the demo, `none` for the conformance fixture");
+    AUTH_DEV_ISSUER = opt("auth.dev_issuer", Kind::Bool, "The development issuer (`palisade dev token`, and its authorization server): `true`, `false`, or the `[auth.dev_issuer]` table below.")
+        .env("PALISADE_DEV_ISSUER", set_dev_issuer).described("on for the demo");
+    AUTH_DEV_ISSUER_ENABLED = opt("auth.dev_issuer.enabled", Kind::Bool, "The development issuer on or off, in the table form.")
+        .described("on for the demo");
+    AUTH_DEV_ISSUER_AUTO_APPROVE = opt("auth.dev_issuer.auto_approve", Kind::Bool, "Approve every authorization request with the defaults, without the page (tests and scripts). Loopback listeners only.")
+        .env("PALISADE_DEV_ISSUER_AUTO_APPROVE", set_dev_auto_approve).default("false");
+    AUTH_DEV_ISSUER_DEFAULT_SUBJECT = opt("auth.dev_issuer.default_subject", Kind::Text, "Subject pre-filled on the page (and granted by `auto_approve`): 1–64 letters, digits or `. _ @ -`.")
+        .default("alice");
+    AUTH_DEV_ISSUER_DEFAULT_TENANT = opt("auth.dev_issuer.default_tenant", Kind::Text, "Tenant pre-filled on the page (and granted by `auto_approve`).")
+        .default("acme");
+    AUTH_DEV_ISSUER_ACCESS_TOKEN_TTL_SECS = opt("auth.dev_issuer.access_token_ttl_secs", Kind::Integer, "Lifetime of the access tokens it issues, in seconds (60–3600).")
+        .default("300");
+    AUTH_DEV_ISSUER_CLIENT_METADATA_ALLOW_LOOPBACK = opt("auth.dev_issuer.client_metadata_allow_loopback", Kind::Bool, "Tests only: client metadata documents may be fetched from loopback addresses (and over plain http there). Loopback listeners only.")
+        .default("false");
+    AUTH_DEV_ISSUER_CLIENT_METADATA_CA_FILE = opt("auth.dev_issuer.client_metadata_ca_file", Kind::Path, "Tests only: extra trust anchors (PEM) for fetching client metadata documents.");
+    AUTH_LEEWAY_SECS = opt("auth.leeway_secs", Kind::Integer, "Clock-skew leeway for token times, in seconds (at most 60).")
+        .default("30");
+    AUTH_REQUIRED_TYP = opt("auth.required_typ", Kind::Text, "Required JOSE `typ` of tokens, e.g. `at+jwt`.");
+    AUTH_TENANT_CLAIM = opt("auth.tenant_claim", Kind::Text, "The claim naming the tenant.")
+        .default("tenant");
+    AUTH_CLIENT_CLAIM = opt("auth.client_claim", Kind::Text, "The claim naming the OAuth client.")
+        .default("client_id");
+    AUTH_TOKEN_CACHE_CAPACITY = opt("auth.token_cache_capacity", Kind::Integer, "Verified tokens remembered, keyed by their SHA-256 and never past `exp`; 0 disables the cache.")
+        .env("PALISADE_TOKEN_CACHE_CAPACITY", set!(usize auth.token_cache_capacity)).default("10000");
+    AUTH_ISSUERS = opt("auth.issuers", Kind::Table, "Trusted external issuers: `[[auth.issuers]]` tables with the three keys below. Bearer mode needs at least one, or the development issuer.");
+    AUTH_ISSUERS_ISSUER = opt("auth.issuers[].issuer", Kind::Text, "The issuer identifier (`iss`).");
+    AUTH_ISSUERS_JWKS_URL = opt("auth.issuers[].jwks_url", Kind::Text, "Its JWKS URL.");
+    AUTH_ISSUERS_ALGORITHMS = opt("auth.issuers[].algorithms", Kind::List, "The algorithms accepted from it: `ES256`, `EdDSA`, `RS256`.");
+    HANDLES_SUBJECT_KEY_FILE = opt("handles.subject_key_file", Kind::Path, "File holding the 32-byte handle subject key (64 hex characters), generated on first run.")
+        .env("PALISADE_HANDLES_SUBJECT_KEY_FILE", set!(path handles.subject_key_file)).described("`<data_dir>/handle-subject-key`");
+    HANDLES_SUBJECT_KEY = opt("handles.subject_key", Kind::Text, "Environment only: the handle subject key itself (64 hex characters), instead of the file.")
+        .variable("PALISADE_HANDLES_SUBJECT_KEY").env_only();
+    HANDLES_RETENTION_SECS = opt("handles.retention_secs", Kind::Integer, "How long expired or revoked handle rows are kept before the retention job deletes them, in seconds (60–31536000).")
+        .default("86400");
+    HANDLES_POLICIES = opt("handles.policies.<type>", Kind::Table, "Per object type handle policy, overriding the application's: a table with the four keys below.");
+    HANDLES_POLICIES_TTL_SECS = opt("handles.policies.<type>.ttl_secs", Kind::Integer, "Handle lifetime in seconds.");
+    HANDLES_POLICIES_ALLOWED_SCOPES = opt("handles.policies.<type>.allowed_scopes", Kind::List, "Scopes a handle of this type may grant.");
+    HANDLES_POLICIES_MAX_SCOPES = opt("handles.policies.<type>.max_scopes", Kind::Integer, "Most scopes per handle.");
+    HANDLES_POLICIES_POLICY_VERSION = opt("handles.policies.<type>.policy_version", Kind::Integer, "The policy version; raising it invalidates older handles.");
+    LEGACY_ENABLED = opt("legacy.enabled", Kind::Bool, "Serve the 2025-era session wire (`initialize`, `Mcp-Session-Id`) beside 2026-07-28.")
+        .default("true");
+    LEGACY_VERSIONS = opt("legacy.versions", Kind::List, "The earlier revisions accepted, newest first.")
+        .described("`[\"2025-11-25\", \"2025-06-18\"]`");
+    LEGACY_IDLE_TIMEOUT_SECS = opt("legacy.idle_timeout_secs", Kind::Integer, "A session dies after this many seconds without a request (10–86400).")
+        .default("1800");
+    LEGACY_ABSOLUTE_TIMEOUT_SECS = opt("legacy.absolute_timeout_secs", Kind::Integer, "A session dies this many seconds after `initialize` (at least the idle timeout, at most 604800).")
+        .default("43200");
+    KILLSWITCH_MODE = opt("killswitch.mode", Kind::Text, "`off`, `dev` (generated keys and an in-process development authority in the data directory) or `authority` (an external authority: the files below).")
+        .env("PALISADE_KILLSWITCH_MODE", set!(text killswitch.mode)).described("`dev` for the demo, `off` for the conformance fixture");
+    KILLSWITCH_SERVER_RELEASE = opt("killswitch.server_release", Kind::Text, "The release this server reports as its `server_release` target (1–128 characters).")
+        .described("the binary's version");
+    KILLSWITCH_ROOT_PUBLIC_KEY = opt("killswitch.root_public_key", Kind::Path, "Authority mode: the policy root public key file.");
+    KILLSWITCH_POLICY = opt("killswitch.policy", Kind::Path, "Authority mode: the signed policy envelope file.");
+    KILLSWITCH_KEY_TRUST_ROOT = opt("killswitch.key_trust_root", Kind::Path, "Authority mode: the key trust root directory (holds the authority public key the policy pins).");
+    KILLSWITCH_AUTHORITY_URL = opt("killswitch.authority_url", Kind::Text, "Authority mode: the authority's `https://host:port` URL.");
+    KILLSWITCH_AUTHORITY_CA = opt("killswitch.authority_ca", Kind::Path, "Authority mode: CA bundle (PEM), the only trust anchors for the authority's certificate.");
+    KILLSWITCH_CLIENT_CERT = opt("killswitch.client_cert", Kind::Path, "Authority mode: this server's client certificate chain (PEM).");
+    KILLSWITCH_CLIENT_KEY = opt("killswitch.client_key", Kind::Path, "Authority mode: this server's client key (PEM).");
+    KILLSWITCH_GENERATION_STORE = opt("killswitch.generation_store", Kind::Text, "Authority mode: where accepted generations are kept, `sqlite:<path>` or `redis://…`.")
+        .described("`sqlite:<data_dir>/killswitch-generations.db`");
+    KILLSWITCH_TARGET_KEY_FILE = opt("killswitch.target_key_file", Kind::Path, "Authority mode: the 32-byte target key file (shared with the authority's operators).");
+    KILLSWITCH_AUTHORITY_DB = opt("killswitch.authority_db", Kind::Path, "The authority's SQLite database, when this server shares it (the demo's orders then redeem commit tokens in their own transaction); also the default of `palisade authority disable|enable|status --db`.");
+    KILLSWITCH_STREAM_RECHECK_SECS = opt("killswitch.stream_recheck_secs", Kind::Integer, "How often open listen and GET streams re-check their targets, in seconds (1–3600); a refusal ends the stream.")
+        .env("PALISADE_KILLSWITCH_STREAM_RECHECK_SECS", set!(u64 killswitch.stream_recheck_secs)).default("5");
+    KILLSWITCH_AUTHORITY_ENVELOPE = opt("killswitch.authority_envelope", Kind::Text, "`batch` (many callers' queries under one signed Merkle root) or `single` (the v2 envelope, one signed head per target, for authorities without the batch endpoint).")
+        .default("batch");
+    TELEMETRY_OTLP_ENDPOINT = opt("telemetry.otlp_endpoint", Kind::Text, "OTLP/HTTP (protobuf) collector base URL, http or https, e.g. `http://127.0.0.1:4318`; `/v1/traces` is appended unless the path ends with it. Unset: no trace export.")
+        .env("PALISADE_TELEMETRY_OTLP_ENDPOINT", set!(text telemetry.otlp_endpoint));
+    TELEMETRY_SERVICE_NAME = opt("telemetry.service_name", Kind::Text, "`service.name` of the exported spans.")
+        .env("PALISADE_TELEMETRY_SERVICE_NAME", set!(text telemetry.service_name)).default("palisade");
+    TELEMETRY_SAMPLING_RATIO = opt("telemetry.sampling_ratio", Kind::Number, "Fraction of new traces sampled, 0.0–1.0; a continued trace follows the caller's sampled flag.")
+        .env("PALISADE_TELEMETRY_SAMPLING_RATIO", set!(f64 telemetry.sampling_ratio)).default("1.0");
+    TELEMETRY_OTLP_HEADERS_FILE = opt("telemetry.otlp_headers_file", Kind::Path, "A file of `Name: value` lines sent as headers to the collector (credentials).")
+        .env("PALISADE_TELEMETRY_OTLP_HEADERS_FILE", set!(path telemetry.otlp_headers_file));
+    TELEMETRY_OTLP_HEADERS = opt("telemetry.otlp_headers", Kind::Text, "Environment only: headers for the collector as `name=value` pairs, comma-separated (credentials never go in the file).")
+        .env("PALISADE_TELEMETRY_OTLP_HEADERS", set!(text telemetry.otlp_headers)).env_only();
+    TELEMETRY_CONTINUE_INCOMING_TRACES = opt("telemetry.continue_incoming_traces", Kind::Bool, "Continue a request's `_meta.traceparent` (its trace id becomes the audit trace id); `false` starts a trace per request.")
+        .env("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES", set!(bool telemetry.continue_incoming_traces)).default("true");
+    AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS = opt("audit.transport_refusal_interval_secs", Kind::Integer, "How often refusals made before the pipeline (transport limits, Host/Origin) are written to the audit log, aggregated, in seconds (1–3600).")
+        .env("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS", set!(u64 audit.transport_refusal_interval_secs)).default("10");
+}
+
+/// Applies the `PALISADE_*` environment variables of [`OPTIONS`] over the file, in their order.
+/// A value that cannot be read as its option's kind is an error naming the variable.
+pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
+    for spec in OPTIONS {
+        if let (Some(name), Some(set)) = (spec.env, spec.set)
+            && let Some(value) = env(name)
+        {
+            set(raw, name, &value)?;
+        }
     }
     Ok(())
+}
+
+/// The configuration flags of [`OPTIONS`] given on a command line (`--listen`, `--store`, …);
+/// `serve` and `dev token` both flatten them in, so both resolve the same settings.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigFlags(Vec<(&'static OptionSpec, String)>);
+
+impl ConfigFlags {
+    /// Applies the flags over file and environment. An error names the flag.
+    pub fn apply(&self, raw: &mut RawConfig) -> Result<(), ConfigError> {
+        for (spec, value) in &self.0 {
+            if let (Some(flag), Some(set)) = (spec.flag, spec.set) {
+                set(raw, &format!("--{flag}"), value)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl clap::FromArgMatches for ConfigFlags {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        let mut flags = Self::default();
+        flags.update_from_arg_matches(matches)?;
+        Ok(flags)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        for spec in OPTIONS.iter().filter(|spec| spec.flag.is_some()) {
+            let values = matches
+                .try_get_many::<String>(spec.key)
+                .map_err(|e| clap::Error::raw(clap::error::ErrorKind::InvalidValue, e))?;
+            self.0.extend(values.into_iter().flatten().map(|value| (spec, value.clone())));
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for ConfigFlags {
+    fn augment_args(command: clap::Command) -> clap::Command {
+        OPTIONS.iter().fold(command, |command, spec| match spec.flag {
+            Some(flag) => command.arg(
+                clap::Arg::new(spec.key)
+                    .long(flag)
+                    .value_name(spec.kind.value_name())
+                    .value_parser(clap::value_parser!(String))
+                    .action(if spec.kind == Kind::List { clap::ArgAction::Append } else { clap::ArgAction::Set })
+                    .help(spec.doc),
+            ),
+            None => command,
+        })
+    }
+
+    fn augment_args_for_update(command: clap::Command) -> clap::Command {
+        Self::augment_args(command)
+    }
+}
+
+/// The option list as a Markdown table (`palisade config options`; README holds a copy).
+pub fn options_markdown() -> String {
+    let code = |text: &str| format!("`{text}`");
+    let mut out = String::from("| key | environment | flag | default | what |\n|---|---|---|---|---|\n");
+    for spec in OPTIONS {
+        let key = if spec.in_file { code(spec.key) } else { String::new() };
+        let env = spec.env.map_or_else(String::new, code);
+        let flag = spec.flag.map_or_else(String::new, |flag| code(&format!("--{flag}")));
+        let default = match spec.default {
+            Fallback::Unset => String::new(),
+            Fallback::Value(value) => code(value),
+            Fallback::Described(text) => text.to_owned(),
+        };
+        let row = [key, env, flag, default, spec.doc.to_owned()].map(|cell| cell.replace('|', "\\|"));
+        out.push_str(&format!("| {} |\n", row.join(" | ")));
+    }
+    out
 }
 
 /// Validates raw configuration into settings.
@@ -848,64 +1153,77 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     let app = match raw.app.as_deref().unwrap_or("demo") {
         "demo" => AppChoice::Demo,
         "conformance" => AppChoice::Conformance,
-        other => return Err(bad("app", format!("unknown app `{other}`; expected demo or conformance"))),
+        other => return Err(bad(APP.key, format!("unknown app `{other}`; expected demo or conformance"))),
     };
     let listen: SocketAddr = raw
         .listen
         .as_deref()
         .unwrap_or("127.0.0.1:8080")
         .parse()
-        .map_err(|_| bad("listen", "must be an IP address and port, e.g. 127.0.0.1:8080"))?;
+        .map_err(|_| bad(LISTEN.key, "must be an IP address and port, e.g. 127.0.0.1:8080"))?;
+    let metrics_listen = match raw.metrics_listen.as_deref() {
+        None => None,
+        Some(text) => {
+            let address: SocketAddr = text
+                .parse()
+                .map_err(|_| bad(METRICS_LISTEN.key, "must be an IP address and port, e.g. 127.0.0.1:9090"))?;
+            if address == listen && address.port() != 0 {
+                return Err(bad(METRICS_LISTEN.key, "must differ from listen"));
+            }
+            Some(address)
+        }
+    };
     let public_url = raw.public_url.unwrap_or_else(|| format!("http://{listen}/mcp"));
-    let parsed = url::Url::parse(&public_url).map_err(|_| bad("public_url", "must be an absolute URL"))?;
+    let parsed = url::Url::parse(&public_url).map_err(|_| bad(PUBLIC_URL.key, "must be an absolute URL"))?;
     if parsed.fragment().is_some() || !matches!(parsed.scheme(), "http" | "https") {
-        return Err(bad("public_url", "must be an http(s) URL without a fragment"));
+        return Err(bad(PUBLIC_URL.key, "must be an http(s) URL without a fragment"));
     }
     let data_dir = raw.data_dir.unwrap_or_else(|| PathBuf::from("palisade-data"));
     let store = raw.store.unwrap_or_else(|| format!("sqlite:{}", data_dir.join("palisade.db").display()));
     if !(store.starts_with("sqlite:") || store.starts_with("postgres://") || store.starts_with("postgresql://")) {
-        return Err(bad("store", "must be sqlite:<path> or postgres://…"));
+        return Err(bad(STORE.key, "must be sqlite:<path> or postgres://…"));
     }
     let secret_file = raw.secret_file.unwrap_or_else(|| data_dir.join("server-secret"));
     let max_body_bytes = raw.limits.max_body_bytes.unwrap_or(1024 * 1024);
     if !(1024..=64 * 1024 * 1024).contains(&max_body_bytes) {
-        return Err(bad("limits.max_body_bytes", "must be between 1024 and 67108864"));
+        return Err(bad(LIMITS_MAX_BODY_BYTES.key, "must be between 1024 and 67108864"));
     }
     let request_timeout_secs = raw.limits.request_timeout_secs.unwrap_or(60);
     if !(1..=600).contains(&request_timeout_secs) {
-        return Err(bad("limits.request_timeout_secs", "must be between 1 and 600"));
+        return Err(bad(LIMITS_REQUEST_TIMEOUT_SECS.key, "must be between 1 and 600"));
     }
     let page_size = raw.limits.page_size.unwrap_or(100);
     if !(1..=1000).contains(&page_size) {
-        return Err(bad("limits.page_size", "must be between 1 and 1000"));
+        return Err(bad(LIMITS_PAGE_SIZE.key, "must be between 1 and 1000"));
     }
     let seconds = |value: Option<u64>, default: u64, key: &str, max: u64| {
         let value = value.unwrap_or(default);
         if (1..=max).contains(&value) { Ok(value) } else { Err(bad(key, format!("must be between 1 and {max}"))) }
     };
     let header_read_timeout_secs =
-        seconds(raw.limits.header_read_timeout_secs, 10, "limits.header_read_timeout_secs", 300)?;
-    let body_read_timeout_secs = seconds(raw.limits.body_read_timeout_secs, 30, "limits.body_read_timeout_secs", 600)?;
-    let idle_timeout_secs = seconds(raw.limits.idle_timeout_secs, 60, "limits.idle_timeout_secs", 3600)?;
+        seconds(raw.limits.header_read_timeout_secs, 10, LIMITS_HEADER_READ_TIMEOUT_SECS.key, 300)?;
+    let body_read_timeout_secs =
+        seconds(raw.limits.body_read_timeout_secs, 30, LIMITS_BODY_READ_TIMEOUT_SECS.key, 600)?;
+    let idle_timeout_secs = seconds(raw.limits.idle_timeout_secs, 60, LIMITS_IDLE_TIMEOUT_SECS.key, 3600)?;
     let max_connections = raw.limits.max_connections.unwrap_or(1024);
     if !(1..=MAX_CONNECTIONS).contains(&max_connections) {
-        return Err(bad("limits.max_connections", format!("must be between 1 and {MAX_CONNECTIONS}")));
+        return Err(bad(LIMITS_MAX_CONNECTIONS.key, format!("must be between 1 and {MAX_CONNECTIONS}")));
     }
     let bounded = |value: Option<usize>, default: usize, key: &str, max: usize| {
         let value = value.unwrap_or(default);
         if (1..=max).contains(&value) { Ok(value) } else { Err(bad(key, format!("must be between 1 and {max}"))) }
     };
     let max_streams_per_principal =
-        bounded(raw.limits.max_streams_per_principal, 8, "limits.max_streams_per_principal", 1_000)?;
+        bounded(raw.limits.max_streams_per_principal, 8, LIMITS_MAX_STREAMS_PER_PRINCIPAL.key, 1_000)?;
     let max_listen_filter_entries =
-        bounded(raw.limits.max_listen_filter_entries, 100, "limits.max_listen_filter_entries", 10_000)?;
+        bounded(raw.limits.max_listen_filter_entries, 100, LIMITS_MAX_LISTEN_FILTER_ENTRIES.key, 10_000)?;
     let transport_refusal_interval_secs =
-        seconds(raw.audit.transport_refusal_interval_secs, 10, "audit.transport_refusal_interval_secs", 3600)?;
+        seconds(raw.audit.transport_refusal_interval_secs, 10, AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS.key, 3600)?;
     let default_mode = if app == AppChoice::Demo { "bearer" } else { "none" };
     let auth_mode = match raw.auth.mode.as_deref().unwrap_or(default_mode) {
         "bearer" => AuthMode::Bearer,
         "none" => AuthMode::None,
-        other => return Err(bad("auth.mode", format!("unknown mode `{other}`; expected bearer or none"))),
+        other => return Err(bad(AUTH_MODE.key, format!("unknown mode `{other}`; expected bearer or none"))),
     };
     let dev_issuer = raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled).unwrap_or(app == AppChoice::Demo);
     let dev_table = raw.auth.dev_issuer.as_ref().map(RawDevIssuer::table).unwrap_or_default();
@@ -918,11 +1236,11 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         client_metadata_ca_file: dev_table.client_metadata_ca_file,
     };
     if !(60..=3600).contains(&dev_authorization.access_token_ttl_secs) {
-        return Err(bad("auth.dev_issuer.access_token_ttl_secs", "must be between 60 and 3600"));
+        return Err(bad(AUTH_DEV_ISSUER_ACCESS_TOKEN_TTL_SECS.key, "must be between 60 and 3600"));
     }
     for (key, value) in [
-        ("auth.dev_issuer.default_subject", &dev_authorization.default_subject),
-        ("auth.dev_issuer.default_tenant", &dev_authorization.default_tenant),
+        (AUTH_DEV_ISSUER_DEFAULT_SUBJECT.key, &dev_authorization.default_subject),
+        (AUTH_DEV_ISSUER_DEFAULT_TENANT.key, &dev_authorization.default_tenant),
     ] {
         let ok = (1..=64).contains(&value.len())
             && value.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'-'));
@@ -932,18 +1250,21 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     }
     // Approving without a person, or fetching from loopback, is for tests on this machine only.
     if dev_authorization.auto_approve && !listen.ip().is_loopback() {
-        return Err(bad("auth.dev_issuer.auto_approve", "is allowed on a loopback listener only"));
+        return Err(bad(AUTH_DEV_ISSUER_AUTO_APPROVE.key, "is allowed on a loopback listener only"));
     }
     if dev_authorization.client_metadata_allow_loopback && !listen.ip().is_loopback() {
-        return Err(bad("auth.dev_issuer.client_metadata_allow_loopback", "is allowed on a loopback listener only"));
+        return Err(bad(AUTH_DEV_ISSUER_CLIENT_METADATA_ALLOW_LOOPBACK.key, "is allowed on a loopback listener only"));
     }
     let leeway_secs = raw.auth.leeway_secs.unwrap_or(30);
     if leeway_secs > palisade_auth::MAX_LEEWAY_SECS {
-        return Err(bad("auth.leeway_secs", format!("must be at most {}", palisade_auth::MAX_LEEWAY_SECS)));
+        return Err(bad(AUTH_LEEWAY_SECS.key, format!("must be at most {}", palisade_auth::MAX_LEEWAY_SECS)));
     }
     let token_cache_capacity = raw.auth.token_cache_capacity.unwrap_or(10_000);
     if token_cache_capacity > palisade_auth::MAX_CACHE_CAPACITY {
-        return Err(bad("auth.token_cache_capacity", format!("must be at most {}", palisade_auth::MAX_CACHE_CAPACITY)));
+        return Err(bad(
+            AUTH_TOKEN_CACHE_CAPACITY.key,
+            format!("must be at most {}", palisade_auth::MAX_CACHE_CAPACITY),
+        ));
     }
     let mut issuers = Vec::new();
     for (index, issuer) in raw.auth.issuers.into_iter().enumerate() {
@@ -964,15 +1285,15 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         issuers.push(Issuer { issuer: issuer.issuer, jwks_url: issuer.jwks_url, algorithms });
     }
     if auth_mode == AuthMode::Bearer && issuers.is_empty() && !dev_issuer {
-        return Err(bad("auth.issuers", "bearer mode needs at least one issuer or the dev issuer"));
+        return Err(bad(AUTH_ISSUERS.key, "bearer mode needs at least one issuer or the dev issuer"));
     }
     if auth_mode == AuthMode::None && !listen.ip().is_loopback() {
-        return Err(bad("listen", "an unauthenticated server may listen on loopback addresses only"));
+        return Err(bad(LISTEN.key, "an unauthenticated server may listen on loopback addresses only"));
     }
     let handle_subject_key_file = raw.handles.subject_key_file.unwrap_or_else(|| data_dir.join("handle-subject-key"));
     let retention_secs = raw.handles.retention_secs.unwrap_or(86_400);
     if !(60..=365 * 86_400).contains(&retention_secs) {
-        return Err(bad("handles.retention_secs", "must be between 60 and 31536000"));
+        return Err(bad(HANDLES_RETENTION_SECS.key, "must be between 60 and 31536000"));
     }
     let killswitch = validate_killswitch(raw.killswitch, app, &data_dir)?;
     let mut handle_policies = BTreeMap::new();
@@ -994,6 +1315,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         telemetry,
         app,
         listen,
+        metrics_listen,
         public_url,
         data_dir,
         store,
@@ -1340,5 +1662,206 @@ mod tests {
                 None => assert_eq!(apply_env(&mut raw, &env).unwrap_err().key, "PALISADE_DEV_ISSUER"),
             }
         }
+    }
+
+    /// Collects a derived `Deserialize` struct's field names: serde hands them to
+    /// `deserialize_struct`, and nothing is deserialized.
+    struct FieldNames<'a>(&'a mut Vec<&'static str>);
+
+    #[derive(Debug)]
+    struct Stop;
+
+    impl std::fmt::Display for Stop {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("stop")
+        }
+    }
+
+    impl std::error::Error for Stop {}
+
+    impl serde::de::Error for Stop {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            Stop
+        }
+    }
+
+    impl<'de> serde::Deserializer<'de> for FieldNames<'_> {
+        type Error = Stop;
+
+        fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+            Err(Stop)
+        }
+
+        fn deserialize_struct<V: serde::de::Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Stop> {
+            self.0.extend(fields);
+            Err(Stop)
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option unit
+            unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+
+    fn fields<T: for<'de> Deserialize<'de>>(prefix: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        assert!(T::deserialize(FieldNames(&mut names)).is_err());
+        assert!(!names.is_empty(), "{prefix}: not a struct");
+        names
+            .iter()
+            .map(|name| if prefix.is_empty() { (*name).to_owned() } else { format!("{prefix}.{name}") })
+            .collect()
+    }
+
+    /// Every key the file accepts (what serde reads) is in [`OPTIONS`], and every option of the
+    /// table the file accepts is a key the file reads: one list, no drift.
+    #[test]
+    fn the_option_table_is_exactly_the_file_keys() {
+        let sections = ["limits", "http", "auth", "handles", "killswitch", "legacy", "telemetry", "audit"];
+        let mut file_keys: Vec<String> =
+            fields::<RawConfig>("").into_iter().filter(|key| !sections.contains(&key.as_str())).collect();
+        file_keys.extend(fields::<RawLimits>("limits"));
+        file_keys.extend(fields::<RawHttp>("http"));
+        file_keys.extend(fields::<RawAuth>("auth"));
+        file_keys.extend(fields::<RawDevIssuerTable>("auth.dev_issuer"));
+        file_keys.extend(fields::<RawIssuer>("auth.issuers[]"));
+        file_keys.extend(
+            fields::<RawHandles>("handles")
+                .into_iter()
+                .map(|key| if key == "handles.policies" { "handles.policies.<type>".to_owned() } else { key }),
+        );
+        file_keys.extend(fields::<RawHandlePolicy>("handles.policies.<type>"));
+        file_keys.extend(fields::<RawKillSwitch>("killswitch"));
+        file_keys.extend(fields::<RawLegacy>("legacy"));
+        file_keys.extend(fields::<RawTelemetry>("telemetry"));
+        file_keys.extend(fields::<RawAudit>("audit"));
+        file_keys.sort();
+        let mut table: Vec<String> =
+            OPTIONS.iter().filter(|spec| spec.in_file).map(|spec| spec.key.to_owned()).collect();
+        table.sort();
+        assert_eq!(table, file_keys);
+        let mut unique: Vec<&str> = OPTIONS.iter().map(|spec| spec.key).collect();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), OPTIONS.len(), "an option is listed twice");
+        for name in OPTIONS.iter().filter_map(|spec| spec.env) {
+            assert!(name.starts_with("PALISADE_"), "{name}");
+            assert_eq!(OPTIONS.iter().filter(|spec| spec.env == Some(name)).count(), 1, "{name} twice");
+        }
+        // An environment-only option is refused in the file.
+        for spec in OPTIONS.iter().filter(|spec| !spec.in_file) {
+            let (section, name) = spec.key.rsplit_once('.').unwrap();
+            assert_eq!(parse(&format!("[{section}]\n{name} = \"x\"")).unwrap_err().key, name);
+        }
+    }
+
+    /// A sample value of `kind`, as a string (environment, flag) and as TOML.
+    fn sample(kind: Kind) -> (&'static str, &'static str) {
+        match kind {
+            Kind::Text | Kind::Path => ("sample", "\"sample\""),
+            Kind::Integer => ("7", "7"),
+            Kind::Number => ("0.5", "0.5"),
+            Kind::Bool => ("true", "true"),
+            Kind::List => ("sample", "[\"sample\"]"),
+            Kind::Table => unreachable!("a table has no environment variable or flag"),
+        }
+    }
+
+    /// `key = value` as a TOML document.
+    fn toml_line(key: &str, value: &str) -> String {
+        match key.rsplit_once('.') {
+            Some((section, name)) => format!("[{section}]\n{name} = {value}"),
+            None => format!("{key} = {value}"),
+        }
+    }
+
+    /// An option's environment variable and flag set exactly what its file key sets.
+    #[test]
+    fn environment_and_flags_set_the_key_they_are_listed_for() {
+        for spec in OPTIONS.iter().filter(|spec| spec.in_file && spec.set.is_some()) {
+            let (text, toml) = sample(spec.kind);
+            let from_file = format!("{:?}", parse(&toml_line(spec.key, toml)).unwrap());
+            if let Some(name) = spec.env {
+                let mut raw = RawConfig::default();
+                apply_env(&mut raw, &|key: &str| (key == name).then(|| text.to_owned())).unwrap();
+                assert_eq!(format!("{raw:?}"), from_file, "{name}");
+            }
+            if let Some(flag) = spec.flag {
+                let mut raw = RawConfig::default();
+                ConfigFlags(vec![(spec, text.to_owned())]).apply(&mut raw).unwrap();
+                assert_eq!(format!("{raw:?}"), from_file, "--{flag}");
+            }
+        }
+    }
+
+    /// A documented default is the one applied: writing it changes nothing.
+    #[test]
+    fn documented_defaults_are_the_defaults() {
+        let defaults = format!("{:?}", check("").unwrap());
+        let mut checked = 0;
+        for spec in OPTIONS {
+            let Fallback::Value(value) = spec.default else { continue };
+            let toml = match spec.kind {
+                Kind::Text | Kind::Path => format!("\"{value}\""),
+                _ => value.to_owned(),
+            };
+            let text = toml_line(spec.key, &toml);
+            assert_eq!(format!("{:?}", check(&text).unwrap()), defaults, "{text}");
+            checked += 1;
+        }
+        assert!(checked > 20, "{checked}");
+    }
+
+    /// The configuration flags parse through clap, and a bad one is named by its flag.
+    #[test]
+    fn flags_parse_and_name_themselves_in_errors() {
+        use clap::{Args as _, FromArgMatches as _};
+        let command = ConfigFlags::augment_args(clap::Command::new("t"));
+        let args = ["t", "--listen", "127.0.0.1:9", "--allow-host", "a", "--allow-host", "b", "--page-size", "5"];
+        let flags = ConfigFlags::from_arg_matches(&command.clone().get_matches_from(args)).unwrap();
+        let mut raw = parse("[http]\nallowed_hosts = [\"file\"]").unwrap();
+        flags.apply(&mut raw).unwrap();
+        assert_eq!(raw.listen.as_deref(), Some("127.0.0.1:9"));
+        assert_eq!(raw.http.allowed_hosts, ["file", "a", "b"]);
+        assert_eq!(raw.limits.page_size, Some(5));
+        let flags = ConfigFlags::from_arg_matches(&command.get_matches_from(["t", "--max-body-bytes", "big"])).unwrap();
+        assert_eq!(flags.apply(&mut RawConfig::default()).unwrap_err().key, "--max-body-bytes");
+    }
+
+    #[test]
+    fn metrics_listen_is_validated() {
+        assert_eq!(check("").unwrap().metrics_listen, None);
+        let settings = check("metrics_listen = \"127.0.0.1:9464\"").unwrap();
+        assert_eq!(settings.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        for text in ["metrics_listen = \"nowhere\"", "listen = \"127.0.0.1:9000\"\nmetrics_listen = \"127.0.0.1:9000\""]
+        {
+            assert_eq!(check(text).unwrap_err().key, "metrics_listen", "{text}");
+        }
+        let env = |key: &str| (key == "PALISADE_METRICS_LISTEN").then(|| "10.0.0.1:9464".to_owned());
+        let mut raw = RawConfig::default();
+        apply_env(&mut raw, &env).unwrap();
+        assert_eq!(validate(raw).unwrap().metrics_listen, Some("10.0.0.1:9464".parse().unwrap()));
+    }
+
+    /// The line before README's option list.
+    const README_BEGIN: &str = "<!-- options: generated by `cargo run -p xtask -- readme-config`; edit OPTIONS in crates/palisade/src/config.rs -->";
+    /// The line after it.
+    const README_END: &str = "<!-- options: end -->";
+
+    /// README's option list is [`options_markdown`]; `cargo run -p xtask -- readme-config` rewrites it.
+    #[test]
+    fn readme_lists_every_option() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+        let (_, rest) = readme.split_once(README_BEGIN).expect("README has the option list's begin marker");
+        let (block, _) = rest.split_once(README_END).expect("README has the option list's end marker");
+        assert!(
+            block.trim() == options_markdown().trim(),
+            "README's option list is stale: run `cargo run -p xtask -- readme-config`"
+        );
     }
 }

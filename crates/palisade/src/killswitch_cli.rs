@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
+use palisade_base::clock::{Clock as _, SystemClock};
+use palisade_base::time::format_rfc3339_ms;
 use palisade_killswitch::authority::{self, AuthorityDb, AuthorityServerConfig};
 use palisade_killswitch::dev::{DEV_AUTHORITY_ID, DevAuthorityFiles, RunningDevAuthority};
 use palisade_killswitch::{
-    AuthorityClient, AuthorityClientConfig, Clock as _, Ed25519SigningKey, ExposedOperation, GenerationStore,
-    KillSwitch, KillSwitchConfig, Policy, PolicyFiles, PolicyHeader, PolicyPayload, RedisGenerationStore, RedisOptions,
-    SqliteGenerationStore, SystemClock, TargetKey, TargetState, file_sha256_hex, format_rfc3339_ms, parse_target_spec,
-    sign_policy,
+    AuthorityClient, AuthorityClientConfig, Ed25519SigningKey, ExposedOperation, GenerationStore, KillSwitch,
+    KillSwitchConfig, Policy, PolicyFiles, PolicyHeader, PolicyPayload, RedisGenerationStore, RedisOptions,
+    SqliteGenerationStore, TargetKey, TargetState, file_sha256_hex, parse_target_spec, sign_policy,
 };
 
 use crate::config::{self, ConfigError, KillSwitchMode, Settings};

@@ -21,8 +21,8 @@ use clap::{Parser, Subcommand};
 use palisade_apps::AppName;
 use palisade_auth::dev_issuer::DevIssuer;
 use palisade_auth::{IssuerConfig, JwksSource, ResourceServerConfig, TokenVerifier};
+use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_server::auth::{Authenticator, EnvironmentPrincipal};
-use palisade_server::clock::{Clock as _, SystemClock};
 use palisade_server::secret::ServerSecret;
 use palisade_server::{HandleService, Server, ServerConfig, SubjectKey, TaskConfig, TaskService};
 use palisade_store::{AuditRecord, Decision, Revocation, RevokeSelector};
@@ -142,6 +142,8 @@ struct RevokeArgs {
 enum ConfigCommand {
     /// Validate FILE (with the environment applied) and print the effective settings.
     Check { file: PathBuf },
+    /// List every option: file key, environment variable, flag, default (Markdown).
+    Options,
 }
 
 #[derive(Subcommand)]
@@ -177,19 +179,14 @@ struct TokenArgs {
     /// Lifetime in seconds.
     #[arg(long, default_value_t = 3600)]
     ttl: u64,
-    /// Configuration file (data directory, public URL), as given to `serve`.
+    /// Configuration file, as given to `serve`: the token is minted for the server that file,
+    /// the environment and the flags below configure (its `public_url`, or `http://<listen>/mcp`,
+    /// is the audience; the issuer key is in its data directory).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// The address `serve` listens on, as given to it: the token's audience and issuer are
-    /// derived from it unless `public_url` is set.
-    #[arg(long)]
-    listen: Option<String>,
-    /// The server's canonical resource URI (`public_url`), the token's audience.
-    #[arg(long)]
-    public_url: Option<String>,
-    /// Data directory (the development issuer's key), as given to `serve`.
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
+    /// `serve`'s configuration flags, resolved exactly as `serve` resolves them.
+    #[command(flatten)]
+    flags: config::ConfigFlags,
 }
 
 #[derive(clap::Args)]
@@ -198,39 +195,12 @@ struct ServeArgs {
     /// override both.
     #[arg(long)]
     config: Option<PathBuf>,
-    /// Which application to serve: demo or conformance.
-    #[arg(long)]
-    app: Option<String>,
-    /// Address to listen on (HTTP). Without authentication only loopback addresses are allowed.
-    #[arg(long)]
-    listen: Option<String>,
     /// Serve newline-delimited JSON on stdin/stdout instead of HTTP.
     #[arg(long)]
     stdio: bool,
-    /// Authentication: bearer or none.
-    #[arg(long)]
-    auth: Option<String>,
-    /// Largest request body (HTTP) or line (stdio) in bytes.
-    #[arg(long)]
-    max_body_bytes: Option<usize>,
-    /// Per-request timeout in seconds (1–600).
-    #[arg(long)]
-    request_timeout_secs: Option<u64>,
-    /// Items per page of every list method.
-    #[arg(long)]
-    page_size: Option<usize>,
-    /// Extra Host header value to accept (repeatable), e.g. `mcp.example.com`.
-    #[arg(long = "allow-host")]
-    allow_hosts: Vec<String>,
-    /// Extra Origin to accept (repeatable), e.g. `https://app.example.com`.
-    #[arg(long = "allow-origin")]
-    allow_origins: Vec<String>,
-    /// Data directory (embedded database, generated keys, server secret).
-    #[arg(long)]
-    data_dir: Option<PathBuf>,
-    /// Store URL: sqlite:<path> or postgres://….
-    #[arg(long)]
-    store: Option<String>,
+    /// The configuration flags (`palisade config options` lists every option).
+    #[command(flatten)]
+    flags: config::ConfigFlags,
 }
 
 fn main() -> ExitCode {
@@ -269,6 +239,7 @@ fn main() -> ExitCode {
                 None => Err(anyhow::anyhow!("serve without settings")),
             },
             Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
+            Command::Config { command: ConfigCommand::Options } => config_options(),
             Command::Dev { command: DevCommand::Token(args) } => dev_token(args),
             Command::Audit { command: AuditCommand::Verify { config } } => audit_verify(config.as_deref()).await,
             Command::Handles { command: HandlesCommand::List { subject, issuer, limit, config } } => {
@@ -308,16 +279,18 @@ fn env(key: &str) -> Option<String> {
     std::env::var(key).ok()
 }
 
+/// The settings of a command: file, then environment, then `serve`'s flags when given.
 fn settings(config: Option<&Path>, args: Option<&ServeArgs>) -> anyhow::Result<Settings> {
-    settings_with(config, args, |_| {})
+    match args {
+        Some(args) => resolve(config, &args.flags, args.stdio),
+        None => resolve(config, &config::ConfigFlags::default(), false),
+    }
 }
 
-/// [`settings`], with `flags` applied last (a command's own flags over file and environment).
-fn settings_with(
-    config: Option<&Path>,
-    args: Option<&ServeArgs>,
-    flags: impl FnOnce(&mut config::RawConfig),
-) -> anyhow::Result<Settings> {
+/// The one resolution of settings, for `serve` and every command that must agree with it
+/// (`dev token`): the file, then `PALISADE_*` variables, then the configuration flags, then
+/// (for `serve --stdio` without a configured principal or mode) unauthenticated local mode.
+fn resolve(config: Option<&Path>, flags: &config::ConfigFlags, stdio: bool) -> anyhow::Result<Settings> {
     let mut raw = match config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| config::ConfigError {
@@ -329,24 +302,20 @@ fn settings_with(
         None => config::RawConfig::default(),
     };
     config::apply_env(&mut raw, &env)?;
-    if let Some(args) = args {
-        raw.app = args.app.clone().or(raw.app);
-        raw.listen = args.listen.clone().or(raw.listen);
-        raw.auth.mode = args.auth.clone().or(raw.auth.mode);
-        raw.limits.max_body_bytes = args.max_body_bytes.or(raw.limits.max_body_bytes);
-        raw.limits.request_timeout_secs = args.request_timeout_secs.or(raw.limits.request_timeout_secs);
-        raw.limits.page_size = args.page_size.or(raw.limits.page_size);
-        raw.http.allowed_hosts.extend(args.allow_hosts.iter().cloned());
-        raw.http.allowed_origins.extend(args.allow_origins.iter().cloned());
-        raw.data_dir = args.data_dir.clone().or(raw.data_dir);
-        raw.store = args.store.clone().or(raw.store);
-        if args.stdio && raw.auth.mode.is_none() && env("PALISADE_PRINCIPAL_SUBJECT").is_none() {
-            // stdio without a configured principal: the local, unauthenticated mode.
-            raw.auth.mode = Some("none".into());
-        }
+    flags.apply(&mut raw)?;
+    if stdio && raw.auth.mode.is_none() && env("PALISADE_PRINCIPAL_SUBJECT").is_none() {
+        // stdio without a configured principal: the local, unauthenticated mode.
+        raw.auth.mode = Some("none".into());
     }
-    flags(&mut raw);
     Ok(config::validate(raw)?)
+}
+
+fn config_options() -> anyhow::Result<ExitCode> {
+    #[allow(clippy::print_stdout)]
+    {
+        print!("{}", config::options_markdown());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn config_check(file: &Path) -> anyhow::Result<ExitCode> {
@@ -372,12 +341,9 @@ fn dev_issuer_id(settings: &Settings) -> String {
 }
 
 fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
-    // The same settings `serve` would run with, so that the token is for that server.
-    let settings = settings_with(args.config.as_deref(), None, |raw| {
-        raw.listen = args.listen.clone().or(raw.listen.take());
-        raw.public_url = args.public_url.clone().or(raw.public_url.take());
-        raw.data_dir = args.data_dir.clone().or(raw.data_dir.take());
-    })?;
+    // The settings `serve` resolves from the same file, environment and flags, so that the
+    // token's issuer and audience are that server's.
+    let settings = resolve(args.config.as_deref(), &args.flags, false)?;
     if !settings.dev_issuer {
         anyhow::bail!("the development issuer is disabled in this configuration (auth.dev_issuer = false)");
     }
@@ -412,9 +378,11 @@ fn handle_subject_key(settings: &Settings) -> anyhow::Result<SubjectKey> {
 }
 
 fn subject_key_bytes(settings: &Settings) -> anyhow::Result<[u8; 32]> {
-    let bytes = match env("PALISADE_HANDLES_SUBJECT_KEY") {
-        Some(text) => parse_key_hex(&text)
-            .ok_or_else(|| anyhow::anyhow!("PALISADE_HANDLES_SUBJECT_KEY must be 64 hex characters (32 bytes)"))?,
+    let variable = config::HANDLES_SUBJECT_KEY.env.unwrap_or("PALISADE_HANDLES_SUBJECT_KEY");
+    let bytes = match env(variable) {
+        Some(text) => {
+            parse_key_hex(&text).ok_or_else(|| anyhow::anyhow!("{variable} must be 64 hex characters (32 bytes)"))?
+        }
         None => load_or_create_key(&settings.handle_subject_key_file, "the handle subject key")?,
     };
     Ok(bytes)
@@ -434,7 +402,7 @@ async fn handles_list(
     let rows = store.list_handles(key.subject_digest(&issuer, subject), limit).await.context("listing handles")?;
     #[allow(clippy::print_stdout)]
     for row in rows {
-        let digest: String = palisade_wire::hex(&row.digest);
+        let digest: String = palisade_base::hex::hex(&row.digest);
         let state = match (&row.revoked_ms, &row.revocation_reason) {
             (Some(at), reason) => format!("revoked at {at} ({})", reason.as_deref().unwrap_or("")),
             (None, _) => format!("expires at {}", row.expires_ms),
@@ -481,11 +449,11 @@ async fn handles_revoke(args: RevokeArgs) -> anyhow::Result<ExitCode> {
     };
     let what = selector_kind(&selector);
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-    let now = i64::try_from(SystemClock.now_ms()).unwrap_or(i64::MAX);
+    let now = SystemClock.now_ms();
     let revocation = Revocation { reason: args.reason.clone(), receipt: Some(args.receipt.clone()), at_ms: now };
     let count = store.revoke_handles(selector, revocation).await.context("revoking handles")?;
     let record = AuditRecord {
-        at_ms: SystemClock.now_ms(),
+        at_ms: SystemClock.now_unsigned_ms(),
         trace_id: format!("operator-{now}"),
         stage: "operator".into(),
         decision: Decision::Allow,
@@ -550,7 +518,7 @@ fn load_or_create_key(path: &Path, what: &str) -> anyhow::Result<[u8; 32]> {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 std::fs::create_dir_all(parent)?;
             }
-            let hex: String = palisade_wire::hex(&bytes);
+            let hex: String = palisade_base::hex::hex(&bytes);
             write_private(path, &hex)?;
             Ok(bytes)
         }
@@ -661,6 +629,10 @@ fn environment_authenticator() -> anyhow::Result<Authenticator> {
 }
 
 async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> {
+    if args.stdio && settings.metrics_listen.is_some() {
+        let reason = "is a second HTTP listener; it cannot be used with --stdio".into();
+        return Err(config::ConfigError { key: config::METRICS_LISTEN.key.into(), reason }.into());
+    }
     let app_name = app_name(settings.app);
     let authenticator = match (&settings.auth_mode, args.stdio) {
         (AuthMode::None, _) => {
@@ -721,18 +693,16 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     ));
     let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
     let once_store: Arc<dyn palisade_store::OnceStore> = store.clone();
-    let mut server = Server::new(app, config, authenticator, secret)
-        .with_sessions(sessions_store.clone())
-        .with_once_store(once_store.clone())
-        .with_audit(store)
-        .with_handles(handles.clone())
-        .with_tasks(tasks.clone());
+    let mut builder = Server::builder(app, config, authenticator, secret)
+        .sessions(sessions_store.clone())
+        .once_store(once_store.clone())
+        .audit(store)
+        .handles(handles.clone())
+        .tasks(tasks.clone());
     if let Some(runtime) = &kill_switch {
-        server = server
-            .with_kill_switch(runtime.switch.clone(), runtime.server_release.clone())
-            .context("the signed kill-switch registry does not cover this server")?;
+        builder = builder.kill_switch(runtime.switch.clone(), runtime.server_release.clone());
     }
-    let server = Arc::new(server);
+    let server = Arc::new(builder.build().context("assembling the server")?);
     let session_purge = spawn_session_purge(sessions_store, once_store, &server);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
     let maintenance = tasks.spawn_maintenance(
@@ -755,11 +725,24 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     }
     let listener = palisade_server::http::bind(&server, settings.listen).await?;
     let local = listener.local_addr()?;
+    // `metrics_listen`: `/metrics` (with the health endpoints) on a private listener; unset,
+    // `/metrics` is served nowhere.
+    let options =
+        palisade_server::http::ServeOptions::bind_metrics(settings.metrics_listen).await.with_context(|| {
+            format!(
+                "binding {} ({})",
+                config::METRICS_LISTEN.key,
+                settings.metrics_listen.map_or_else(String::new, |a| a.to_string())
+            )
+        })?;
+    if let palisade_server::http::MetricsExposure::Listener(metrics) = &options.metrics {
+        eprintln!("metrics on http://{}/metrics (no authentication: keep it private)", metrics.local_addr()?);
+    }
     #[allow(clippy::print_stdout)]
     {
         println!("listening on http://{local}/mcp");
     }
-    palisade_server::http::serve(server.clone(), listener, shutdown_signal()).await?;
+    palisade_server::http::serve_with(server.clone(), listener, options, shutdown_signal()).await?;
     retention.abort();
     maintenance.abort();
     session_purge.abort();
@@ -779,7 +762,7 @@ fn spawn_session_purge(
     palisade_server::periodic::spawn_periodic("session purge", period, shutdown, move || {
         let (store, once) = (store.clone(), once.clone());
         async move {
-            let now = i64::try_from(palisade_server::clock::Clock::now_ms(&SystemClock)).unwrap_or(i64::MAX);
+            let now = SystemClock.now_ms();
             // Up to ten batches of each per tick; the next tick picks up the rest.
             purge_in_batches("session", |limit| store.purge_sessions(now, limit)).await;
             purge_in_batches("single-use record", |limit| once.purge_once(now, limit)).await;

@@ -1,45 +1,12 @@
-//! Time behind a trait, so expiry is tested by moving a clock instead of sleeping.
+//! The server's time is the workspace's one clock ([`palisade_base::clock`]): every part a
+//! [`crate::ServerBuilder`] wires together must keep time by the same one, so that moving a test
+//! clock moves token, handle, request-state, stream and kill-switch time together.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Wall-clock milliseconds since the Unix epoch.
-pub trait Clock: Send + Sync {
-    /// Now, in Unix milliseconds.
-    fn now_ms(&self) -> u64;
-}
+pub use palisade_base::clock::{Clock, ManualClock, SystemClock};
 
-/// The system clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            .unwrap_or(0)
-    }
-}
-
-/// A clock tests move by hand.
-#[derive(Debug, Default, Clone)]
-pub struct ManualClock(Arc<AtomicU64>);
-
-impl ManualClock {
-    /// A clock standing at `now_ms`.
-    pub fn at(now_ms: u64) -> Self {
-        Self(Arc::new(AtomicU64::new(now_ms)))
-    }
-
-    /// Moves the clock forward.
-    pub fn advance(&self, ms: u64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
-    }
+/// Whether two parts keep the same time: the same clock instance, or both the wall clock.
+pub(crate) fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
+    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b)) || (a.is_wall_clock() && b.is_wall_clock())
 }

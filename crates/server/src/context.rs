@@ -4,16 +4,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use palisade_killswitch::CommitFence;
 use palisade_wire::jsonrpc::notification_frame;
-use palisade_wire::{LogLevel, RequestId, RequestMeta};
+use palisade_wire::{LogLevel, ProtocolError, RequestId, RequestMeta};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::VerifiedPrincipal;
+use crate::clearance::Cleared;
 use crate::events::EventBus;
 use crate::handles::{HandleError, HandleService, ResolvedHandle};
-use crate::tasks::TaskProgress;
 
 /// A handler's answer: the result, or a request for more input from the client (MRTR).
 #[derive(Debug, Clone, PartialEq)]
@@ -94,6 +95,27 @@ impl NotificationSink {
     }
 }
 
+impl<T> Outcome<T> {
+    /// The outcome with its complete value mapped (an `input_required` passes unchanged).
+    pub(crate) fn map_complete<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        match self {
+            Outcome::Complete(value) => Outcome::Complete(f(value)),
+            Outcome::InputRequired(input) => Outcome::InputRequired(input),
+        }
+    }
+}
+
+/// A running task's status line, as its handler sets it (implemented by the task service; the
+/// context knows only this much of tasks).
+pub(crate) trait TaskStatus: Send + Sync {
+    /// Sets the task's `statusMessage` (best effort).
+    fn set_status_message<'a>(
+        &'a self,
+        events: &'a EventBus,
+        message: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+}
+
 /// Everything a handler may know about its request. The raw bearer token and any raw handle are
 /// deliberately absent.
 #[derive(Clone)]
@@ -108,10 +130,10 @@ pub struct RequestContext {
     pub(crate) events: EventBus,
     pub(crate) handles: Option<Arc<HandleService>>,
     pub(crate) resolved: Arc<BTreeMap<String, ResolvedHandle>>,
-    pub(crate) task: Option<TaskProgress>,
+    pub(crate) task: Option<Arc<dyn TaskStatus>>,
     /// This request's passed kill-switch `pre_dispatch`, when the server runs one (the second
-    /// phase, `pre_side_effect`, is in [`crate::killswitch`]).
-    pub(crate) kill_switch: Option<Arc<crate::killswitch::Cleared>>,
+    /// phase, `pre_side_effect`, is in [`crate::clearance`]).
+    pub(crate) kill_switch: Option<Arc<Cleared>>,
 }
 
 impl RequestContext {
@@ -225,5 +247,33 @@ impl RequestContext {
             params["logger"] = json!(logger);
         }
         self.sink.send(notification_frame("notifications/message", params)).await;
+    }
+}
+
+impl RequestContext {
+    /// Phase two of the kill switch, for a handler about to commit a side effect: asks the
+    /// authority again for this request's targets (the state may have changed since dispatch)
+    /// and returns the [`CommitFence`], whose tokens the backend redeems in the same transaction
+    /// as the effect (`palisade_killswitch::authority::redeem_commit_token`, or
+    /// `AuthorityClient::redeem` before committing). Call it after the side-effect-free
+    /// preparation, immediately before the commit.
+    ///
+    /// A tool whose signed rule says `require_commit_fence` **must** call it before committing:
+    /// if it completes successfully without having called it, its result is refused
+    /// ([`ProtocolError::Internal`], audited as a deny at stage `killswitch`). DISABLE is
+    /// [`ProtocolError::OperationDisabled`]; any doubt, and a server running without a kill
+    /// switch, is [`ProtocolError::Unavailable`] (a handler that needs a fence fails closed).
+    /// Handlers that only want the check when a kill switch is configured test
+    /// [`RequestContext::has_kill_switch`] first.
+    pub async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
+        match &self.kill_switch {
+            Some(cleared) => cleared.pre_side_effect().await,
+            None => Err(ProtocolError::Unavailable),
+        }
+    }
+
+    /// Whether this request passed a kill switch (the server runs with one).
+    pub fn has_kill_switch(&self) -> bool {
+        self.kill_switch.is_some()
     }
 }

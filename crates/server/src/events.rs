@@ -1,4 +1,5 @@
-//! Server-side events that listen streams deliver: list changes and resource updates.
+//! Server-side events that listen streams deliver or end on: list changes, resource updates,
+//! task changes, revocations and handle-policy changes.
 //!
 //! The bus is in-process today; fan-out across instances plugs in behind the same type.
 
@@ -34,6 +35,9 @@ pub enum ServerEvent {
         /// Only streams in this tenant; `None`: every tenant.
         tenant: Option<String>,
     },
+    /// A published application snapshot changed a handle type's policy: every open listen
+    /// stream (and 2025-era GET stream) ends, and its client re-opens it under the new policy.
+    HandlePoliciesChanged,
     /// An OAuth client was disabled: its open listen streams end.
     ClientRevoked {
         /// Client id.

@@ -78,9 +78,13 @@ impl From<HandleError> for palisade_wire::ProtocolError {
 }
 
 impl From<StoreError> for HandleError {
+    /// Through the one store-error conversion: an invalid record is a refusal like any other
+    /// (one generic answer), anything else an outage.
     fn from(error: StoreError) -> Self {
-        tracing::error!(%error, "handle store error");
-        HandleError::Unavailable
+        match crate::store_errors::store_refusal("handle", &error) {
+            palisade_wire::ProtocolError::Unavailable => HandleError::Unavailable,
+            _ => HandleError::Denied,
+        }
     }
 }
 
@@ -275,12 +279,46 @@ impl SubjectKey {
     }
 }
 
+/// A snapshot's handle types with their policies, checked and not yet in force.
+pub(crate) struct PreparedTypes(BTreeMap<String, (HandleType, HandlePolicy)>);
+
+impl PreparedTypes {
+    /// Whether the snapshot registers `object_type`.
+    pub(crate) fn knows(&self, object_type: &str) -> bool {
+        self.0.contains_key(object_type)
+    }
+}
+
 /// Mints, resolves and revokes handles. One per server.
 pub struct HandleService {
     store: Arc<dyn HandleStore>,
     subject_key: SubjectKey,
-    types: BTreeMap<String, (HandleType, HandlePolicy)>,
+    /// The types and policies in force: part of the application snapshot, replaced when the
+    /// server publishes a new one ([`HandleService::republish`]).
+    types: arc_swap::ArcSwap<BTreeMap<String, (HandleType, HandlePolicy)>>,
+    /// The operator's policy overrides, applied to every published snapshot's types.
+    overrides: BTreeMap<String, HandlePolicy>,
     clock: Arc<dyn Clock>,
+}
+
+/// The handle types and policies of one application snapshot.
+fn resolve_types(
+    types: &[HandleType],
+    policies: &BTreeMap<String, HandlePolicy>,
+) -> Result<BTreeMap<String, (HandleType, HandlePolicy)>, String> {
+    if let Some(unknown) = policies.keys().find(|name| !types.iter().any(|t| &t.name == *name)) {
+        return Err(format!("a handle policy names the unknown object type `{unknown}`"));
+    }
+    let mut resolved = BTreeMap::new();
+    for handle_type in types {
+        let policy = policies
+            .get(&handle_type.name)
+            .or(handle_type.default_policy.as_ref())
+            .ok_or_else(|| format!("no handle policy for object type `{}`", handle_type.name))?;
+        policy.validate().map_err(|why| format!("handle policy for `{}`: {why}", handle_type.name))?;
+        resolved.insert(handle_type.name.clone(), (handle_type.clone(), policy.clone()));
+    }
+    Ok(resolved)
 }
 
 impl HandleService {
@@ -293,24 +331,55 @@ impl HandleService {
         policies: &BTreeMap<String, HandlePolicy>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, String> {
-        if let Some(unknown) = policies.keys().find(|name| !types.iter().any(|t| &t.name == *name)) {
-            return Err(format!("a handle policy names the unknown object type `{unknown}`"));
-        }
-        let mut resolved = BTreeMap::new();
-        for handle_type in types {
-            let policy = policies
-                .get(&handle_type.name)
-                .or(handle_type.default_policy.as_ref())
-                .ok_or_else(|| format!("no handle policy for object type `{}`", handle_type.name))?;
-            policy.validate().map_err(|why| format!("handle policy for `{}`: {why}", handle_type.name))?;
-            resolved.insert(handle_type.name.clone(), (handle_type.clone(), policy.clone()));
-        }
-        Ok(Self { store, subject_key, types: resolved, clock })
+        let resolved = resolve_types(types, policies)?;
+        Ok(Self {
+            store,
+            subject_key,
+            types: arc_swap::ArcSwap::from_pointee(resolved),
+            overrides: policies.clone(),
+            clock,
+        })
     }
 
     /// The policy in force for `object_type`.
-    pub fn policy(&self, object_type: &str) -> Option<&HandlePolicy> {
-        self.types.get(object_type).map(|(_, policy)| policy)
+    pub fn policy(&self, object_type: &str) -> Option<HandlePolicy> {
+        self.types.load().get(object_type).map(|(_, policy)| policy.clone())
+    }
+
+    /// Whether `object_type` is a registered handle type.
+    pub(crate) fn knows_type(&self, object_type: &str) -> bool {
+        self.types.load().contains_key(object_type)
+    }
+
+    /// The clock the service keeps time by (its server's).
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Checks a new snapshot's handle types against the operator's policies, without applying
+    /// them (a publication applies them only once every check passed).
+    pub(crate) fn prepare(&self, types: &[HandleType]) -> Result<PreparedTypes, String> {
+        resolve_types(types, &self.overrides).map(PreparedTypes)
+    }
+
+    /// Puts a prepared snapshot's types and policies in force. Returns the types whose policy
+    /// version changed (or that appeared or went away).
+    pub(crate) fn republish(&self, prepared: PreparedTypes) -> Vec<String> {
+        let new = prepared.0;
+        let old = self.types.load_full();
+        let version = |types: &BTreeMap<String, (HandleType, HandlePolicy)>, name: &str| {
+            types.get(name).map(|(_, policy)| policy.version)
+        };
+        let changed = old
+            .keys()
+            .chain(new.keys())
+            .filter(|name| version(&old, name) != version(&new, name))
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        self.types.store(Arc::new(new));
+        changed
     }
 
     /// The keyed digest of a principal (what the store's owner column holds).
@@ -327,7 +396,7 @@ impl HandleService {
     }
 
     fn now_ms(&self) -> i64 {
-        i64::try_from(self.clock.now_ms()).unwrap_or(i64::MAX)
+        self.clock.now_ms()
     }
 
     /// Mints a handle for `principal` on an object, granting `scopes`. Refused unless the type
@@ -342,8 +411,8 @@ impl HandleService {
         object_version: &str,
         scopes: &[&str],
     ) -> Result<String, HandleError> {
-        let (handle_type, policy) =
-            self.types.get(object_type).ok_or(HandleError::Refused("unregistered object type"))?;
+        let types = self.types.load();
+        let (handle_type, policy) = types.get(object_type).ok_or(HandleError::Refused("unregistered object type"))?;
         let owner = self.owner(principal).ok_or(HandleError::Refused("the caller has no tenant or client id"))?;
         let mut scopes: Vec<String> = scopes.iter().map(|s| (*s).to_owned()).collect();
         scopes.sort();
@@ -401,7 +470,8 @@ impl HandleService {
         object_type: &str,
         required_scope: &str,
     ) -> Result<ResolvedHandle, HandleError> {
-        let (handle_type, policy) = self.types.get(object_type).ok_or(HandleError::Denied)?;
+        let types = self.types.load();
+        let (handle_type, policy) = types.get(object_type).ok_or(HandleError::Denied)?;
         let owner = self.owner(principal).ok_or(HandleError::Denied)?;
         if !is_well_formed(handle) || !policy.allowed_scopes.iter().any(|s| s == required_scope) {
             return Err(HandleError::Denied);

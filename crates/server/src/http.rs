@@ -1,13 +1,19 @@
 //! Streamable HTTP transport (2026-07-28): `POST /mcp`, one JSON-RPC message per POST, the
 //! answer as JSON or as an SSE stream scoped to that request. When the 2025-era wire is on, the
 //! same endpoint hands session-era traffic (initialize, `Mcp-Session-Id`, the GET stream, session
-//! DELETE) to [`crate::legacy`], which feeds the same pipeline.
+//! DELETE) to `legacy.rs`, which feeds the same pipeline.
 //!
 //! Checked here, before any byte reaches the pipeline: `Host` (once; an absolute-form target's
 //! authority too) and `Origin` (once) against the allow-lists (DNS rebinding, 403), header count
 //! and size (431), method (405), `Accept` (406), `Content-Type` (415), body size (413) and body
-//! arrival time (408). Each such refusal is counted for the audit log ([`crate::refusals`]).
+//! arrival time (408). Each such refusal is counted for the audit log (`refusals.rs`) and
+//! answered with its entry of the error catalogue (`palisade_wire::ProtocolError`: status, code
+//! and fixed message from one place; the 405 alone has no JSON-RPC body, only `Allow: POST`).
 //! Closing the response stream cancels the request's work.
+//!
+//! `/healthz` and `/readyz` are answered on every listener without those checks; `/metrics` only
+//! where [`ServeOptions`] puts it (by default nowhere: on a separate listener the operator keeps
+//! private, or on the public one when asked for explicitly), always behind them.
 //!
 //! [`serve`] runs its own accept loop (hyper's HTTP/1.1 and HTTP/2 through `hyper_util`'s auto
 //! builder) so that no connection is held by a slow or idle client: a header read timeout, a
@@ -23,25 +29,26 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::{Body, HttpBody as _};
 use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method as HttpMethod, StatusCode, Uri, Version, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{HeaderMap, HeaderValue, Method as HttpMethod, StatusCode, Uri, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use futures::Stream;
 use futures::future::BoxFuture;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use palisade_wire::ProtocolError;
-use palisade_wire::jsonrpc::{Message, error_frame, parse_message};
+use palisade_wire::jsonrpc::{Message, parse_message};
 use serde_json::Value;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use crate::Server;
 use crate::context::NotificationSink;
-use crate::pipeline::{Reply, Server, TransportHeaders};
+use crate::http_response::{
+    HttpState, MCP_SESSION_ID, Work, accepted_kinds, refusal_response, respond, transport_headers,
+};
 use crate::refusals::Reason;
 
 /// Why the HTTP transport could not start.
@@ -56,21 +63,6 @@ pub enum ServeError {
     /// Binding or serving failed.
     #[error("listener error: {0}")]
     Io(#[from] std::io::Error),
-}
-
-pub(crate) struct HttpState {
-    pub(crate) server: Arc<Server>,
-    allowed_hosts: Vec<String>,
-    allowed_origins: Vec<String>,
-}
-
-impl HttpState {
-    /// Counts a refusal of the transport (metrics now, the audit log at the next flush).
-    fn refused(&self, reason: Reason, peer: Option<IpAddr>) {
-        self.server.transport_refusals().record(reason, peer);
-        self.server.metrics().observe_transport_refusal(reason);
-        tracing::debug!(reason = reason.as_str(), "transport refusal");
-    }
 }
 
 /// Binds `addr`, refusing a non-loopback address while the server is unauthenticated.
@@ -117,6 +109,67 @@ impl ConnectionLimits {
     }
 }
 
+/// Where `/metrics` is answered ([`ServeOptions::metrics`]).
+#[derive(Debug, Default)]
+pub enum MetricsExposure {
+    /// Nowhere: the public listener answers `/metrics` with 404. The default, so that a server
+    /// whose operator configured nothing publishes no operational detail.
+    #[default]
+    Off,
+    /// On the public listener, behind the same `Host`/`Origin` checks as `/mcp`: the operator
+    /// asked for it explicitly.
+    Public,
+    /// On this separate listener (with `/healthz` and `/readyz`), which the operator keeps
+    /// private (a loopback or internal address, a firewall); the public listener answers
+    /// `/metrics` with 404.
+    Listener(TcpListener),
+}
+
+/// What [`serve_with`] serves besides `/mcp` on the public listener.
+#[derive(Debug, Default)]
+pub struct ServeOptions {
+    /// Where `/metrics` is answered. Default: nowhere.
+    pub metrics: MetricsExposure,
+}
+
+impl ServeOptions {
+    /// Options with `/metrics` (and the health endpoints) on a listener bound at `metrics_listen`
+    /// when it is `Some`, and `/metrics` nowhere when it is `None`; the public listener never
+    /// answers `/metrics` either way. This is what `palisade serve` calls with its
+    /// `metrics_listen` setting (`PALISADE_METRICS_LISTEN`, `--metrics-listen`):
+    ///
+    /// ```no_run
+    /// # async fn run(server: std::sync::Arc<palisade_server::Server>, listen: std::net::SocketAddr,
+    /// #     metrics_listen: Option<std::net::SocketAddr>) -> Result<(), palisade_server::http::ServeError> {
+    /// use palisade_server::http::{self, ServeOptions};
+    /// let listener = http::bind(&server, listen).await?;
+    /// let options = ServeOptions::bind_metrics(metrics_listen).await?;
+    /// http::serve_with(server, listener, options, std::future::pending()).await
+    /// # }
+    /// ```
+    ///
+    /// The metrics listener carries no authentication at all (Prometheus scrapes it as is), so
+    /// it may be bound on any address, unauthenticated mode or not: keeping it private is the
+    /// operator's part. Binding fails with [`ServeError::Io`].
+    pub async fn bind_metrics(metrics_listen: Option<SocketAddr>) -> Result<Self, ServeError> {
+        let metrics = match metrics_listen {
+            Some(address) => MetricsExposure::Listener(TcpListener::bind(address).await?),
+            None => MetricsExposure::Off,
+        };
+        Ok(Self { metrics })
+    }
+}
+
+/// [`serve_with`] with the default [`ServeOptions`]: `/mcp` and the health endpoints, no
+/// `/metrics`.
+pub async fn serve(
+    server: Arc<Server>,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    serve_with(server, listener, ServeOptions::default(), shutdown).await
+}
+
 /// Serves until `shutdown` resolves; then it stops accepting, open listen streams end with
 /// their `complete` result and in-flight requests finish (for at most 30 s), and the pending
 /// transport refusals are written to the audit log.
@@ -127,9 +180,14 @@ impl ConnectionLimits {
 /// for [`idle_timeout`](crate::ServerConfig::idle_timeout). At
 /// [`max_connections`](crate::ServerConfig::max_connections) open connections the loop accepts
 /// nothing until one closes.
-pub async fn serve(
+///
+/// `options` says where `/metrics` is answered ([`MetricsExposure`]). A metrics listener is
+/// served with the same limits (its own connection cap of `max_connections`) and answers only
+/// `/metrics`, `/healthz` and `/readyz` (anything else 404).
+pub async fn serve_with(
     server: Arc<Server>,
     listener: TcpListener,
+    options: ServeOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let local = listener.local_addr()?;
@@ -138,13 +196,65 @@ pub async fn serve(
     }
     let limits = ConnectionLimits::of(server.config())?;
     let token = server.shutdown_token().clone();
-    let (router, state) = router_with_state(server.clone(), local);
-    let endpoint = Endpoint { state, router };
-    let builder = Arc::new(connection_builder(&limits));
-    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let (metrics_listener, routes) = match options.metrics {
+        MetricsExposure::Off => (None, Routes::Public { metrics: false }),
+        MetricsExposure::Public => (None, Routes::Public { metrics: true }),
+        MetricsExposure::Listener(listener) => (Some(listener), Routes::Public { metrics: false }),
+    };
+    let metrics_served = match metrics_listener {
+        Some(listener) => {
+            let local = listener.local_addr()?;
+            let (router, state) = router_with_state(server.clone(), local, Routes::Operator);
+            let endpoint = Endpoint { state, router, mcp: false };
+            let stop = token.clone();
+            Some(tokio::spawn(async move {
+                let graceful = GracefulShutdown::new();
+                let force_close = CancellationToken::new();
+                accept_until(listener, "metrics", endpoint, limits, &graceful, &force_close, stop.cancelled_owned())
+                    .await;
+                if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+                    force_close.cancel();
+                }
+            }))
+        }
+        None => None,
+    };
+    let (router, state) = router_with_state(server.clone(), local, routes);
+    let endpoint = Endpoint { state, router, mcp: true };
     let graceful = GracefulShutdown::new();
     // Cancelled when the shutdown grace has passed: connections still open are closed.
     let force_close = CancellationToken::new();
+    accept_until(listener, "public", endpoint, limits, &graceful, &force_close, shutdown).await;
+    // No new connections; listen streams end with `complete`; open connections finish the
+    // requests they are serving (HTTP/1.1 closes after the current response, HTTP/2 sends
+    // GOAWAY), for at most the grace period. The metrics listener stops on the same token.
+    token.cancel();
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
+        tracing::warn!("connections still open {} s after shutdown began: closing them", SHUTDOWN_GRACE.as_secs());
+        force_close.cancel();
+    }
+    if let Some(metrics_served) = metrics_served
+        && let Err(error) = metrics_served.await
+    {
+        tracing::error!(%error, "the metrics listener's task failed");
+    }
+    server.transport_refusals().flush(server.clock().now_unsigned_ms()).await;
+    Ok(())
+}
+
+/// Accepts connections on `listener` and serves each with `endpoint` until `shutdown`
+/// resolves; then the listener is closed (its connections are `graceful`'s to wait for).
+async fn accept_until(
+    listener: TcpListener,
+    name: &'static str,
+    endpoint: Endpoint,
+    limits: ConnectionLimits,
+    graceful: &GracefulShutdown,
+    force_close: &CancellationToken,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let builder = Arc::new(connection_builder(&limits));
+    let open = Arc::new(Semaphore::new(limits.max_connections));
     let mut shutdown = std::pin::pin!(shutdown);
     // When the connection cap was reached, while it holds.
     let mut saturated: Option<std::time::Instant> = None;
@@ -153,6 +263,7 @@ pub async fn serve(
             Ok(permit) => {
                 if let Some(since) = saturated.take() {
                     tracing::info!(
+                        listener = name,
                         waited_ms = since.elapsed().as_millis(),
                         "below the connection limit again: accepting"
                     );
@@ -163,6 +274,7 @@ pub async fn serve(
                 if saturated.is_none() {
                     saturated = Some(std::time::Instant::now());
                     tracing::warn!(
+                        listener = name,
                         "connection limit reached ({}): not accepting until one closes",
                         limits.max_connections
                     );
@@ -187,7 +299,7 @@ pub async fn serve(
                     // A connection that failed before it was accepted is the client's problem;
                     // anything else (out of file descriptors) is retried after a pause.
                     if !is_connection_error(&error) {
-                        tracing::error!(%error, "accepting a connection failed; retrying in 1 s");
+                        tracing::error!(listener = name, %error, "accepting a connection failed; retrying in 1 s");
                         tokio::select! {
                             () = &mut shutdown => break,
                             () = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -214,17 +326,7 @@ pub async fn serve(
         };
         tokio::spawn(connection.run(graceful.watcher()));
     }
-    // No new connections; listen streams end with `complete`; open connections finish the
-    // requests they are serving (HTTP/1.1 closes after the current response, HTTP/2 sends
-    // GOAWAY), for at most the grace period.
     drop(listener);
-    token.cancel();
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
-        tracing::warn!("connections still open {} s after shutdown began: closing them", SHUTDOWN_GRACE.as_secs());
-        force_close.cancel();
-    }
-    server.transport_refusals().flush(server.clock().now_ms()).await;
-    Ok(())
 }
 
 /// hyper's HTTP/1.1 and HTTP/2 connection settings, shared by every connection.
@@ -506,14 +608,36 @@ impl hyper::body::Body for HeldBody {
     }
 }
 
-/// The router: `/mcp` for MCP, everything else 404.
+/// The router of the public listener: `/mcp` for MCP, `/healthz` and `/readyz`, the OAuth
+/// metadata and development authorization server paths when configured, everything else 404 —
+/// `/metrics` included (serve [`metrics_router`] on a private listener for it).
 ///
 /// Transport refusals are counted for the audit log per peer address when the request carries
 /// `ConnectInfo<SocketAddr>` (e.g. served with
 /// `into_make_service_with_connect_info::<SocketAddr>()`), else under source `unknown`; they are
 /// flushed periodically when this is called inside a Tokio runtime.
 pub fn router(server: Arc<Server>, local: SocketAddr) -> Router {
-    router_with_state(server, local).0
+    router_with_state(server, local, Routes::Public { metrics: false }).0
+}
+
+/// The router of an operator's private listener bound at `local`: `/metrics`, `/healthz` and
+/// `/readyz`, everything else 404 (what [`serve_with`] serves on a metrics listener). `/metrics`
+/// is held to `Host`/`Origin` checks that a scraper passes and a DNS-rebinding page does not:
+/// `Host` must be sent once and be this listener's loopback names with its port, an IP literal
+/// (a rebinding page's requests carry its own DNS name), or an allow-listed host
+/// ([`ServerConfig::allowed_hosts`](crate::ServerConfig::allowed_hosts)); a present `Origin`
+/// must be allowed as on the public listener.
+pub fn metrics_router(server: Arc<Server>, local: SocketAddr) -> Router {
+    router_with_state(server, local, Routes::Operator).0
+}
+
+/// Which routes a listener answers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Routes {
+    /// The public listener: `/mcp`, health, OAuth paths, and `/metrics` only when `metrics`.
+    Public { metrics: bool },
+    /// An operator's listener: `/metrics` and health only.
+    Operator,
 }
 
 /// What [`serve`] answers with: requests for `/mcp` (nearly all of them) go straight to the
@@ -523,11 +647,13 @@ pub fn router(server: Arc<Server>, local: SocketAddr) -> Router {
 struct Endpoint {
     state: Arc<HttpState>,
     router: Router,
+    /// Whether `/mcp` is served (the public listener).
+    mcp: bool,
 }
 
 impl Endpoint {
     fn serve(&self, request: axum::extract::Request) -> BoxFuture<'static, Response> {
-        if request.uri().path() == "/mcp" {
+        if self.mcp && request.uri().path() == "/mcp" {
             return Box::pin(mcp_endpoint(State(self.state.clone()), request));
         }
         let router = self.router.clone();
@@ -540,7 +666,7 @@ impl Endpoint {
     }
 }
 
-fn router_with_state(server: Arc<Server>, local: SocketAddr) -> (Router, Arc<HttpState>) {
+fn router_with_state(server: Arc<Server>, local: SocketAddr, routes: Routes) -> (Router, Arc<HttpState>) {
     let port = local.port();
     let mut allowed_hosts = vec![format!("127.0.0.1:{port}"), format!("localhost:{port}"), format!("[::1]:{port}")];
     if !local.ip().is_loopback() && !local.ip().is_unspecified() {
@@ -553,13 +679,20 @@ fn router_with_state(server: Arc<Server>, local: SocketAddr) -> (Router, Arc<Htt
         let config = verifier.config();
         (palisade_auth::protected_resource_metadata(config), palisade_auth::metadata_paths(&config.resource))
     });
-    crate::refusals::spawn_flusher(&server);
-    let state = Arc::new(HttpState { server, allowed_hosts, allowed_origins });
-    let mut router = Router::new()
-        .route("/mcp", any(mcp_endpoint))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics));
+    crate::server::spawn_refusal_flusher(&server);
+    let ip_literal_hosts = routes == Routes::Operator;
+    let state = Arc::new(HttpState { server, allowed_hosts, allowed_origins, ip_literal_hosts });
+    // The health endpoints answer without the Host/Origin checks: their answers are fixed words
+    // a rebinding page learns nothing from, and load balancers and orchestrators probe them with
+    // whatever Host they address the instance by (often its bare IP).
+    let health = Router::new().route("/healthz", get(|| async { "ok" })).route("/readyz", get(readyz));
+    if routes == Routes::Operator {
+        return (health.route("/metrics", get(metrics)).with_state(state.clone()), state);
+    }
+    let mut router = health.route("/mcp", any(mcp_endpoint));
+    if routes == (Routes::Public { metrics: true }) {
+        router = router.route("/metrics", get(metrics));
+    }
     // RFC 9728 Protected Resource Metadata, at the plain and the path-suffixed well-known URIs.
     if let Some((document, paths)) = metadata {
         let document = Arc::new(document);
@@ -593,8 +726,7 @@ async fn authorization_endpoint(
     const MAX_BODY: usize = 64 * 1024;
     let (parts, body) = request.into_parts();
     if let Err((reason, response)) = check_transport(&state, &parts.uri, parts.version, &parts.headers) {
-        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(address)| address.ip());
-        state.refused(reason, peer);
+        state.refused(reason, peer_of(&parts));
         return response;
     }
     let Ok(body) = Limited::new(body, MAX_BODY).collect().await.map(http_body_util::Collected::to_bytes) else {
@@ -629,13 +761,25 @@ async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<Arc<HttpState>>) -> Response {
+/// `/metrics`, behind the listener's Host/Origin checks (the exposition tells a rebinding page
+/// what the server does; the checks make sure no such page can read it).
+async fn metrics(State(state): State<Arc<HttpState>>, request: axum::extract::Request) -> Response {
+    let (parts, _) = request.into_parts();
+    if let Err((reason, response)) = check_transport(&state, &parts.uri, parts.version, &parts.headers) {
+        state.refused(reason, peer_of(&parts));
+        return response;
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.server.metrics().render()).into_response()
+}
+
+/// The peer's address, when the request carries it (`serve` always adds it).
+fn peer_of(parts: &axum::http::request::Parts) -> Option<IpAddr> {
+    parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(address)| address.ip())
 }
 
 async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: axum::extract::Request) -> Response {
     let (parts, body) = request.into_parts();
-    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(address)| address.ip());
+    let peer = peer_of(&parts);
     let refuse = |reason: Reason, response: Response| {
         state.refused(reason, peer);
         response
@@ -647,8 +791,7 @@ async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: axum::extrac
     // Bearer tokens travel in the Authorization header only, never in the URL (the RFC 6750
     // query form is not supported): such a request is refused before anything else.
     if parts.uri.query().is_some_and(|q| q.split('&').any(|pair| pair.split('=').next() == Some("access_token"))) {
-        let error = ProtocolError::InvalidRequest("access tokens are not accepted in the URL");
-        return refuse(Reason::TokenInUrl, error_response(None, &error, StatusCode::BAD_REQUEST));
+        return refuse(Reason::TokenInUrl, refusal_response(None, &ProtocolError::TokenInUrl));
     }
     let legacy = state.server.legacy_enabled();
     // The GET stream and session DELETE exist only for a 2025-era session: they carry its id.
@@ -670,14 +813,10 @@ async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: axum::extrac
     }
     let streaming = match accepted_kinds(headers) {
         Some(accepts) => accepts.event_stream,
-        None => {
-            let error = ProtocolError::InvalidRequest("Accept must allow application/json or text/event-stream");
-            return refuse(Reason::Accept, error_response(None, &error, StatusCode::NOT_ACCEPTABLE));
-        }
+        None => return refuse(Reason::Accept, refusal_response(None, &ProtocolError::NotAcceptable)),
     };
     if !is_json_content_type(headers) {
-        let error = ProtocolError::InvalidRequest("Content-Type must be application/json");
-        return refuse(Reason::ContentType, error_response(None, &error, StatusCode::UNSUPPORTED_MEDIA_TYPE));
+        return refuse(Reason::ContentType, refusal_response(None, &ProtocolError::UnsupportedMediaType));
     }
     let config = state.server.config();
     let limit = config.max_body_bytes;
@@ -692,12 +831,11 @@ async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: axum::extrac
         }
         // The body broke off (the client left, or sent a malformed chunk): nobody to refuse.
         Ok(Err(_)) => {
-            let error = ProtocolError::InvalidRequest("the request body could not be read");
-            return with_connection_close(error_response(None, &error, StatusCode::BAD_REQUEST), parts.version);
+            let response = refusal_response(None, &ProtocolError::BodyUnreadable);
+            return with_connection_close(response, parts.version);
         }
         Err(_) => {
-            let error = ProtocolError::InvalidRequest("the request body did not arrive in time");
-            let response = error_response(None, &error, StatusCode::REQUEST_TIMEOUT);
+            let response = refusal_response(None, &ProtocolError::BodyTimeout);
             return refuse(Reason::BodyTimeout, with_connection_close(response, parts.version));
         }
     };
@@ -720,8 +858,7 @@ async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: axum::extrac
         // No client notification is defined over HTTP in this revision: accept and ignore.
         Ok(Message::Notification(_)) => return StatusCode::ACCEPTED.into_response(),
         Err(frame_error) => {
-            let status = status_of(&frame_error.error);
-            let response = error_response(frame_error.id.as_ref(), &frame_error.error, status);
+            let response = refusal_response(frame_error.id.as_ref(), &frame_error.error);
             return refuse(frame_reason(&frame_error.error, &bytes), response);
         }
     };
@@ -742,7 +879,7 @@ async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: axum::extrac
 }
 
 fn payload_too_large() -> Response {
-    error_response(None, &ProtocolError::PayloadTooLarge, StatusCode::PAYLOAD_TOO_LARGE)
+    refusal_response(None, &ProtocolError::PayloadTooLarge)
 }
 
 /// Ends an HTTP/1.x connection after `response` (the rest of the request's body is not read).
@@ -799,184 +936,6 @@ fn is_json_content_type(headers: &HeaderMap) -> bool {
     })
 }
 
-/// A request's work, polled by the connection's own task rather than spawned per request (a
-/// spawn costs a task, a wake-up and often a hop to the other runtime thread). Two behaviours
-/// of a spawned task are kept:
-///
-/// - cancellation stays cooperative: if the response is dropped before the work finished (the
-///   client left), the rest of the work is spawned and runs until it observes its cancellation
-///   token (which the response's drop guard cancels), never cut off at an arbitrary `await`;
-/// - a panic in the work becomes the generic internal error reply, not a dropped connection.
-pub(crate) struct Work {
-    future: Option<std::pin::Pin<Box<dyn std::future::Future<Output = Reply> + Send>>>,
-}
-
-impl Work {
-    pub(crate) fn new(future: impl std::future::Future<Output = Reply> + Send + 'static) -> Self {
-        Work { future: Some(Box::pin(future)) }
-    }
-}
-
-impl std::future::Future for Work {
-    type Output = Reply;
-
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Reply> {
-        let Some(future) = self.future.as_mut() else {
-            // Polled after it finished: a caller bug, answered as an internal error.
-            return std::task::Poll::Ready(Reply::error(None, &ProtocolError::Internal));
-        };
-        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx)));
-        let reply = match polled {
-            Ok(std::task::Poll::Pending) => return std::task::Poll::Pending,
-            Ok(std::task::Poll::Ready(reply)) => reply,
-            Err(_) => {
-                tracing::error!("a request's work panicked: answered with an internal error");
-                Reply::error(None, &ProtocolError::Internal)
-            }
-        };
-        self.future = None;
-        std::task::Poll::Ready(reply)
-    }
-}
-
-impl Drop for Work {
-    fn drop(&mut self) {
-        if let Some(future) = self.future.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(future);
-        }
-    }
-}
-
-/// Answers one request whose work runs in `work`: as JSON when nothing else was sent before the
-/// reply (or the client takes no stream), else as an SSE stream carrying the request's
-/// notifications (and, on the 2025-era wire, server-to-client requests) and then the reply.
-/// Dropping `guard` (the client left) cancels the work.
-pub(crate) async fn respond(
-    state: &HttpState,
-    streaming: bool,
-    mut work: Work,
-    mut notifications: mpsc::Receiver<Value>,
-    guard: tokio_util::sync::DropGuard,
-) -> Response {
-    let queue = state.server.config().listen_queue;
-
-    let first = tokio::select! {
-        biased;
-        reply = &mut work => {
-            let queued: Vec<Value> = std::iter::from_fn(|| notifications.try_recv().ok()).collect();
-            if queued.is_empty() || !streaming {
-                drop(guard);
-                return json_response(reply);
-            }
-            return sse_response(state, stream_of(queued, None, Some(reply.frame)));
-        }
-        Some(first) = notifications.recv() => first,
-    };
-    if !streaming {
-        // The client cannot take a stream: notifications are dropped, the result is sent.
-        let reply = loop {
-            tokio::select! {
-                reply = &mut work => break reply,
-                _ = notifications.recv() => {}
-            }
-        };
-        drop(guard);
-        return json_response(reply);
-    }
-    let (events_tx, events_rx) = mpsc::channel::<Value>(queue.max(1));
-    tokio::spawn(async move {
-        let _guard = guard;
-        if events_tx.send(first).await.is_err() {
-            return;
-        }
-        let reply = loop {
-            tokio::select! {
-                biased;
-                // The client closed the stream: stop forwarding; dropping the guard cancels.
-                () = events_tx.closed() => return,
-                Some(notification) = notifications.recv() => {
-                    if events_tx.send(notification).await.is_err() {
-                        return;
-                    }
-                }
-                reply = &mut work => break reply,
-            }
-        };
-        while let Ok(notification) = notifications.try_recv() {
-            if events_tx.send(notification).await.is_err() {
-                return;
-            }
-        }
-        let _ = events_tx.send(reply.frame).await;
-    });
-    sse_response(state, stream_of(Vec::new(), Some(events_rx), None))
-}
-
-/// A stream of SSE events: `queued`, then whatever `rx` yields, then `last`.
-pub(crate) fn stream_of(
-    queued: Vec<Value>,
-    rx: Option<mpsc::Receiver<Value>>,
-    last: Option<Value>,
-) -> impl Stream<Item = Result<Event, Infallible>> {
-    let tail = last;
-    let rx_stream = futures::stream::unfold(rx, |rx| async move {
-        let mut rx = rx?;
-        let item = rx.recv().await?;
-        Some((item, Some(rx)))
-    });
-    use futures::StreamExt as _;
-    futures::stream::iter(queued)
-        .chain(rx_stream)
-        .chain(futures::stream::iter(tail))
-        .map(|frame| Ok(Event::default().data(frame.to_string())))
-}
-
-pub(crate) fn sse_response(
-    state: &HttpState,
-    stream: impl Stream<Item = Result<Event, Infallible>> + Send + 'static,
-) -> Response {
-    let keep_alive = KeepAlive::new().interval(state.server.config().keep_alive);
-    let mut response = Sse::new(stream).keep_alive(keep_alive).into_response();
-    response.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    response
-}
-
-pub(crate) fn json_response(reply: Reply) -> Response {
-    let status = StatusCode::from_u16(reply.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response =
-        (status, [(header::CONTENT_TYPE, "application/json")], frame_bytes(&reply.frame)).into_response();
-    if let Some(session) = reply.session.as_ref().and_then(|s| HeaderValue::from_str(s.expose()).ok()) {
-        response.headers_mut().insert(MCP_SESSION_ID.clone(), session);
-    }
-    if let Some(challenge) = reply.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
-        response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
-    }
-    response
-}
-
-pub(crate) fn error_response(
-    id: Option<&palisade_wire::RequestId>,
-    error: &ProtocolError,
-    status: StatusCode,
-) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], frame_bytes(&error_frame(id, error))).into_response()
-}
-
-/// A frame as JSON bytes, serialized straight into the buffer (no `Display` detour).
-fn frame_bytes(frame: &Value) -> Vec<u8> {
-    // A `Value` always serializes (its keys are strings); the fallback is unreachable in practice.
-    serde_json::to_vec(frame).unwrap_or_else(|_| {
-        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error"}}"#.to_vec()
-    })
-}
-
-fn status_of(error: &ProtocolError) -> StatusCode {
-    StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
-}
-
 /// Host and Origin against the allow-lists (DNS rebinding), then header count and size.
 ///
 /// `Host` must be sent exactly once and be allowed; a request target in absolute form
@@ -990,136 +949,62 @@ fn check_transport(
     version: Version,
     headers: &HeaderMap,
 ) -> Result<(), (Reason, Response)> {
-    let forbidden = |reason: Reason, why: &'static str| {
-        (reason, error_response(None, &ProtocolError::InvalidRequest(why), StatusCode::FORBIDDEN))
-    };
+    let forbidden = |reason: Reason, error: ProtocolError| (reason, refusal_response(None, &error));
     let mut hosts = headers.get_all(header::HOST).iter();
     let (host, repeated) = (hosts.next(), hosts.next().is_some());
     if repeated {
-        return Err(forbidden(Reason::Host, "more than one Host header"));
+        return Err(forbidden(Reason::Host, ProtocolError::RepeatedHost));
     }
     let host = host.map(|host| host.to_str().unwrap_or_default());
     let authority = uri.authority().map(axum::http::uri::Authority::as_str);
     let host = match (host, authority) {
         (Some(host), Some(authority)) if !host.eq_ignore_ascii_case(authority) => {
-            return Err(forbidden(Reason::Host, "Host is not allowed"));
+            return Err(forbidden(Reason::Host, ProtocolError::HostNotAllowed));
         }
         (Some(host), _) => Some(host),
         (None, Some(authority)) if version == Version::HTTP_2 => Some(authority),
         (None, _) => None,
     };
-    if !host.is_some_and(|host| state.allowed_hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(host))) {
-        return Err(forbidden(Reason::Host, "Host is not allowed"));
+    let allowed = |host: &str| {
+        state.allowed_hosts.iter().any(|allowed| allowed.eq_ignore_ascii_case(host))
+            || (state.ip_literal_hosts && is_ip_literal(host))
+    };
+    if !host.is_some_and(allowed) {
+        return Err(forbidden(Reason::Host, ProtocolError::HostNotAllowed));
     }
     let mut origins = headers.get_all(header::ORIGIN).iter();
     if let Some(origin) = origins.next() {
         if origins.next().is_some() {
-            return Err(forbidden(Reason::Origin, "more than one Origin header"));
+            return Err(forbidden(Reason::Origin, ProtocolError::RepeatedOrigin));
         }
         let allowed = origin.to_str().is_ok_and(|o| state.allowed_origins.iter().any(|a| a.eq_ignore_ascii_case(o)));
         if !allowed {
-            return Err(forbidden(Reason::Origin, "Origin is not allowed"));
+            return Err(forbidden(Reason::Origin, ProtocolError::OriginNotAllowed));
         }
     }
     let config = state.server.config();
     let total: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
     if headers.len() > config.max_header_count || total > config.max_header_bytes {
-        return Err((
-            Reason::HeadersTooLarge,
-            error_response(
-                None,
-                &ProtocolError::InvalidRequest("request headers too large"),
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ),
-        ));
+        return Err((Reason::HeadersTooLarge, refusal_response(None, &ProtocolError::HeadersTooLarge)));
     }
     Ok(())
 }
 
-pub(crate) struct Accepts {
-    pub(crate) event_stream: bool,
-}
-
-/// What the client accepts; `None` when it accepts neither JSON nor SSE.
-pub(crate) fn accepted_kinds(headers: &HeaderMap) -> Option<Accepts> {
-    let values: Vec<&str> = headers.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
-    if values.is_empty() {
-        return Some(Accepts { event_stream: true });
-    }
-    let mut json = false;
-    let mut event_stream = false;
-    for item in values.iter().flat_map(|v| v.split(',')) {
-        let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-        match media.as_str() {
-            "application/json" | "application/*" => json = true,
-            "text/event-stream" | "text/*" => event_stream = true,
-            "*/*" => {
-                json = true;
-                event_stream = true;
-            }
-            _ => {}
-        }
-    }
-    (json || event_stream).then_some(Accepts { event_stream })
-}
-
-/// `Mcp-Session-Id` (2025-era sessions).
-pub(crate) static MCP_SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
-
-/// The transport headers the pipeline reads, in one pass over the request's headers (a lookup by
-/// name per header would parse and hash each name again).
-pub(crate) fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
-    /// The routing headers (after `mcp-`), with the names used in a refusal, in check order.
-    const ROUTING: [(&str, &str); 3] =
-        [("protocol-version", "MCP-Protocol-Version"), ("method", "Mcp-Method"), ("name", "Mcp-Name")];
-    let mut routing: [Option<Vec<u8>>; 3] = Default::default();
-    let mut repeated = [false; 3];
-    let mut params = Vec::new();
-    let mut repeated_param = None;
-    let mut authorization = None;
-    let mut authorizations = 0usize;
-    for (name, value) in headers {
-        if *name == header::AUTHORIZATION {
-            authorizations += 1;
-            if authorizations == 1 {
-                authorization = Some(value.as_bytes().to_vec());
-            }
-            continue;
-        }
-        let Some(rest) = name.as_str().strip_prefix("mcp-") else { continue };
-        if let Some(index) = ROUTING.iter().position(|(suffix, _)| *suffix == rest) {
-            // The first value is the one used, as `HeaderMap::get` would give it.
-            match &routing[index] {
-                Some(_) => repeated[index] = true,
-                None => routing[index] = Some(value.as_bytes().to_vec()),
-            }
-        } else if let Some(param) = rest.strip_prefix("param-") {
-            // Header names arrive lowercased: a repeated parameter header has an equal name.
-            if params.iter().any(|(seen, _): &(String, Vec<u8>)| seen == param) {
-                repeated_param.get_or_insert_with(|| format!("Mcp-Param-{param}"));
-            }
-            params.push((param.to_owned(), value.as_bytes().to_vec()));
-        }
-    }
-    let duplicate = ROUTING
-        .iter()
-        .zip(repeated)
-        .find_map(|((_, display), twice)| twice.then(|| (*display).to_owned()))
-        .or(repeated_param);
-    let [protocol_version, method, name] = routing;
-    TransportHeaders {
-        protocol_version,
-        method,
-        name,
-        params,
-        duplicate,
-        // More than one Authorization header is malformed: authenticate an empty value (refused).
-        authorization: if authorizations > 1 { Some(Vec::new()) } else { authorization },
-    }
+/// Whether a `Host` value is an IP address literal, with or without a port (`192.0.2.7:9464`,
+/// `[2001:db8::7]:9464`, `192.0.2.7`, `[2001:db8::7]`).
+fn is_ip_literal(host: &str) -> bool {
+    host.parse::<SocketAddr>().is_ok()
+        || host.parse::<std::net::Ipv4Addr>().is_ok()
+        || host
+            .strip_prefix('[')
+            .and_then(|rest| rest.strip_suffix(']'))
+            .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok())
 }
 
 #[cfg(test)]
 mod tests {
+    use axum::http::HeaderName;
+
     use super::*;
 
     /// `serve`'s [`Endpoint`] and the router it wraps give the same answer to every kind of
@@ -1128,15 +1013,19 @@ mod tests {
     async fn the_endpoint_answers_as_the_router_does() {
         use tower::ServiceExt as _;
         let app = crate::App::builder("t", "0").build().unwrap();
-        let server = Arc::new(Server::new(
-            app,
-            crate::ServerConfig::default(),
-            crate::auth::Authenticator::UnauthenticatedLoopback,
-            crate::secret::ServerSecret::random(),
-        ));
+        let server = Arc::new(
+            Server::builder(
+                app,
+                crate::ServerConfig::default(),
+                crate::auth::Authenticator::UnauthenticatedLoopback,
+                crate::secret::ServerSecret::random(),
+            )
+            .build()
+            .unwrap(),
+        );
         let local: SocketAddr = "127.0.0.1:4000".parse().unwrap();
-        let (router, state) = router_with_state(server, local);
-        let endpoint = Endpoint { state, router: router.clone() };
+        let (router, state) = router_with_state(server, local, Routes::Public { metrics: false });
+        let endpoint = Endpoint { state, router: router.clone(), mcp: true };
         let request = |method: &str, uri: &str, host: &str| {
             axum::extract::Request::builder()
                 .method(method)
@@ -1154,6 +1043,9 @@ mod tests {
             // Reaches the pipeline: an app with no tools has no tools/list (-32601, 404).
             (("POST", "/mcp", "127.0.0.1:4000"), StatusCode::NOT_FOUND),
             (("GET", "/healthz", "127.0.0.1:4000"), StatusCode::OK),
+            (("GET", "/healthz", "evil.example:4000"), StatusCode::OK),
+            // Not on the public listener unless asked for.
+            (("GET", "/metrics", "127.0.0.1:4000"), StatusCode::NOT_FOUND),
             (("POST", "/other", "127.0.0.1:4000"), StatusCode::NOT_FOUND),
         ];
         for ((method, uri, host), expected) in cases {

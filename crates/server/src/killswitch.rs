@@ -6,9 +6,9 @@
 //! - Stage 4 (`pre_dispatch`) runs for every classified request, before authorization. Its
 //!   targets are built by the server: the configured server release, the principal's tenant and
 //!   client, the *registered* tool or resource; never a client string beyond the registered name.
-//! - [`RequestContext::pre_side_effect`] is the second phase: after the handler's side-effect-free
+//! - [`crate::RequestContext::pre_side_effect`] is the second phase: after the handler's side-effect-free
 //!   preparation and before its commit, with this request's clearance and targets. It returns the
-//!   [`CommitFence`] only that phase can make; a backend redeems its tokens in the commit
+//!   [`palisade_killswitch::CommitFence`] only that phase can make; a backend redeems its tokens in the commit
 //!   transaction. A tool whose rule requires a fence and completes successfully without asking
 //!   for one has its result refused (`-32603`, audited as a deny at stage `killswitch`; a task
 //!   fails with the same error).
@@ -17,74 +17,14 @@
 //! in the signed registry, or whose authority answer is DISABLE or in any doubt, runs no handler.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use palisade_killswitch::{
-    CommitFence, DisableEvent, DispatchClearance, ExposedOperation, KillSwitch, KillSwitchError, RegistryError,
-    TargetKind, TargetValues,
-};
+use palisade_killswitch::{ExposedOperation, KillSwitch, RegistryError, TargetKind, TargetValues};
 use palisade_wire::ProtocolError;
-use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::auth::VerifiedPrincipal;
-use crate::context::RequestContext;
-use crate::pipeline::{Method, OperationKey, TargetFamily, advertised};
+use crate::clearance::{Cleared, refusal};
+use crate::method::{Method, OperationKey, TargetFamily};
 use crate::registry::{App, Effect};
-
-/// Every method the pipeline implements, for [`exposed_operations`].
-const METHODS: [Method; 22] = [
-    Method::Discover,
-    Method::ToolsList,
-    Method::ToolsCall,
-    Method::ResourcesList,
-    Method::ResourceTemplatesList,
-    Method::ResourcesRead,
-    Method::PromptsList,
-    Method::PromptsGet,
-    Method::Complete,
-    Method::Listen,
-    Method::TasksGet,
-    Method::TasksUpdate,
-    Method::TasksCancel,
-    Method::Initialize,
-    Method::Ping,
-    Method::SetLogLevel,
-    Method::Subscribe,
-    Method::Unsubscribe,
-    Method::SessionStream,
-    Method::SessionNotification,
-    Method::SessionAnswer,
-    Method::SessionDelete,
-];
-
-/// Exhaustive on purpose: a new [`Method`] does not compile until it is added to [`METHODS`]
-/// (and so to the registry the kill switch requires).
-const fn in_methods(method: Method) -> bool {
-    match method {
-        Method::Discover
-        | Method::ToolsList
-        | Method::ToolsCall
-        | Method::ResourcesList
-        | Method::ResourceTemplatesList
-        | Method::ResourcesRead
-        | Method::PromptsList
-        | Method::PromptsGet
-        | Method::Complete
-        | Method::Listen
-        | Method::TasksGet
-        | Method::TasksUpdate
-        | Method::TasksCancel
-        | Method::Initialize
-        | Method::Ping
-        | Method::SetLogLevel
-        | Method::Subscribe
-        | Method::Unsubscribe
-        | Method::SessionStream
-        | Method::SessionNotification
-        | Method::SessionAnswer
-        | Method::SessionDelete => true,
-    }
-}
 
 /// The kind of target an operation's registered entry is, for the authority: a tool or a
 /// resource (prompts have no kind of their own; the release, tenant and client still cover them).
@@ -101,8 +41,8 @@ fn target_kind(family: TargetFamily) -> Option<TargetKind> {
 /// are marked so.
 pub fn exposed_operations(app: &App) -> Vec<ExposedOperation> {
     let mut exposed = Vec::new();
-    for method in METHODS {
-        if !in_methods(method) || !advertised(app, method) {
+    for &method in Method::ALL {
+        if !app.advertises(method) {
             continue;
         }
         let family = method.target_family();
@@ -141,9 +81,16 @@ pub struct KillSwitchStage {
 impl KillSwitchStage {
     /// Checks that the signed registry lists every operation `app` exposes.
     pub(crate) fn new(switch: Arc<KillSwitch>, server_release: String, app: &App) -> Result<Self, RegistryError> {
+        let stage = Self { switch, server_release };
+        stage.check_covers(app)?;
+        Ok(stage)
+    }
+
+    /// Refuses an application that exposes an operation the signed registry does not list (run
+    /// at build time and for every snapshot published while serving).
+    pub(crate) fn check_covers(&self, app: &App) -> Result<(), RegistryError> {
         let exposed = exposed_operations(app);
-        switch.policy().check_complete(exposed.iter().map(|operation| operation.key.as_str()))?;
-        Ok(Self { switch, server_release })
+        self.switch.policy().check_complete(exposed.iter().map(|operation| operation.key.as_str()))
     }
 
     /// The policy generation, for audit records.
@@ -170,161 +117,7 @@ impl KillSwitchStage {
         }
         let clearance = self.switch.pre_dispatch(&key, &targets).await.map_err(|error| refusal(&key, &error))?;
         let fence_required = self.switch.policy().lookup(&key).is_some_and(|rule| rule.require_commit_fence);
-        Ok(Arc::new(Cleared {
-            switch: self.switch.clone(),
-            operation: key,
-            targets,
-            clearance,
-            fence_required,
-            fence_obtained: AtomicBool::new(false),
-            fence_skipped: AtomicBool::new(false),
-        }))
-    }
-}
-
-/// Maps a kill-switch refusal onto the client's error, logging the cause for the operator.
-fn refusal(operation: &str, error: &KillSwitchError) -> ProtocolError {
-    if error.is_disabled() {
-        tracing::info!(stage = "killswitch", operation, %error, "operation disabled by the authority");
-        return ProtocolError::OperationDisabled;
-    }
-    match error {
-        KillSwitchError::UnlistedOperation { .. } => {
-            tracing::error!(stage = "killswitch", operation, "operation absent from the signed registry: refused");
-        }
-        _ => {
-            tracing::warn!(stage = "killswitch", operation, error = %error, source = ?std::error::Error::source(error), "kill switch in doubt: refused (fail closed)")
-        }
-    }
-    ProtocolError::Unavailable
-}
-
-/// One request's passed `pre_dispatch`: what its second phase needs.
-pub(crate) struct Cleared {
-    switch: Arc<KillSwitch>,
-    operation: String,
-    targets: TargetValues,
-    clearance: DispatchClearance,
-    fence_required: bool,
-    fence_obtained: AtomicBool,
-    /// Set when [`Cleared::check_fence_obtained`] refused a result (for the audit record).
-    fence_skipped: AtomicBool,
-}
-
-/// What a listen stream watches: DISABLE observations for one of its request's targets.
-/// What ends an open stream: a DISABLE of one of its targets observed by any check, or its own
-/// re-check of its targets (every `[killswitch] stream_recheck_secs`, through the same batched
-/// path) refusing — on DISABLE or on any doubt.
-pub(crate) struct DisableWatch(Option<Watch>);
-
-struct Watch {
-    receiver: broadcast::Receiver<DisableEvent>,
-    cleared: Arc<Cleared>,
-    next_recheck_ms: i64,
-}
-
-fn recheck_interval_ms(switch: &KillSwitch) -> i64 {
-    i64::try_from(switch.stream_recheck().as_millis()).unwrap_or(i64::MAX)
-}
-
-impl DisableWatch {
-    pub(crate) fn new(cleared: Option<&Arc<Cleared>>) -> Self {
-        Self(cleared.map(|cleared| Watch {
-            receiver: cleared.switch.subscribe_disables(),
-            next_recheck_ms: cleared.switch.clock().now_ms().saturating_add(recheck_interval_ms(&cleared.switch)),
-            cleared: cleared.clone(),
-        }))
-    }
-
-    /// Completes when the stream must end. Cancel-safe: a re-check interrupted by the caller's
-    /// `select!` runs again on the next call.
-    pub(crate) async fn disabled(&mut self) {
-        let Some(watch) = &mut self.0 else { return std::future::pending().await };
-        let clock = watch.cleared.switch.clock().clone();
-        loop {
-            tokio::select! {
-                received = watch.receiver.recv() => match received {
-                    Ok(event) if watch.cleared.clearance.targets().contains(&event.target) => return,
-                    Ok(_) => {}
-                    Err(RecvError::Lagged(_)) => return,
-                    Err(RecvError::Closed) => return std::future::pending().await,
-                },
-                () = clock.sleep_until_ms(watch.next_recheck_ms) => {
-                    let cleared = &watch.cleared;
-                    if let Err(error) = cleared.switch.pre_dispatch(&cleared.operation, &cleared.targets).await {
-                        let _ = refusal(&cleared.operation, &error);
-                        return;
-                    }
-                    watch.next_recheck_ms = clock.now_ms().saturating_add(recheck_interval_ms(&cleared.switch));
-                }
-            }
-        }
-    }
-}
-
-impl Cleared {
-    /// Phase two.
-    pub(crate) async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
-        let fence = self
-            .switch
-            .pre_side_effect(&self.operation, &self.targets, &self.clearance)
-            .await
-            .map_err(|error| refusal(&self.operation, &error))?;
-        self.fence_obtained.store(true, Ordering::SeqCst);
-        Ok(fence)
-    }
-
-    /// After a handler completed successfully: a tool whose rule requires a commit fence must
-    /// have asked for one. A handler that did not skipped the second check before whatever it
-    /// committed (a defect in the handler): its result is refused with
-    /// [`ProtocolError::Internal`] (no detail reaches the client), the cause is logged for the
-    /// operator, and a request's refusal is audited as a deny at stage `killswitch`
-    /// ([`Cleared::fence_skipped`]). What the handler did is not undone: only the fence can stop
-    /// an effect before it happens.
-    pub(crate) fn check_fence_obtained(&self) -> Result<(), ProtocolError> {
-        if !self.fence_required || self.fence_obtained.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        self.fence_skipped.store(true, Ordering::SeqCst);
-        tracing::error!(
-            stage = "killswitch",
-            operation = %self.operation,
-            "a tool whose registry rule requires a commit fence completed without calling pre_side_effect: result refused"
-        );
-        Err(ProtocolError::Internal)
-    }
-
-    /// Whether [`Cleared::check_fence_obtained`] refused this request's result.
-    pub(crate) fn fence_skipped(&self) -> bool {
-        self.fence_skipped.load(Ordering::SeqCst)
-    }
-}
-
-impl RequestContext {
-    /// Phase two of the kill switch, for a handler about to commit a side effect: asks the
-    /// authority again for this request's targets (the state may have changed since dispatch)
-    /// and returns the [`CommitFence`], whose tokens the backend redeems in the same transaction
-    /// as the effect (`palisade_killswitch::authority::redeem_commit_token`, or
-    /// `AuthorityClient::redeem` before committing). Call it after the side-effect-free
-    /// preparation, immediately before the commit.
-    ///
-    /// A tool whose signed rule says `require_commit_fence` **must** call it before committing:
-    /// if it completes successfully without having called it, its result is refused
-    /// ([`ProtocolError::Internal`], audited as a deny at stage `killswitch`). DISABLE is
-    /// [`ProtocolError::OperationDisabled`]; any doubt, and a server running without a kill
-    /// switch, is [`ProtocolError::Unavailable`] (a handler that needs a fence fails closed).
-    /// Handlers that only want the check when a kill switch is configured test
-    /// [`RequestContext::has_kill_switch`] first.
-    pub async fn pre_side_effect(&self) -> Result<CommitFence, ProtocolError> {
-        match &self.kill_switch {
-            Some(cleared) => cleared.pre_side_effect().await,
-            None => Err(ProtocolError::Unavailable),
-        }
-    }
-
-    /// Whether this request passed a kill switch (the server runs with one).
-    pub fn has_kill_switch(&self) -> bool {
-        self.kill_switch.is_some()
+        Ok(Arc::new(Cleared::new(self.switch.clone(), key, targets, clearance, fence_required)))
     }
 }
 
@@ -332,8 +125,8 @@ impl RequestContext {
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use palisade_base::clock::{Clock as _, SystemClock};
     use palisade_killswitch::dev::DevAuthorityFiles;
-    use palisade_killswitch::{Clock as _, SystemClock};
 
     use super::*;
     use crate::auth::{Authenticator, EnvironmentPrincipal};

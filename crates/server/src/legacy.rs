@@ -29,11 +29,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::NotificationSink;
 use crate::events::ServerEvent;
-use crate::http::{
-    HttpState, MCP_SESSION_ID, accepted_kinds, error_response, json_response, respond, sse_response, stream_of,
+use crate::http_response::{
+    HttpState, MCP_SESSION_ID, accepted_kinds, json_response, refusal_response, respond, sse_response, stream_of,
     transport_headers,
 };
-use crate::pipeline::{Method, Reply, Server, TransportHeaders};
+use crate::method::Method;
+use crate::pipeline::TransportHeaders;
+use crate::reply::Reply;
+use crate::server::Server;
 use crate::sessions::SessionId;
 
 /// Keys of 2026-07-28 results that the 2025-era wire does not know.
@@ -122,15 +125,14 @@ pub(crate) async fn post(state: &Arc<HttpState>, headers: &HeaderMap, body: &[u8
             };
         }
         Err(frame_error) => {
-            let status = StatusCode::from_u16(frame_error.error.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
-            return error_response(frame_error.id.as_ref(), &frame_error.error, status);
+            return refusal_response(frame_error.id.as_ref(), &frame_error.error);
         }
     };
     let transport = transport_headers(headers);
     let (sink, notifications) = NotificationSink::channel(server.config().listen_queue);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
-    let work = crate::http::Work::new(async move {
+    let work = crate::http_response::Work::new(async move {
         let started = std::time::Instant::now();
         let reply = rounds(&server, request, &transport, session, sink, cancel, streaming).await;
         server.metrics().observe_request(reply.frame.get("error").is_none(), started.elapsed());
@@ -274,7 +276,7 @@ async fn client_answer(
         StatusCode::ACCEPTED.into_response()
     } else {
         let error = ProtocolError::InvalidRequest("no request of this session is waiting for that answer");
-        error_response(None, &error, StatusCode::BAD_REQUEST)
+        refusal_response(None, &error)
     }
 }
 
@@ -293,8 +295,7 @@ fn legacy_shape(mut reply: Reply) -> Reply {
 /// client falls behind.
 pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> Response {
     if !accepted_kinds(headers).is_some_and(|accepts| accepts.event_stream) {
-        let error = ProtocolError::InvalidRequest("Accept must allow text/event-stream");
-        return error_response(None, &error, StatusCode::NOT_ACCEPTABLE);
+        return refusal_response(None, &ProtocolError::EventStreamRequired);
     }
     let session = match session_id(&state.server, headers, Method::SessionStream.as_str()).await {
         Ok(session) => session,
@@ -308,11 +309,11 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
         Err(reply) => return json_response(reply),
     };
     let Some(service) = server.sessions().cloned() else {
-        return error_response(None, &ProtocolError::Unavailable, StatusCode::SERVICE_UNAVAILABLE);
+        return refusal_response(None, &ProtocolError::Unavailable);
     };
     let permit = match server.stream_permit(&principal) {
         Ok(permit) => permit,
-        Err(error) => return error_response(None, &error, StatusCode::TOO_MANY_REQUESTS),
+        Err(_) => return refusal_response(None, &ProtocolError::TooManyStreams),
     };
     let (tx, rx) = mpsc::channel::<Value>(server.config().listen_queue.max(1));
     let shutdown = server.shutdown_token().clone();
@@ -322,12 +323,17 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
         let _permit = permit;
         let server = server_for_task;
         let mut events = server.events().subscribe();
-        let left_ms = principal.expires_at_ms().map(|at| at.saturating_sub(server.clock().now_ms()));
-        let expiry = tokio::time::sleep(std::time::Duration::from_millis(left_ms.unwrap_or(u64::MAX / 4)));
+        let clock = server.clock.clone();
+        let expiry = async {
+            match principal.expires_at_ms() {
+                Some(at) => clock.sleep_until_ms(i64::try_from(at).unwrap_or(i64::MAX)).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::pin!(expiry);
         // A DISABLE the kill switch observes for one of the stream's targets ends it, as it
         // ends a listen stream.
-        let mut disables = crate::killswitch::DisableWatch::new(cleared.as_ref());
+        let mut disables = crate::clearance::DisableWatch::new(cleared.as_ref());
         loop {
             let event = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -340,11 +346,12 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
                 event = events.recv() => event,
             };
             let event = match event {
+                Ok(ServerEvent::HandlePoliciesChanged) => break,
                 Ok(event) => event,
                 Err(RecvError::Lagged(_) | RecvError::Closed) => break,
             };
             // Every event re-checks the session (alive, same owner) before it is delivered.
-            let now = i64::try_from(server.clock().now_ms()).unwrap_or(i64::MAX);
+            let now = server.clock().now_ms();
             let subscriptions = match service.store().session_subscriptions(admitted.digest, &admitted.owner, now).await
             {
                 Ok(Some(subscriptions)) => subscriptions,
@@ -386,14 +393,14 @@ pub(crate) async fn delete_session(state: &Arc<HttpState>, headers: &HeaderMap) 
         Err(reply) => return json_response(reply),
     };
     let Some(service) = server.sessions() else {
-        return error_response(None, &ProtocolError::Unavailable, StatusCode::SERVICE_UNAVAILABLE);
+        return refusal_response(None, &ProtocolError::Unavailable);
     };
     match service.store().delete_session(admitted.digest, &admitted.owner).await {
         Ok(true) => StatusCode::OK.into_response(),
-        Ok(false) => error_response(None, &ProtocolError::SessionNotFound, StatusCode::NOT_FOUND),
+        Ok(false) => refusal_response(None, &ProtocolError::SessionNotFound),
         Err(error) => {
             tracing::error!(%error, "session store unavailable: refusing the delete");
-            error_response(None, &ProtocolError::Unavailable, StatusCode::SERVICE_UNAVAILABLE)
+            refusal_response(None, &ProtocolError::Unavailable)
         }
     }
     .into_response()

@@ -1,30 +1,46 @@
 //! Palisade's server runtime: the library API an application registers its tools, resources and
-//! prompts with ([`App`]), the ordered request pipeline every request passes through
-//! ([`pipeline`]), and the two transports that feed it (Streamable HTTP and stdio).
+//! prompts with ([`App`]), the server that wires every service together ([`ServerBuilder`]) and
+//! publishes application snapshots while serving, the ordered request pipeline every request
+//! passes through ([`pipeline`], one module per stage), and the two transports that feed it
+//! (Streamable HTTP and stdio).
 //!
-//! **Architecture Invariant:** transports only frame bytes and map replies onto HTTP or lines;
-//! every protocol and security decision is made in [`pipeline`], in one order, for both.
+//! **Architecture Invariant:** transports frame bytes, enforce their own limits (connections,
+//! timeouts, sizes, Host/Origin, media types: [`http`]) and map replies onto HTTP or lines;
+//! every protocol and security decision about a message is made in [`pipeline`], in one order,
+//! for both. Layers, low to high: `method`, `clock`, `reply` → `handles`, `clearance` →
+//! `context` → `registry` → `audit`, `killswitch`, `execute` → `tasks`, `sessions` → `server` →
+//! `pipeline` → `legacy`, `http`, `stdio`; a module imports only from its own layer's leaves
+//! and below.
 
+pub mod audit;
 pub mod auth;
+pub mod clearance;
 pub mod clock;
 pub mod config;
 pub mod content;
 pub mod context;
 pub mod cursor;
 pub mod events;
+mod execute;
 pub mod handles;
 pub mod http;
+mod http_response;
 pub mod killswitch;
 mod legacy;
+pub mod method;
 pub mod metrics;
 pub mod mrtr;
 pub mod periodic;
 pub mod pipeline;
+mod refusal_reason;
 mod refusals;
 pub mod registry;
+pub mod reply;
 pub mod secret;
+pub mod server;
 pub mod sessions;
 pub mod stdio;
+mod store_errors;
 mod streams;
 pub mod tasks;
 pub mod telemetry;
@@ -37,13 +53,15 @@ pub use handles::{
     HandleError, HandleObject, HandlePhase, HandlePolicy, HandleService, HandleType, PrincipalEvent, ResolvedHandle,
     SubjectKey,
 };
+pub use method::{Method, OperationKey};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
-pub use pipeline::Server;
 pub use registry::{
     App, AppBuilder, Completion, CompletionRef, Effect, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
-    ToolDef,
+    RestartPolicy, TaskSupport, ToolDef,
 };
-pub use tasks::{RestartPolicy, TaskConfig, TaskService, TaskSupport};
+pub use reply::Reply;
+pub use server::{BuildError, Published, Server, ServerBuilder};
+pub use tasks::{TaskConfig, TaskService};
 
 /// A boxed, sendable future: the return type of every registered handler.
 pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'static>>;

@@ -6,7 +6,7 @@
 use aws_lc_rs::hmac;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use palisade_wire::canonical::canonical_bytes;
+use palisade_base::canonical::canonical_bytes;
 use serde_json::{Map, Value, json};
 
 use crate::secret::ServerSecret;

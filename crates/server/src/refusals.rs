@@ -28,110 +28,16 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use palisade_store::{AuditRecord, AuditWriter, Decision};
 
-use crate::pipeline::Server;
+pub(crate) use crate::refusal_reason::Reason;
 
 /// Distinct (reason, source) pairs counted per interval; later sources count under `other`.
 pub(crate) const MAX_KEYS: usize = 1024;
 
 /// Characters of the source digest kept in a record (8 bytes, hex).
 const SOURCE_PREFIX: usize = 16;
-
-/// Why the transport refused a request (or a connection's request head).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum Reason {
-    /// `Host` (or the request target's authority) not allowed, absent, or repeated: 403.
-    Host,
-    /// `Origin` not allowed or repeated: 403.
-    Origin,
-    /// A method `/mcp` does not serve: 405.
-    Method,
-    /// `Accept` allows neither JSON nor SSE: 406.
-    Accept,
-    /// `Content-Type` missing or not `application/json`: 415.
-    ContentType,
-    /// The body did not arrive within the body read timeout: 408.
-    BodyTimeout,
-    /// The body is over the limit: 413.
-    BodyTooLarge,
-    /// Too many or too large headers: 431.
-    HeadersTooLarge,
-    /// The body is not JSON: 400 (`-32700`).
-    Parse,
-    /// The body is JSON but not one JSON-RPC request or notification: 400 (`-32600`).
-    Frame,
-    /// A JSON-RPC batch: 400 (`-32600`).
-    Batch,
-    /// `access_token` in the URL query: 400.
-    TokenInUrl,
-    /// A request head that did not complete within the header read timeout: the connection is
-    /// closed (nothing is sent; recorded as 408).
-    HeaderTimeout,
-    /// A request head HTTP could not parse (hyper answers 400 or 431 and closes).
-    MalformedHttp,
-}
-
-impl Reason {
-    /// Every reason, in the order of the metrics' exposition.
-    pub(crate) const ALL: [Reason; 14] = [
-        Reason::Host,
-        Reason::Origin,
-        Reason::Method,
-        Reason::Accept,
-        Reason::ContentType,
-        Reason::BodyTimeout,
-        Reason::BodyTooLarge,
-        Reason::HeadersTooLarge,
-        Reason::Parse,
-        Reason::Frame,
-        Reason::Batch,
-        Reason::TokenInUrl,
-        Reason::HeaderTimeout,
-        Reason::MalformedHttp,
-    ];
-
-    /// The fixed name: the audit record's `operation` and the metric's `reason` label.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Reason::Host => "host",
-            Reason::Origin => "origin",
-            Reason::Method => "method",
-            Reason::Accept => "accept",
-            Reason::ContentType => "content_type",
-            Reason::BodyTimeout => "body_timeout",
-            Reason::BodyTooLarge => "body_too_large",
-            Reason::HeadersTooLarge => "headers_too_large",
-            Reason::Parse => "parse",
-            Reason::Frame => "frame",
-            Reason::Batch => "batch",
-            Reason::TokenInUrl => "token_in_url",
-            Reason::HeaderTimeout => "header_timeout",
-            Reason::MalformedHttp => "malformed_http",
-        }
-    }
-
-    /// The HTTP status of the refusal: the audit record's `code`.
-    pub(crate) fn status(self) -> u16 {
-        match self {
-            Reason::Host | Reason::Origin => 403,
-            Reason::Method => 405,
-            Reason::Accept => 406,
-            Reason::ContentType => 415,
-            Reason::BodyTimeout | Reason::HeaderTimeout => 408,
-            Reason::BodyTooLarge => 413,
-            Reason::HeadersTooLarge => 431,
-            Reason::Parse | Reason::Frame | Reason::Batch | Reason::TokenInUrl | Reason::MalformedHttp => 400,
-        }
-    }
-
-    /// The position in [`Reason::ALL`].
-    pub(crate) fn index(self) -> usize {
-        self as usize
-    }
-}
 
 /// Who sent a refused request, as counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -154,6 +60,16 @@ impl TransportRefusals {
     /// An aggregator digesting sources under `key`; it records nothing until it has a writer.
     pub(crate) fn new(key: aws_lc_rs::hmac::Key) -> Self {
         Self { key, writer: Mutex::new(None), pending: Mutex::new(HashMap::new()), flusher: AtomicBool::new(false) }
+    }
+
+    /// Claims the one flushing task of these counts (`false`: one is already running).
+    pub(crate) fn claim_flusher(&self) -> bool {
+        !self.flusher.swap(true, Ordering::SeqCst)
+    }
+
+    /// Gives the claim back (the task could not be started).
+    pub(crate) fn release_flusher(&self) {
+        self.flusher.store(false, Ordering::SeqCst);
     }
 
     /// Writes future flushes through `writer` (the server's audit writer).
@@ -188,7 +104,7 @@ impl TransportRefusals {
                 let source = match source {
                     Source::Peer(ip) => {
                         let tag = aws_lc_rs::hmac::sign(&self.key, ip.to_string().as_bytes());
-                        let mut digest = palisade_wire::hex(&tag.as_ref()[..16]);
+                        let mut digest = palisade_base::hex::hex(&tag.as_ref()[..16]);
                         digest.truncate(SOURCE_PREFIX);
                         digest
                     }
@@ -203,8 +119,8 @@ impl TransportRefusals {
             .into_iter()
             .map(|(reason, source, count)| AuditRecord {
                 at_ms,
-                trace_id: crate::pipeline::fresh_trace_id(),
-                stage: "transport".to_owned(),
+                trace_id: crate::audit::fresh_trace_id(),
+                stage: crate::audit::AuditStage::Transport.as_str().to_owned(),
                 decision: Decision::Deny,
                 operation: reason.as_str().to_owned(),
                 principal_digest: None,
@@ -238,40 +154,6 @@ impl TransportRefusals {
     }
 }
 
-/// Starts, once per server, the task that flushes the server's transport refusals every
-/// [`crate::ServerConfig::transport_refusal_interval`], and a last time when the server shuts
-/// down. Needs a Tokio runtime (without one nothing is started). The task holds the server
-/// weakly: it ends when the server is dropped.
-pub(crate) fn spawn_flusher(server: &Arc<Server>) {
-    let refusals = server.transport_refusals();
-    if refusals.flusher.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        refusals.flusher.store(false, Ordering::SeqCst);
-        return;
-    };
-    let period = server.config().transport_refusal_interval.max(Duration::from_millis(1));
-    let shutdown = server.shutdown_token().clone();
-    let server = Arc::downgrade(server);
-    runtime.spawn(async move {
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            let last = tokio::select! {
-                biased;
-                () = shutdown.cancelled() => true,
-                _ = ticks.tick() => false,
-            };
-            let Some(server) = server.upgrade() else { return };
-            server.transport_refusals().flush(server.clock().now_ms()).await;
-            if last {
-                return;
-            }
-        }
-    });
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -296,7 +178,7 @@ mod tests {
             records.iter().map(|r| (r.operation.as_str(), r.code, r.detail.as_deref().unwrap_or_default())).collect();
         let digest = {
             let tag = aws_lc_rs::hmac::sign(&refusals.key, b"192.0.2.1");
-            palisade_wire::hex(&tag.as_ref()[..8])
+            palisade_base::hex::hex(&tag.as_ref()[..8])
         };
         assert_eq!(
             summary,
@@ -313,6 +195,30 @@ mod tests {
             assert!(record.validate().is_ok());
         }
         assert!(refusals.drain(8).is_empty(), "a flush empties the counts");
+    }
+
+    #[test]
+    fn each_reason_is_recorded_with_the_status_it_is_answered_with() {
+        let statuses: Vec<(&str, u16)> = Reason::ALL.iter().map(|reason| (reason.as_str(), reason.status())).collect();
+        assert_eq!(
+            statuses,
+            [
+                ("host", 403),
+                ("origin", 403),
+                ("method", 405),
+                ("accept", 406),
+                ("content_type", 415),
+                ("body_timeout", 408),
+                ("body_too_large", 413),
+                ("headers_too_large", 431),
+                ("parse", 400),
+                ("frame", 400),
+                ("batch", 400),
+                ("token_in_url", 400),
+                ("header_timeout", 408),
+                ("malformed_http", 400),
+            ]
+        );
     }
 
     #[test]

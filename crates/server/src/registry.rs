@@ -13,9 +13,9 @@ use crate::BoxFuture;
 use crate::content::{CallToolResult, GetPromptResult, ResourceContents};
 use crate::context::{InputRequired, Outcome, RequestContext};
 use crate::handles::{HandleArgument, HandleType, handle_argument_schema};
-use crate::tasks::{RestartPolicy, TaskSupport};
+use crate::method::{Method, Needs};
 
-type ToolHandler = Arc<
+pub(crate) type ToolHandler = Arc<
     dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Outcome<CallToolResult>, ProtocolError>>
         + Send
         + Sync,
@@ -23,6 +23,28 @@ type ToolHandler = Arc<
 type TaskPrelude = Arc<
     dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Option<InputRequired>, ProtocolError>> + Send + Sync,
 >;
+/// Whether a tool runs as a task. The server decides; the client only says it can take one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TaskSupport {
+    /// Always synchronous.
+    #[default]
+    Forbidden,
+    /// A task when the request declares the extension, synchronous otherwise.
+    Optional,
+    /// Only as a task: a request without the extension gets `-32021`.
+    Required,
+}
+
+/// What happens to a `working` task whose instance died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RestartPolicy {
+    /// The tool may have had effects: the task fails, saying why.
+    #[default]
+    Fail,
+    /// The tool is idempotent: another instance runs it again from the start.
+    Resume,
+}
+
 /// What a needs-confirmation tool shows the user for one concrete call (its objects resolved).
 pub(crate) type ConfirmationSummary =
     Arc<dyn Fn(&RequestContext, &Map<String, Value>) -> Result<String, ProtocolError> + Send + Sync>;
@@ -707,6 +729,19 @@ impl App {
     /// Whether `uri` names a static resource or matches a template.
     pub fn knows_resource(&self, uri: &str) -> bool {
         self.resources.iter().any(|r| r.uri == uri) || self.templates.iter().any(|t| t.match_uri(uri).is_some())
+    }
+
+    /// Whether the application offers what `method` needs (a method without anything to act on
+    /// is `-32601`; the tasks methods also need the server's task service).
+    pub fn advertises(&self, method: Method) -> bool {
+        match method.needs() {
+            Needs::Nothing => true,
+            Needs::Tools => !self.tools.is_empty(),
+            Needs::Resources => !self.resources.is_empty() || !self.templates.is_empty(),
+            Needs::Prompts => !self.prompts.is_empty(),
+            Needs::Completion => self.completion.is_some(),
+            Needs::TaskTools => self.tools.iter().any(|tool| tool.task_support != TaskSupport::Forbidden),
+        }
     }
 
     /// The server capabilities this application implies.

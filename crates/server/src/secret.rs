@@ -1,43 +1,75 @@
 //! The server's 32-byte secret and the keys derived from it (request-state sealing, cursors).
-//! Secrets have no `Debug`, are compared in constant time by `aws_lc_rs::hmac::verify`, and are
-//! never logged.
+//! The secret's bytes are wiped when it is dropped (`zeroize`), its `Debug` prints no byte of it,
+//! derived keys are aws-lc-rs HMAC keys (which wipe their own state on drop), comparisons are in
+//! constant time through `aws_lc_rs::hmac::verify`, and nothing here is ever logged.
 
 use aws_lc_rs::hmac;
 use aws_lc_rs::rand::{SecureRandom, SystemRandom};
+use zeroize::{Zeroize, ZeroizeOnDrop, Zeroizing};
 
 /// The root secret of one deployment. Every instance behind one load balancer must share it,
 /// or a cursor or request state minted by one is refused by another.
+#[derive(Zeroize, ZeroizeOnDrop)]
 pub struct ServerSecret([u8; 32]);
 
+impl std::fmt::Debug for ServerSecret {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("ServerSecret(..)")
+    }
+}
+
 impl ServerSecret {
-    /// Wraps 32 bytes of key material.
+    /// Wraps 32 bytes of key material. The array is moved in; a caller holding another copy
+    /// (read from a file, say) should keep it in a `Zeroizing` buffer so that copy is wiped too.
     pub fn from_bytes(bytes: [u8; 32]) -> Self {
         Self(bytes)
     }
 
     /// A fresh random secret from the OS CSPRNG (single-instance deployments and tests).
     pub fn random() -> Self {
-        let mut bytes = [0u8; 32];
+        let mut secret = Self([0u8; 32]);
         // The OS CSPRNG failing is not recoverable; refuse to run with a weak key.
-        fill_random(&mut bytes).expect("the OS random number generator failed");
-        Self(bytes)
+        fill_random(&mut secret.0).expect("the OS random number generator failed");
+        secret
     }
 
     /// An HMAC-SHA256 key for one purpose, derived as HMAC(secret, label).
     pub fn derive(&self, label: &str) -> hmac::Key {
         let root = hmac::Key::new(hmac::HMAC_SHA256, &self.0);
         let derived = hmac::sign(&root, label.as_bytes());
-        hmac::Key::new(hmac::HMAC_SHA256, derived.as_ref())
-    }
-}
-
-impl Drop for ServerSecret {
-    fn drop(&mut self) {
-        self.0 = [0u8; 32];
+        let bytes = Zeroizing::new(derived.as_ref().to_vec());
+        hmac::Key::new(hmac::HMAC_SHA256, &bytes)
     }
 }
 
 /// Fills `bytes` from the OS CSPRNG.
 pub fn fill_random(bytes: &mut [u8]) -> Result<(), aws_lc_rs::error::Unspecified> {
     SystemRandom::new().fill(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_prints_no_byte_of_the_secret() {
+        let secret = ServerSecret::from_bytes([0xab; 32]);
+        let printed = format!("{secret:?} {secret:#?}");
+        assert_eq!(printed, "ServerSecret(..) ServerSecret(..)");
+        assert!(!printed.to_ascii_lowercase().contains("ab"), "{printed}");
+    }
+
+    #[test]
+    fn zeroize_wipes_the_bytes_and_derivation_is_stable() {
+        let label = "cursor";
+        let tag = |secret: &ServerSecret| hmac::sign(&secret.derive(label), b"x").as_ref().to_vec();
+        let one = ServerSecret::from_bytes([7; 32]);
+        assert_eq!(tag(&one), tag(&ServerSecret::from_bytes([7; 32])), "same secret, same key");
+        assert_ne!(tag(&one), tag(&ServerSecret::from_bytes([8; 32])));
+        assert_ne!(tag(&ServerSecret::random()), tag(&ServerSecret::random()));
+        // What drop runs (ZeroizeOnDrop calls this): every byte is zero afterwards.
+        let mut wiped = ServerSecret::from_bytes([7; 32]);
+        wiped.zeroize();
+        assert_eq!(wiped.0, [0; 32]);
+    }
 }

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use aws_lc_rs::hmac;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use palisade_store::{LiveSession, NewSession, SessionOwner, SessionStore, StoreError};
+use palisade_store::{LiveSession, NewSession, SessionOwner, SessionStore};
 use palisade_wire::ProtocolError;
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -132,7 +132,7 @@ impl SessionService {
             ProtocolError::Unavailable
         })?;
         let id = SessionId(URL_SAFE_NO_PAD.encode(bytes));
-        let now = to_i64(clock.now_ms());
+        let now = clock.now_ms();
         let idle_ms = to_i64(duration_ms(self.config.idle_timeout)).max(1);
         let expires_ms = now.saturating_add(to_i64(duration_ms(self.config.absolute_timeout)).max(1));
         let session = NewSession {
@@ -145,7 +145,10 @@ impl SessionService {
             idle_ms,
             expires_ms,
         };
-        self.store.insert_session(session).await.map_err(|error| store_refusal("insert_session", &error))?;
+        self.store
+            .insert_session(session)
+            .await
+            .map_err(|error| crate::store_errors::store_refusal("insert_session", &error))?;
         Ok(id)
     }
 
@@ -161,22 +164,11 @@ impl SessionService {
         let digest = id.digest();
         let state = self
             .store
-            .touch_session(digest, &owner, to_i64(clock.now_ms()))
+            .touch_session(digest, &owner, clock.now_ms())
             .await
-            .map_err(|error| store_refusal("touch_session", &error))?
+            .map_err(|error| crate::store_errors::store_refusal("touch_session", &error))?
             .ok_or(ProtocolError::SessionNotFound)?;
         Ok(Admitted { digest, owner, state })
-    }
-}
-
-/// A store error on the request path: logged, answered 503 (fail closed); bad input is 400.
-pub(crate) fn store_refusal(during: &str, error: &StoreError) -> ProtocolError {
-    match error {
-        StoreError::InvalidRecord { reason } => ProtocolError::invalid_params(*reason),
-        _ => {
-            tracing::error!(during, %error, "session store unavailable: refusing the request");
-            ProtocolError::Unavailable
-        }
     }
 }
 
@@ -203,7 +195,7 @@ impl PendingRequests {
     pub fn register(&self, session: [u8; 32]) -> Result<(String, oneshot::Receiver<Value>), ProtocolError> {
         let mut bytes = [0u8; 16];
         aws_lc_rs::rand::fill(&mut bytes).map_err(|_| ProtocolError::Unavailable)?;
-        let id: String = format!("palisade-{}", palisade_wire::hex(&bytes));
+        let id: String = format!("palisade-{}", palisade_base::hex::hex(&bytes));
         let (tx, rx) = oneshot::channel();
         self.0.lock().unwrap_or_else(PoisonError::into_inner).insert((session, id.clone()), tx);
         Ok((id, rx))

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::NotificationSink;
-use crate::pipeline::Server;
+use crate::server::Server;
 
 /// Serves `input`/`output` (stdin/stdout in production) until EOF.
 pub async fn serve<R, W>(server: Arc<Server>, input: R, output: W) -> std::io::Result<()>

@@ -1,7 +1,7 @@
 //! Durable, partitioned Tasks: the `io.modelcontextprotocol/tasks` extension (seed 002,
 //! protocol.md §13).
 //!
-//! A task-capable tool ([`TaskSupport`]) called by a client that declares the extension on that
+//! A task-capable tool ([`crate::TaskSupport`]) called by a client that declares the extension on that
 //! request gets a flat `CreateTaskResult`, sent only after the task row is committed. The task id
 //! is 256 bits from the OS CSPRNG; the store keeps only its SHA-256, bound to the caller (keyed
 //! subject digest, tenant, client), the originating request (id, method, tool, arguments digest)
@@ -22,45 +22,30 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use palisade_store::{AuditRecord, AuditWriter, Decision, HandleOwner, StoreError, TaskRow, TaskStore};
-use palisade_wire::canonical::canonical_bytes;
+use palisade_base::canonical::canonical_bytes;
+use palisade_base::time::format_rfc3339_ms;
+use palisade_store::{HandleOwner, StoreError, TaskRow, TaskStatus, TaskStore};
 use palisade_wire::{ProtocolError, RequestId, RequestMeta};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::{AuditStage, AuditTrail, Recorder};
 use crate::auth::VerifiedPrincipal;
 use crate::clock::Clock;
 use crate::context::{NotificationSink, Outcome, RequestContext};
 use crate::events::EventBus;
 use crate::handles::{SubjectKey, sha256};
 use crate::killswitch::KillSwitchStage;
-use crate::pipeline::{OperationKey, PrincipalDigester, fresh_trace_id};
-use crate::registry::App;
+use crate::method::OperationKey;
+use crate::registry::{App, RestartPolicy};
 use crate::secret::fill_random;
 
 /// The extension's identifier.
 pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
-/// Whether a tool runs as a task. The server decides; the client only says it can take one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TaskSupport {
-    /// Always synchronous.
-    #[default]
-    Forbidden,
-    /// A task when the request declares the extension, synchronous otherwise.
-    Optional,
-    /// Only as a task: a request without the extension gets `-32021`.
-    Required,
-}
-
-/// What happens to a `working` task whose instance died.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum RestartPolicy {
-    /// The tool may have had effects: the task fails, saying why.
-    #[default]
-    Fail,
-    /// The tool is idempotent: another instance runs it again from the start.
-    Resume,
+/// `-32021` naming the tasks extension: a tasks request (or a task-only tool) without it.
+pub(crate) fn missing_tasks_capability() -> ProtocolError {
+    ProtocolError::MissingCapability { required: json!({ "extensions": { TASKS_EXTENSION: {} } }) }
 }
 
 /// Task lifetimes and worker timing.
@@ -119,9 +104,15 @@ pub struct TaskService {
     clock: Arc<dyn Clock>,
     instance: String,
     running: Mutex<HashMap<[u8; 32], CancellationToken>>,
-    kill_switch: std::sync::OnceLock<KillSwitchStage>,
-    /// Where execution-time decisions are recorded, and the key of their principal digests.
-    audit: std::sync::OnceLock<(Arc<AuditWriter>, Arc<PrincipalDigester>)>,
+    /// What the server that runs this service's workers gave it at build time: its kill switch
+    /// (checked again at execution time) and where its decisions are recorded.
+    server: std::sync::OnceLock<Attached>,
+}
+
+/// A task service's part of its server, set once by [`crate::ServerBuilder::build`].
+struct Attached {
+    kill_switch: Option<KillSwitchStage>,
+    recorder: Arc<Recorder>,
 }
 
 /// A task reference a request named, already checked against its caller.
@@ -136,7 +127,7 @@ impl TaskService {
         let mut id = [0u8; 8];
         // The instance id only names leases; a weak one costs nothing but clarity.
         let _ = fill_random(&mut id);
-        let instance = palisade_wire::hex(&id);
+        let instance = palisade_base::hex::hex(&id);
         Self {
             store,
             subject_key,
@@ -144,57 +135,24 @@ impl TaskService {
             clock,
             instance,
             running: Mutex::new(HashMap::new()),
-            kill_switch: std::sync::OnceLock::new(),
-            audit: std::sync::OnceLock::new(),
+            server: std::sync::OnceLock::new(),
         }
     }
 
-    /// The kill switch every execution segment passes (phase one again, for the task's tool and
-    /// stored principal) before its handler runs; the handler's `pre_side_effect` then works as in
-    /// a request. Set once, by [`Server::with_kill_switch`](crate::Server::with_kill_switch).
-    pub(crate) fn set_kill_switch(&self, stage: KillSwitchStage) {
-        let _ = self.kill_switch.set(stage);
+    /// The clock the service keeps time by (its server's).
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
-    /// Records the decisions task workers make at execution time in the server's audit log. Set
-    /// once, by [`Server::with_audit`](crate::Server::with_audit) /
-    /// [`Server::with_tasks`](crate::Server::with_tasks).
-    pub(crate) fn set_audit(&self, writer: Arc<AuditWriter>, digester: Arc<PrincipalDigester>) {
-        let _ = self.audit.set((writer, digester));
-    }
-
-    /// Appends one execution-time decision about `row`'s segment at stage `killswitch` (the only
-    /// decision a segment makes): a fresh trace id, the task's stored principal as digests, the
-    /// task's digest prefix as the detail. Without an audit log, nothing to do.
-    async fn audit_segment(
-        &self,
-        row: &TaskRow,
-        principal: &VerifiedPrincipal,
-        decision: Decision,
-        code: Option<i64>,
-        policy_version: Option<String>,
-    ) -> Result<(), StoreError> {
-        let Some((writer, digester)) = self.audit.get() else { return Ok(()) };
-        let digests = digester.digests(Some(principal));
-        let record = AuditRecord {
-            at_ms: self.clock.now_ms(),
-            trace_id: fresh_trace_id(),
-            stage: "killswitch".into(),
-            decision,
-            operation: OperationKey::tool_call(&row.tool).to_string(),
-            principal_digest: digests.principal,
-            tenant_digest: digests.tenant,
-            client_digest: digests.client,
-            scopes: principal.scopes(),
-            policy_version,
-            code,
-            detail: Some(format!("task={}", palisade_store::hex_prefix(&row.digest))),
-        };
-        writer.append(record).await
+    /// Gives the workers their server's kill switch (every execution segment passes phase one
+    /// again, for the task's tool and stored principal, before its handler runs) and audit
+    /// recorder. Once only: `Err` when the service already belongs to a server.
+    pub(crate) fn attach(&self, kill_switch: Option<KillSwitchStage>, recorder: Arc<Recorder>) -> Result<(), ()> {
+        self.server.set(Attached { kill_switch, recorder }).map_err(|_| ())
     }
 
     fn now_ms(&self) -> i64 {
-        i64::try_from(self.clock.now_ms()).unwrap_or(i64::MAX)
+        self.clock.now_ms()
     }
 
     fn lease_until(&self) -> i64 {
@@ -244,7 +202,7 @@ impl TaskService {
             arguments_digest: sha256(&canonical_bytes(&Value::Object(arguments))),
             scopes: scopes.join(" "),
             execution: serde_json::to_string(&execution).map_err(|_| ProtocolError::Internal)?,
-            status: "working".into(),
+            status: TaskStatus::Working,
             status_message: None,
             input_requests: None,
             input_responses: responses.to_string(),
@@ -310,7 +268,7 @@ impl TaskService {
         };
         let Owned { mut row, .. } = self.owned(principal, params).await?;
         loop {
-            if row.is_terminal() || row.status != "input_required" {
+            if row.is_terminal() || row.status != TaskStatus::InputRequired {
                 return Ok(json!({}));
             }
             let mut outstanding = parse_object(row.input_requests.as_deref());
@@ -335,7 +293,7 @@ impl TaskService {
             next.updated_ms = self.now_ms();
             let resume = outstanding.is_empty();
             if resume {
-                next.status = "working".into();
+                next.status = TaskStatus::Working;
                 next.input_requests = None;
                 next.lease_owner = Some(self.instance.clone());
                 next.lease_until_ms = Some(self.lease_until());
@@ -401,8 +359,8 @@ impl TaskService {
             next.cancel_requested = true;
             next.updated_ms = self.now_ms();
             next.status_message = Some(message.to_owned());
-            if row.status == "input_required" {
-                next.status = "cancelled".into();
+            if row.status == TaskStatus::InputRequired {
+                next.status = TaskStatus::Cancelled;
                 next.input_requests = None;
             }
             if self.store.swap_task(next, expected).await? {
@@ -468,7 +426,7 @@ impl TaskService {
         digest: [u8; 32],
     ) -> Result<(), StoreError> {
         let Some(row) = self.store.load_task(digest).await? else { return Ok(()) };
-        if row.is_terminal() || row.status != "working" {
+        if row.is_terminal() || row.status != TaskStatus::Working {
             return Ok(());
         }
         let cancel = CancellationToken::new();
@@ -483,29 +441,29 @@ impl TaskService {
             next.lease_owner = None;
             next.lease_until_ms = None;
             if cancel.is_cancelled() || row.cancel_requested {
-                next.status = "cancelled".into();
+                next.status = TaskStatus::Cancelled;
                 next.status_message = Some("cancelled by the client".into());
             } else {
                 match &outcome {
                     Segment::Completed(result) => {
-                        next.status = "completed".into();
+                        next.status = TaskStatus::Completed;
                         next.result = Some(result.to_string());
                     }
                     Segment::Failed(error) => {
-                        next.status = "failed".into();
+                        next.status = TaskStatus::Failed;
                         next.error = Some(error.to_string());
                     }
                     Segment::NeedsInput { requests, state } => {
                         let answered: Vec<String> = serde_json::from_str(&row.answered_keys).unwrap_or_default();
                         if requests.keys().any(|key| answered.contains(key)) || requests.is_empty() {
-                            next.status = "failed".into();
+                            next.status = TaskStatus::Failed;
                             next.error = Some(
                                 ProtocolError::invalid_params("the tool asked again for an input key already answered")
                                     .to_wire()
                                     .to_string(),
                             );
                         } else {
-                            next.status = "input_required".into();
+                            next.status = TaskStatus::InputRequired;
                             next.input_requests = Some(Value::Object(requests.clone()).to_string());
                             let mut execution: Execution =
                                 serde_json::from_str(&row.execution).map_err(|_| StoreError::Closed)?;
@@ -546,28 +504,35 @@ impl TaskService {
         params.insert("_meta".into(), execution.meta.clone());
         let Ok(meta) = RequestMeta::from_params(&params) else { return failed(ProtocolError::Internal) };
         let Some(tool) = app.tool(&row.tool) else { return failed(ProtocolError::Internal) };
-        // Execution-time kill switch: a task runs long after its request was cleared. Its
-        // decision is audited like a request's; the allow is durable before the handler runs.
-        let policy = self.kill_switch.get().map(KillSwitchStage::policy_version);
-        let cleared = match self.kill_switch.get() {
-            Some(stage) => match stage.pre_dispatch(&OperationKey::tool_call(&row.tool), &principal).await {
-                Ok(cleared) => {
-                    if let Err(error) = self.audit_segment(row, &principal, Decision::Allow, None, policy.clone()).await
-                    {
-                        tracing::error!(%error, "audit log unavailable: task segment refused");
-                        return failed(ProtocolError::Unavailable);
-                    }
-                    Some(cleared)
-                }
+        // A segment without its server (never built into one) runs nothing.
+        let Some(attached) = self.server.get() else { return failed(ProtocolError::Unavailable) };
+        // Execution-time kill switch: a task runs long after its request was cleared. The
+        // segment passes the same cleared-handler sequence as a request (crate::execute): phase
+        // one, the allow made durable, the handler, the fence check.
+        let operation = OperationKey::tool_call(&row.tool);
+        let principal = Arc::new(principal);
+        let mut trail = AuditTrail::new(&attached.recorder, &row.tool);
+        trail.principal(&principal);
+        trail.operation(&operation);
+        trail.detail = Some(format!("task={}", palisade_store::hex_prefix(&row.digest)));
+        let cleared =
+            match crate::execute::clear(attached.kill_switch.as_ref(), &operation, &principal, &mut trail).await {
+                Ok(cleared) => cleared,
                 Err(error) => {
-                    self.audit_refusal(row, &principal, &error, policy).await;
+                    trail.deny(AuditStage::KillSwitch, Some(error.code())).await;
                     return failed(error);
                 }
-            },
-            None => None,
+            };
+        // With a kill switch the segment made a decision of its own, durable before the handler;
+        // without one, the allow its request recorded is the one it runs under.
+        let allowed = if attached.kill_switch.is_some() {
+            match trail.allow(AuditStage::KillSwitch).await {
+                Ok(allowed) => allowed,
+                Err(error) => return failed(error),
+            }
+        } else {
+            trail.allowed_by_request()
         };
-        let fence_rule = cleared.clone();
-        let principal = Arc::new(principal);
         let (sink, _dropped) = NotificationSink::channel(1);
         let ctx = RequestContext {
             id: RequestId::from_value(&execution.request_id).unwrap_or(RequestId::Number(0)),
@@ -580,47 +545,29 @@ impl TaskService {
             events: events.clone(),
             handles: None,
             resolved: Arc::new(BTreeMap::new()),
-            task: Some(TaskProgress { service: self.clone(), digest: row.digest }),
-            kill_switch: cleared,
+            task: Some(Arc::new(TaskProgress { service: self.clone(), digest: row.digest })),
+            kill_switch: cleared.clone(),
         };
         let handler = tool.handler.clone();
-        let work = tokio::spawn(handler(ctx, execution.arguments));
+        let work =
+            tokio::spawn(async move { crate::execute::run_tool(&handler, ctx, execution.arguments, allowed).await });
         let watcher = self.clone().watch(row.digest, cancel.clone());
         let outcome = work.await;
         watcher.abort();
         match outcome {
-            Ok(Ok(Outcome::Complete(result))) => {
-                // As for a request: a fenced tool's success without its fence is refused.
-                if let Some(cleared) = &fence_rule
-                    && !result.is_error
-                    && let Err(error) = cleared.check_fence_obtained()
-                {
-                    self.audit_refusal(row, &principal, &error, policy).await;
-                    return failed(error);
-                }
-                Segment::Completed(result.into_value())
-            }
+            Ok(Ok(Outcome::Complete(result))) => Segment::Completed(result.into_value()),
             Ok(Ok(Outcome::InputRequired(input))) => {
                 Segment::NeedsInput { requests: input.requests, state: input.state }
+            }
+            // As for a request: a fenced tool's success without its fence is the kill switch's
+            // refusal, on the record at its stage.
+            Ok(Err(error)) if crate::execute::fence_was_skipped(cleared.as_ref()) => {
+                trail.deny(AuditStage::KillSwitch, Some(error.code())).await;
+                failed(error)
             }
             Ok(Err(error)) => failed(error),
             // A panicking tool is a protocol-level failure of the task, not a crash of the server.
             Err(_) => failed(ProtocolError::Internal),
-        }
-    }
-
-    /// A refusal stands even if it cannot be recorded (logged).
-    async fn audit_refusal(
-        &self,
-        row: &TaskRow,
-        principal: &VerifiedPrincipal,
-        error: &ProtocolError,
-        policy_version: Option<String>,
-    ) {
-        if let Err(audit_error) =
-            self.audit_segment(row, principal, Decision::Deny, Some(error.code()), policy_version).await
-        {
-            tracing::error!(%audit_error, "audit log unavailable while refusing a task segment");
         }
     }
 
@@ -664,7 +611,7 @@ impl TaskService {
                     next.attempts += 1;
                 }
                 RestartPolicy::Fail => {
-                    next.status = "failed".into();
+                    next.status = TaskStatus::Failed;
                     next.lease_owner = None;
                     next.lease_until_ms = None;
                     next.error = Some(
@@ -742,9 +689,19 @@ pub(crate) struct TaskProgress {
     digest: [u8; 32],
 }
 
+impl crate::context::TaskStatus for TaskProgress {
+    fn set_status_message<'a>(
+        &'a self,
+        events: &'a EventBus,
+        message: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>> {
+        Box::pin(self.write_status_message(events, message))
+    }
+}
+
 impl TaskProgress {
     /// Sets the task's `statusMessage` (best effort: a lost race with a terminal write is fine).
-    pub(crate) async fn set_status_message(&self, events: &EventBus, message: &str) {
+    async fn write_status_message(&self, events: &EventBus, message: &str) {
         let message: String = message.chars().take(500).collect();
         for _ in 0..3 {
             let Ok(Some(row)) = self.service.store.load_task(self.digest).await else { return };
@@ -777,8 +734,7 @@ enum Segment {
 }
 
 fn store_error(error: StoreError) -> ProtocolError {
-    tracing::error!(%error, "task store error");
-    ProtocolError::Unavailable
+    crate::store_errors::store_refusal("task", &error)
 }
 
 /// SHA-256 of a task id (what the store keys on).
@@ -795,33 +751,14 @@ fn parse_object(text: Option<&str>) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
-/// RFC 3339 UTC with milliseconds, from Unix milliseconds.
-fn iso8601(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let millis = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let day_of_year = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
-}
-
 /// The wire form of a task: the flat Task fields, and with `detailed` the status-specific
 /// `inputRequests` / `result` / `error`. Never `requestState`.
 fn task_json(id: &str, row: &TaskRow, detailed: bool) -> Value {
     let mut task = json!({
         "taskId": id,
-        "status": row.status,
-        "createdAt": iso8601(row.created_ms),
-        "lastUpdatedAt": iso8601(row.updated_ms),
+        "status": row.status.as_str(),
+        "createdAt": format_rfc3339_ms(row.created_ms),
+        "lastUpdatedAt": format_rfc3339_ms(row.updated_ms),
         "ttlMs": row.ttl_ms,
     });
     if let Some(poll) = row.poll_interval_ms {
@@ -831,9 +768,11 @@ fn task_json(id: &str, row: &TaskRow, detailed: bool) -> Value {
         task["statusMessage"] = json!(message);
     }
     if detailed {
-        match row.status.as_str() {
-            "input_required" => task["inputRequests"] = Value::Object(parse_object(row.input_requests.as_deref())),
-            "completed" => {
+        match row.status {
+            TaskStatus::InputRequired => {
+                task["inputRequests"] = Value::Object(parse_object(row.input_requests.as_deref()))
+            }
+            TaskStatus::Completed => {
                 // The original request's result, as a 2026-07-28 result: `resultType` included, as
                 // the synchronous answer would have it (requesters validate it as a CallToolResult).
                 let mut result = row.result.as_deref().and_then(|r| serde_json::from_str(r).ok()).unwrap_or(json!({}));
@@ -842,27 +781,15 @@ fn task_json(id: &str, row: &TaskRow, detailed: bool) -> Value {
                 }
                 task["result"] = result;
             }
-            "failed" => {
+            TaskStatus::Failed => {
                 task["error"] = row
                     .error
                     .as_deref()
                     .and_then(|e| serde_json::from_str(e).ok())
                     .unwrap_or(json!({ "code": -32603, "message": "internal error" }))
             }
-            _ => {}
+            TaskStatus::Working | TaskStatus::Cancelled => {}
         }
     }
     task
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timestamps_are_rfc3339_utc() {
-        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(iso8601(1_764_374_400_123), "2025-11-29T00:00:00.123Z");
-        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
-    }
 }

@@ -22,7 +22,7 @@ use serde_json::{Map, Value};
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use crate::pipeline::Reply;
+use crate::reply::Reply;
 
 /// The target of request spans and their events: a trace layer selects it, the log layer
 /// leaves it out.
@@ -101,7 +101,9 @@ fn incoming_parent(params: &Map<String, Value>) -> Option<SpanContext> {
 
 /// Parses a W3C `traceparent` (version `00`, or a later version's first four fields): lowercase
 /// hex only, neither id all zeros, version `ff` invalid. Only the sampled flag is kept.
-pub(crate) fn parse_traceparent(value: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
+/// Public only for the fuzz target (`fuzz/`, `traceparent`); not part of the library API.
+#[doc(hidden)]
+pub fn parse_traceparent(value: &str) -> Option<(TraceId, SpanId, TraceFlags)> {
     // 2 + 1 + 32 + 1 + 16 + 1 + 2: a version-00 header is exactly this long.
     const LEN: usize = 55;
     let bytes = value.as_bytes();

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::{
     AuditRecord, AuditStore, AuditWriter, AuditWriterConfig, ChainBreak, ChainBreakKind, Decision, GENESIS_HASH,
     HandleOwner, HandleStore, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner, Store, StoreError,
-    TaskRow, chain_hash,
+    TaskRow, TaskStatus, chain_hash,
 };
 
 /// The owner-bound handle lookup as the PostgreSQL backend sends it (`$n` placeholders), for a
@@ -669,7 +669,7 @@ pub fn sample_task(n: u8, owner: &HandleOwner) -> TaskRow {
         arguments_digest: [0xaa; 32],
         scopes: "jobs:run".into(),
         execution: "{}".into(),
-        status: "working".into(),
+        status: TaskStatus::Working,
         status_message: None,
         input_requests: None,
         input_responses: "{}".into(),
@@ -719,19 +719,19 @@ pub async fn task_changes_are_compare_and_swap_and_terminal_rows_never_change(ha
     let alice = owner(1, "shop", "cli");
     store.insert_task(sample_task(1, &alice)).await.expect("insert_task");
     let mut next = sample_task(1, &alice);
-    next.status = "input_required".into();
+    next.status = TaskStatus::InputRequired;
     next.input_requests = Some(r#"{"confirm":{}}"#.into());
     next.updated_ms = 1_100;
     assert!(store.swap_task(next.clone(), 1).await.expect("swap"));
     assert!(!other.swap_task(next.clone(), 1).await.expect("swap"), "a stale version must lose");
     // Two instances racing from the same version: exactly one wins.
     let mut done = next.clone();
-    done.status = "completed".into();
+    done.status = TaskStatus::Completed;
     done.input_requests = None;
     done.result = Some(r#"{"content":[]}"#.into());
     done.updated_ms = 1_200;
     let mut cancelled = next.clone();
-    cancelled.status = "cancelled".into();
+    cancelled.status = TaskStatus::Cancelled;
     cancelled.updated_ms = 1_200;
     let (a, b) = tokio::join!(store.swap_task(done.clone(), 2), other.swap_task(cancelled.clone(), 2));
     assert!(a.expect("swap") ^ b.expect("swap"), "exactly one of two racing writers wins");
@@ -740,16 +740,17 @@ pub async fn task_changes_are_compare_and_swap_and_terminal_rows_never_change(ha
     assert_eq!(terminal.version, 3);
     // Terminal: even a writer holding the current version changes nothing.
     let mut reopen = terminal.clone();
-    reopen.status = "working".into();
+    reopen.status = TaskStatus::Working;
     reopen.result = None;
     assert!(!store.swap_task(reopen, 3).await.expect("swap"));
     assert_eq!(store.load_task([1; 32]).await.expect("load").expect("present"), terminal);
     let history: Vec<String> =
         store.task_history([1; 32]).await.expect("history").into_iter().map(|(_, s)| s).collect();
     assert_eq!(history, ["working", "input_required", terminal.status.as_str()]);
-    // A row breaking the schema's rules is refused before the database.
+    // A row breaking the schema's rules is refused before the database (an unknown status
+    // cannot be written at all: it is a `TaskStatus`; one read back is an invalid record).
     let mut broken = sample_task(2, &alice);
-    broken.status = "paused".into();
+    broken.tool = String::new();
     assert!(matches!(store.insert_task(broken).await, Err(StoreError::InvalidRecord { .. })));
     fixture.cleanup().await;
 }
@@ -765,7 +766,7 @@ pub async fn orphaned_tasks_are_found_and_expired_tasks_purged(harness: &dyn Har
         task.created_ms = 1_000 + i64::from(n);
         task.lease_until_ms = Some(if n == 2 { 9_000 } else { 5_000 });
         if n == 3 {
-            task.status = "completed".into();
+            task.status = TaskStatus::Completed;
             task.result = Some("{}".into());
         }
         if n == 4 {

@@ -240,9 +240,7 @@ pub trait HandleStore: Send + Sync + std::fmt::Debug + 'static {
 }
 
 /// The first 8 bytes of a digest, in hex: enough to correlate, useless to forge.
-pub fn hex_prefix(digest: &[u8]) -> String {
-    palisade_wire::hex(&digest[..digest.len().min(8)])
-}
+pub use palisade_base::hex::hex_prefix;
 
 /// The columns of a summary row, in `SELECT` order, shared by both backends.
 pub(crate) type SummaryRow =

@@ -57,7 +57,7 @@ pub use sessions::{
 };
 pub use sqlite::SqliteStore;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture};
-pub use tasks::{MAX_TASK_HISTORY, TERMINAL_STATUSES, TaskRow, TaskStore};
+pub use tasks::{MAX_TASK_HISTORY, TaskRow, TaskStatus, TaskStore};
 pub use writer::{AuditWriter, AuditWriterConfig, BlockingAppend};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and

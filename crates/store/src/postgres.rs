@@ -400,7 +400,7 @@ impl PostgresStore {
         transaction: &mut sqlx::Transaction<'static, sqlx::Postgres>,
         digest: &[u8],
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(NOTIFY_TASK).bind(palisade_wire::hex(digest)).execute(&mut **transaction).await.map(|_| ())
+        sqlx::query(NOTIFY_TASK).bind(palisade_base::hex::hex(digest)).execute(&mut **transaction).await.map(|_| ())
     }
 }
 

@@ -1,10 +1,12 @@
 //! The audit record (what one decision leaves behind), its limits, and the chain hash over it:
-//! `hash = SHA-256(prev_hash || canonical JSON of the record)`.
+//! `hash = SHA-256(prev_hash || RFC 8785 canonical JSON of the record)`.
 
 use std::io::Write as _;
 
 use aws_lc_rs::digest;
 use serde::{Deserialize, Serialize};
+
+use palisade_base::canonical::MAX_SAFE_INTEGER;
 
 use crate::StoreError;
 
@@ -49,9 +51,15 @@ impl Decision {
 ///
 /// Optional fields that are `None` are left out of the hashed canonical JSON, so a field added
 /// later as an `Option` leaves the hashes of older records unchanged.
+///
+/// The hashed form is RFC 8785 (JCS) of the record's `Serialize` form. Its keys are ASCII and its
+/// numbers integers within ±(2^53 − 1) ([`AuditRecord::validate`]), where JCS spells a number
+/// exactly as its decimal integer and a string exactly as `serde_json` escapes it: the bytes are
+/// the same as those of the canonical writer used before JCS, so logs written earlier verify
+/// unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AuditRecord {
-    /// When the decision was made, milliseconds since the Unix epoch (at most `i64::MAX`).
+    /// When the decision was made, milliseconds since the Unix epoch (at most 2^53 − 1).
     pub at_ms: u64,
     /// The request's trace id.
     pub trace_id: String,
@@ -84,13 +92,18 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
-    /// Checks the limits every backend enforces before anything is written: `at_ms` fits a signed
-    /// 64-bit column, strings are at most [`MAX_FIELD_BYTES`] and free of NUL (PostgreSQL text
-    /// cannot hold it), at most [`MAX_SCOPES`] scopes. The [`AuditWriter`](crate::AuditWriter)
-    /// checks this before queueing, so one bad record fails only its own caller, not its batch.
+    /// Checks the limits every backend enforces before anything is written: `at_ms` and `code`
+    /// are within ±(2^53 − 1) (an RFC 8785 number is a double: a larger integer would be hashed
+    /// rounded, and the stored column would not match it), strings are at most
+    /// [`MAX_FIELD_BYTES`] and free of NUL (PostgreSQL text cannot hold it), at most
+    /// [`MAX_SCOPES`] scopes. The [`AuditWriter`](crate::AuditWriter) checks this before
+    /// queueing, so one bad record fails only its own caller, not its batch.
     pub fn validate(&self) -> Result<(), StoreError> {
-        if i64::try_from(self.at_ms).is_err() {
-            return Err(StoreError::InvalidRecord { reason: "at_ms is larger than i64::MAX" });
+        if self.at_ms > MAX_SAFE_INTEGER {
+            return Err(StoreError::InvalidRecord { reason: "at_ms is larger than 2^53 - 1" });
+        }
+        if self.code.is_some_and(|code| code.unsigned_abs() > MAX_SAFE_INTEGER) {
+            return Err(StoreError::InvalidRecord { reason: "code is outside -(2^53 - 1) ..= 2^53 - 1" });
         }
         if self.scopes.len() > MAX_SCOPES {
             return Err(StoreError::InvalidRecord { reason: "too many scopes" });
@@ -111,15 +124,19 @@ impl AuditRecord {
         Ok(())
     }
 
-    /// The bytes that are hashed: canonical JSON (keys sorted, no white space) of this record.
+    /// The bytes that are hashed: RFC 8785 canonical JSON (keys sorted, no white space) of this
+    /// record.
     ///
     /// Written field by field in key order rather than through a `serde_json::Value` (a map of
-    /// owned keys, then sorted): the same bytes as `palisade_wire::canonical::canonical_bytes` of
-    /// the record's `Serialize` form (a test holds the two together), without the allocations.
+    /// owned keys, then sorted): for every record [`AuditRecord::validate`] accepts, the same
+    /// bytes as `palisade_base::canonical::canonical_bytes` of the record's `Serialize` form (a
+    /// test holds the two together), without the allocations. (A record outside those limits,
+    /// which no backend stores, keeps its integers exact here.)
     pub fn canonical_bytes(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(384);
         let mut fields = CanonicalObject::new(&mut out);
-        // Keys in byte order; a `None` option is left out, as `skip_serializing_if` does.
+        // Keys in order (ASCII: byte order is RFC 8785's UTF-16 order); a `None` option is left
+        // out, as `skip_serializing_if` does.
         fields.number("at_ms", CanonicalNumber::Unsigned(self.at_ms));
         fields.optional_text("client_digest", self.client_digest.as_deref());
         if let Some(code) = self.code {
@@ -202,7 +219,9 @@ impl<'a> CanonicalObject<'a> {
     }
 }
 
-/// A JSON string exactly as `serde_json` writes one (its escaping is the canonical form's).
+/// A JSON string exactly as `serde_json` writes one: `\"`, `\\`, `\b \f \n \r \t`, other
+/// control characters as `\u00xx` (lower-case hex), everything else as itself. That is RFC 8785's
+/// escaping (§3.2.2.2) for every Rust string (which holds no lone surrogate).
 fn write_json_string(out: &mut Vec<u8>, value: &str) {
     // Writing a string into a Vec cannot fail.
     if serde_json::to_writer(&mut *out, value).is_err() {
@@ -265,26 +284,32 @@ mod tests {
         );
     }
 
-    /// The direct writer and the generic canonical form of the `Serialize` output agree byte for
-    /// byte, over every option present or absent and strings that need escaping: a stored chain
-    /// keeps verifying whichever computed its hashes.
+    /// The direct writer and RFC 8785 (`palisade_base::canonical`) of the `Serialize` output agree
+    /// byte for byte, over every option present or absent, the integer bounds, and strings with
+    /// every control character, quotes, non-ASCII, non-BMP and private-use characters: a stored
+    /// chain keeps verifying whichever computed its hashes, and an external JCS verifier agrees.
     #[test]
-    fn direct_canonical_bytes_equal_the_generic_canonical_form() {
+    fn direct_canonical_bytes_equal_rfc_8785() {
+        let controls: String = (0u32..0x20).filter_map(char::from_u32).collect();
         let awkward = [
             "",
             "plain",
-            "quote \" and backslash \\",
-            "control \u{1}\u{1f}\n\t\r",
+            "quote \" and backslash \\ and slash /",
+            "control \u{1}\u{1f}\n\t\r\u{8}\u{c}",
+            controls.as_str(),
             "Ünïcödé ☕ 🦀",
             "</script>&'",
-            "\u{7f}\u{2028}",
+            "\u{7f}\u{80}\u{2028}\u{2029}",
+            "\u{e000}\u{fb33}\u{ffff}\u{10000}\u{1f600}\u{10ffff}",
         ];
+        let safe = MAX_SAFE_INTEGER;
+        let safe_signed = i64::try_from(safe).unwrap();
         let mut checked = 0;
         for (index, text) in awkward.iter().enumerate() {
             for mask in 0u32..64 {
                 let some = |bit: u32| mask & (1 << bit) != 0;
                 let record = AuditRecord {
-                    at_ms: [0, 1, 1_764_000_000_000, i64::MAX as u64][index % 4],
+                    at_ms: [0, 1, 1_764_000_000_000, safe][index % 4],
                     trace_id: (*text).to_owned(),
                     stage: format!("stage{text}"),
                     decision: if some(0) { Decision::Allow } else { Decision::Deny },
@@ -294,19 +319,86 @@ mod tests {
                     client_digest: some(3).then(|| format!("c{text}")),
                     scopes: (0..(mask as usize % 3)).map(|n| format!("{text}{n}")).collect(),
                     policy_version: some(4).then(|| format!("v{text}")),
-                    code: some(5).then_some([-32603, 0, 403, i64::MIN, i64::MAX][mask as usize % 5]),
+                    code: some(5).then_some([-32603, 0, 403, -safe_signed, safe_signed][mask as usize % 5]),
                     detail: some(1).then(|| format!("detail {text}")),
                 };
                 let value = serde_json::to_value(&record).unwrap();
                 assert_eq!(
                     String::from_utf8(record.canonical_bytes()).unwrap(),
-                    String::from_utf8(palisade_wire::canonical::canonical_bytes(&value)).unwrap(),
+                    String::from_utf8(palisade_base::canonical::canonical_bytes(&value)).unwrap(),
                     "record {record:?}"
                 );
                 checked += 1;
             }
         }
         assert_eq!(checked, awkward.len() * 64);
+    }
+
+    /// Hashes of a chain as the writer computed them before the canonical form was RFC 8785
+    /// (recomputed independently: sorted keys, `serde_json` escaping, SHA-256 chained from
+    /// [`GENESIS_HASH`]). They must never change: logs already written verify against them.
+    #[test]
+    fn hashes_of_logs_written_before_rfc_8785_are_unchanged() {
+        let second = AuditRecord {
+            at_ms: 1_764_000_000_001,
+            trace_id: "00000000000000000000000000000002".into(),
+            stage: "kill_switch.pre_dispatch".into(),
+            decision: Decision::Allow,
+            operation: "tools/call:café 🦀".into(),
+            principal_digest: Some("p\u{1}\u{1f}\n\"\\".into()),
+            tenant_digest: Some("\u{e000}\u{ffff}\u{10000}".into()),
+            client_digest: Some("</script>\u{7f}\u{2028}".into()),
+            scopes: vec!["shop:read".into(), "ünï".into()],
+            policy_version: None,
+            code: Some(-32602),
+            detail: None,
+        };
+        let third = AuditRecord {
+            at_ms: MAX_SAFE_INTEGER,
+            trace_id: "t".into(),
+            stage: "s".into(),
+            decision: Decision::Allow,
+            operation: "o".into(),
+            principal_digest: None,
+            tenant_digest: None,
+            client_digest: None,
+            scopes: Vec::new(),
+            policy_version: None,
+            code: None,
+            detail: None,
+        };
+        let expected = [
+            "a9ca51788b59a86d0cdee76b0473f89cd454d6d83e4f2457d0925f75fb969b0e",
+            "9fbc4e4e58ad9a945b25140bdab9c2ad5e8d66828f399d46698fa6860a15f6f3",
+            "1dd57cceead7d92535f02609412c644401f754f64a2218db94c59f5faffa01e2",
+        ];
+        let mut prev = GENESIS_HASH;
+        for (record, expected) in [sample(), second, third].iter().zip(expected) {
+            assert!(record.validate().is_ok());
+            prev = chain_hash(&prev, record);
+            assert_eq!(palisade_base::hex::hex(&prev), expected, "{record:?}");
+        }
+    }
+
+    /// A record with an integer JCS would round is refused before anything is written, and the
+    /// direct writer still spells such an integer exactly (what it always did), so nothing that
+    /// was hashed before changes.
+    #[test]
+    fn integers_beyond_2_pow_53_are_refused_and_never_rounded() {
+        let mut late = sample();
+        late.at_ms = MAX_SAFE_INTEGER + 1;
+        assert!(matches!(late.validate(), Err(StoreError::InvalidRecord { .. })));
+        for code in [i64::MIN, i64::MAX, -(1 << 53), 1 << 53] {
+            let mut coded = sample();
+            coded.code = Some(code);
+            assert!(matches!(coded.validate(), Err(StoreError::InvalidRecord { .. })), "{code}");
+        }
+        let mut edge = sample();
+        edge.code = Some(-((1 << 53) - 1));
+        assert!(edge.validate().is_ok());
+        late.at_ms = u64::try_from(i64::MAX).unwrap();
+        let text = String::from_utf8(late.canonical_bytes()).unwrap();
+        assert!(text.starts_with(r#"{"at_ms":9223372036854775807,"#), "{text}");
     }
 
     #[test]

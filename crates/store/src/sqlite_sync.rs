@@ -469,9 +469,10 @@ mod tests {
     /// A migrated database file in a fresh directory, and its (idle) store: the store's own
     /// appender appends nothing here, so its checkpoint thread stays idle too.
     async fn fresh_database(name: &str) -> (PathBuf, PathBuf, crate::SqliteStore) {
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let directory = std::env::temp_dir().join(format!("palisade-sync-test-{name}-{}-{nanos}", std::process::id()));
+        let mut random = [0u8; 8];
+        aws_lc_rs::rand::fill(&mut random).unwrap();
+        let unique = palisade_base::hex::hex(&random);
+        let directory = std::env::temp_dir().join(format!("palisade-sync-test-{name}-{}-{unique}", std::process::id()));
         std::fs::create_dir_all(&directory).unwrap();
         let path = directory.join("audit.db");
         let store = crate::SqliteStore::open(path.to_str().unwrap()).await.unwrap();

@@ -13,8 +13,53 @@ use crate::StoreError;
 use crate::handles::HandleOwner;
 use crate::store::StoreFuture;
 
-/// Statuses a task can no longer leave.
-pub const TERMINAL_STATUSES: [&str; 3] = ["completed", "failed", "cancelled"];
+/// A task's status (its string form is the stored and the wire form).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TaskStatus {
+    /// Its handler is running (or about to).
+    Working,
+    /// Waiting for the client's answers (`tasks/update`).
+    InputRequired,
+    /// Done, with a result.
+    Completed,
+    /// Done, with an error.
+    Failed,
+    /// Stopped by the client or a revocation.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Every status.
+    pub const ALL: [TaskStatus; 5] =
+        [Self::Working, Self::InputRequired, Self::Completed, Self::Failed, Self::Cancelled];
+
+    /// The stored and wire form.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Working => "working",
+            Self::InputRequired => "input_required",
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Cancelled => "cancelled",
+        }
+    }
+
+    /// The status a stored string names; anything else is `None`.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|status| status.as_str() == text)
+    }
+
+    /// Whether a task can no longer leave this status.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// Most history rows [`TaskStore::task_history`] returns.
 pub const MAX_TASK_HISTORY: u32 = 1_000;
@@ -40,7 +85,7 @@ pub struct TaskRow {
     /// (JSON). Never a token or a raw handle.
     pub execution: String,
     /// `working`, `input_required`, `completed`, `failed` or `cancelled`.
-    pub status: String,
+    pub status: TaskStatus,
     /// Human-readable status text.
     pub status_message: Option<String>,
     /// Outstanding input requests (JSON object) while `input_required`.
@@ -88,7 +133,7 @@ impl std::fmt::Debug for TaskRow {
 impl TaskRow {
     /// Whether the status is terminal.
     pub fn is_terminal(&self) -> bool {
-        TERMINAL_STATUSES.contains(&self.status.as_str())
+        self.status.is_terminal()
     }
 
     /// When the row may be purged, if ever.
@@ -97,10 +142,6 @@ impl TaskRow {
     }
 
     pub(crate) fn validate(&self) -> Result<(), StoreError> {
-        let statuses = ["working", "input_required", "completed", "failed", "cancelled"];
-        if !statuses.contains(&self.status.as_str()) {
-            return Err(StoreError::InvalidRecord { reason: "unknown task status" });
-        }
         if self.owner.tenant.is_empty() || self.owner.client.is_empty() || self.tool.is_empty() {
             return Err(StoreError::InvalidRecord { reason: "a task needs a tenant, a client and a tool" });
         }
@@ -246,7 +287,7 @@ pub(crate) fn decode_task(row: TaskTuple) -> Result<TaskRow, StoreError> {
         arguments_digest: crate::handles::digest_array(&row.arguments_digest)?,
         scopes: row.scopes,
         execution: row.execution,
-        status: row.status,
+        status: TaskStatus::parse(&row.status).ok_or(StoreError::InvalidRecord { reason: "unknown task status" })?,
         status_message: row.status_message,
         input_requests: row.input_requests,
         input_responses: row.input_responses,
@@ -280,7 +321,7 @@ macro_rules! bind_task_insert {
             .bind(task.arguments_digest.to_vec())
             .bind(task.scopes)
             .bind(task.execution)
-            .bind(task.status)
+            .bind(task.status.as_str())
             .bind(task.status_message)
             .bind(task.input_requests)
             .bind(task.input_responses)
@@ -306,7 +347,7 @@ macro_rules! bind_task_swap {
         let task = $task;
         $query
             .bind(task.digest.to_vec())
-            .bind(task.status)
+            .bind(task.status.as_str())
             .bind(task.status_message)
             .bind(task.input_requests)
             .bind(task.input_responses)
@@ -341,7 +382,7 @@ macro_rules! impl_task_store {
                 task.validate()?;
                 let during = "insert_task";
                 let sqlx_error = |error| StoreError::from_sqlx(during, error);
-                let (digest, at, status) = (task.digest.to_vec(), task.created_ms, task.status.clone());
+                let (digest, at, status) = (task.digest.to_vec(), task.created_ms, task.status.as_str().to_owned());
                 let mut transaction = self.$begin().await.map_err(sqlx_error)?;
                 bind_task_insert!(sqlx::query($sql!(tasks::sql::INSERT)), task)
                     .execute(&mut *transaction)
@@ -389,7 +430,7 @@ macro_rules! impl_task_store {
                 next.validate()?;
                 let during = "swap_task";
                 let sqlx_error = |error| StoreError::from_sqlx(during, error);
-                let (digest, at, status) = (next.digest.to_vec(), next.updated_ms, next.status.clone());
+                let (digest, at, status) = (next.digest.to_vec(), next.updated_ms, next.status.as_str().to_owned());
                 let mut transaction = self.$begin().await.map_err(sqlx_error)?;
                 let previous: Option<(String,)> = sqlx::query_as($status_sql)
                     .bind(digest.clone())

@@ -59,8 +59,14 @@ async fn admin_pool(url: &str) -> PgPool {
 
 fn unique_schema() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    format!("audit_test_{}_{}_{nanos}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    let mut random = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut random).expect("the system's random source");
+    format!(
+        "audit_test_{}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        palisade_base::hex::hex(&random)
+    )
 }
 
 impl Harness for PostgresHarness {

@@ -19,11 +19,13 @@ struct SqliteFixture {
 /// A path no other test (or earlier run) uses; nothing is created.
 fn unique_path() -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let mut random = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut random).expect("the system's random source");
     std::env::temp_dir().join(format!(
-        "palisade-store-test-{}-{}-{nanos}",
+        "palisade-store-test-{}-{}-{}",
         std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
+        COUNTER.fetch_add(1, Ordering::Relaxed),
+        palisade_base::hex::hex(&random)
     ))
 }
 

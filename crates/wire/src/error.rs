@@ -37,9 +37,47 @@ pub enum ProtocolError {
     /// The frame is JSON but not an acceptable JSON-RPC request or notification.
     #[error("invalid request: {0}")]
     InvalidRequest(&'static str),
-    /// The request body exceeds the configured limit.
+    /// The request body exceeds the configured limit (HTTP 413).
     #[error("request body too large")]
     PayloadTooLarge,
+    /// HTTP: more than one `Host` header (HTTP 403, DNS rebinding defence).
+    #[error("invalid request: more than one Host header")]
+    RepeatedHost,
+    /// HTTP: the `Host` (or the request target's authority) is absent or not allowed (HTTP 403).
+    #[error("invalid request: Host is not allowed")]
+    HostNotAllowed,
+    /// HTTP: more than one `Origin` header (HTTP 403).
+    #[error("invalid request: more than one Origin header")]
+    RepeatedOrigin,
+    /// HTTP: the `Origin` is not allowed (HTTP 403).
+    #[error("invalid request: Origin is not allowed")]
+    OriginNotAllowed,
+    /// HTTP: too many request headers, or too many bytes of them (HTTP 431).
+    #[error("invalid request: request headers too large")]
+    HeadersTooLarge,
+    /// HTTP: an `access_token` in the URL query; tokens travel in `Authorization` only (HTTP 400).
+    #[error("invalid request: access tokens are not accepted in the URL")]
+    TokenInUrl,
+    /// HTTP: `Accept` allows neither `application/json` nor `text/event-stream` (HTTP 406).
+    #[error("invalid request: Accept must allow application/json or text/event-stream")]
+    NotAcceptable,
+    /// HTTP: a request that can only be answered as an event stream (the 2025-era GET stream, a
+    /// request needing the client's input) from a client whose `Accept` does not allow
+    /// `text/event-stream` (HTTP 406).
+    #[error("invalid request: Accept must allow text/event-stream")]
+    EventStreamRequired,
+    /// HTTP: `Content-Type` is absent, repeated or not `application/json` (HTTP 415).
+    #[error("invalid request: Content-Type must be application/json")]
+    UnsupportedMediaType,
+    /// HTTP: the request body broke off or was malformed on the wire (HTTP 400).
+    #[error("invalid request: the request body could not be read")]
+    BodyUnreadable,
+    /// HTTP: the request body did not arrive within the body read timeout (HTTP 408).
+    #[error("invalid request: the request body did not arrive in time")]
+    BodyTimeout,
+    /// The caller already holds as many open streams as it may (HTTP 429).
+    #[error("invalid request: too many open streams for this caller")]
+    TooManyStreams,
     /// Unknown, removed or un-advertised method.
     #[error("method not found")]
     MethodNotFound {
@@ -120,6 +158,18 @@ impl ProtocolError {
             Self::InvalidRequest(_)
             | Self::SessionNotFound
             | Self::PayloadTooLarge
+            | Self::RepeatedHost
+            | Self::HostNotAllowed
+            | Self::RepeatedOrigin
+            | Self::OriginNotAllowed
+            | Self::HeadersTooLarge
+            | Self::TokenInUrl
+            | Self::NotAcceptable
+            | Self::EventStreamRequired
+            | Self::UnsupportedMediaType
+            | Self::BodyUnreadable
+            | Self::BodyTimeout
+            | Self::TooManyStreams
             | Self::Unauthenticated
             | Self::InsufficientScope { .. } => codes::INVALID_REQUEST,
             Self::MethodNotFound { .. } => codes::METHOD_NOT_FOUND,
@@ -135,8 +185,14 @@ impl ProtocolError {
     /// The HTTP status of a response that carries only this error (protocol.md §5).
     pub fn http_status(&self) -> u16 {
         match self {
-            Self::Parse | Self::InvalidRequest(_) => 400,
+            Self::Parse | Self::InvalidRequest(_) | Self::TokenInUrl | Self::BodyUnreadable => 400,
             Self::PayloadTooLarge => 413,
+            Self::RepeatedHost | Self::HostNotAllowed | Self::RepeatedOrigin | Self::OriginNotAllowed => 403,
+            Self::NotAcceptable | Self::EventStreamRequired => 406,
+            Self::BodyTimeout => 408,
+            Self::UnsupportedMediaType => 415,
+            Self::TooManyStreams => 429,
+            Self::HeadersTooLarge => 431,
             Self::Unauthenticated => 401,
             Self::InsufficientScope { .. } | Self::OperationDisabled => 403,
             Self::Unavailable => 503,
@@ -204,6 +260,35 @@ mod tests {
         assert_eq!(ProtocolError::UnsupportedVersion { requested: "1".into() }.code(), -32022);
         assert_eq!(ProtocolError::MissingCapability { required: json!({}) }.code(), -32021);
         assert_eq!(ProtocolError::InvalidMeta("x".into()).http_status(), 400);
+    }
+
+    /// The transport's refusals: the status, code and message each one is sent with, all taken
+    /// from here (the HTTP transport passes only the variant).
+    #[test]
+    fn transport_refusals_have_their_own_status_and_the_invalid_request_code() {
+        let cases = [
+            (ProtocolError::RepeatedHost, 403, "invalid request: more than one Host header"),
+            (ProtocolError::HostNotAllowed, 403, "invalid request: Host is not allowed"),
+            (ProtocolError::RepeatedOrigin, 403, "invalid request: more than one Origin header"),
+            (ProtocolError::OriginNotAllowed, 403, "invalid request: Origin is not allowed"),
+            (ProtocolError::HeadersTooLarge, 431, "invalid request: request headers too large"),
+            (ProtocolError::TokenInUrl, 400, "invalid request: access tokens are not accepted in the URL"),
+            (
+                ProtocolError::NotAcceptable,
+                406,
+                "invalid request: Accept must allow application/json or text/event-stream",
+            ),
+            (ProtocolError::EventStreamRequired, 406, "invalid request: Accept must allow text/event-stream"),
+            (ProtocolError::UnsupportedMediaType, 415, "invalid request: Content-Type must be application/json"),
+            (ProtocolError::BodyUnreadable, 400, "invalid request: the request body could not be read"),
+            (ProtocolError::BodyTimeout, 408, "invalid request: the request body did not arrive in time"),
+            (ProtocolError::PayloadTooLarge, 413, "request body too large"),
+            (ProtocolError::TooManyStreams, 429, "invalid request: too many open streams for this caller"),
+        ];
+        for (error, status, message) in cases {
+            assert_eq!(error.http_status(), status, "{error:?}");
+            assert_eq!(error.to_wire(), json!({"code": -32600, "message": message}), "{error:?}");
+        }
     }
 
     #[test]

@@ -4,7 +4,6 @@
 //! **Architecture Invariant:** this crate does no I/O and knows no transport library; it turns
 //! bytes into typed frames and typed errors into wire objects, nothing else.
 
-pub mod canonical;
 pub mod error;
 pub mod header;
 pub mod jsonrpc;
@@ -15,17 +14,6 @@ pub use error::ProtocolError;
 pub use jsonrpc::{Message, Notification, Request, RequestId};
 pub use meta::{LogLevel, ProgressToken, RequestMeta};
 pub use strict::StrictJsonError;
-
-/// Lower-case hex of `bytes` (digests, ids, trace ids): one allocation, no formatter.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
-    }
-    out
-}
 
 /// The protocol revision this crate speaks.
 pub const PROTOCOL_VERSION: &str = "2026-07-28";
@@ -53,15 +41,4 @@ pub mod meta_keys {
     pub const SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
     /// Progress token of a request.
     pub const PROGRESS_TOKEN: &str = "progressToken";
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn hex_matches_the_formatter() {
-        let bytes: Vec<u8> = (0..=255).collect();
-        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(super::hex(&bytes), expected);
-        assert_eq!(super::hex(&[]), "");
-    }
 }

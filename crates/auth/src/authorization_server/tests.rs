@@ -9,7 +9,7 @@ use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 use super::*;
-use crate::clock::ManualClock;
+use palisade_base::clock::ManualClock;
 
 const ISSUER: &str = "http://127.0.0.1:8080/dev-issuer";
 const RESOURCE: &str = "http://127.0.0.1:8080/mcp";

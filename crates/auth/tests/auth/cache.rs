@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use palisade_auth::{Algorithm, AuthError, InvalidTokenReason as Reason, IssuerConfig, ManualClock, TokenVerifier};
+use palisade_auth::{Algorithm, AuthError, InvalidTokenReason as Reason, IssuerConfig, TokenVerifier};
 use serde_json::json;
 
 use crate::common::*;
@@ -56,15 +56,15 @@ async fn entries_end_at_exp_and_leeway_is_rechecked_cold() {
     let (verifier, clock) = static_verifier(&key, 100);
     let header = bearer(&token_with(&key, json!({}), json!({"exp": NOW + 60})));
     verifier.verify(Some(&header)).await.expect("cold");
-    clock.set((NOW + 60) * 1000 - 1);
+    clock.set_ms(ms((NOW + 60) * 1000 - 1));
     verifier.verify(Some(&header)).await.expect("warm, just before exp");
     assert_eq!(verifier.stats().cache_hits, 1);
     // At exp the entry is gone; the cold path still accepts within the leeway.
-    clock.set((NOW + 60) * 1000);
+    clock.set_ms(ms((NOW + 60) * 1000));
     verifier.verify(Some(&header)).await.expect("cold, inside leeway");
     assert_eq!(verifier.stats().signature_verifications, 2);
     assert_eq!(verifier.cached_tokens(), 0, "a token past its exp is not cached again");
-    clock.set((NOW + 60 + LEEWAY) * 1000);
+    clock.set_ms(ms((NOW + 60 + LEEWAY) * 1000));
     assert_eq!(verifier.verify(Some(&header)).await, Err(AuthError::InvalidToken(Reason::Expired)));
 }
 

@@ -10,7 +10,8 @@ use aws_lc_rs::signature::{
 };
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use palisade_auth::{IssuerConfig, JwkSet, JwksPolicy, JwksSource, ManualClock, ResourceServerConfig, TokenVerifier};
+use palisade_auth::{IssuerConfig, JwkSet, JwksPolicy, JwksSource, ResourceServerConfig, TokenVerifier};
+pub use palisade_base::clock::ManualClock;
 use serde_json::{Value, json};
 
 pub const RESOURCE: &str = "https://mcp.example.com/mcp";
@@ -146,8 +147,13 @@ pub fn config(issuers: Vec<IssuerConfig>) -> ResourceServerConfig {
     cfg
 }
 
+/// `ms` as the clock's signed milliseconds (test times are far below `i64::MAX`).
+pub fn ms(ms: u64) -> i64 {
+    i64::try_from(ms).expect("a test time fits i64")
+}
+
 pub fn clock() -> Arc<ManualClock> {
-    Arc::new(ManualClock::new(NOW * 1000))
+    Arc::new(ManualClock::new(ms(NOW * 1000)))
 }
 
 pub fn verifier(cfg: ResourceServerConfig, clock: &Arc<ManualClock>) -> TokenVerifier {

@@ -6,8 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_auth::{
-    Algorithm, AuthError, InvalidTokenReason as Reason, IssuerConfig, JwksPolicy, JwksSource, ManualClock,
-    TokenVerifier,
+    Algorithm, AuthError, InvalidTokenReason as Reason, IssuerConfig, JwksPolicy, JwksSource, TokenVerifier,
 };
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
@@ -216,7 +215,7 @@ async fn outage_after_success_is_bounded_stale_if_error() {
     assert_eq!(check(&s.verifier, &token(&rotated)).await, Err(unavailable()));
 
     // 15 minutes after the last successful fetch nothing is trusted any more.
-    s.clock.set(NOW * 1000 + 900_000);
+    s.clock.set_ms(ms(NOW * 1000 + 900_000));
     assert_eq!(check(&s.verifier, &cached).await, Err(unavailable()));
     assert_eq!(check(&s.verifier, &token_with(&k1, json!({}), json!({"jti": "fresh2"}))).await, Err(unavailable()));
 }

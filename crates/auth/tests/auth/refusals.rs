@@ -3,8 +3,7 @@
 
 use aws_lc_rs::hmac;
 use palisade_auth::{
-    Algorithm, AuthError, ClaimKind, HeaderProblem, InvalidTokenReason as Reason, IssuerConfig, ManualClock, Segment,
-    TokenVerifier,
+    Algorithm, AuthError, ClaimKind, HeaderProblem, InvalidTokenReason as Reason, IssuerConfig, Segment, TokenVerifier,
 };
 use serde_json::json;
 use std::sync::Arc;
@@ -378,9 +377,9 @@ async fn expiry_boundary_to_the_millisecond() {
     let exp = NOW + 10;
     let t = bearer(&token_with(&f.ec, json!({}), json!({"exp": exp})));
     let edge_ms = (exp + LEEWAY) * 1000;
-    f.clock.set(edge_ms - 1);
+    f.clock.set_ms(ms(edge_ms - 1));
     assert!(f.verifier.verify(Some(&t)).await.is_ok(), "accepted 1 ms before exp + leeway");
-    f.clock.set(edge_ms);
+    f.clock.set_ms(ms(edge_ms));
     assert_eq!(f.verifier.verify(Some(&t)).await.err(), Some(invalid(Reason::Expired)), "refused at exp + leeway");
 }
 
@@ -390,9 +389,9 @@ async fn not_before_boundary_to_the_millisecond() {
     let nbf = NOW + 100;
     let t = bearer(&token_with(&f.ec, json!({}), json!({"nbf": nbf, "iat": null})));
     let start_ms = (nbf - LEEWAY) * 1000;
-    f.clock.set(start_ms - 1);
+    f.clock.set_ms(ms(start_ms - 1));
     assert_eq!(f.verifier.verify(Some(&t)).await.err(), Some(invalid(Reason::NotYetValid)));
-    f.clock.set(start_ms);
+    f.clock.set_ms(ms(start_ms));
     assert!(f.verifier.verify(Some(&t)).await.is_ok());
 }
 

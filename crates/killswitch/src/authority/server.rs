@@ -17,6 +17,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use palisade_base::clock::Clock;
+use palisade_base::time::format_rfc3339_ms;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -28,7 +30,6 @@ use crate::batch::{
     BATCH_PATH, BATCH_QUERY_SCHEMA_VERSION, BATCH_SCHEMA_VERSION, BatchItem, BatchPayload, BatchQuery, BatchResponse,
     MAX_BATCH_QUERIES, all_paths, hash_hex, key_id, leaf_hash, sign_batch,
 };
-use crate::clock::{Clock, format_rfc3339_ms};
 use crate::envelope::sign_envelope;
 use crate::head::{
     CURRENT_HEAD_PATH, HEAD_SCHEMA_VERSION, HeadPayload, HeadQuery, HeadResponse, MAX_TARGETS_PER_QUERY, Phase,

@@ -176,7 +176,7 @@ async fn an_expired_policy_refuses_everything() {
     const LIFETIME_MS: i64 = 60_000;
     let world = World::new().await;
     let mut payload = world.kit.payload(2);
-    payload["not_after"] = serde_json::json!(palisade_killswitch::format_rfc3339_ms(now_ms() + LIFETIME_MS));
+    payload["not_after"] = serde_json::json!(palisade_base::time::format_rfc3339_ms(now_ms() + LIFETIME_MS));
     let policy = world.kit.load(&world.kit.sign(&payload)).unwrap();
     // The kill switch's clock is the system clock until the test moves it (no sleeping).
     let clock = Arc::new(SkewClock::default());

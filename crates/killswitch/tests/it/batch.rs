@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use palisade_base::time::format_rfc3339_ms;
 use palisade_killswitch::batch::{
     BATCH_SCHEMA_VERSION, BatchItem, BatchPayload, BatchQuery, BatchResponse, all_paths, hash_hex, key_id, leaf_hash,
     sign_batch,
@@ -20,7 +21,7 @@ use palisade_killswitch::envelope::{EnvelopeError, sign_envelope};
 use palisade_killswitch::head::HeadPayload;
 use palisade_killswitch::{
     AuthorityClient, AuthorityError, DispatchClearance, Ed25519SigningKey, KillSwitch, KillSwitchError,
-    SqliteGenerationStore, TargetKind, TargetValues, format_rfc3339_ms,
+    SqliteGenerationStore, TargetKind, TargetValues,
 };
 use tokio::net::TcpListener;
 
@@ -80,7 +81,7 @@ fn answer(batch: &BatchQuery, key: &Ed25519SigningKey, defects: &Defects) -> Bat
         mutate(&mut payload);
     }
     let signed = if defects.v2_context {
-        sign_envelope(&palisade_wire::canonical::canonical_bytes(&serde_json::to_value(&payload).unwrap()), key)
+        sign_envelope(&palisade_base::canonical::canonical_bytes(&serde_json::to_value(&payload).unwrap()), key)
     } else {
         sign_batch(&payload, key)
     };

@@ -6,13 +6,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use palisade_base::clock::{Clock, SystemClock};
+use palisade_base::time::format_rfc3339_ms;
 use palisade_killswitch::authority::{self, AuthorityDb, AuthorityServerConfig};
 use palisade_killswitch::envelope::{envelope_bytes, sign_envelope};
 use palisade_killswitch::head::{HeadPayload, HeadQuery};
 use palisade_killswitch::keys::generate_keypair_files;
 use palisade_killswitch::{
-    AuthorityClient, AuthorityClientConfig, Clock, Ed25519SigningKey, GenerationStore, KillSwitch, KillSwitchConfig,
-    Policy, PolicyFiles, SqliteGenerationStore, SystemClock, TargetKey, file_sha256_hex, format_rfc3339_ms,
+    AuthorityClient, AuthorityClientConfig, Ed25519SigningKey, GenerationStore, KillSwitch, KillSwitchConfig, Policy,
+    PolicyFiles, SqliteGenerationStore, TargetKey, file_sha256_hex,
 };
 use palisade_killswitch::{Phase, TargetState};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
@@ -175,7 +177,7 @@ impl PolicyKit {
     }
 
     pub fn sign(&self, payload: &Value) -> Vec<u8> {
-        self.sign_bytes(&palisade_wire::canonical::canonical_bytes(payload))
+        self.sign_bytes(&palisade_base::canonical::canonical_bytes(payload))
     }
 
     pub fn load(&self, envelope: &[u8]) -> Result<Policy, palisade_killswitch::PolicyError> {

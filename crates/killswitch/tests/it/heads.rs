@@ -9,11 +9,12 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use palisade_base::time::format_rfc3339_ms;
 use palisade_killswitch::envelope::{SignedEnvelope, sign_envelope};
 use palisade_killswitch::head::{HeadPayload, HeadQuery, HeadResponse};
 use palisade_killswitch::{
     AuthorityClient, AuthorityError, Ed25519SigningKey, KillSwitch, KillSwitchError, Phase, SqliteGenerationStore,
-    TargetKind, TargetState, TargetValues, format_rfc3339_ms,
+    TargetKind, TargetState, TargetValues,
 };
 use tokio::net::TcpListener;
 
@@ -198,7 +199,7 @@ async fn malformed_or_foreign_answers_are_refused() {
     let error = refusal(|query, key| {
         let mut value = serde_json::to_value(honest(query, 0)).unwrap();
         value["allow"] = serde_json::json!(true);
-        answer(vec![sign_envelope(&palisade_wire::canonical::canonical_bytes(&value), key)])
+        answer(vec![sign_envelope(&palisade_base::canonical::canonical_bytes(&value), key)])
     })
     .await;
     assert!(

@@ -2,11 +2,12 @@
 
 use std::sync::Arc;
 
+use palisade_base::time::format_rfc3339_ms;
 use palisade_killswitch::envelope::{EnvelopeError, SignedEnvelope, envelope_bytes, sign_envelope};
 use palisade_killswitch::keys::generate_keypair_files;
 use palisade_killswitch::{
     Coverage, Ed25519SigningKey, ExposedOperation, KillSwitchError, MonotonicOutcome, PolicyError, PolicyHeader,
-    PolicyPayload, SqliteGenerationStore, TargetKind, TargetValues, format_rfc3339_ms, sign_policy,
+    PolicyPayload, SqliteGenerationStore, TargetKind, TargetValues, sign_policy,
 };
 use serde_json::json;
 
@@ -58,7 +59,7 @@ async fn a_server_exposing_an_unlisted_operation_does_not_start() {
         authority: client,
         store,
         target_key: palisade_killswitch::TargetKey::from_bytes(&[1; 32]),
-        clock: Arc::new(palisade_killswitch::SystemClock),
+        clock: Arc::new(palisade_base::clock::SystemClock),
     })
     .await;
     match result {
@@ -163,7 +164,7 @@ fn not_applicable_needs_a_reason_and_no_targets_or_fence() {
 #[test]
 fn envelope_defects_are_refused() {
     let kit = PolicyKit::new();
-    let payload = palisade_wire::canonical::canonical_bytes(&kit.payload(1));
+    let payload = palisade_base::canonical::canonical_bytes(&kit.payload(1));
     let good = sign_envelope(&payload, &kit.root_key);
 
     let extra = json!({"payload_b64": good.payload_b64, "signature_b64": good.signature_b64, "alg": "none"});
@@ -190,7 +191,7 @@ fn envelope_defects_are_refused() {
     // Bad signature: payload changed after signing.
     let mut tampered = kit.payload(1);
     tampered["policy_generation"] = json!(99);
-    let tampered_b64 = sign_envelope(&palisade_wire::canonical::canonical_bytes(&tampered), &kit.root_key).payload_b64;
+    let tampered_b64 = sign_envelope(&palisade_base::canonical::canonical_bytes(&tampered), &kit.root_key).payload_b64;
     let forged =
         envelope_bytes(&SignedEnvelope { payload_b64: tampered_b64, signature_b64: good.signature_b64.clone() });
     assert!(matches!(kit.load(&forged), Err(PolicyError::Envelope(EnvelopeError::Signature))));
@@ -251,7 +252,7 @@ fn payload_defects_are_refused() {
     schema_error(kit.load(&kit.sign(&local_time)));
 
     // Duplicate operation keys in the signed bytes.
-    let canonical = String::from_utf8(palisade_wire::canonical::canonical_bytes(&kit.payload(1))).unwrap();
+    let canonical = String::from_utf8(palisade_base::canonical::canonical_bytes(&kit.payload(1))).unwrap();
     let rule = r#"{"coverage":"COVERED","require_commit_fence":false,"required_target_kinds":["tool"],"technical_reason":null}"#;
     let duplicated = canonical.replacen("\"operations\":{", &format!("\"operations\":{{\"tools/list\":{rule},"), 1);
     schema_error(kit.load(&kit.sign_bytes(duplicated.as_bytes())));

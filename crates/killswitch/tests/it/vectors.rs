@@ -85,7 +85,7 @@ fn payload(root: &Hash) -> BatchPayload {
 fn build() -> Value {
     let query = query();
     let heads = heads(&query);
-    let query_bytes = palisade_wire::canonical::canonical_bytes(&serde_json::to_value(&query).unwrap());
+    let query_bytes = palisade_base::canonical::canonical_bytes(&serde_json::to_value(&query).unwrap());
     let head_bytes: Vec<String> = heads.iter().map(|head| String::from_utf8(head.canonical_bytes()).unwrap()).collect();
     let (left, right) = (sha(&[b"left"]), sha(&[b"right"]));
     let trees: Vec<Value> = (1..=7)
@@ -103,11 +103,11 @@ fn build() -> Value {
     let payload = payload(&tree_root(&leaves7).unwrap());
     let key = Ed25519SigningKey::from_seed(&SEED);
     let envelope = sign_batch(&payload, &key);
-    let payload_bytes = palisade_wire::canonical::canonical_bytes(&serde_json::to_value(&payload).unwrap());
+    let payload_bytes = palisade_base::canonical::canonical_bytes(&serde_json::to_value(&payload).unwrap());
     json!({
         "description": "palisade.mcp-disable-batch.v1: leaf = SHA-256(0x00 || leaf_domain || u32be(len q) || q || u32be(n) || (u32be(len h) || h)*); node = SHA-256(0x01 || L || R); RFC 9162 tree; signature = Ed25519(signing_context || payload)",
-        "leaf_domain_hex": palisade_wire::hex(LEAF_DOMAIN),
-        "signing_context_hex": palisade_wire::hex(BATCH_SIGNING_CONTEXT),
+        "leaf_domain_hex": palisade_base::hex::hex(LEAF_DOMAIN),
+        "signing_context_hex": palisade_base::hex::hex(BATCH_SIGNING_CONTEXT),
         "leaf": {
             "query": String::from_utf8(query_bytes).unwrap(),
             "heads": head_bytes,
@@ -116,10 +116,10 @@ fn build() -> Value {
         "node": { "left": hash_hex(&left), "right": hash_hex(&right), "hash": hash_hex(&node_hash(&left, &right)) },
         "trees": trees,
         "signed_payload": {
-            "ed25519_seed_hex": palisade_wire::hex(&SEED),
+            "ed25519_seed_hex": palisade_base::hex::hex(&SEED),
             "public_key_b64": key.public_key_base64(),
             "payload": String::from_utf8(payload_bytes.clone()).unwrap(),
-            "signed_message_hex": palisade_wire::hex(&signing_message(&payload_bytes)),
+            "signed_message_hex": palisade_base::hex::hex(&signing_message(&payload_bytes)),
             "envelope": envelope,
         },
     })
@@ -163,7 +163,7 @@ fn the_encodings_are_the_documented_bytes() {
     // Leaf: built by hand from the documented layout.
     let query = query();
     let heads = heads(&query);
-    let q = palisade_wire::canonical::canonical_bytes(&serde_json::to_value(&query).unwrap());
+    let q = palisade_base::canonical::canonical_bytes(&serde_json::to_value(&query).unwrap());
     let h: Vec<Vec<u8>> = heads.iter().map(HeadPayload::canonical_bytes).collect();
     let mut bytes = vec![0_u8];
     bytes.extend_from_slice(b"palisade.mcp-disable-batch-leaf.v1\0");
@@ -194,7 +194,7 @@ fn the_encodings_are_the_documented_bytes() {
     let key = Ed25519SigningKey::from_seed(&SEED);
     let payload = payload(&four);
     let envelope = sign_batch(&payload, &key);
-    let payload_bytes = palisade_wire::canonical::canonical_bytes(&serde_json::to_value(&payload).unwrap());
+    let payload_bytes = palisade_base::canonical::canonical_bytes(&serde_json::to_value(&payload).unwrap());
     let mut message = b"palisade.mcp-disable-batch.v1 signature\0".to_vec();
     message.extend_from_slice(&payload_bytes);
     assert_eq!(signing_message(&payload_bytes), message);

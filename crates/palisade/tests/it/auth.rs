@@ -18,6 +18,11 @@ fn token(server: &Palisade, subject: &str, scope: &str) -> String {
     dev_token(server, subject, "acme", "it", scope)
 }
 
+/// A port free at the moment (for a configuration that must name its port).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
 fn product_call(server: &Palisade, token: Option<&str>) -> reqwest::RequestBuilder {
     let params = with_meta(json!({ "name": "product_get", "arguments": { "sku": "TEA-001" } }), json!({}));
     let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params });
@@ -37,7 +42,9 @@ fn product_call(server: &Palisade, token: Option<&str>) -> reqwest::RequestBuild
 
 #[tokio::test]
 async fn the_demo_requires_a_token_with_the_right_scope() {
-    let server = Palisade::start_app("demo", &[]);
+    let metrics_port = free_port();
+    let metrics_listen = format!("127.0.0.1:{metrics_port}");
+    let server = Palisade::start_app("demo", &["--metrics-listen", &metrics_listen]);
     let response = product_call(&server, None).send().await.unwrap();
     assert_eq!(response.status(), 401);
     let challenge = response.headers()["www-authenticate"].to_str().unwrap().to_owned();
@@ -112,12 +119,21 @@ async fn the_demo_requires_a_token_with_the_right_scope() {
     assert_eq!(basic.send().await.unwrap().status(), 401);
     let query = reqwest::Client::new().post(format!("{}?access_token={reader}", server.url)).body("{}");
     assert_eq!(query.send().await.unwrap().status(), 400, "tokens in the URL are refused");
-    // Health and readiness need no token; metrics count the refusals.
+    // Health and readiness need no token; metrics count the refusals, on the private
+    // `--metrics-listen` listener only.
     let base = format!("http://127.0.0.1:{}", server.port);
     assert_eq!(reqwest::get(format!("{base}/healthz")).await.unwrap().status(), 200);
     assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
-    let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
+    assert_eq!(reqwest::get(format!("{base}/metrics")).await.unwrap().status(), 404, "not on the public listener");
+    let private = format!("http://{metrics_listen}");
+    assert_eq!(reqwest::get(format!("{private}/healthz")).await.unwrap().status(), 200);
+    let metrics = reqwest::get(format!("{private}/metrics")).await.unwrap().text().await.unwrap();
     assert!(metrics.contains(r#"palisade_decisions_total{stage="authenticate",decision="deny"}"#), "{metrics}");
+    assert_eq!(
+        reqwest::get(format!("{private}/mcp")).await.unwrap().status(),
+        404,
+        "the private listener serves no MCP"
+    );
 
     let verify = palisade(&["audit", "verify"], &[("PALISADE_DATA_DIR", server.data_dir.path())]);
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
@@ -328,4 +344,62 @@ async fn dev_token_takes_the_flags_serve_was_started_with() {
     assert_eq!(same.status, 200, "{:?}", same.response());
     let other = send(product_call(&server, Some(&mint("127.0.0.1:9000")))).await;
     assert_eq!(other.status, 401, "a token for another server's address is refused");
+}
+
+/// `dev token --config FILE` resolves the settings `serve --config FILE` runs with: with a
+/// listen address in the file (not the default), its token is for that server (issuer and
+/// audience from the file), while one minted without the file is refused.
+#[tokio::test]
+async fn dev_token_reads_the_config_file_serve_runs_with() {
+    let data_dir = TempDir::new();
+    // A free port for the file (the server binds it itself).
+    let port = free_port();
+    let file = data_dir.0.join("palisade.toml");
+    let data = data_dir.path().to_owned();
+    std::fs::write(&file, format!("listen = \"127.0.0.1:{port}\"\ndata_dir = \"{data}\"\n")).unwrap();
+    let file = file.to_str().unwrap().to_owned();
+    let server = Palisade::spawn(&["serve", "--config", &file], &[], data_dir);
+    assert_eq!(server.port, port);
+    let mint = |extra: &[&str]| {
+        let mut args = vec!["dev", "token", "--subject", "alice", "--tenant", "acme", "--client", "it"];
+        args.extend(["--scope", "shop:read"]);
+        args.extend(extra);
+        let output = palisade(&args, &[]);
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap().trim().to_owned()
+    };
+    let token = mint(&["--config", &file]);
+    let accepted = send(product_call(&server, Some(&token))).await;
+    assert_eq!(accepted.status, 200, "{:?}", accepted.response());
+    // The same key, but the default address's audience and issuer: another server's token.
+    let refused = send(product_call(&server, Some(&mint(&["--data-dir", &data])))).await;
+    assert_eq!(refused.status, 401, "a token for the default address is refused");
+    // A flag still overrides the file, exactly as it would for `serve`.
+    let moved = send(product_call(&server, Some(&mint(&["--config", &file, "--listen", "127.0.0.1:1"])))).await;
+    assert_eq!(moved.status, 401);
+    // A bad flag value is a configuration error naming the flag (exit 2), as for `serve`.
+    let bad =
+        palisade(&["dev", "token", "--subject", "a", "--tenant", "t", "--client", "c", "--max-body-bytes", "big"], &[]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--max-body-bytes"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+/// `metrics_listen` is a second HTTP listener: with `--stdio` it is a configuration error
+/// naming the key, before anything is opened.
+#[test]
+fn metrics_listen_is_refused_with_stdio() {
+    let dir = TempDir::new();
+    let args = ["serve", "--stdio", "--data-dir", dir.path(), "--metrics-listen", "127.0.0.1:0"];
+    let output = palisade(&args, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("metrics_listen"),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(!dir.0.join("palisade.db").exists(), "nothing was created");
 }

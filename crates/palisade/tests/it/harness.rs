@@ -53,9 +53,17 @@ impl Palisade {
     /// [`start_app`](Self::start_app) with extra environment variables.
     pub fn start_app_env(app: &str, extra: &[&str], envs: &[(&str, &str)]) -> Self {
         let data_dir = TempDir::new();
+        let dir = data_dir.path().to_owned();
+        let mut args = vec!["serve", "--app", app, "--listen", "127.0.0.1:0", "--data-dir", &dir];
+        args.extend(extra);
+        Self::spawn(&args, envs, data_dir)
+    }
+
+    /// Runs `palisade ARGS` (a `serve` command line) and waits for its listening line;
+    /// `data_dir` is the one its configuration names, removed with it.
+    pub fn spawn(args: &[&str], envs: &[(&str, &str)], data_dir: TempDir) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
-            .args(["serve", "--app", app, "--listen", "127.0.0.1:0", "--data-dir", data_dir.path()])
-            .args(extra)
+            .args(args)
             .envs(envs.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -157,8 +157,9 @@ async fn an_external_authority_process_switches_the_server_and_its_absence_fails
     let work = TempDir::new();
     let path = |name: &str| format!("{}/{name}", work.path());
     // A fresh authority id, so a shared Redis holds no generations of it yet.
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let authority_id = format!("it-authority-{}-{nanos}", std::process::id());
+    let mut random = [0u8; 8];
+    aws_lc_rs::rand::fill(&mut random).unwrap();
+    let authority_id = format!("it-authority-{}-{}", std::process::id(), palisade_base::hex::hex(&random));
     succeed(
         &[
             "policy",

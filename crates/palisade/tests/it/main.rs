@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod audit_log;
 mod auth;
 mod dev_authorization;
 mod harness;

@@ -1,0 +1,11 @@
+//! Palisade's leaf utilities, shared by every other crate: the one clock ([`clock`]), RFC 3339
+//! timestamps ([`time`]), lower-case hex ([`hex`]) and RFC 8785 canonical JSON ([`canonical`]).
+//!
+//! **Architecture Invariant:** this crate knows no HTTP, no MCP and no storage; it depends on
+//! nothing of the workspace. `std::time::SystemTime::now` is read in [`clock::SystemClock`] only
+//! (clippy's `disallowed-methods` refuses it everywhere else).
+
+pub mod canonical;
+pub mod clock;
+pub mod hex;
+pub mod time;

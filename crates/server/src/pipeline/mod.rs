@@ -1,0 +1,234 @@
+//! The request path, as the list of its stages. Every request, from HTTP or stdio and on either
+//! wire, passes them in this order; each stage lives in its own module below, and each either
+//! refuses the request (audited as a `deny` at its stage) or hands the next a stronger value.
+//!
+//! | # | stage          | file                         | hands on                                |
+//! |---|----------------|------------------------------|-----------------------------------------|
+//! | 1 | envelope       | `pipeline/envelope.rs`       | the `Method` and its `_meta`            |
+//! | 2 | authenticate   | `auth.rs`                    | a `VerifiedPrincipal`                   |
+//! | 2b| session        | `pipeline/session.rs`        | the session's `_meta` (2025-era wire)   |
+//! | 3 | classify       | `pipeline/classify.rs`       | the `OperationKey`                      |
+//! | 4 | kill switch    | `execute.rs` (`clear`)       | the clearance (`Cleared`)               |
+//! | 5 | authorize      | `pipeline/authorize.rs`      | (the scopes checked)                    |
+//! | 6 | handles        | `pipeline/handles.rs`        | the resolved handles                    |
+//! | 7 | audit          | `audit.rs`                   | `Allowed`: the allow decision is durable|
+//! | 8 | dispatch       | `pipeline/dispatch.rs`       | the result (a handler needs `Allowed`)  |
+//! | 9 | respond        | here                         | the [`Reply`]                           |
+//!
+//! The transports' own checks (connection cap, timeouts, Host/Origin, sizes, media types, the
+//! strict JSON-RPC frame) run before stage 1, in [`crate::http`] and [`crate::stdio`].
+//!
+//! **Architecture Invariant:** the order below is the order in ARCHITECTURE.md (a tidy test
+//! compares the two), and no handler runs without an `Allowed`, which only stage 7 makes.
+
+mod authorize;
+mod classify;
+mod confirm;
+mod dispatch;
+mod envelope;
+mod handles;
+mod listen;
+mod rounds;
+mod session;
+
+use std::sync::Arc;
+
+use palisade_wire::{ProtocolError, Request};
+use serde_json::Map;
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::{Allowed, AuditStage, AuditTrail};
+use crate::context::{NotificationSink, RequestContext};
+use crate::method::Method;
+use crate::reply::Reply;
+use crate::server::Server;
+use crate::sessions::SessionId;
+
+pub use envelope::TransportHeaders;
+pub(crate) use session::LegacyWire;
+
+/// The stage names in path order, as ARCHITECTURE.md lists them (checked by the tidy test).
+pub const STAGES: [&str; 10] = [
+    "envelope",
+    "authenticate",
+    "session",
+    "classify",
+    "kill switch",
+    "authorize",
+    "handles",
+    "audit",
+    "dispatch",
+    "respond",
+];
+
+impl Server {
+    /// Runs one request through every stage. Notifications for the request (progress, logs,
+    /// listen events) go to `sink`; the returned [`Reply`] is the final frame. When `cancel`
+    /// fires the work stops and the reply is meaningless (the transport sends nothing).
+    pub async fn handle_request(
+        &self,
+        request: Request,
+        headers: Option<&TransportHeaders>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+    ) -> Reply {
+        self.run(request, headers, None, sink, cancel).await
+    }
+
+    /// Runs one request of the 2025-era session wire through the same stages: stage 1 is the
+    /// session wire's envelope, and stage 2b admits the caller's own live session (whose
+    /// negotiated version, client capabilities and log level become the request's `_meta`;
+    /// `initialize` creates the session instead, [`Reply::session`]).
+    pub async fn handle_legacy_request(
+        &self,
+        request: Request,
+        headers: Option<&TransportHeaders>,
+        session: Option<&SessionId>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+    ) -> Reply {
+        self.run(request, headers, Some(LegacyWire { session }), sink, cancel).await
+    }
+
+    /// Runs the stages inside the request's trace span (when trace export is on), whose trace
+    /// id is the audit trace id.
+    async fn run(
+        &self,
+        request: Request,
+        headers: Option<&TransportHeaders>,
+        legacy: Option<LegacyWire<'_>>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+    ) -> Reply {
+        let (span, trace_id) =
+            crate::telemetry::request_span(&request.method, &request.params, self.config.continue_traces);
+        let mut audit = AuditTrail::traced(&self.recorder, &request.method, span.clone(), trace_id);
+        let stages = self.stages(request, headers, legacy, sink, cancel, &mut audit);
+        if span.is_disabled() {
+            return stages.await;
+        }
+        let reply = tracing::Instrument::instrument(stages, span.clone()).await;
+        crate::telemetry::finish(&span, &reply);
+        reply
+    }
+
+    async fn stages(
+        &self,
+        request: Request,
+        headers: Option<&TransportHeaders>,
+        legacy: Option<LegacyWire<'_>>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+        audit: &mut AuditTrail<'_>,
+    ) -> Reply {
+        let id = request.id.clone();
+        // One application snapshot for the whole request: a publication while it runs is not
+        // half-seen.
+        let app = self.app();
+        // 1. envelope: before anything else, because nothing in a malformed request means
+        //    anything. Its order is the one the spec's probes pin down (`_meta` shape, headers
+        //    against the body, version support, then the method). 2025-era requests carry no
+        //    `_meta`: theirs comes from the session (2b).
+        let (method, meta) = match self.envelope(&app, &request, headers, legacy.as_ref()) {
+            Ok(checked) => checked,
+            Err(error) => return audit.refuse(&id, AuditStage::Envelope, &error, None).await,
+        };
+        // 2. authenticate: before any decision about the operation, because every later one is
+        //    about *this* caller; nothing below runs without a VerifiedPrincipal.
+        let principal = match self.authenticator.authenticate(headers.and_then(|h| h.authorization.as_deref())).await {
+            Ok(principal) => Arc::new(principal),
+            Err(refusal) => {
+                tracing::info!(stage = "authenticate", reason = %refusal.error, "credentials refused");
+                let error = ProtocolError::Unauthenticated;
+                return audit.refuse(&id, AuditStage::Authenticate, &error, refusal.challenge).await;
+            }
+        };
+        audit.principal(&principal);
+        // 2b. session (2025-era wire only): after authentication, because a session is bound to
+        //     the principal, never proof of it. Unknown, foreign, expired, deleted: one 404.
+        let (meta, admitted) =
+            match self.session_meta(method, meta, &request, headers, legacy.as_ref(), &principal).await {
+                Ok(checked) => checked,
+                Err(error) => return audit.refuse(&id, AuditStage::Session, &error, None).await,
+            };
+        // 3. classify: the operation key comes from the registry, never from client strings
+        //    beyond picking a registered entry; every policy below is keyed on it.
+        let operation = match classify::classify(&app, method, &request.params) {
+            Ok(operation) => operation,
+            Err(error) => return audit.refuse(&id, AuditStage::Classify, &error, None).await,
+        };
+        audit.operation(&operation);
+        // 4. kill switch: first among the decisions about the operation, so a disabled
+        //    operation costs nothing further and reveals nothing about scopes or handles.
+        let cleared = match crate::execute::clear(self.kill_switch.as_ref(), &operation, &principal, audit).await {
+            Ok(cleared) => cleared,
+            Err(error) => return audit.refuse(&id, AuditStage::KillSwitch, &error, None).await,
+        };
+        // 5. authorize: the operation's required scopes (a 403 names all of them).
+        let required = authorize::required_scopes(&app, &operation, &request.params);
+        if let Err(refusal) = self.authenticator.require_scopes(&principal, &required) {
+            let error = ProtocolError::InsufficientScope { required };
+            return audit.refuse(&id, AuditStage::Authorize, &error, refusal.challenge).await;
+        }
+        // 6. handles: after authorization (a caller without the scope learns nothing about a
+        //    handle), before the allow (the record carries the handles' digests).
+        let resolved = match self.resolve_handles(&app, &operation, &principal, &request.params, audit).await {
+            Ok(resolved) => resolved,
+            Err(error) => return audit.refuse(&id, AuditStage::Handles, &error, None).await,
+        };
+        // 7. audit: the allow decision is durable before any handler runs; if it cannot be
+        //    recorded the request is refused (fail closed). `Allowed` is the proof.
+        let stage = if resolved.is_empty() { AuditStage::Authorize } else { AuditStage::Handles };
+        let allowed: Allowed = match audit.allow(stage).await {
+            Ok(allowed) => allowed,
+            Err(error) => return audit.refuse(&id, AuditStage::Audit, &error, None).await,
+        };
+        // 8. dispatch: the handler (or the session method), under the request timeout and the
+        //    cancellation token.
+        let ctx = RequestContext {
+            id: id.clone(),
+            meta,
+            principal: principal.clone(),
+            input_responses: Map::new(),
+            request_state: None,
+            sink,
+            cancel: cancel.clone(),
+            events: self.events.clone(),
+            handles: self.handles.clone(),
+            resolved: Arc::new(resolved),
+            task: None,
+            kill_switch: cleared.clone(),
+        };
+        let mut new_session = None;
+        let result = match method {
+            Method::Listen => self.listen(&app, ctx, &request.params).await,
+            Method::Initialize => self.initialize(&app, &ctx).await.map(|(result, session)| {
+                new_session = Some(session);
+                result
+            }),
+            Method::Ping | Method::SetLogLevel | Method::Subscribe | Method::Unsubscribe => {
+                self.session_method(method, &request.params, admitted.as_ref()).await
+            }
+            _ => {
+                let work = self.dispatch(&app, &operation, ctx, &request.params, audit, allowed);
+                tokio::select! {
+                    result = tokio::time::timeout(self.config.effective_timeout(), work) => {
+                        result.unwrap_or_else(|_| { cancel.cancel(); Err(ProtocolError::Timeout) })
+                    }
+                    () = cancel.cancelled() => Err(ProtocolError::Internal),
+                }
+            }
+        };
+        // 9. respond: resultType and serverInfo added; every refusal after the allow (a forged
+        //    requestState, a bad cursor, a missing capability, a handler's error, a timeout, a
+        //    fenced tool's result without its fence) is on the record with its code.
+        match result {
+            Ok(result) if method.is_session_method() => Reply { session: new_session, ..Reply::ok(&id, result) },
+            Ok(result) => Reply::ok(&id, dispatch::decorate(&app, result)),
+            Err(error) if crate::execute::fence_was_skipped(cleared.as_ref()) => {
+                audit.refuse(&id, AuditStage::KillSwitch, &error, None).await
+            }
+            Err(error) => audit.refuse(&id, AuditStage::Dispatch, &error, None).await,
+        }
+    }
+}

@@ -1,0 +1,33 @@
+//! The answer to one request: its final JSON-RPC frame and the HTTP status it travels with.
+//! Made by the pipeline's last stage (or a refusal); read by the transports and the trace span.
+
+use palisade_wire::jsonrpc::{error_frame, result_frame};
+use palisade_wire::{ProtocolError, RequestId};
+use serde_json::Value;
+
+use crate::sessions::SessionId;
+
+/// The answer to one request: the final frame and the HTTP status it travels with.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    /// The JSON-RPC response frame.
+    pub frame: Value,
+    /// HTTP status when the reply is the whole response (ignored inside an SSE stream).
+    pub status: u16,
+    /// `WWW-Authenticate` challenge for 401/403 refusals.
+    pub challenge: Option<String>,
+    /// A new session id for the `Mcp-Session-Id` header (a 2025-era `initialize` only).
+    pub session: Option<SessionId>,
+}
+
+impl Reply {
+    /// A result reply.
+    pub(crate) fn ok(id: &RequestId, result: Value) -> Self {
+        Self { frame: result_frame(id, result), status: 200, challenge: None, session: None }
+    }
+
+    /// An error reply.
+    pub fn error(id: Option<&RequestId>, error: &ProtocolError) -> Self {
+        Self { frame: error_frame(id, error), status: error.http_status(), challenge: None, session: None }
+    }
+}

@@ -1,0 +1,578 @@
+//! The server: one application snapshot at a time plus every service the pipeline needs,
+//! assembled by [`ServerBuilder`] — the one place the parts are wired together, which refuses
+//! an inconsistent setup at build time instead of failing open (or 503-ing) at run time.
+//!
+//! Also where an embedder (and the gateway) publishes a new application snapshot while serving
+//! ([`Server::publish`]): every definition in it has passed [`crate::AppBuilder::build`]'s
+//! checks and this builder's, and the kill switch's registry covers it, before any request sees it.
+//!
+//! Knows every service; knows no stage logic (that is [`crate::pipeline`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use palisade_store::{AuditStore, AuditWriter, AuditWriterConfig, OnceStore, SessionStore};
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::{PrincipalDigester, Recorder, keyed_digest};
+use crate::auth::Authenticator;
+use crate::clock::{Clock, SystemClock};
+use crate::config::ServerConfig;
+use crate::cursor::Cursors;
+use crate::events::{EventBus, ServerEvent};
+use crate::handles::{HandleError, HandleService, PrincipalEvent};
+use crate::killswitch::KillSwitchStage;
+use crate::metrics::Metrics;
+use crate::mrtr::StateSealer;
+use crate::refusals::TransportRefusals;
+use crate::registry::{App, TaskSupport};
+use crate::secret::ServerSecret;
+use crate::sessions::SessionService;
+use crate::streams::StreamLimiter;
+use crate::tasks::TaskService;
+
+/// A running server: the current application snapshot plus everything the pipeline needs.
+/// Shared by transports. Built by [`Server::builder`].
+pub struct Server {
+    pub(crate) app: ArcSwap<App>,
+    pub(crate) config: ServerConfig,
+    pub(crate) authenticator: Authenticator,
+    pub(crate) sealer: StateSealer,
+    pub(crate) cursors: Cursors,
+    pub(crate) events: EventBus,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) recorder: Arc<Recorder>,
+    pub(crate) audit_store: Option<Arc<dyn AuditStore>>,
+    pub(crate) handles: Option<Arc<HandleService>>,
+    pub(crate) tasks: Option<Arc<TaskService>>,
+    pub(crate) sessions: Option<Arc<SessionService>>,
+    pub(crate) kill_switch: Option<KillSwitchStage>,
+    pub(crate) once: Option<Arc<dyn OnceStore>>,
+    pub(crate) streams: Arc<StreamLimiter>,
+    /// Refusals of the HTTP transport, aggregated for the audit log (see [`crate::refusals`]).
+    pub(crate) transport_refusals: TransportRefusals,
+    /// Serializes [`Server::publish`] (readers never wait: they load the current snapshot).
+    publishing: std::sync::Mutex<()>,
+}
+
+/// Why a server (or a published snapshot) was refused. Each names what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A tool declares handle arguments, and nothing could resolve them.
+    #[error("tool `{tool}` declares handle arguments but the server has no handle service (ServerBuilder::handles)")]
+    HandlesWithoutService {
+        /// The tool.
+        tool: String,
+    },
+    /// A tool declares a handle type the handle service does not know.
+    #[error("tool `{tool}` declares a handle of type `{object_type}` that the handle service does not know")]
+    UnknownHandleType {
+        /// The tool.
+        tool: String,
+        /// The handle type.
+        object_type: String,
+    },
+    /// A needs-confirmation tool, and nowhere to spend an accepted confirmation once.
+    #[error("tool `{tool}` needs confirmation but the server has no single-use store (ServerBuilder::once_store)")]
+    ConfirmationWithoutOnceStore {
+        /// The tool.
+        tool: String,
+    },
+    /// A tool that runs only as a task, and no task service.
+    #[error("tool `{tool}` runs only as a task but the server has no task service (ServerBuilder::tasks)")]
+    TaskToolWithoutService {
+        /// The tool.
+        tool: String,
+    },
+    /// The task service already runs another server's workers (its kill switch and audit log
+    /// are that server's).
+    #[error("the task service already belongs to another server: give each server its own")]
+    TaskServiceShared,
+    /// A part keeps time by another clock than the server's.
+    #[error("the {part} uses another clock than the server: give every part the server's clock")]
+    ClockMismatch {
+        /// Which part.
+        part: &'static str,
+    },
+    /// A published snapshot's handle types do not fit the operator's handle policies.
+    #[error("handle types: {0}")]
+    HandlePolicy(String),
+    /// The signed kill-switch registry does not list an operation the application exposes.
+    #[error(transparent)]
+    KillSwitchRegistry(#[from] palisade_killswitch::RegistryError),
+}
+
+/// The parts of a server, in any order; [`ServerBuilder::build`] wires them together.
+pub struct ServerBuilder {
+    app: App,
+    config: ServerConfig,
+    authenticator: Authenticator,
+    secret: ServerSecret,
+    clock: Option<Arc<dyn Clock>>,
+    audit: Option<Arc<dyn AuditStore>>,
+    once: Option<Arc<dyn OnceStore>>,
+    handles: Option<Arc<HandleService>>,
+    tasks: Option<Arc<TaskService>>,
+    sessions: Option<Arc<dyn SessionStore>>,
+    kill_switch: Option<(Arc<palisade_killswitch::KillSwitch>, String)>,
+}
+
+impl Server {
+    /// Starts a server for `app`; add its parts, then [`ServerBuilder::build`].
+    pub fn builder(
+        app: App,
+        config: ServerConfig,
+        authenticator: Authenticator,
+        secret: ServerSecret,
+    ) -> ServerBuilder {
+        ServerBuilder {
+            app,
+            config,
+            authenticator,
+            secret,
+            clock: None,
+            audit: None,
+            once: None,
+            handles: None,
+            tasks: None,
+            sessions: None,
+            kill_switch: None,
+        }
+    }
+}
+
+impl ServerBuilder {
+    /// Records every decision in `store`'s hash-chained audit log (group commit); the store's
+    /// health is also what `/readyz` reports. Task workers record theirs there too.
+    pub fn audit(mut self, store: Arc<dyn AuditStore>) -> Self {
+        self.audit = Some(store);
+        self
+    }
+
+    /// Keeps single-use records (an accepted confirmation is spent there) in `store`, shared by
+    /// every instance. Required when a tool needs confirmation.
+    pub fn once_store(mut self, store: Arc<dyn OnceStore>) -> Self {
+        self.once = Some(store);
+        self
+    }
+
+    /// Resolves declared handle arguments with `service` (see [`crate::handles`]). Required when
+    /// a tool declares handle arguments.
+    pub fn handles(mut self, service: Arc<HandleService>) -> Self {
+        self.handles = Some(service);
+        self
+    }
+
+    /// Runs task-capable tools as durable tasks with `service` and serves `tasks/*` (see
+    /// [`crate::tasks`]). Its workers get this server's kill switch and audit log at build time.
+    pub fn tasks(mut self, service: Arc<TaskService>) -> Self {
+        self.tasks = Some(service);
+        self
+    }
+
+    /// Keeps 2025-era session state in `store` (without one, with `config.legacy.enabled`,
+    /// `initialize` is refused with 503).
+    pub fn sessions(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.sessions = Some(store);
+        self
+    }
+
+    /// Runs every request (and every task segment) through the kill switch, reporting
+    /// `server_release` as this server's release target. The build is refused when the signed
+    /// registry misses any operation the application exposes.
+    pub fn kill_switch(
+        mut self,
+        kill_switch: Arc<palisade_killswitch::KillSwitch>,
+        server_release: impl Into<String>,
+    ) -> Self {
+        self.kill_switch = Some((kill_switch, server_release.into()));
+        self
+    }
+
+    /// The clock every time-dependent decision reads (default: the system clock). The handle
+    /// and task services must keep time by the same clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Wires the parts together, or says which setup is inconsistent.
+    pub fn build(self) -> Result<Server, BuildError> {
+        let ServerBuilder {
+            app,
+            config,
+            authenticator,
+            secret,
+            clock,
+            audit,
+            once,
+            handles,
+            tasks,
+            sessions,
+            kill_switch,
+        } = self;
+        let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
+        if config.legacy.enabled && sessions.is_none() {
+            // Not a refusal: the default configuration serves the 2025-era wire, and a library
+            // user without a session store gets a 503 for `initialize`, never a session.
+            tracing::warn!(
+                "the 2025-era session wire is enabled but the server has no session store: initialize is refused (503)"
+            );
+        }
+        if let Authenticator::Bearer(verifier) = &authenticator
+            && !crate::clock::same_clock(verifier.clock(), &clock)
+        {
+            return Err(BuildError::ClockMismatch { part: "token verifier" });
+        }
+        if let Some((switch, _)) = &kill_switch
+            && !crate::clock::same_clock(switch.clock(), &clock)
+        {
+            return Err(BuildError::ClockMismatch { part: "kill switch" });
+        }
+        if let Some(handles) = &handles
+            && !crate::clock::same_clock(handles.clock(), &clock)
+        {
+            return Err(BuildError::ClockMismatch { part: "handle service" });
+        }
+        if let Some(tasks) = &tasks
+            && !crate::clock::same_clock(tasks.clock(), &clock)
+        {
+            return Err(BuildError::ClockMismatch { part: "task service" });
+        }
+        let parts = Parts { handles: handles.as_deref(), tasks: tasks.is_some(), once: once.is_some() };
+        parts.check(&app)?;
+        let kill_switch = match kill_switch {
+            Some((switch, release)) => Some(KillSwitchStage::new(switch, release, &app)?),
+            None => None,
+        };
+        let writer =
+            audit.as_ref().map(|store| Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default())));
+        let recorder = Arc::new(Recorder {
+            writer: writer.clone(),
+            digester: PrincipalDigester::new(secret.derive("palisade/audit-digest/v1")),
+            clock: clock.clone(),
+            metrics: Metrics::default(),
+        });
+        let events = EventBus::new(config.listen_queue);
+        if let Some(tasks) = &tasks {
+            // The workers check the kill switch and record their decisions at execution time,
+            // whatever order the parts were given in.
+            tasks.attach(kill_switch.clone(), recorder.clone()).map_err(|()| BuildError::TaskServiceShared)?;
+            tasks.spawn_fan_in(events.clone());
+        }
+        let transport_refusals = TransportRefusals::new(secret.derive("palisade/audit-digest/v1"));
+        if let Some(writer) = writer {
+            transport_refusals.attach(writer);
+        }
+        let session_key = secret.derive("palisade/session-owner/v1");
+        let sessions = sessions.map(|store| Arc::new(SessionService::new(store, session_key, config.legacy.clone())));
+        let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
+        Ok(Server {
+            app: ArcSwap::from_pointee(app),
+            sealer: StateSealer::new(&secret, ttl_ms),
+            cursors: Cursors::new(&secret),
+            authenticator,
+            events,
+            clock,
+            shutdown: CancellationToken::new(),
+            recorder,
+            audit_store: audit,
+            handles,
+            tasks,
+            sessions,
+            kill_switch,
+            once,
+            streams: Arc::default(),
+            transport_refusals,
+            config,
+            publishing: std::sync::Mutex::new(()),
+        })
+    }
+}
+
+/// The services an application's definitions may need, for the checks a snapshot must pass.
+struct Parts<'a> {
+    handles: Option<&'a HandleService>,
+    tasks: bool,
+    once: bool,
+}
+
+impl Parts<'_> {
+    /// Every tool's needs met: its handle arguments resolvable, its confirmation spendable once,
+    /// its task-only execution possible.
+    fn check(&self, app: &App) -> Result<(), BuildError> {
+        self.check_with(app, None)
+    }
+
+    /// [`Parts::check`] against the handle types a publication is about to put in force (else
+    /// those in force now).
+    fn check_with(&self, app: &App, prepared: Option<&crate::handles::PreparedTypes>) -> Result<(), BuildError> {
+        for tool in app.tools() {
+            let name = || tool.name.clone();
+            for argument in &tool.handle_args {
+                let Some(handles) = self.handles else {
+                    return Err(BuildError::HandlesWithoutService { tool: name() });
+                };
+                let known = match prepared {
+                    Some(prepared) => prepared.knows(&argument.object_type),
+                    None => handles.knows_type(&argument.object_type),
+                };
+                if !known {
+                    return Err(BuildError::UnknownHandleType {
+                        tool: name(),
+                        object_type: argument.object_type.clone(),
+                    });
+                }
+            }
+            if tool.needs_confirmation && !self.once {
+                return Err(BuildError::ConfirmationWithoutOnceStore { tool: name() });
+            }
+            if tool.task_support == TaskSupport::Required && !self.tasks {
+                return Err(BuildError::TaskToolWithoutService { tool: name() });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a publication changed, as the listen streams are told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Published {
+    /// The tool list differs.
+    pub tools_changed: bool,
+    /// The prompt list differs.
+    pub prompts_changed: bool,
+    /// The resource or template list differs.
+    pub resources_changed: bool,
+}
+
+impl Server {
+    /// The application snapshot requests are served from right now. A request loads it once and
+    /// keeps it to the end: it never sees half of an update.
+    pub fn app(&self) -> Arc<App> {
+        self.app.load_full()
+    }
+
+    /// The current application snapshot (task workers hold it beyond a request).
+    pub fn shared_app(&self) -> Arc<App> {
+        self.app()
+    }
+
+    /// Publishes a new application snapshot while serving. `app` has passed
+    /// [`crate::AppBuilder::build`]; here it must also pass the checks [`ServerBuilder::build`]
+    /// made (the services its tools need) and, with a kill switch, be covered by the signed
+    /// registry — else it is refused and the current snapshot stays. Requests already running
+    /// finish on the snapshot they started with. Each list that changed is announced on every
+    /// open listen stream (and 2025-era GET stream) that asked for it.
+    pub fn publish(&self, app: App) -> Result<Published, BuildError> {
+        let _one_at_a_time = self.publishing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let parts = Parts { handles: self.handles.as_deref(), tasks: self.tasks.is_some(), once: self.once.is_some() };
+        let handle_types = match &self.handles {
+            Some(handles) => Some(handles.prepare(app.handle_types()).map_err(BuildError::HandlePolicy)?),
+            None => None,
+        };
+        parts.check_with(&app, handle_types.as_ref())?;
+        if let Some(stage) = &self.kill_switch {
+            stage.check_covers(&app)?;
+        }
+        let old = self.app.load_full();
+        let published = Published {
+            tools_changed: !same_definitions(
+                old.tools().iter().map(|t| &t.definition),
+                app.tools().iter().map(|t| &t.definition),
+            ),
+            prompts_changed: !same_definitions(
+                old.prompts.iter().map(|p| &p.definition),
+                app.prompts.iter().map(|p| &p.definition),
+            ),
+            resources_changed: !same_definitions(
+                old.resources.iter().map(|r| &r.definition).chain(old.templates.iter().map(|t| &t.definition)),
+                app.resources.iter().map(|r| &r.definition).chain(app.templates.iter().map(|t| &t.definition)),
+            ),
+        };
+        self.app.store(Arc::new(app));
+        let policies_changed = match (&self.handles, handle_types) {
+            (Some(handles), Some(prepared)) => !handles.republish(prepared).is_empty(),
+            _ => false,
+        };
+        if policies_changed {
+            self.events.publish(ServerEvent::HandlePoliciesChanged);
+        }
+        if published.tools_changed {
+            self.events.publish(ServerEvent::ToolsListChanged);
+        }
+        if published.prompts_changed {
+            self.events.publish(ServerEvent::PromptsListChanged);
+        }
+        if published.resources_changed {
+            self.events.publish(ServerEvent::ResourcesListChanged);
+        }
+        Ok(published)
+    }
+
+    /// A principal-level revocation (from an identity system): ends the principal's handles
+    /// (when the server has a handle service), cancels its unfinished tasks and closes its open
+    /// listen streams. Returns how many handles were revoked.
+    pub async fn principal_event(&self, event: PrincipalEvent) -> Result<u64, HandleError> {
+        let revoked = match &self.handles {
+            Some(handles) => handles.on_principal_event(event.clone()).await?,
+            None => 0,
+        };
+        // The principal's unfinished tasks stop too (its standing is re-checked at execution).
+        if let Some(tasks) = &self.tasks {
+            let (who, tenant) = match &event {
+                PrincipalEvent::TokensRevoked { issuer, subject } | PrincipalEvent::RoleChanged { issuer, subject } => {
+                    (Some((issuer, subject)), None)
+                }
+                PrincipalEvent::TenantSwitched { issuer, subject, from_tenant } => {
+                    (Some((issuer, subject)), Some(from_tenant.as_str()))
+                }
+                PrincipalEvent::ClientRevoked { .. } => (None, None),
+            };
+            if let Some((issuer, subject)) = who {
+                tasks.revoke_principal(&self.events, issuer, subject, tenant).await.map_err(HandleError::from)?;
+            }
+        }
+        self.events.publish(match event {
+            PrincipalEvent::TokensRevoked { issuer, subject } | PrincipalEvent::RoleChanged { issuer, subject } => {
+                ServerEvent::PrincipalRevoked { issuer, subject, tenant: None }
+            }
+            PrincipalEvent::TenantSwitched { issuer, subject, from_tenant } => {
+                ServerEvent::PrincipalRevoked { issuer, subject, tenant: Some(from_tenant) }
+            }
+            PrincipalEvent::ClientRevoked { client } => ServerEvent::ClientRevoked { client },
+        });
+        Ok(revoked)
+    }
+
+    /// The task service, when the server has one.
+    pub fn tasks(&self) -> Option<&Arc<TaskService>> {
+        self.tasks.as_ref()
+    }
+
+    /// The session service, when the server has one.
+    pub fn sessions(&self) -> Option<&Arc<SessionService>> {
+        self.sessions.as_ref()
+    }
+
+    /// Whether the 2025-era session wire is served.
+    pub fn legacy_enabled(&self) -> bool {
+        self.config.legacy.enabled
+    }
+
+    /// The handle service, when the server has one.
+    pub fn handles(&self) -> Option<&Arc<HandleService>> {
+        self.handles.as_ref()
+    }
+
+    /// Whether every dependency answers (the store, when there is one).
+    pub async fn ready(&self) -> bool {
+        match &self.audit_store {
+            Some(store) => store.ping().await.is_ok(),
+            None => true,
+        }
+    }
+
+    /// The server's metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.recorder.metrics
+    }
+
+    /// The HTTP transport's refusals, counted until they are flushed to the audit log.
+    pub(crate) fn transport_refusals(&self) -> &TransportRefusals {
+        &self.transport_refusals
+    }
+
+    /// Flushes the audit log (call at shutdown).
+    pub async fn flush_audit(&self) {
+        if let Some(writer) = &self.recorder.writer {
+            writer.shutdown().await;
+        }
+    }
+
+    /// A keyed digest (HMAC-SHA256, 16 hex bytes) of an identifier, for the audit log: stable
+    /// for one deployment, meaningless without its secret.
+    pub fn digest(&self, value: &str) -> String {
+        keyed_digest(self.recorder.digester.key(), value)
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// The authentication mode.
+    pub fn authenticator(&self) -> &Authenticator {
+        &self.authenticator
+    }
+
+    /// The event bus listen streams are fed from.
+    pub fn events(&self) -> &EventBus {
+        &self.events
+    }
+
+    /// Cancelled when the server shuts down; open listen streams then end with `complete`.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
+    /// A place for one more open stream of `principal` (listen, GET), or the refusal.
+    pub(crate) fn stream_permit(
+        &self,
+        principal: &crate::auth::VerifiedPrincipal,
+    ) -> Result<crate::streams::StreamPermit, palisade_wire::ProtocolError> {
+        self.streams.acquire(principal.partition_key(), self.config.max_streams_per_principal).ok_or_else(|| {
+            tracing::info!(stage = "listen", "stream refused: the principal holds the most streams allowed");
+            palisade_wire::ProtocolError::InvalidRequest("too many open streams for this caller")
+        })
+    }
+}
+
+/// Whether two definition lists are the same, in order.
+fn same_definitions<'a>(
+    old: impl Iterator<Item = &'a serde_json::Value>,
+    new: impl Iterator<Item = &'a serde_json::Value>,
+) -> bool {
+    old.eq(new)
+}
+
+/// Starts, once per server, the task that flushes the server's transport refusals every
+/// [`crate::ServerConfig::transport_refusal_interval`], and a last time when the server shuts
+/// down. Needs a Tokio runtime (without one nothing is started). The task holds the server
+/// weakly: it ends when the server is dropped.
+pub(crate) fn spawn_refusal_flusher(server: &Arc<Server>) {
+    let refusals = server.transport_refusals();
+    if !refusals.claim_flusher() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        refusals.release_flusher();
+        return;
+    };
+    let period = server.config().transport_refusal_interval.max(Duration::from_millis(1));
+    let shutdown = server.shutdown_token().clone();
+    let server = Arc::downgrade(server);
+    runtime.spawn(async move {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let last = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => true,
+                _ = ticks.tick() => false,
+            };
+            let Some(server) = server.upgrade() else { return };
+            server.transport_refusals().flush(server.clock().now_unsigned_ms()).await;
+            if last {
+                return;
+            }
+        }
+    });
+}
