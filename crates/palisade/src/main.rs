@@ -706,7 +706,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let session_purge = spawn_session_purge(sessions_store, once_store, &server);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
     let maintenance = tasks.spawn_maintenance(
-        server.shared_app(),
+        server.app(),
         server.events().clone(),
         std::time::Duration::from_secs(10),
         server.shutdown_token().clone(),

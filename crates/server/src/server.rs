@@ -355,11 +355,6 @@ impl Server {
         self.app.load_full()
     }
 
-    /// The current application snapshot (task workers hold it beyond a request).
-    pub fn shared_app(&self) -> Arc<App> {
-        self.app()
-    }
-
     /// Publishes a new application snapshot while serving. `app` has passed
     /// [`crate::AppBuilder::build`]; here it must also pass the checks [`ServerBuilder::build`]
     /// made (the services its tools need) and, with a kill switch, be covered by the signed

@@ -73,6 +73,7 @@ struct Fixture {
     clock: Arc<ManualClock>,
     /// Handler invocations of `count`.
     runs: Arc<AtomicUsize>,
+    server: Arc<Server>,
     _dir: TempDir,
 }
 
@@ -114,8 +115,8 @@ async fn start(backend: Backend) -> Fixture {
     let server = Arc::new(server);
     let listener = palisade_server::http::bind(&server, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(palisade_server::http::serve(server, listener, std::future::pending()));
-    Fixture { url, store, issuer, clock, runs, _dir: dir }
+    tokio::spawn(palisade_server::http::serve(server.clone(), listener, std::future::pending()));
+    Fixture { url, store, issuer, clock, runs, server, _dir: dir }
 }
 
 struct Answer {
@@ -232,6 +233,7 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    a_publication_reaches_the_get_stream_as_list_changed,
     another_principal_presenting_a_live_session_is_refused,
     a_session_from_another_tenant_is_refused,
     a_session_id_without_a_token_is_refused,
@@ -493,4 +495,58 @@ async fn malformed_session_traffic_is_refused_and_changes_nothing(backend: Backe
     assert_eq!(discover["result"]["supportedVersions"], json!(["2026-07-28", "2025-11-25", "2025-06-18"]));
     assert_eq!(fixture.runs(), before, "refused requests ran the handler");
     fixture.assert_live(&alice, &session).await;
+}
+
+/// A publication that changes the tool list reaches an open 2025-era GET stream as
+/// `notifications/tools/list_changed` (the listen side's exactly-once property is tested in
+/// `snapshots.rs`; the GET stream shares its events).
+async fn a_publication_reaches_the_get_stream_as_list_changed(backend: Backend) {
+    use futures::StreamExt as _;
+    let fixture = start(backend).await;
+    let alice = fixture.alice();
+    let session = fixture.initialize(&alice).await;
+    let stream = reqwest::Client::new()
+        .get(&fixture.url)
+        .header("accept", "text/event-stream")
+        .header("authorization", format!("Bearer {alice}"))
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", VERSION)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut body = stream.bytes_stream();
+    let app = |extra: Option<&'static str>| {
+        let mut app = App::builder("sessions-test", "0").tool(
+            ToolDef::new("count")
+                .scopes(&["docs:use"])
+                .handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("counted"))) }),
+        );
+        if let Some(name) = extra {
+            app =
+                app.tool(ToolDef::new(name).handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("x"))) }));
+        }
+        app.resource(palisade_server::ResourceDef::new("test://r", "r").reader(|_, uri| async move {
+            Ok(Outcome::Complete(vec![palisade_server::ResourceContents::text(uri, "text/plain", "r")]))
+        }))
+        .build()
+        .unwrap()
+    };
+    // The stream is open once the server holds its subscription: publish until it has one frame.
+    let mut received = String::new();
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut extra = ["a", "b"].into_iter().cycle();
+        loop {
+            assert!(fixture.server.publish(app(extra.next())).unwrap().tools_changed);
+            if let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_millis(200), body.next()).await {
+                received.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+                if received.contains("\n\n") {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    first.expect("a list_changed frame arrives");
+    assert!(received.contains("notifications/tools/list_changed"), "{received}");
 }

@@ -664,10 +664,10 @@ fn restart_recovery_resumes_idempotent_tasks_and_fails_the_rest() {
         let store = open_pg(&schema_url).await;
         let b = instance(store, &issuer, &clock, &counters).await;
         // Before the lease ends nothing is taken over.
-        assert_eq!(b.tasks.recover(&b.server.shared_app(), b.server.events(), 10).await.unwrap(), 0);
+        assert_eq!(b.tasks.recover(&b.server.app(), b.server.events(), 10).await.unwrap(), 0);
         assert_eq!(get(&b.url, &token, &resumable).await["status"], "working");
         clock.advance_ms(31_000);
-        assert_eq!(b.tasks.recover(&b.server.shared_app(), b.server.events(), 10).await.unwrap(), 2);
+        assert_eq!(b.tasks.recover(&b.server.app(), b.server.events(), 10).await.unwrap(), 2);
         let failed = get(&b.url, &token, &once).await;
         assert_eq!(failed["status"], "failed", "{failed}");
         assert!(failed["error"]["message"].as_str().unwrap().contains("not declared idempotent"));
