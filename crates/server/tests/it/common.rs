@@ -18,6 +18,14 @@ pub enum Backend {
     Postgres,
 }
 
+/// Serves `server` over HTTP on a loopback port until the test ends; its `/mcp` URL.
+pub async fn serve_on_loopback(server: &Arc<palisade_server::Server>) -> String {
+    let listener = palisade_server::http::bind(server, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(palisade_server::http::serve(server.clone(), listener, std::future::pending()));
+    url
+}
+
 pub fn unique(name: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     // Unique across runs too (schemas and directories may outlive a killed run): random bytes.

@@ -160,9 +160,7 @@ async fn start_with(store: Arc<dyn Store>, dir: TempDir, version: i64, shared: O
     .build()
     .unwrap();
     let server = Arc::new(server);
-    let listener = palisade_server::http::bind(&server, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(palisade_server::http::serve(server, listener, std::future::pending()));
+    let url = crate::common::serve_on_loopback(&server).await;
     Fixture { url, store, issuer, docs, clock, handles, runs, seen, _dir: dir, _issuer_dir: issuer_dir }
 }
 

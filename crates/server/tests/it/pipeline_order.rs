@@ -71,9 +71,7 @@ async fn start(name: &str, store: Arc<dyn AuditStore>) -> Fixture {
     .build()
     .unwrap();
     let server = Arc::new(server);
-    let listener = palisade_server::http::bind(&server, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(palisade_server::http::serve(server, listener, std::future::pending()));
+    let url = crate::common::serve_on_loopback(&server).await;
     Fixture { url, calls, issuer, _dir: dir }
 }
 

@@ -113,9 +113,7 @@ async fn start(backend: Backend) -> Fixture {
         .build()
         .unwrap();
     let server = Arc::new(server);
-    let listener = palisade_server::http::bind(&server, "127.0.0.1:0".parse().unwrap()).await.unwrap();
-    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
-    tokio::spawn(palisade_server::http::serve(server.clone(), listener, std::future::pending()));
+    let url = crate::common::serve_on_loopback(&server).await;
     Fixture { url, store, issuer, clock, runs, server, _dir: dir }
 }
 
