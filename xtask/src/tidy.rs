@@ -237,6 +237,16 @@ pub const RULES: &[Rule] = &[
             because: "the applications use only palisade_server's public API and palisade_killswitch's redeem",
         }],
     },
+    Rule {
+        package: "palisade-gateway",
+        forbid: &[
+            Forbid {
+                crates: &["sqlx", "rusqlite"],
+                because: "nothing outside palisade-store sees SQL (the gateway uses the store's traits)",
+            },
+            Forbid { crates: &["palisade-apps", "palisade"], because: "the gateway is an application of the runtime, not of the CLI" },
+        ],
+    },
     Rule { package: "palisade", forbid: &[] },
 ];
 

@@ -189,7 +189,7 @@ async fn main() -> anyhow::Result<()> {
     let exposed = vec![ExposedOperation {
         key: OPERATION.to_owned(),
         has_side_effect: true,
-        target_kind: Some(TargetKind::Tool),
+        target_kinds: vec![TargetKind::Tool],
     }];
     files.prepare(&exposed, SystemClock.now_ms())?;
     let mut child = std::process::Command::new(std::env::current_exe()?)

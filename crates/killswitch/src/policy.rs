@@ -175,8 +175,8 @@ impl PolicyPayload {
 
     /// A registry skeleton for `palisade policy init`: every exposed operation COVERED, by
     /// `server_release`, the caller's `tenant` and `client`, plus the operation's own kind
-    /// ([`ExposedOperation::target_kind`]: `tool` for a tool call, `resource` for a read or a
-    /// subscription), with a commit fence where the operation declares a side effect. The
+    /// ([`ExposedOperation::target_kinds`]: `tool` for a tool call, `resource` for a read or a
+    /// subscription, `upstream` too for a relayed one), with a commit fence where the operation declares a side effect. The
     /// operator reviews it (removing a kind deliberately, or NOT_APPLICABLE with a reason) and
     /// signs it with [`sign_policy`]. Fail-safe: nothing starts out NOT_APPLICABLE, and every
     /// target an operator can name in `authority disable` is asked for by every rule.
@@ -185,7 +185,7 @@ impl PolicyPayload {
             .into_iter()
             .map(|operation| {
                 let mut kinds = vec![TargetKind::ServerRelease, TargetKind::Tenant, TargetKind::Client];
-                kinds.extend(operation.target_kind);
+                kinds.extend(operation.target_kinds);
                 let rule = OperationRule {
                     coverage: Coverage::Covered,
                     require_commit_fence: operation.has_side_effect,
@@ -235,9 +235,10 @@ pub struct ExposedOperation {
     pub key: String,
     /// Whether it has a side effect (its skeleton entry then requires a commit fence).
     pub has_side_effect: bool,
-    /// The kind of the registered entry the operation acts on, when it is one the authority
-    /// can disable (`tool`, `resource`); the skeleton requires it.
-    pub target_kind: Option<TargetKind>,
+    /// The kinds of the registered entry the operation acts on that the authority can disable
+    /// (`tool`, `resource`; `upstream` for a definition the gateway relays); the skeleton
+    /// requires them.
+    pub target_kinds: Vec<TargetKind>,
 }
 
 fn validate_rule(operation: &str, rule: &OperationRule) -> Result<(), PolicyError> {

@@ -69,6 +69,15 @@ pub struct RawConfig {
     /// The audit log.
     #[serde(default)]
     pub audit: RawAudit,
+    /// The gateway (`app = "gateway"`, `palisade gateway`): names.
+    #[serde(default)]
+    pub gateway: palisade_gateway::config::RawGateway,
+    /// The gateway: pin re-checking and review.
+    #[serde(default)]
+    pub pins: palisade_gateway::config::RawPins,
+    /// The gateway: the MCP servers it fronts.
+    #[serde(default)]
+    pub upstreams: Vec<palisade_gateway::config::RawUpstream>,
 }
 
 /// `[audit]`
@@ -331,6 +340,8 @@ pub enum AppChoice {
     Demo,
     /// The conformance fixture.
     Conformance,
+    /// The gateway in front of the configured `[[upstreams]]`.
+    Gateway,
 }
 
 /// How callers are authenticated.
@@ -424,6 +435,8 @@ pub struct Settings {
     pub legacy: LegacyConfig,
     /// Trace export, when a collector is configured.
     pub telemetry: Option<TelemetrySettings>,
+    /// The gateway's upstreams and pins (`app = "gateway"` only).
+    pub gateway: Option<palisade_gateway::config::GatewaySettings>,
 }
 
 /// Validated trace export settings.
@@ -1148,13 +1161,39 @@ pub fn options_markdown() -> String {
     out
 }
 
+/// The gateway's sections: validated for the gateway, refused for any other application (an
+/// upstream configured for an application that ignores it is a mistake the operator must see).
+fn validate_gateway(
+    app: AppChoice,
+    gateway: palisade_gateway::config::RawGateway,
+    pins: palisade_gateway::config::RawPins,
+    upstreams: Vec<palisade_gateway::config::RawUpstream>,
+) -> Result<Option<palisade_gateway::config::GatewaySettings>, ConfigError> {
+    if app != AppChoice::Gateway {
+        if !upstreams.is_empty() {
+            return Err(bad("upstreams", "only the gateway uses upstreams (app = \"gateway\" or `palisade gateway`)"));
+        }
+        return Ok(None);
+    }
+    if upstreams.is_empty() {
+        return Err(bad("upstreams", "the gateway needs at least one [[upstreams]] entry"));
+    }
+    palisade_gateway::config::validate(gateway, pins, upstreams)
+        .map(Some)
+        .map_err(|error| ConfigError { key: error.key, reason: error.reason })
+}
+
 /// Validates raw configuration into settings.
 pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
-    let app = match raw.app.as_deref().unwrap_or("demo") {
+    // A file with upstreams and no `app` is a gateway's.
+    let default_app = if raw.upstreams.is_empty() { "demo" } else { "gateway" };
+    let app = match raw.app.as_deref().unwrap_or(default_app) {
         "demo" => AppChoice::Demo,
         "conformance" => AppChoice::Conformance,
-        other => return Err(bad(APP.key, format!("unknown app `{other}`; expected demo or conformance"))),
+        "gateway" => AppChoice::Gateway,
+        other => return Err(bad(APP.key, format!("unknown app `{other}`; expected demo, conformance or gateway"))),
     };
+    let gateway = validate_gateway(app, raw.gateway, raw.pins, raw.upstreams)?;
     let listen: SocketAddr = raw
         .listen
         .as_deref()
@@ -1219,13 +1258,13 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         bounded(raw.limits.max_listen_filter_entries, 100, LIMITS_MAX_LISTEN_FILTER_ENTRIES.key, 10_000)?;
     let transport_refusal_interval_secs =
         seconds(raw.audit.transport_refusal_interval_secs, 10, AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS.key, 3600)?;
-    let default_mode = if app == AppChoice::Demo { "bearer" } else { "none" };
+    let default_mode = if matches!(app, AppChoice::Demo | AppChoice::Gateway) { "bearer" } else { "none" };
     let auth_mode = match raw.auth.mode.as_deref().unwrap_or(default_mode) {
         "bearer" => AuthMode::Bearer,
         "none" => AuthMode::None,
         other => return Err(bad(AUTH_MODE.key, format!("unknown mode `{other}`; expected bearer or none"))),
     };
-    let dev_issuer = raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled).unwrap_or(app == AppChoice::Demo);
+    let dev_issuer = raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled).unwrap_or(matches!(app, AppChoice::Demo | AppChoice::Gateway));
     let dev_table = raw.auth.dev_issuer.as_ref().map(RawDevIssuer::table).unwrap_or_default();
     let dev_authorization = DevAuthorization {
         auto_approve: dev_table.auto_approve.unwrap_or(false),
@@ -1313,6 +1352,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     Ok(Settings {
         legacy,
         telemetry,
+        gateway,
         app,
         listen,
         metrics_listen,

@@ -19,7 +19,7 @@ use palisade_killswitch::{
     SqliteGenerationStore, TargetKey, TargetState, file_sha256_hex, parse_target_spec, sign_policy,
 };
 
-use crate::config::{self, ConfigError, KillSwitchMode, Settings};
+use crate::config::{ConfigError, KillSwitchMode, Settings};
 
 /// `palisade keys …`
 #[derive(Subcommand)]
@@ -58,7 +58,7 @@ pub struct PolicyInitArgs {
     /// Output file (the unsigned payload, JSON).
     #[arg(long)]
     out: PathBuf,
-    /// The application: demo or conformance. Default: from the configuration.
+    /// The application: demo, conformance or gateway. Default: from the configuration.
     #[arg(long)]
     app: Option<String>,
     /// The authority id (must match the authority's).
@@ -207,11 +207,19 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
 }
 
 #[allow(clippy::print_stdout)]
-pub fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
+pub async fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {
         PolicyCommand::Init(args) => {
-            let settings = settings_with_app(args.config.as_deref(), args.app.clone())?;
-            let app = crate::app_name(settings.app).build();
+            let settings = crate::settings_for_app(args.config.as_deref(), args.app.as_deref())?;
+            // The gateway's registry is what its upstreams list now and its reviewers approved.
+            let app = match (crate::app_name(settings.app), &settings.gateway) {
+                (Some(app), _) => app.build(),
+                (None, Some(gateway)) => {
+                    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+                    crate::start_gateway(gateway, &store).await?.1
+                }
+                (None, None) => anyhow::bail!("no application to write a policy for"),
+            };
             let key_file = args.trust_root.join(&args.authority_key_path);
             let header = PolicyHeader {
                 policy_version: args.policy_version,
@@ -243,24 +251,6 @@ pub fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn settings_with_app(config: Option<&Path>, app: Option<String>) -> anyhow::Result<Settings> {
-    match app {
-        None => crate::settings(config, None),
-        Some(app) => {
-            let mut raw = match config {
-                Some(path) => config::parse(&std::fs::read_to_string(path).map_err(|error| ConfigError {
-                    key: "--config".into(),
-                    reason: format!("cannot read {}: {error}", path.display()),
-                })?)?,
-                None => config::RawConfig::default(),
-            };
-            config::apply_env(&mut raw, &crate::env)?;
-            raw.app = Some(app);
-            Ok(config::validate(raw)?)
-        }
-    }
 }
 
 /// The authority database and target key the admin commands use.

@@ -8,6 +8,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod config;
+mod gateway_cli;
 mod killswitch_cli;
 mod telemetry;
 
@@ -44,6 +45,14 @@ struct Cli {
 enum Command {
     /// Serve an application over Streamable HTTP (default) or stdio.
     Serve(ServeArgs),
+    /// Serve the gateway in front of the configuration's `[[upstreams]]` (`serve` with
+    /// `app = "gateway"`), or report on its upstreams.
+    Gateway(GatewayArgs),
+    /// Review the gateway's pinned upstream definitions.
+    Pins {
+        #[command(subcommand)]
+        command: gateway_cli::PinsCommand,
+    },
     /// Check a configuration file and exit (0 when valid, 2 otherwise).
     Config {
         #[command(subcommand)]
@@ -190,6 +199,26 @@ struct TokenArgs {
 }
 
 #[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct GatewayArgs {
+    #[command(subcommand)]
+    command: Option<GatewayCommand>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum GatewayCommand {
+    /// Connect to every upstream now and print its health, protocol and pin states (exit 1 if
+    /// any upstream is unreachable).
+    Status {
+        /// The gateway's configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
 struct ServeArgs {
     /// Configuration file (TOML). `PALISADE_*` environment variables override it; flags
     /// override both.
@@ -214,6 +243,12 @@ fn main() -> ExitCode {
             Ok(settings) => Some(settings),
             Err(error) => return exit_code(&error),
         },
+        Command::Gateway(GatewayArgs { command: None, serve: args }) => {
+            match resolve(args.config.as_deref(), &args.flags, args.stdio, Some("gateway")) {
+                Ok(settings) => Some(settings),
+                Err(error) => return exit_code(&error),
+            }
+        }
         _ => None,
     };
     let telemetry = match serve_settings.as_ref().and_then(|settings| settings.telemetry.as_ref()) {
@@ -234,10 +269,16 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => match serve_settings {
-                Some(settings) => serve(args, settings).await,
-                None => Err(anyhow::anyhow!("serve without settings")),
-            },
+            Command::Serve(args) | Command::Gateway(GatewayArgs { command: None, serve: args }) => {
+                match serve_settings {
+                    Some(settings) => serve(args, settings).await,
+                    None => Err(anyhow::anyhow!("serve without settings")),
+                }
+            }
+            Command::Gateway(GatewayArgs { command: Some(GatewayCommand::Status { config }), .. }) => {
+                gateway_cli::status(&config).await
+            }
+            Command::Pins { command } => gateway_cli::pins(command).await,
             Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
             Command::Config { command: ConfigCommand::Options } => config_options(),
             Command::Dev { command: DevCommand::Token(args) } => dev_token(args),
@@ -247,7 +288,7 @@ fn main() -> ExitCode {
             }
             Command::Handles { command: HandlesCommand::Revoke(args) } => handles_revoke(args).await,
             Command::Keys { command } => killswitch_cli::keys(command),
-            Command::Policy { command } => killswitch_cli::policy(command),
+            Command::Policy { command } => killswitch_cli::policy(command).await,
             Command::Authority { command } => killswitch_cli::authority(command).await,
         }
     });
@@ -282,15 +323,26 @@ fn env(key: &str) -> Option<String> {
 /// The settings of a command: file, then environment, then `serve`'s flags when given.
 fn settings(config: Option<&Path>, args: Option<&ServeArgs>) -> anyhow::Result<Settings> {
     match args {
-        Some(args) => resolve(config, &args.flags, args.stdio),
-        None => resolve(config, &config::ConfigFlags::default(), false),
+        Some(args) => resolve(config, &args.flags, args.stdio, None),
+        None => resolve(config, &config::ConfigFlags::default(), false, None),
     }
+}
+
+/// The settings of a command about one application (`policy init --app`, `pins`, `gateway`),
+/// whatever the file's `app` says.
+fn settings_for_app(config: Option<&Path>, app: Option<&str>) -> anyhow::Result<Settings> {
+    resolve(config, &config::ConfigFlags::default(), false, app)
 }
 
 /// The one resolution of settings, for `serve` and every command that must agree with it
 /// (`dev token`): the file, then `PALISADE_*` variables, then the configuration flags, then
 /// (for `serve --stdio` without a configured principal or mode) unauthenticated local mode.
-fn resolve(config: Option<&Path>, flags: &config::ConfigFlags, stdio: bool) -> anyhow::Result<Settings> {
+fn resolve(
+    config: Option<&Path>,
+    flags: &config::ConfigFlags,
+    stdio: bool,
+    app: Option<&str>,
+) -> anyhow::Result<Settings> {
     let mut raw = match config {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| config::ConfigError {
@@ -303,6 +355,9 @@ fn resolve(config: Option<&Path>, flags: &config::ConfigFlags, stdio: bool) -> a
     };
     config::apply_env(&mut raw, &env)?;
     flags.apply(&mut raw)?;
+    if let Some(app) = app {
+        raw.app = Some(app.to_owned());
+    }
     if stdio && raw.auth.mode.is_none() && env("PALISADE_PRINCIPAL_SUBJECT").is_none() {
         // stdio without a configured principal: the local, unauthenticated mode.
         raw.auth.mode = Some("none".into());
@@ -327,10 +382,30 @@ fn config_check(file: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn app_name(choice: AppChoice) -> AppName {
+/// The built-in application a choice names (`None`: the gateway, whose registry comes from
+/// its upstreams).
+fn app_name(choice: AppChoice) -> Option<AppName> {
     match choice {
-        AppChoice::Demo => AppName::Demo,
-        AppChoice::Conformance => AppName::Conformance,
+        AppChoice::Demo => Some(AppName::Demo),
+        AppChoice::Conformance => Some(AppName::Conformance),
+        AppChoice::Gateway => None,
+    }
+}
+
+/// The scopes the server names in its metadata: the application's, or every scope the gateway's
+/// upstreams are configured to require.
+fn scopes_supported(settings: &Settings) -> Vec<String> {
+    match (app_name(settings.app), &settings.gateway) {
+        (Some(app), _) => app.scopes_supported().iter().map(|s| (*s).to_owned()).collect(),
+        (None, Some(gateway)) => {
+            let scopes: BTreeSet<&String> = gateway
+                .upstreams
+                .iter()
+                .flat_map(|upstream| upstream.scopes.iter().chain(upstream.tool_scopes.values().flatten()))
+                .collect();
+            scopes.into_iter().cloned().collect()
+        }
+        (None, None) => Vec::new(),
     }
 }
 
@@ -343,7 +418,7 @@ fn dev_issuer_id(settings: &Settings) -> String {
 fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
     // The settings `serve` resolves from the same file, environment and flags, so that the
     // token's issuer and audience are that server's.
-    let settings = resolve(args.config.as_deref(), &args.flags, false)?;
+    let settings = resolve(args.config.as_deref(), &args.flags, false, None)?;
     if !settings.dev_issuer {
         anyhow::bail!("the development issuer is disabled in this configuration (auth.dev_issuer = false)");
     }
@@ -540,7 +615,7 @@ fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn bearer_authenticator(settings: &Settings, app: AppName) -> anyhow::Result<Authenticator> {
+fn bearer_authenticator(settings: &Settings) -> anyhow::Result<Authenticator> {
     let mut issuers: Vec<IssuerConfig> = settings
         .issuers
         .iter()
@@ -565,7 +640,7 @@ fn bearer_authenticator(settings: &Settings, app: AppName) -> anyhow::Result<Aut
     config.tenant_claim = settings.tenant_claim.clone();
     config.client_claim = settings.client_claim.clone();
     config.cache_capacity = settings.token_cache_capacity;
-    config.scopes_supported = app.scopes_supported().iter().map(|s| (*s).to_owned()).collect();
+    config.scopes_supported = scopes_supported(settings);
     config.resource_name = Some("Palisade".into());
     let verifier =
         TokenVerifier::new(config).map_err(|e| config::ConfigError { key: "auth".into(), reason: e.to_string() })?;
@@ -576,7 +651,6 @@ fn bearer_authenticator(settings: &Settings, app: AppName) -> anyhow::Result<Aut
 /// over HTTP with bearer authentication. Announced on stderr: it is for development only.
 fn dev_authorization_server(
     settings: &Settings,
-    app: AppName,
     authenticator: &Authenticator,
     stdio: bool,
 ) -> anyhow::Result<Option<Arc<palisade_auth::authorization_server::DevAuthorizationServer>>> {
@@ -586,7 +660,7 @@ fn dev_authorization_server(
     }
     let issuer = DevIssuer::load_or_create(&settings.data_dir, &dev_issuer_id(settings))
         .context("loading the dev issuer key")?;
-    let scopes: Vec<String> = app.scopes_supported().iter().map(|s| (*s).to_owned()).collect();
+    let scopes = scopes_supported(settings);
     let mut as_settings = DevAuthorizationSettings::new(settings.public_url.clone(), scopes);
     let dev = &settings.dev_authorization;
     as_settings.auto_approve = dev.auto_approve;
@@ -610,6 +684,28 @@ fn dev_authorization_server(
         if dev.auto_approve { "; auto_approve: every request is approved without a page" } else { "" }
     );
     Ok(Some(Arc::new(server)))
+}
+
+/// Builds the gateway and its first registry: every upstream listed once (one that fails is
+/// reported and retried by the gateway's loops; it never stops the others or the start).
+async fn start_gateway(
+    settings: &palisade_gateway::config::GatewaySettings,
+    store: &Arc<dyn palisade_store::Store>,
+) -> anyhow::Result<(palisade_gateway::Gateway, palisade_server::App)> {
+    let gateway = palisade_gateway::Gateway::new(settings.clone(), store.clone(), Arc::new(SystemClock), None)
+        .context("starting the gateway")?;
+    gateway.refresh_all().await;
+    let app = gateway.build_app().await.context("building the gateway's registry")?;
+    for status in gateway.status() {
+        eprintln!(
+            "upstream {}: {} of {} definitions served ({})",
+            status.id,
+            status.served,
+            status.listed,
+            if status.health.healthy { "healthy" } else { "unreachable; retrying" }
+        );
+    }
+    Ok((gateway, app))
 }
 
 /// stdio with authentication on: the principal comes from the environment (seed 004).
@@ -643,7 +739,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
             Authenticator::UnauthenticatedLoopback
         }
         (AuthMode::Bearer, true) => environment_authenticator()?,
-        (AuthMode::Bearer, false) => bearer_authenticator(&settings, app_name)?,
+        (AuthMode::Bearer, false) => bearer_authenticator(&settings)?,
     };
     let config = ServerConfig {
         max_body_bytes: settings.max_body_bytes,
@@ -660,22 +756,42 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         allowed_origins: settings.allowed_origins.clone(),
         legacy: settings.legacy.clone(),
         continue_traces: settings.telemetry.as_ref().is_none_or(|telemetry| telemetry.continue_incoming_traces),
-        authorization_server: dev_authorization_server(&settings, app_name, &authenticator, args.stdio)?,
+        authorization_server: dev_authorization_server(&settings, &authenticator, args.stdio)?,
         ..ServerConfig::default()
     };
     prepare_sqlite_dir(&settings)?;
     let secret = ServerSecret::from_bytes(load_or_create_key(&settings.secret_file, "the server secret")?);
     let subject_key = subject_key_bytes(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-    let exposed = palisade_server::killswitch::exposed_operations(&app_name.build());
-    let kill_switch = killswitch_cli::start(&settings, &exposed).await?;
+    // The gateway lists its upstreams (and pins what they list) before the kill switch starts:
+    // the registry the switch must cover is what the gateway serves.
+    let gateway = match &settings.gateway {
+        Some(gateway_settings) => Some(start_gateway(gateway_settings, &store).await?),
+        None => None,
+    };
+    let initial = match (&gateway, app_name) {
+        (Some((_, app)), _) => palisade_server::killswitch::exposed_operations(app),
+        (None, Some(app_name)) => palisade_server::killswitch::exposed_operations(&app_name.build()),
+        (None, None) => Vec::new(),
+    };
+    let kill_switch = killswitch_cli::start(&settings, &initial).await?;
     let orders = match kill_switch.as_ref().and_then(|runtime| runtime.shared_db.as_ref()) {
-        Some(db) if app_name == AppName::Demo => {
+        Some(db) if app_name == Some(AppName::Demo) => {
             Some(palisade_apps::demo::Orders::open(db.pool().clone()).await.context("opening the order table")?)
         }
         _ => None,
     };
-    let app = app_name.build_with_orders(orders);
+    let (app, gateway) = match (gateway, app_name) {
+        (Some((gateway, _)), _) => {
+            if let Some(runtime) = &kill_switch {
+                let switch = runtime.switch.clone();
+                gateway.set_coverage(Arc::new(move |key: &str| switch.policy().lookup(key).is_some()));
+            }
+            (gateway.build_app().await.context("building the gateway's registry")?, Some(gateway))
+        }
+        (None, Some(app_name)) => (app_name.build_with_orders(orders), None),
+        (None, None) => anyhow::bail!("no application to serve"),
+    };
     let handles = HandleService::new(
         store.clone(),
         SubjectKey::from_bytes(&subject_key).map_err(anyhow::Error::msg)?,
@@ -703,6 +819,9 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         builder = builder.kill_switch(runtime.switch.clone(), runtime.server_release.clone());
     }
     let server = Arc::new(builder.build().context("assembling the server")?);
+    if let Some(gateway) = &gateway {
+        gateway.spawn(server.clone(), server.shutdown_token().clone());
+    }
     let session_purge = spawn_session_purge(sessions_store, once_store, &server);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
     let maintenance = tasks.spawn_maintenance(

@@ -116,6 +116,9 @@ impl<'a> AuditTrail<'a> {
     /// The classified operation the decisions are about.
     pub(crate) fn operation(&mut self, operation: &OperationKey) {
         self.operation = operation.to_string();
+        if let Some(origin) = operation.origin() {
+            self.detail = Some(origin.audit_detail.clone());
+        }
         crate::telemetry::operation(&self.span, &self.operation);
     }
 
@@ -280,7 +283,7 @@ fn identity_key(principal: &VerifiedPrincipal) -> String {
 /// The bytes come from a per-thread block of system CSPRNG output, refilled every
 /// [`TRACE_ID_BLOCK`] ÷ 16 ids: one `fill` per request cost about 2 µs, a tenth of the
 /// pipeline's own work per request.
-pub(crate) fn fresh_trace_id() -> String {
+pub fn fresh_trace_id() -> String {
     thread_local! {
         static BLOCK: std::cell::RefCell<TraceIdBlock> = const {
             std::cell::RefCell::new(TraceIdBlock { bytes: [0; TRACE_ID_BLOCK], used: TRACE_ID_BLOCK })

@@ -21,6 +21,45 @@ pub struct VerifiedPrincipal {
     scopes: Scopes,
     expires_at_ms: Option<u64>,
     token_digest: Option<String>,
+    bearer: Option<BearerToken>,
+}
+
+/// The caller's verified bearer token, kept for exactly one use: an RFC 8693 token exchange at
+/// an authorization server the operator configured (the gateway's `token_exchange` upstream
+/// credential). It is never logged (`Debug` shows nothing of it), never stored (a task's
+/// stored principal has none), zeroized when dropped, and never sent to an upstream.
+#[derive(Clone)]
+pub struct BearerToken(Arc<zeroize::Zeroizing<String>>);
+
+impl BearerToken {
+    /// The token text, for the token-exchange request body only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for BearerToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BearerToken(..)")
+    }
+}
+
+impl PartialEq for BearerToken {
+    fn eq(&self, other: &Self) -> bool {
+        use subtle::ConstantTimeEq as _;
+        self.0.as_bytes().ct_eq(other.0.as_bytes()).into()
+    }
+}
+
+impl Eq for BearerToken {}
+
+/// The token of a verified `Authorization: Bearer …` header.
+fn bearer_of(authorization: Option<&[u8]>) -> Option<BearerToken> {
+    let header = std::str::from_utf8(authorization?).ok()?;
+    let (scheme, token) = header.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| BearerToken(Arc::new(zeroize::Zeroizing::new(token.trim().to_owned()))))
 }
 
 /// The scopes a principal holds.
@@ -61,6 +100,11 @@ impl VerifiedPrincipal {
     /// Short SHA-256 prefix of the bearer token, the only form it may be logged in.
     pub fn token_digest(&self) -> Option<&str> {
         self.token_digest.as_deref()
+    }
+
+    /// The verified bearer token (HTTP with bearer authentication only): see [`BearerToken`].
+    pub fn bearer_token(&self) -> Option<&BearerToken> {
+        self.bearer.as_ref()
     }
 
     /// Whether the principal holds `scope`.
@@ -110,6 +154,7 @@ impl VerifiedPrincipal {
             scopes,
             expires_at_ms: stored.get("expiresAtMs").and_then(serde_json::Value::as_u64),
             token_digest: None,
+            bearer: None,
         })
     }
 
@@ -185,6 +230,7 @@ impl Authenticator {
                 scopes: Scopes::Unrestricted,
                 expires_at_ms: None,
                 token_digest: None,
+                bearer: None,
             }),
             Self::Environment(principal) => Ok(VerifiedPrincipal {
                 issuer: "environment".into(),
@@ -194,6 +240,7 @@ impl Authenticator {
                 scopes: Scopes::Granted(principal.scopes.clone()),
                 expires_at_ms: None,
                 token_digest: None,
+                bearer: None,
             }),
             Self::Bearer(verifier) => match verifier.verify(authorization).await {
                 Ok(claims) => Ok(VerifiedPrincipal {
@@ -204,6 +251,7 @@ impl Authenticator {
                     scopes: Scopes::Granted(claims.scopes().clone()),
                     expires_at_ms: Some(claims.expires_at_ms()),
                     token_digest: Some(claims.token_digest().to_owned()),
+                    bearer: bearer_of(authorization),
                 }),
                 Err(error) => Err(self.refusal(error)),
             },

@@ -35,6 +35,9 @@ pub enum Content {
         /// MIME type, when known.
         mime_type: Option<String>,
     },
+    /// A block exactly as another server sent it (the gateway relays upstream results without
+    /// re-typing them, so fields this version does not know survive).
+    Raw(Value),
 }
 
 impl Content {
@@ -79,6 +82,7 @@ impl Content {
                 }
                 "resource_link"
             }
+            Self::Raw(value) => return value,
         };
         out.insert("type".into(), Value::String(kind.into()));
         Value::Object(out)

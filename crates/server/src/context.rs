@@ -60,6 +60,13 @@ impl InputRequired {
         self
     }
 
+    /// Adds an input request exactly as another server sent it (the gateway relays an
+    /// upstream's `inputRequests`: method + params objects, keyed).
+    pub fn relay(mut self, key: impl Into<String>, request: Value) -> Self {
+        self.requests.insert(key.into(), request);
+        self
+    }
+
     /// Application state to get back on the retry. The pipeline seals it (HMAC, bound to the
     /// caller, the method, the params and an expiry); the client sees only an opaque string.
     pub fn with_state(mut self, state: Value) -> Self {
@@ -251,6 +258,33 @@ impl RequestContext {
 }
 
 impl RequestContext {
+    /// Relays a notification another server sent while answering this request (the gateway):
+    /// `notifications/progress` (re-keyed to this request's own progress token, only when the
+    /// client asked for progress) and `notifications/message` (only at or above the client's
+    /// `logLevel`). Anything else is dropped: an upstream cannot send this client other
+    /// notifications through the gateway.
+    pub async fn relay_notification(&self, notification: &Value) {
+        let params = notification.get("params").and_then(Value::as_object);
+        match notification.get("method").and_then(Value::as_str) {
+            Some("notifications/progress") => {
+                let Some(params) = params else { return };
+                let Some(progress) = params.get("progress").and_then(Value::as_f64) else { return };
+                let total = params.get("total").and_then(Value::as_f64);
+                let message = params.get("message").and_then(Value::as_str);
+                self.progress(progress, total, message).await;
+            }
+            Some("notifications/message") => {
+                let Some(params) = params else { return };
+                let Some(level) = params.get("level").and_then(Value::as_str).and_then(LogLevel::parse) else {
+                    return;
+                };
+                let data = params.get("data").cloned().unwrap_or(Value::Null);
+                self.log(level, params.get("logger").and_then(Value::as_str), data).await;
+            }
+            _ => {}
+        }
+    }
+
     /// Phase two of the kill switch, for a handler about to commit a side effect: asks the
     /// authority again for this request's targets (the state may have changed since dispatch)
     /// and returns the [`CommitFence`], whose tokens the backend redeems in the same transaction

@@ -24,7 +24,7 @@ use palisade_wire::ProtocolError;
 use crate::auth::VerifiedPrincipal;
 use crate::clearance::{Cleared, refusal};
 use crate::method::{Method, OperationKey, TargetFamily};
-use crate::registry::{App, Effect};
+use crate::registry::{App, Effect, Origin};
 
 /// The kind of target an operation's registered entry is, for the authority: a tool or a
 /// resource (prompts have no kind of their own; the release, tenant and client still cover them).
@@ -46,24 +46,30 @@ pub fn exposed_operations(app: &App) -> Vec<ExposedOperation> {
             continue;
         }
         let family = method.target_family();
-        let entry = |target: &str, has_side_effect: bool| ExposedOperation {
+        // A relayed definition's operations also name its upstream (`authority disable --target
+        // upstream:<id>` stops them all).
+        let entry = |target: &str, has_side_effect: bool, origin: Option<&Arc<Origin>>| ExposedOperation {
             key: format!("{}:{target}", method.as_str()),
             has_side_effect,
-            target_kind: target_kind(family),
+            target_kinds: target_kind(family).into_iter().chain(origin.map(|_| TargetKind::Upstream)).collect(),
         };
         match family {
-            TargetFamily::Tool => {
-                exposed.extend(app.tools.iter().map(|tool| entry(&tool.name, tool.effect == Effect::SideEffecting)))
+            TargetFamily::Tool => exposed.extend(
+                app.tools
+                    .iter()
+                    .map(|tool| entry(&tool.name, tool.effect == Effect::SideEffecting, tool.origin.as_ref())),
+            ),
+            TargetFamily::Prompt => {
+                exposed.extend(app.prompts.iter().map(|prompt| entry(&prompt.name, false, prompt.origin.as_ref())))
             }
-            TargetFamily::Prompt => exposed.extend(app.prompts.iter().map(|prompt| entry(&prompt.name, false))),
             TargetFamily::Resource => {
-                exposed.extend(app.resources.iter().map(|r| entry(&r.uri, false)));
-                exposed.extend(app.templates.iter().map(|t| entry(&t.template, false)));
+                exposed.extend(app.resources.iter().map(|r| entry(&r.uri, false, r.origin.as_ref())));
+                exposed.extend(app.templates.iter().map(|t| entry(&t.template, false, t.origin.as_ref())));
             }
             TargetFamily::None => exposed.push(ExposedOperation {
                 key: method.as_str().to_owned(),
                 has_side_effect: false,
-                target_kind: None,
+                target_kinds: Vec::new(),
             }),
         }
     }
@@ -114,6 +120,9 @@ impl KillSwitchStage {
         }
         if let (Some(kind), Some(target)) = (target_kind(operation.method().target_family()), operation.target()) {
             targets.insert(kind, target);
+        }
+        if let Some(origin) = operation.origin() {
+            targets.insert(TargetKind::Upstream, origin.upstream.clone());
         }
         let clearance = self.switch.pre_dispatch(&key, &targets).await.map_err(|error| refusal(&key, &error))?;
         let fence_required = self.switch.policy().lookup(&key).is_some_and(|rule| rule.require_commit_fence);

@@ -45,6 +45,7 @@ mod streams;
 pub mod tasks;
 pub mod telemetry;
 
+pub use auth::BearerToken;
 pub use config::{LegacyConfig, ServerConfig};
 pub use content::{CallToolResult, Content, GetPromptResult, PromptMessage, ResourceContents};
 pub use context::{InputRequired, Outcome, RequestContext};
@@ -56,8 +57,8 @@ pub use handles::{
 pub use method::{Method, OperationKey};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use registry::{
-    App, AppBuilder, Completion, CompletionRef, Effect, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
-    RestartPolicy, TaskSupport, ToolDef,
+    App, AppBuilder, Completion, CompletionRef, Effect, Origin, PromptArgument, PromptDef, ResourceDef,
+    ResourceTemplateDef, RestartPolicy, TaskSupport, ToolDef, check_tool,
 };
 pub use reply::Reply;
 pub use server::{BuildError, Published, Server, ServerBuilder};

@@ -175,24 +175,37 @@ impl Method {
 pub struct OperationKey {
     method: Method,
     target: Option<String>,
+    /// The upstream a relayed definition comes from (the gateway), from the registry.
+    origin: Option<std::sync::Arc<crate::registry::Origin>>,
 }
 
 impl OperationKey {
     /// A key for `method` and its registered target (only classification and the session
     /// wire's non-JSON-RPC requests make one).
     pub(crate) fn new(method: Method, target: Option<String>) -> Self {
-        Self { method, target }
+        Self { method, target, origin: None }
+    }
+
+    /// The key of an operation on a relayed definition (the registry's [`crate::registry::Origin`]).
+    pub(crate) fn with_origin(mut self, origin: Option<std::sync::Arc<crate::registry::Origin>>) -> Self {
+        self.origin = origin;
+        self
+    }
+
+    /// Where the targeted definition comes from, when it is relayed from an upstream.
+    pub fn origin(&self) -> Option<&crate::registry::Origin> {
+        self.origin.as_deref()
     }
 
     /// The key of a `tools/call` of a registered tool (task workers re-check their tool with it).
     pub(crate) fn tool_call(tool: &str) -> Self {
-        Self { method: Method::ToolsCall, target: Some(tool.to_owned()) }
+        Self { method: Method::ToolsCall, target: Some(tool.to_owned()), origin: None }
     }
 
     /// Any key, for tests of later stages (the pipeline only ever classifies).
     #[cfg(test)]
     pub(crate) fn for_test(method: Method, target: Option<&str>) -> Self {
-        Self { method, target: target.map(str::to_owned) }
+        Self { method, target: target.map(str::to_owned), origin: None }
     }
 
     /// The method.

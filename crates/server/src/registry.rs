@@ -92,6 +92,17 @@ pub enum RegistryError {
     },
 }
 
+/// Where a definition comes from when the application relays another MCP server's (the
+/// gateway): the upstream's id (the kill switch's `upstream` target) and the text its audit
+/// records carry (upstream id, exposed and upstream names, the pin's digest prefix).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The upstream's id.
+    pub upstream: String,
+    /// The audit record's detail for operations on this definition.
+    pub audit_detail: String,
+}
+
 /// A registered tool.
 pub struct ToolDef {
     pub(crate) name: String,
@@ -107,6 +118,7 @@ pub struct ToolDef {
     pub(crate) task_prelude: Option<TaskPrelude>,
     pub(crate) handler: ToolHandler,
     pub(crate) validator: Option<Arc<jsonschema::Validator>>,
+    pub(crate) origin: Option<Arc<Origin>>,
 }
 
 /// A tool under construction; [`ToolBuilder::handler`] finishes it.
@@ -121,6 +133,7 @@ pub struct ToolBuilder {
     task_support: TaskSupport,
     restart: RestartPolicy,
     task_prelude: Option<TaskPrelude>,
+    origin: Option<Arc<Origin>>,
 }
 
 /// What calling a tool does.
@@ -152,7 +165,25 @@ impl ToolDef {
             task_support: TaskSupport::default(),
             restart: RestartPolicy::default(),
             task_prelude: None,
+            origin: None,
         }
+    }
+
+    /// Starts a tool from a complete definition another server sent (the gateway): every field
+    /// is kept as sent, except `name`, which becomes `name`. The definition's `inputSchema` is
+    /// checked like any other when the application is built ([`check_tool`]).
+    pub fn relayed(name: impl Into<String>, mut definition: Map<String, Value>, origin: Origin) -> ToolBuilder {
+        let name = name.into();
+        definition.insert("name".into(), json!(name));
+        let mut builder = Self::new(name);
+        builder.definition = definition;
+        builder.origin = Some(Arc::new(origin));
+        builder
+    }
+
+    /// Where the tool comes from, when it is relayed.
+    pub fn origin(&self) -> Option<&Origin> {
+        self.origin.as_deref()
     }
 
     /// The tool's name.
@@ -356,6 +387,7 @@ impl ToolBuilder {
             task_prelude: self.task_prelude,
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
             validator: None,
+            origin: self.origin,
         }
     }
 }
@@ -367,6 +399,7 @@ pub struct ResourceDef {
     pub(crate) ttl_ms: u64,
     pub(crate) required_scopes: Vec<String>,
     pub(crate) reader: ResourceReader,
+    pub(crate) origin: Option<Arc<Origin>>,
 }
 
 /// A resource under construction.
@@ -375,6 +408,7 @@ pub struct ResourceBuilder {
     definition: Map<String, Value>,
     ttl_ms: u64,
     required_scopes: Vec<String>,
+    origin: Option<Arc<Origin>>,
 }
 
 impl ResourceDef {
@@ -385,7 +419,15 @@ impl ResourceDef {
         let mut definition = Map::new();
         definition.insert("uri".into(), json!(uri));
         definition.insert("name".into(), json!(name.into()));
-        ResourceBuilder { uri, definition, ttl_ms: 0, required_scopes: Vec::new() }
+        ResourceBuilder { uri, definition, ttl_ms: 0, required_scopes: Vec::new(), origin: None }
+    }
+
+    /// Starts a resource from a complete definition another server sent (the gateway), listed
+    /// at `uri`: every field kept as sent except `uri`.
+    pub fn relayed(uri: impl Into<String>, mut definition: Map<String, Value>, origin: Origin) -> ResourceBuilder {
+        let uri = uri.into();
+        definition.insert("uri".into(), json!(uri));
+        ResourceBuilder { uri, definition, ttl_ms: 0, required_scopes: Vec::new(), origin: Some(Arc::new(origin)) }
     }
 }
 
@@ -436,6 +478,7 @@ impl ResourceBuilder {
             ttl_ms: self.ttl_ms,
             required_scopes: self.required_scopes,
             reader: Arc::new(move |ctx, uri, _| Box::pin(reader(ctx, uri))),
+            origin: self.origin,
         }
     }
 }
@@ -447,6 +490,7 @@ pub struct ResourceTemplateDef {
     pub(crate) ttl_ms: u64,
     pub(crate) required_scopes: Vec<String>,
     pub(crate) reader: ResourceReader,
+    pub(crate) origin: Option<Arc<Origin>>,
 }
 
 /// A resource template under construction.
@@ -455,6 +499,7 @@ pub struct ResourceTemplateBuilder {
     definition: Map<String, Value>,
     ttl_ms: u64,
     required_scopes: Vec<String>,
+    origin: Option<Arc<Origin>>,
 }
 
 impl ResourceTemplateDef {
@@ -465,7 +510,25 @@ impl ResourceTemplateDef {
         let mut definition = Map::new();
         definition.insert("uriTemplate".into(), json!(template));
         definition.insert("name".into(), json!(name.into()));
-        ResourceTemplateBuilder { template, definition, ttl_ms: 0, required_scopes: Vec::new() }
+        ResourceTemplateBuilder { template, definition, ttl_ms: 0, required_scopes: Vec::new(), origin: None }
+    }
+
+    /// Starts a template from a complete definition another server sent (the gateway), listed
+    /// as `uri_template`: every field kept as sent except `uriTemplate`.
+    pub fn relayed(
+        uri_template: impl Into<String>,
+        mut definition: Map<String, Value>,
+        origin: Origin,
+    ) -> ResourceTemplateBuilder {
+        let template = uri_template.into();
+        definition.insert("uriTemplate".into(), json!(template));
+        ResourceTemplateBuilder {
+            template,
+            definition,
+            ttl_ms: 0,
+            required_scopes: Vec::new(),
+            origin: Some(Arc::new(origin)),
+        }
     }
 
     /// The variables of `uri` if it matches this template.
@@ -487,6 +550,7 @@ impl ResourceTemplateBuilder {
             ttl_ms: self.ttl_ms,
             required_scopes: self.required_scopes,
             reader: Arc::new(move |ctx, uri, vars| Box::pin(reader(ctx, uri, vars))),
+            origin: self.origin,
         }
     }
 }
@@ -561,6 +625,7 @@ pub struct PromptDef {
     pub(crate) required_scopes: Vec<String>,
     pub(crate) arguments: Vec<PromptArgument>,
     pub(crate) handler: PromptHandler,
+    pub(crate) origin: Option<Arc<Origin>>,
 }
 
 /// A prompt under construction.
@@ -569,6 +634,8 @@ pub struct PromptBuilder {
     definition: Map<String, Value>,
     arguments: Vec<PromptArgument>,
     required_scopes: Vec<String>,
+    origin: Option<Arc<Origin>>,
+    relayed: bool,
 }
 
 impl PromptDef {
@@ -578,7 +645,44 @@ impl PromptDef {
         let name = name.into();
         let mut definition = Map::new();
         definition.insert("name".into(), json!(name));
-        PromptBuilder { name, definition, arguments: Vec::new(), required_scopes: Vec::new() }
+        PromptBuilder {
+            name,
+            definition,
+            arguments: Vec::new(),
+            required_scopes: Vec::new(),
+            origin: None,
+            relayed: false,
+        }
+    }
+
+    /// Starts a prompt from a complete definition another server sent (the gateway): every
+    /// field kept as sent except `name`; its `arguments` are listed as sent, and the required
+    /// ones among them are enforced like a registered prompt's.
+    pub fn relayed(name: impl Into<String>, mut definition: Map<String, Value>, origin: Origin) -> PromptBuilder {
+        let name = name.into();
+        definition.insert("name".into(), json!(name));
+        let arguments = definition
+            .get("arguments")
+            .and_then(Value::as_array)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|item| {
+                        let name = item.get("name")?.as_str()?;
+                        let required = item.get("required").and_then(Value::as_bool).unwrap_or(false);
+                        Some(PromptArgument { name: name.to_owned(), description: None, required })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        PromptBuilder {
+            name,
+            definition,
+            arguments,
+            required_scopes: Vec::new(),
+            origin: Some(Arc::new(origin)),
+            relayed: true,
+        }
     }
 }
 
@@ -608,7 +712,7 @@ impl PromptBuilder {
         Fut: Future<Output = Result<Outcome<GetPromptResult>, ProtocolError>> + Send + 'static,
     {
         let mut definition = self.definition;
-        if !self.arguments.is_empty() {
+        if !self.relayed && !self.arguments.is_empty() {
             definition.insert(
                 "arguments".into(),
                 Value::Array(self.arguments.iter().map(PromptArgument::to_value).collect()),
@@ -620,6 +724,7 @@ impl PromptBuilder {
             required_scopes: self.required_scopes,
             arguments: self.arguments,
             handler: Arc::new(move |ctx, args| Box::pin(handler(ctx, args))),
+            origin: self.origin,
         }
     }
 }
@@ -719,11 +824,14 @@ impl App {
 
     /// The registered entry `uri` names: the static resource's URI, else the template it matches.
     pub(crate) fn registered_resource(&self, uri: &str) -> Option<&str> {
-        self.resources
-            .iter()
-            .find(|r| r.uri == uri)
-            .map(|r| r.uri.as_str())
-            .or_else(|| self.templates.iter().find(|t| t.match_uri(uri).is_some()).map(|t| t.template.as_str()))
+        self.registered_resource_origin(uri).map(|(registered, _)| registered)
+    }
+
+    /// [`Self::registered_resource`] with the definition's origin, when it is relayed.
+    pub(crate) fn registered_resource_origin(&self, uri: &str) -> Option<(&str, Option<Arc<Origin>>)> {
+        self.resources.iter().find(|r| r.uri == uri).map(|r| (r.uri.as_str(), r.origin.clone())).or_else(|| {
+            self.templates.iter().find(|t| t.match_uri(uri).is_some()).map(|t| (t.template.as_str(), t.origin.clone()))
+        })
     }
 
     /// Whether `uri` names a static resource or matches a template.
@@ -824,26 +932,35 @@ impl AppBuilder {
         check_unique("template", self.app.templates.iter().map(|t| t.template.as_str()))?;
         check_unique("handle type", self.app.handle_types.iter().map(HandleType::name))?;
         for tool in &mut self.app.tools {
-            let valid_name = (1..=128).contains(&tool.name.len())
-                && tool.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-            if !valid_name {
-                return Err(RegistryError::InvalidName(tool.name.clone()));
-            }
-            let schema = &tool.definition["inputSchema"];
-            if schema.get("type") != Some(&json!("object")) {
-                return Err(RegistryError::InvalidSchema {
-                    tool: tool.name.clone(),
-                    why: "inputSchema root must be type object".into(),
-                });
-            }
-            let validator = jsonschema::draft202012::new(schema)
-                .map_err(|e| RegistryError::InvalidSchema { tool: tool.name.clone(), why: e.to_string() })?;
-            tool.validator = Some(Arc::new(validator));
-            tool.header_params = header_params(&tool.name, schema)?;
+            check_tool(tool)?;
             check_handle_arguments(tool, &self.app.handle_types)?;
         }
         Ok(self.app)
     }
+}
+
+/// The checks [`AppBuilder::build`] makes of one tool (name, input schema, `x-mcp-header`
+/// declarations), which also compile its argument validator. An application that builds its
+/// tools from definitions it does not control (the gateway) runs it first, so one bad
+/// definition is held alone instead of failing the whole build.
+pub fn check_tool(tool: &mut ToolDef) -> Result<(), RegistryError> {
+    let valid_name = (1..=128).contains(&tool.name.len())
+        && tool.name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if !valid_name {
+        return Err(RegistryError::InvalidName(tool.name.clone()));
+    }
+    let schema = &tool.definition["inputSchema"];
+    if schema.get("type") != Some(&json!("object")) {
+        return Err(RegistryError::InvalidSchema {
+            tool: tool.name.clone(),
+            why: "inputSchema root must be type object".into(),
+        });
+    }
+    let validator = jsonschema::draft202012::new(schema)
+        .map_err(|e| RegistryError::InvalidSchema { tool: tool.name.clone(), why: e.to_string() })?;
+    tool.validator = Some(Arc::new(validator));
+    tool.header_params = header_params(&tool.name, schema)?;
+    Ok(())
 }
 
 /// Each handle argument names a registered type and a scope, and no argument is declared twice.

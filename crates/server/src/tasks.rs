@@ -509,12 +509,16 @@ impl TaskService {
         // Execution-time kill switch: a task runs long after its request was cleared. The
         // segment passes the same cleared-handler sequence as a request (crate::execute): phase
         // one, the allow made durable, the handler, the fence check.
-        let operation = OperationKey::tool_call(&row.tool);
+        let operation = OperationKey::tool_call(&row.tool).with_origin(tool.origin.clone());
         let principal = Arc::new(principal);
         let mut trail = AuditTrail::new(&attached.recorder, &row.tool);
         trail.principal(&principal);
         trail.operation(&operation);
-        trail.detail = Some(format!("task={}", palisade_store::hex_prefix(&row.digest)));
+        let task = format!("task={}", palisade_store::hex_prefix(&row.digest));
+        trail.detail = Some(match operation.origin() {
+            Some(origin) => format!("{} {task}", origin.audit_detail),
+            None => task,
+        });
         let cleared =
             match crate::execute::clear(attached.kill_switch.as_ref(), &operation, &principal, &mut trail).await {
                 Ok(cleared) => cleared,

@@ -1,8 +1,9 @@
 //! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]) and explicit
 //! application handles ([`HandleStore`]), durable tasks ([`TaskStore`]), 2025-era session state
-//! ([`SessionStore`]) and single-use records ([`OnceStore`]) on SQLite and PostgreSQL, group commit
+//! ([`SessionStore`]), single-use records ([`OnceStore`]) and a gateway's pins of upstream
+//! definitions with their review decisions ([`PinStore`]) on SQLite and PostgreSQL, group commit
 //! in front of the log ([`AuditWriter`]), and [`open_store`] choosing a backend from a URL
-//! ([`Store`] is every trait at once). Later: pins.
+//! ([`Store`] is every trait at once).
 //!
 //! **Architecture Invariant:** the audit log is one chain. Record `seq` stores
 //! `hash = SHA-256(prev_hash || canonical JSON of the record)`; appenders in any number of tasks,
@@ -33,6 +34,7 @@ pub mod conformance;
 mod error;
 mod handles;
 mod once;
+mod pins;
 mod postgres;
 mod record;
 mod sessions;
@@ -49,6 +51,11 @@ pub use handles::{
     NewHandle, Revocation, RevokeSelector, hex_prefix,
 };
 pub use once::OnceStore;
+pub use pins::{
+    MAX_PIN_DEFINITION_BYTES, MAX_PIN_ID_BYTES, MAX_PIN_LIST, MAX_PIN_NOTE_BYTES, MAX_PIN_REVIEWER_BYTES,
+    MAX_PIN_SIGNATURE_BYTES, MAX_PIN_TEXT_BYTES, MAX_PIN_UPSTREAM_ID_BYTES, PIN_KINDS, PinDecision, PinObservation,
+    PinRow, PinStore, PinVerdict,
+};
 pub use postgres::{MAX_LOOKUP_CONNECTIONS, PostgresOptions, PostgresStore};
 pub use record::{AuditRecord, Decision, GENESIS_HASH, MAX_FIELD_BYTES, MAX_SCOPES, StoredAuditRecord, chain_hash};
 pub use sessions::{
@@ -62,9 +69,9 @@ pub use writer::{AuditWriter, AuditWriterConfig, BlockingAppend};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.
-pub trait Store: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore {}
+pub trait Store: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore {}
 
-impl<T: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore> Store for T {}
+impl<T: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore> Store for T {}
 
 /// Opens the store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
 /// `postgres://…` / `postgresql://…` (see [`PostgresStore::connect`]). Migrates and checks

@@ -511,3 +511,11 @@ crate::once::impl_once_store!(
     writer: pool,
     sql: pg_sql
 );
+
+crate::pins::impl_pin_store!(
+    store: PostgresStore,
+    begin: begin_write,
+    writer: pool,
+    reader: pool,
+    sql: pg_sql
+);

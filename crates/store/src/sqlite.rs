@@ -348,6 +348,14 @@ crate::once::impl_once_store!(
     sql: sqlite_sql
 );
 
+crate::pins::impl_pin_store!(
+    store: SqliteStore,
+    begin: begin_write,
+    writer: writer,
+    reader: reader,
+    sql: sqlite_sql
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

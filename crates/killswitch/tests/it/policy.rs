@@ -338,12 +338,12 @@ fn skeleton_sign_and_load_round_trip() {
     let skeleton = PolicyPayload::skeleton(
         header,
         [
-            ExposedOperation { key: CHECKOUT.to_owned(), has_side_effect: true, target_kind: Some(TargetKind::Tool) },
-            ExposedOperation { key: TOOLS_LIST.to_owned(), has_side_effect: false, target_kind: None },
+            ExposedOperation { key: CHECKOUT.to_owned(), has_side_effect: true, target_kinds: vec![TargetKind::Tool] },
+            ExposedOperation { key: TOOLS_LIST.to_owned(), has_side_effect: false, target_kinds: vec![] },
             ExposedOperation {
                 key: "resources/read:shop://policy".to_owned(),
                 has_side_effect: false,
-                target_kind: Some(TargetKind::Resource),
+                target_kinds: vec![TargetKind::Resource],
             },
         ],
     );

@@ -14,21 +14,25 @@ use crate::tasks::TASKS_EXTENSION;
 
 /// Stage 3: the method plus the registered entry it targets, by [`Method::target_family`].
 pub(super) fn classify(app: &App, method: Method, params: &Map<String, Value>) -> Result<OperationKey, ProtocolError> {
-    let target = match method.target_family() {
+    let (target, origin) = match method.target_family() {
         TargetFamily::Tool => {
             let name = string_param(params, "name")?;
-            Some(app.tool(name).ok_or_else(|| ProtocolError::invalid_params("unknown tool"))?.name.clone())
+            let tool = app.tool(name).ok_or_else(|| ProtocolError::invalid_params("unknown tool"))?;
+            (Some(tool.name.clone()), tool.origin.clone())
         }
         TargetFamily::Prompt => {
             let name = string_param(params, "name")?;
-            Some(app.prompt(name).ok_or_else(|| ProtocolError::invalid_params("unknown prompt"))?.name.clone())
+            let prompt = app.prompt(name).ok_or_else(|| ProtocolError::invalid_params("unknown prompt"))?;
+            (Some(prompt.name.clone()), prompt.origin.clone())
         }
         TargetFamily::Resource => {
             let uri = string_param(params, "uri")?;
-            let registered = app.registered_resource(uri);
-            Some(registered.ok_or_else(|| ProtocolError::ResourceNotFound { uri: uri.to_owned() })?.to_owned())
+            let (registered, origin) = app
+                .registered_resource_origin(uri)
+                .ok_or_else(|| ProtocolError::ResourceNotFound { uri: uri.to_owned() })?;
+            (Some(registered.to_owned()), origin)
         }
-        TargetFamily::None => None,
+        TargetFamily::None => (None, None),
     };
     // Any tasks/* request without the extension is -32021, before the id is looked at.
     if method.is_tasks_method() {
@@ -37,5 +41,5 @@ pub(super) fn classify(app: &App, method: Method, params: &Map<String, Value>) -
             return Err(crate::tasks::missing_tasks_capability());
         }
     }
-    Ok(OperationKey::new(method, target))
+    Ok(OperationKey::new(method, target).with_origin(origin))
 }

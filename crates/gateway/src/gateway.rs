@@ -1,0 +1,1012 @@
+//! The gateway as an application on Palisade's server runtime: it lists every upstream, pins
+//! each definition (control C6), and publishes the *approved* ones as the server's registry,
+//! each relayed tool, prompt and resource forwarding to its upstream with the gateway's own
+//! credential (control C7). Requests to it pass the same pipeline as any application's.
+//!
+//! - [`Gateway::refresh`] re-lists one upstream; [`Gateway::rebuild`] recomputes every pin's
+//!   state from the store and publishes the resulting [`App`] (clients hear `list_changed`).
+//! - [`Gateway::spawn`] runs the loops: each upstream re-listed every `[pins] relist_secs` and on
+//!   its own `list_changed`; reviewers' decisions read every `decision_poll_secs`.
+//!
+//! **Architecture Invariant:** a definition is served only while its current digest is the
+//! approved one (with a valid reviewer signature when `require_signed`), its exposed name is
+//! unambiguous, the operator's policy does not deny it, and the signed kill-switch registry
+//! lists it. Anything else is absent from lists and answers as unknown; the operator sees why
+//! in [`Gateway::report`], the log and the audit record of the state change.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use palisade_base::clock::Clock;
+use palisade_server::{
+    App, AppBuilder, BearerToken, CallToolResult, Content, GetPromptResult, InputRequired, Origin, Outcome, PromptDef,
+    PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef, ResourceTemplateDef, Server,
+    ToolDef, check_tool,
+};
+use palisade_store::{AuditRecord, Decision, PinObservation, PinRow, PinVerdict, Store};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{GatewaySettings, UpstreamSettings};
+use crate::credentials::{CallerContext, UpstreamCredential};
+use crate::names::{Namer, collisions, shadows_prefix};
+use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
+use crate::upstream::{HealthReport, ListKind, UpstreamClient, UpstreamInfo, UpstreamReply, UpstreamRequest};
+
+/// Whether the signed kill-switch registry lists an operation key (`tools/call:<name>`).
+pub type CoverageCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// An upstream's client or credential could not be built.
+    #[error("upstream {upstream}: {reason}")]
+    Upstream {
+        /// The upstream id.
+        upstream: String,
+        /// What failed (never a secret).
+        reason: String,
+    },
+    /// The pin store failed.
+    #[error("pin store: {0}")]
+    Store(#[from] palisade_store::StoreError),
+}
+
+/// One upstream as the gateway runs it.
+struct Upstream {
+    settings: UpstreamSettings,
+    client: UpstreamClient,
+    namer: Namer,
+    listing: Mutex<Option<Arc<Listing>>>,
+}
+
+/// What one listing of an upstream returned, as sent.
+struct Listing {
+    info: UpstreamInfo,
+    tools: Vec<Value>,
+    prompts: Vec<Value>,
+    resources: Vec<Value>,
+    templates: Vec<Value>,
+}
+
+/// One definition's standing, for `pins list`, `gateway status` and the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PinEntry {
+    /// The pin's id.
+    pub pin_id: String,
+    /// The upstream's id.
+    pub upstream: String,
+    /// `tool`, `prompt`, …
+    pub kind: &'static str,
+    /// The upstream's own name (or URI).
+    pub name: String,
+    /// The name (or URI) clients see, when it can be exposed.
+    pub exposed: Option<String>,
+    /// The current digest.
+    pub digest: String,
+    /// Its pin state.
+    pub state: &'static str,
+    /// Whether clients can list and call it now.
+    pub served: bool,
+    /// Why it is not served, when it is not.
+    pub reason: Option<String>,
+}
+
+/// One upstream's standing.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpstreamStatus {
+    /// Its id.
+    pub id: String,
+    /// Its URL.
+    pub url: String,
+    /// `2026-07-28`, the negotiated 2025 version, or `null` before the first connection.
+    pub protocol: Option<String>,
+    /// Health and backoff.
+    pub health: HealthReport,
+    /// Definitions served / listed.
+    pub served: usize,
+    /// Definitions listed.
+    pub listed: usize,
+}
+
+struct Inner {
+    settings: GatewaySettings,
+    upstreams: Vec<Arc<Upstream>>,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    coverage: OnceLock<CoverageCheck>,
+    server: OnceLock<Arc<Server>>,
+    /// Serializes rebuilds (and their publications).
+    rebuilding: tokio::sync::Mutex<()>,
+    /// Digests last written to the store, per pin id (only changes are written).
+    observed: Mutex<HashMap<String, String>>,
+    /// The last report, for status and state-change records.
+    report: Mutex<Vec<PinEntry>>,
+    /// A fingerprint of the decisions the last rebuild saw.
+    decisions_seen: Mutex<u64>,
+}
+
+/// The gateway: cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").field("upstreams", &self.inner.upstreams.len()).finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Builds the upstream clients and credentials (secrets are read now: a missing one is an
+    /// error naming where it should come from). `coverage` is the signed kill-switch registry's
+    /// check, when the server runs a kill switch (or [`Self::set_coverage`] later).
+    pub fn new(
+        settings: GatewaySettings,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        coverage: Option<CoverageCheck>,
+    ) -> Result<Self, GatewayError> {
+        let coverage_cell = OnceLock::new();
+        if let Some(check) = coverage {
+            let _ = coverage_cell.set(check);
+        }
+        let mut upstreams = Vec::with_capacity(settings.upstreams.len());
+        for upstream in &settings.upstreams {
+            let fail = |reason: String| GatewayError::Upstream { upstream: upstream.id.clone(), reason };
+            let credential = UpstreamCredential::from_config(&upstream.credential, &upstream.url, clock.clone())
+                .map_err(|error| fail(error.to_string()))?;
+            let client = UpstreamClient::new(
+                &upstream.id,
+                upstream.url.clone(),
+                upstream.protocol,
+                upstream.limits.clone(),
+                Arc::new(credential),
+            )
+            .map_err(|error| fail(error.to_string()))?;
+            upstreams.push(Arc::new(Upstream {
+                namer: Namer::new(upstream.prefix.as_deref(), settings.separator),
+                settings: upstream.clone(),
+                client,
+                listing: Mutex::new(None),
+            }));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                settings,
+                upstreams,
+                store,
+                clock,
+                coverage: coverage_cell,
+                server: OnceLock::new(),
+                rebuilding: tokio::sync::Mutex::new(()),
+                observed: Mutex::new(HashMap::new()),
+                report: Mutex::new(Vec::new()),
+                decisions_seen: Mutex::new(0),
+            }),
+        })
+    }
+
+    /// Sets the signed kill-switch registry's check (once; the kill switch starts after the
+    /// gateway's first listing, whose operations it must cover).
+    pub fn set_coverage(&self, check: CoverageCheck) {
+        if self.inner.coverage.set(check).is_err() {
+            tracing::warn!("the gateway's kill-switch coverage was already set");
+        }
+    }
+
+    /// Lists every upstream once (connecting first); an upstream that fails keeps its previous
+    /// listing (or none) and is reported, never failing the others.
+    pub async fn refresh_all(&self) {
+        let refreshes = (0..self.inner.upstreams.len()).map(|index| self.refresh(index));
+        futures::future::join_all(refreshes).await;
+    }
+
+    /// Re-lists upstream `index`. Returns whether the listing succeeded.
+    pub async fn refresh(&self, index: usize) -> bool {
+        let Some(upstream) = self.inner.upstreams.get(index) else { return false };
+        match list_upstream(upstream).await {
+            Ok(listing) => {
+                *lock(&upstream.listing) = Some(Arc::new(listing));
+                true
+            }
+            Err(error) => {
+                tracing::warn!(upstream = %upstream.settings.id, %error, "upstream listing failed; keeping the previous one");
+                false
+            }
+        }
+    }
+
+    /// Computes every pin's state (writing changed definitions to the store first) and the
+    /// application of everything that may be served.
+    pub async fn build_app(&self) -> Result<App, GatewayError> {
+        let definitions = self.collect();
+        self.observe(&definitions).await?;
+        let rows = self.inner.store.pins(None).await?;
+        *lock(&self.inner.decisions_seen) = fingerprint(&rows);
+        let rows: HashMap<&str, &PinRow> = rows.iter().map(|row| (row.observation.pin_id.as_str(), row)).collect();
+        let mut entries = Vec::with_capacity(definitions.len());
+        for definition in &definitions {
+            let row = rows.get(definition.pin_id.as_str()).copied();
+            entries.push(self.entry(definition, row));
+        }
+        self.hold_ambiguous(&definitions, &mut entries);
+        let (app, entries) = self.assemble(&definitions, entries)?;
+        self.record_transitions(&entries).await;
+        *lock(&self.inner.report) = entries;
+        Ok(app)
+    }
+
+    /// [`Self::build_app`] and publishes it on the attached server.
+    pub async fn rebuild(&self) {
+        let _one = self.inner.rebuilding.lock().await;
+        let Some(server) = self.inner.server.get() else { return };
+        match self.build_app().await {
+            Ok(app) => {
+                if let Err(error) = server.publish(app) {
+                    tracing::error!(%error, "the gateway's new registry was refused; the previous one keeps serving");
+                }
+            }
+            Err(error) => tracing::error!(%error, "pin states could not be computed; the previous registry keeps serving"),
+        }
+    }
+
+    /// The pin report of the last build.
+    pub fn report(&self) -> Vec<PinEntry> {
+        lock(&self.inner.report).clone()
+    }
+
+    /// Every upstream's standing.
+    pub fn status(&self) -> Vec<UpstreamStatus> {
+        let report = self.report();
+        self.inner
+            .upstreams
+            .iter()
+            .map(|upstream| {
+                let id = &upstream.settings.id;
+                let mine = report.iter().filter(|entry| &entry.upstream == id);
+                let (listed, served) = mine.fold((0, 0), |(l, s), entry| (l + 1, s + usize::from(entry.served)));
+                UpstreamStatus {
+                    id: id.clone(),
+                    url: upstream.settings.url.to_string(),
+                    protocol: upstream.client.info().map(|info| info.era.to_string()),
+                    health: upstream.client.health(),
+                    served,
+                    listed,
+                }
+            })
+            .collect()
+    }
+
+    /// Attaches the server whose registry the gateway publishes and starts its loops; they stop
+    /// when `shutdown` is cancelled.
+    pub fn spawn(&self, server: Arc<Server>, shutdown: CancellationToken) {
+        if self.inner.server.set(server).is_err() {
+            tracing::warn!("the gateway is already attached to a server");
+            return;
+        }
+        for index in 0..self.inner.upstreams.len() {
+            let gateway = self.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(async move { gateway.relist_loop(index, stop).await });
+            let gateway = self.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(async move { gateway.changes_loop(index, stop).await });
+        }
+        let gateway = self.clone();
+        tokio::spawn(async move { gateway.decisions_loop(shutdown).await });
+    }
+
+    async fn relist_loop(&self, index: usize, stop: CancellationToken) {
+        let every = self.inner.settings.pins.relist;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            self.refresh(index).await;
+            self.rebuild().await;
+        }
+    }
+
+    /// Follows one upstream's change notifications: each is a re-listing (and pin check)
+    /// before any client hears of a change.
+    async fn changes_loop(&self, index: usize, stop: CancellationToken) {
+        let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            match upstream.client.changes().await {
+                Ok(stream) => {
+                    backoff = Duration::from_secs(1);
+                    let mut stream = std::pin::pin!(stream);
+                    loop {
+                        tokio::select! {
+                            () = stop.cancelled() => return,
+                            next = stream.next() => match next {
+                                Some(method) => {
+                                    tracing::info!(upstream = %upstream.settings.id, %method, "upstream list changed: re-listing");
+                                    self.refresh(index).await;
+                                    self.rebuild().await;
+                                }
+                                None => break,
+                            }
+                        }
+                    }
+                }
+                Err(error) => tracing::debug!(upstream = %upstream.settings.id, %error, "change stream unavailable"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(60));
+        }
+    }
+
+    /// Reviewers decide from the CLI, in another process: their decisions reach the registry
+    /// within one poll.
+    async fn decisions_loop(&self, stop: CancellationToken) {
+        let every = self.inner.settings.pins.decision_poll;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            match self.inner.store.pins(None).await {
+                Ok(rows) => {
+                    let seen = *lock(&self.inner.decisions_seen);
+                    if fingerprint(&rows) != seen {
+                        self.rebuild().await;
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "pin decisions could not be read"),
+            }
+        }
+    }
+
+    /// Every definition every upstream last listed, with its pin identity and digest.
+    fn collect(&self) -> Vec<Definition> {
+        let mut out = Vec::new();
+        for (index, upstream) in self.inner.upstreams.iter().enumerate() {
+            let Some(listing) = lock(&upstream.listing).clone() else { continue };
+            let mut push = |kind: DefinitionKind, name: Option<&str>, raw: &Value| {
+                out.push(Definition::new(index, upstream, kind, name, raw));
+            };
+            for tool in &listing.tools {
+                push(DefinitionKind::Tool, tool.get("name").and_then(Value::as_str), tool);
+            }
+            for prompt in &listing.prompts {
+                push(DefinitionKind::Prompt, prompt.get("name").and_then(Value::as_str), prompt);
+            }
+            for resource in &listing.resources {
+                push(DefinitionKind::Resource, resource.get("uri").and_then(Value::as_str), resource);
+            }
+            for template in &listing.templates {
+                push(DefinitionKind::ResourceTemplate, template.get("uriTemplate").and_then(Value::as_str), template);
+            }
+            if let Some(instructions) = &listing.info.instructions {
+                push(DefinitionKind::Instructions, Some(""), &json!(instructions));
+            }
+        }
+        out
+    }
+
+    /// Writes definitions whose digest changed since the last write.
+    async fn observe(&self, definitions: &[Definition]) -> Result<(), GatewayError> {
+        let now = self.inner.clock.now_ms();
+        let changed: Vec<PinObservation> = {
+            let observed = lock(&self.inner.observed);
+            definitions
+                .iter()
+                .filter_map(|d| {
+                    let (digest, text) = d.digest.as_ref().ok()?;
+                    (observed.get(&d.pin_id) != Some(digest)).then(|| PinObservation {
+                        pin_id: d.pin_id.clone(),
+                        upstream_id: d.subject.upstream_id.clone(),
+                        upstream_url: d.subject.upstream_url.clone(),
+                        kind: d.subject.kind.as_str().to_owned(),
+                        name: d.subject.name.clone(),
+                        digest: digest.clone(),
+                        definition: text.clone(),
+                        seen_at_ms: now,
+                    })
+                })
+                .collect()
+        };
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let written: Vec<(String, String)> = changed.iter().map(|o| (o.pin_id.clone(), o.digest.clone())).collect();
+        self.inner.store.observe_pins(changed).await?;
+        lock(&self.inner.observed).extend(written);
+        Ok(())
+    }
+
+    /// One definition's pin state and whether policy lets it be served.
+    fn entry(&self, definition: &Definition, row: Option<&PinRow>) -> PinEntry {
+        let pins = &self.inner.settings.pins;
+        let upstream = &self.inner.upstreams[definition.upstream];
+        let mut entry = PinEntry {
+            pin_id: definition.pin_id.clone(),
+            upstream: upstream.settings.id.clone(),
+            kind: definition.subject.kind.as_str(),
+            name: definition.subject.name.clone(),
+            exposed: None,
+            digest: String::new(),
+            state: PinState::Pending.as_str(),
+            served: false,
+            reason: None,
+        };
+        let (digest, _) = match &definition.digest {
+            Ok(pair) => pair,
+            Err(reason) => {
+                entry.state = PinState::Held.as_str();
+                entry.reason = Some(reason.clone());
+                return entry;
+            }
+        };
+        entry.digest = digest.clone();
+        let decision = row.and_then(|row| row.decision.as_ref()).map(|decision| DecisionView {
+            approved: decision.verdict == PinVerdict::Approved,
+            digest: &decision.digest,
+            signature_valid: decision.signature.as_deref().is_some_and(|signature| {
+                pins.reviewers.verify(&decision.reviewer, &definition.subject, &decision.digest, signature)
+            }),
+        });
+        let state = evaluate(digest, decision, pins.require_signed);
+        entry.state = state.as_str();
+        match definition.expose(upstream) {
+            Ok(exposed) => entry.exposed = Some(exposed),
+            Err(reason) => {
+                entry.reason = Some(reason);
+                return entry;
+            }
+        }
+        if definition.subject.kind == DefinitionKind::Tool && upstream.settings.deny.contains(&definition.subject.name)
+        {
+            entry.reason = Some("denied by the operator's policy (deny)".into());
+            return entry;
+        }
+        if state != PinState::Approved {
+            entry.reason = Some(match state {
+                PinState::Held => "its definition changed after it was approved: review it again".into(),
+                PinState::Rejected => "rejected by a reviewer".into(),
+                _ if pins.require_signed && decision.is_some_and(|d| d.approved) => {
+                    "approved without a valid reviewer signature".into()
+                }
+                _ => "never reviewed".into(),
+            });
+            return entry;
+        }
+        entry.served = true;
+        entry
+    }
+
+    /// Exposed names claimed twice, and unprefixed names inside another upstream's namespace,
+    /// are held: neither is served (no shadowing either way), each with its reason.
+    fn hold_ambiguous(&self, definitions: &[Definition], entries: &mut [PinEntry]) {
+        let key = |d: &Definition, e: &PinEntry| e.exposed.as_ref().map(|name| (d.subject.kind.namespace(), name.clone()));
+        let claimed: Vec<String> =
+            definitions.iter().zip(entries.iter()).filter_map(|(d, e)| key(d, e)).map(|(ns, n)| format!("{ns}\u{1f}{n}")).collect();
+        let twice = collisions(claimed.iter().map(String::as_str));
+        let prefixes: Vec<String> = self.inner.upstreams.iter().filter_map(|u| u.settings.prefix.clone()).collect();
+        for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
+            let Some((ns, exposed)) = key(definition, entry) else { continue };
+            let upstream = &self.inner.upstreams[definition.upstream];
+            if twice.contains(&format!("{ns}\u{1f}{exposed}")) {
+                entry.served = false;
+                entry.reason = Some(format!("exposed name {exposed:?} is claimed by more than one definition"));
+            } else if upstream.settings.prefix.is_none()
+                && matches!(definition.subject.kind, DefinitionKind::Tool | DefinitionKind::Prompt)
+                && let Some(prefix) = shadows_prefix(&exposed, &prefixes, self.inner.settings.separator)
+            {
+                entry.served = false;
+                entry.reason = Some(format!("unprefixed name {exposed:?} lies in upstream prefix {prefix:?}'s namespace"));
+            }
+        }
+    }
+
+    /// The application of every served definition. A definition the registry refuses (its
+    /// schema does not compile, …) or the signed kill-switch registry does not list is held
+    /// alone, with its reason.
+    fn assemble(&self, definitions: &[Definition], mut entries: Vec<PinEntry>) -> Result<(App, Vec<PinEntry>), GatewayError> {
+        let (mut tools, mut prompts, mut resources, mut templates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut instructions = Vec::new();
+        let covered = |key: &str| self.inner.coverage.get().is_none_or(|check| check(key));
+        for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
+            if !entry.served {
+                continue;
+            }
+            let upstream = &self.inner.upstreams[definition.upstream];
+            let exposed = entry.exposed.clone().unwrap_or_default();
+            let origin = Origin {
+                upstream: upstream.settings.id.clone(),
+                audit_detail: format!(
+                    "upstream={} exposed={} upstream_name={} pin={}",
+                    upstream.settings.id,
+                    exposed,
+                    definition.subject.name,
+                    &entry.digest[..12.min(entry.digest.len())]
+                ),
+            };
+            let (list_key, operation_key) = match definition.subject.kind {
+                DefinitionKind::Tool => ("tools/list", format!("tools/call:{exposed}")),
+                DefinitionKind::Prompt => ("prompts/list", format!("prompts/get:{exposed}")),
+                DefinitionKind::Resource | DefinitionKind::ResourceTemplate => {
+                    ("resources/list", format!("resources/read:{exposed}"))
+                }
+                DefinitionKind::Instructions => ("", String::new()),
+            };
+            if definition.subject.kind != DefinitionKind::Instructions && !(covered(&operation_key) && covered(list_key)) {
+                entry.served = false;
+                entry.reason = Some(format!("the signed kill-switch registry does not list {operation_key}"));
+                continue;
+            }
+            let Some(raw) = definition.raw.as_object() else {
+                if let Value::String(text) = &definition.raw {
+                    instructions.push(format!("[{}] {text}", upstream.settings.id));
+                }
+                continue;
+            };
+            let raw = raw.clone();
+            match definition.subject.kind {
+                DefinitionKind::Tool => match relayed_tool(upstream, &exposed, &definition.subject.name, raw, origin) {
+                    Ok(tool) => tools.push(tool),
+                    Err(reason) => {
+                        entry.served = false;
+                        entry.reason = Some(reason);
+                    }
+                },
+                DefinitionKind::Prompt => {
+                    prompts.push(relayed_prompt(upstream, &exposed, &definition.subject.name, raw, origin));
+                }
+                DefinitionKind::Resource => resources.push(relayed_resource(upstream, &exposed, raw, origin)),
+                DefinitionKind::ResourceTemplate => templates.push(relayed_template(upstream, &exposed, raw, origin)),
+                DefinitionKind::Instructions => {}
+            }
+        }
+        let mut builder = App::builder("palisade-gateway", env!("CARGO_PKG_VERSION"));
+        builder = tools.into_iter().fold(builder, AppBuilder::tool);
+        builder = prompts.into_iter().fold(builder, AppBuilder::prompt);
+        builder = resources.into_iter().fold(builder, AppBuilder::resource);
+        builder = templates.into_iter().fold(builder, AppBuilder::resource_template);
+        if !instructions.is_empty() {
+            builder = builder.instructions(instructions.join("\n\n"));
+        }
+        let app = builder.build().map_err(|error| GatewayError::Upstream { upstream: "*".into(), reason: error.to_string() })?;
+        Ok((app, entries))
+    }
+
+    /// Logs and audits every pin whose standing changed since the last build (a new definition,
+    /// a hold, an approval taking effect, a rejection).
+    async fn record_transitions(&self, entries: &[PinEntry]) {
+        let before: HashMap<String, (String, bool)> = lock(&self.inner.report)
+            .iter()
+            .map(|entry| (entry.pin_id.clone(), (format!("{}:{}", entry.state, entry.digest), entry.served)))
+            .collect();
+        let now = self.inner.clock.now_unsigned_ms();
+        let mut records = Vec::new();
+        for entry in entries {
+            let standing = (format!("{}:{}", entry.state, entry.digest), entry.served);
+            if before.get(&entry.pin_id) == Some(&standing) {
+                continue;
+            }
+            let digest = &entry.digest[..12.min(entry.digest.len())];
+            let was_served = before.get(&entry.pin_id).is_some_and(|(_, served)| *served);
+            let reason = entry.reason.as_deref().unwrap_or("");
+            if entry.served {
+                tracing::info!(pin = %entry.pin_id, upstream = %entry.upstream, name = %entry.name, "definition served");
+            } else if was_served || entry.state == PinState::Held.as_str() {
+                // A served definition withdrawn (a rug pull, a rejection, a new collision).
+                tracing::warn!(pin = %entry.pin_id, upstream = %entry.upstream, name = %entry.name, state = entry.state,
+                    reason, "definition withdrawn: not served");
+            } else {
+                tracing::debug!(pin = %entry.pin_id, upstream = %entry.upstream, name = %entry.name, state = entry.state,
+                    reason, "definition not served");
+            }
+            records.push(AuditRecord {
+                at_ms: now,
+                trace_id: palisade_server::audit::fresh_trace_id(),
+                stage: "pins".into(),
+                decision: if entry.served { Decision::Allow } else { Decision::Deny },
+                operation: format!("pins/{}:{}", entry.kind, entry.exposed.as_deref().unwrap_or(&entry.name)),
+                principal_digest: None,
+                tenant_digest: None,
+                client_digest: None,
+                scopes: Vec::new(),
+                policy_version: Some(format!("pin:{digest}")),
+                code: None,
+                detail: Some(format!(
+                    "upstream={} pin_id={} upstream_name={} state={} served={}",
+                    entry.upstream, entry.pin_id, entry.name, entry.state, entry.served
+                )),
+            });
+        }
+        let withheld = entries.iter().filter(|entry| !entry.served).count();
+        if !records.is_empty() && withheld > 0 {
+            tracing::info!(withheld, "definitions not served (`palisade pins list` shows why)");
+        }
+        if !records.is_empty()
+            && let Err(error) = self.inner.store.append_batch(records).await
+        {
+            tracing::error!(%error, "pin state changes could not be audited");
+        }
+    }
+}
+
+/// One definition as listed, with its identity and digest.
+struct Definition {
+    upstream: usize,
+    subject: PinSubject,
+    pin_id: String,
+    raw: Value,
+    /// (digest, canonical text), or why it cannot be pinned.
+    digest: Result<(String, String), String>,
+}
+
+impl Definition {
+    fn new(upstream: usize, settings: &Upstream, kind: DefinitionKind, name: Option<&str>, raw: &Value) -> Self {
+        let subject = PinSubject {
+            upstream_id: settings.settings.id.clone(),
+            upstream_url: settings.settings.url.to_string(),
+            kind,
+            name: name.unwrap_or("").to_owned(),
+        };
+        let digest = if name.is_none() {
+            Err(format!("the {} has no name", kind.as_str()))
+        } else {
+            match (definition_digest(raw), canonical_text(raw)) {
+                (Ok(digest), Ok(text)) => Ok((digest, text)),
+                _ => Err("the definition cannot be canonicalized (RFC 8785)".into()),
+            }
+        };
+        Self { upstream, pin_id: subject.pin_id(), subject, raw: raw.clone(), digest }
+    }
+
+    /// The exposed name or URI, or why there is none.
+    fn expose(&self, upstream: &Upstream) -> Result<String, String> {
+        let name = &self.subject.name;
+        match self.subject.kind {
+            DefinitionKind::Tool | DefinitionKind::Prompt => upstream.namer.expose_name(name).map_err(|e| e.to_string()),
+            DefinitionKind::Resource | DefinitionKind::ResourceTemplate => {
+                upstream.namer.expose_uri(name).map_err(|e| e.to_string())
+            }
+            DefinitionKind::Instructions => Ok(String::new()),
+        }
+    }
+}
+
+impl DefinitionKind {
+    /// Names of tools, prompts and resources live in separate namespaces.
+    fn namespace(self) -> &'static str {
+        match self {
+            DefinitionKind::Tool => "tool",
+            DefinitionKind::Prompt => "prompt",
+            DefinitionKind::Resource | DefinitionKind::ResourceTemplate => "resource",
+            DefinitionKind::Instructions => "instructions",
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A fingerprint of every decision (pin, digest, verdict, reviewer, signature).
+fn fingerprint(rows: &[PinRow]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for row in rows {
+        if let Some(decision) = &row.decision {
+            (&row.observation.pin_id, &decision.digest, decision.verdict.as_str(), &decision.reviewer, &decision.signature)
+                .hash(&mut hasher);
+        }
+    }
+    hasher.finish()
+}
+
+async fn list_upstream(upstream: &Upstream) -> Result<Listing, crate::upstream::UpstreamError> {
+    let info = match upstream.client.info() {
+        Some(info) => info,
+        None => upstream.client.connect().await?,
+    };
+    let has = |capability: &str| info.capabilities.get(capability).is_some();
+    let tools = if has("tools") { upstream.client.list(ListKind::Tools).await? } else { Vec::new() };
+    let prompts = if has("prompts") { upstream.client.list(ListKind::Prompts).await? } else { Vec::new() };
+    let (resources, templates) = if has("resources") {
+        (upstream.client.list(ListKind::Resources).await?, upstream.client.list(ListKind::ResourceTemplates).await?)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    Ok(Listing { info, tools, prompts, resources, templates })
+}
+
+/// Scopes as the registry's builders take them.
+fn scope_refs(scopes: &[String]) -> Vec<&str> {
+    scopes.iter().map(String::as_str).collect()
+}
+
+fn relayed_tool(
+    upstream: &Arc<Upstream>,
+    exposed: &str,
+    name: &str,
+    raw: Map<String, Value>,
+    origin: Origin,
+) -> Result<ToolDef, String> {
+    let settings = &upstream.settings;
+    let mut scopes = settings.scopes.clone();
+    scopes.extend(settings.tool_scopes.get(name).cloned().unwrap_or_default());
+    let output = match raw.get("outputSchema") {
+        Some(schema) => Some(Arc::new(
+            jsonschema::draft202012::new(schema).map_err(|_| "its outputSchema does not compile".to_owned())?,
+        )),
+        None => None,
+    };
+    // Annotations are information, never policy: `readOnlyHint` grants nothing; a
+    // `destructiveHint` only makes the tool stricter (confirmation) unless the operator exempts it.
+    let destructive = raw.get("annotations").and_then(|a| a.get("destructiveHint")) == Some(&Value::Bool(true));
+    let confirm = settings.confirm.contains(name) || (destructive && !settings.no_confirm.contains(name));
+    let mut builder = ToolDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    if confirm {
+        builder = builder.needs_confirmation();
+    }
+    let upstream = upstream.clone();
+    let upstream_name: Arc<str> = Arc::from(name);
+    let mut tool = builder.handler(move |ctx, arguments| {
+        let upstream = upstream.clone();
+        let upstream_name = upstream_name.clone();
+        let output = output.clone();
+        async move {
+            let mut params = Map::new();
+            params.insert("name".into(), json!(&*upstream_name));
+            params.insert("arguments".into(), Value::Object(arguments));
+            match forward(&upstream, &ctx, "tools/call", params).await? {
+                Relayed::Result(result) => tool_result(&upstream.settings.id, result, output.as_deref()).map(Outcome::Complete),
+                Relayed::InputRequired(input) => Ok(Outcome::InputRequired(input)),
+            }
+        }
+    });
+    check_tool(&mut tool).map_err(|error| format!("the registry refuses it: {error}"))?;
+    Ok(tool)
+}
+
+/// A tool result relayed as sent (content blocks untouched), once it passes the pinned output
+/// schema.
+fn tool_result(
+    upstream: &str,
+    mut result: Map<String, Value>,
+    output: Option<&jsonschema::Validator>,
+) -> Result<CallToolResult, ProtocolError> {
+    let content = match result.remove("content") {
+        Some(Value::Array(blocks)) => blocks.into_iter().map(Content::Raw).collect(),
+        None => Vec::new(),
+        Some(_) => return Err(upstream_garbage(upstream, "a tool result whose content is not an array")),
+    };
+    let is_error = result.get("isError") == Some(&Value::Bool(true));
+    let structured_content = result.remove("structuredContent");
+    if let Some(validator) = output
+        && !is_error
+    {
+        let valid = structured_content.as_ref().is_some_and(|structured| validator.is_valid(structured));
+        if !valid {
+            tracing::warn!(%upstream, "upstream tool result fails its pinned outputSchema");
+            return Err(upstream_garbage(upstream, "a result that does not match the tool's outputSchema"));
+        }
+    }
+    Ok(CallToolResult { content, structured_content, is_error })
+}
+
+fn upstream_garbage(upstream: &str, what: &str) -> ProtocolError {
+    tracing::warn!(%upstream, what, "upstream answer refused");
+    ProtocolError::Internal
+}
+
+fn relayed_prompt(upstream: &Arc<Upstream>, exposed: &str, name: &str, raw: Map<String, Value>, origin: Origin) -> PromptDef {
+    let scopes = upstream.settings.scopes.clone();
+    let builder = PromptDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    let upstream = upstream.clone();
+    let upstream_name: Arc<str> = Arc::from(name);
+    builder.handler(move |ctx, arguments| {
+        let upstream = upstream.clone();
+        let upstream_name = upstream_name.clone();
+        async move {
+            let mut params = Map::new();
+            params.insert("name".into(), json!(&*upstream_name));
+            params.insert("arguments".into(), json!(arguments));
+            match forward(&upstream, &ctx, "prompts/get", params).await? {
+                Relayed::Result(result) => prompt_result(&upstream.settings.id, result).map(Outcome::Complete),
+                Relayed::InputRequired(input) => Ok(Outcome::InputRequired(input)),
+            }
+        }
+    })
+}
+
+fn prompt_result(upstream: &str, result: Map<String, Value>) -> Result<GetPromptResult, ProtocolError> {
+    let Some(Value::Array(messages)) = result.get("messages") else {
+        return Err(upstream_garbage(upstream, "a prompt result without messages"));
+    };
+    let mut out = Vec::with_capacity(messages.len());
+    for message in messages {
+        let content = message.get("content").cloned().unwrap_or(Value::Null);
+        out.push(match message.get("role").and_then(Value::as_str) {
+            Some("user") => PromptMessage::user(Content::Raw(content)),
+            Some("assistant") => PromptMessage::assistant(Content::Raw(content)),
+            _ => return Err(upstream_garbage(upstream, "a prompt message with an unknown role")),
+        });
+    }
+    let description = result.get("description").and_then(Value::as_str).map(str::to_owned);
+    Ok(GetPromptResult { description, messages: out })
+}
+
+fn relayed_resource(upstream: &Arc<Upstream>, exposed: &str, raw: Map<String, Value>, origin: Origin) -> ResourceDef {
+    let scopes = upstream.settings.scopes.clone();
+    let builder = ResourceDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    let upstream = upstream.clone();
+    builder.reader(move |ctx, uri| {
+        let upstream = upstream.clone();
+        async move { read_resource(&upstream, &ctx, &uri).await }
+    })
+}
+
+fn relayed_template(upstream: &Arc<Upstream>, exposed: &str, raw: Map<String, Value>, origin: Origin) -> ResourceTemplateDef {
+    let scopes = upstream.settings.scopes.clone();
+    let builder = ResourceTemplateDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    let upstream = upstream.clone();
+    builder.reader(move |ctx, uri, _| {
+        let upstream = upstream.clone();
+        async move { read_resource(&upstream, &ctx, &uri).await }
+    })
+}
+
+async fn read_resource(upstream: &Upstream, ctx: &RequestContext, exposed_uri: &str) -> Result<Outcome<Vec<ResourceContents>>, ProtocolError> {
+    let Some(uri) = upstream.namer.upstream_uri(exposed_uri) else {
+        return Err(ProtocolError::ResourceNotFound { uri: exposed_uri.to_owned() });
+    };
+    let mut params = Map::new();
+    params.insert("uri".into(), json!(uri));
+    let result = match forward(upstream, ctx, "resources/read", params).await? {
+        Relayed::Result(result) => result,
+        Relayed::InputRequired(input) => return Ok(Outcome::InputRequired(input)),
+    };
+    let Some(Value::Array(contents)) = result.get("contents") else {
+        return Err(upstream_garbage(&upstream.settings.id, "a read result without contents"));
+    };
+    let mut out = Vec::with_capacity(contents.len());
+    for item in contents {
+        // Contents name URIs in the upstream's space: a URI that is not this upstream's own is
+        // refused rather than relabelled.
+        let item_uri = item.get("uri").and_then(Value::as_str).unwrap_or(uri);
+        let exposed = upstream.namer.expose_uri(item_uri).map_err(|_| upstream_garbage(&upstream.settings.id, "a content URI"))?;
+        let mime = item.get("mimeType").and_then(Value::as_str).unwrap_or("application/octet-stream");
+        if let Some(text) = item.get("text").and_then(Value::as_str) {
+            out.push(ResourceContents::text(exposed, mime, text));
+        } else if let Some(blob) = item.get("blob").and_then(Value::as_str) {
+            use base64::Engine as _;
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(blob)
+                .map_err(|_| upstream_garbage(&upstream.settings.id, "a blob that is not base64"))?;
+            out.push(ResourceContents::blob(exposed, mime, data));
+        } else {
+            return Err(upstream_garbage(&upstream.settings.id, "a content item without text or blob"));
+        }
+    }
+    Ok(Outcome::Complete(out))
+}
+
+/// What a forwarded request came back with.
+enum Relayed {
+    Result(Map<String, Value>),
+    InputRequired(InputRequired),
+}
+
+/// Forwards one request to its upstream, after the kill switch's second phase: both phases
+/// run before a byte leaves for the upstream. The caller's credentials never travel: the
+/// upstream request is built from `params`, the gateway's own credential and, for token
+/// exchange, the caller's token sent to the authorization server only.
+async fn forward(upstream: &Upstream, ctx: &RequestContext, method: &str, mut params: Map<String, Value>) -> Result<Relayed, ProtocolError> {
+    let id = &upstream.settings.id;
+    upstream.client.check_health().map_err(|error| error.to_protocol_error(id))?;
+    if ctx.has_kill_switch() {
+        // The fence cannot be redeemed by a server that is not ours: obtaining it is the
+        // last check before the effect (SECURITY.md: the residual window after forwarding).
+        let _fence = ctx.pre_side_effect().await?;
+    }
+    let mut meta = Map::new();
+    if let Some(token) = &ctx.meta().progress_token {
+        meta.insert("progressToken".into(), token.to_value());
+    }
+    if !meta.is_empty() {
+        params.insert("_meta".into(), Value::Object(meta));
+    }
+    // An MRTR retry: the upstream's own state travels inside the gateway's sealed state (bound
+    // to this caller, method, params and expiry by the pipeline), never as the client sent it.
+    if let Some(state) = ctx.request_state() {
+        if state.get("upstream").and_then(Value::as_str) != Some(id.as_str()) {
+            return Err(ProtocolError::invalid_params("requestState does not belong to this operation"));
+        }
+        if let Some(upstream_state) = state.get("state") {
+            params.insert("requestState".into(), upstream_state.clone());
+        }
+    }
+    if !ctx.input_responses().is_empty() {
+        params.insert("inputResponses".into(), Value::Object(ctx.input_responses().clone()));
+    }
+    let partition = ctx.principal().partition_key();
+    let caller = CallerContext { partition: &partition, subject_token: ctx.principal().bearer_token().map(BearerToken::expose) };
+    let (notifications, mut received) = tokio::sync::mpsc::channel::<Value>(64);
+    let request = UpstreamRequest {
+        method,
+        params,
+        caller,
+        client_capabilities: Some(Value::Object(ctx.meta().client_capabilities.clone())),
+        notifications: Some(notifications),
+        cancel: ctx.cancellation().clone(),
+    };
+    let call = upstream.client.request(request);
+    let mut call = std::pin::pin!(call);
+    let reply = loop {
+        tokio::select! {
+            reply = &mut call => break reply,
+            Some(notification) = received.recv() => ctx.relay_notification(&notification).await,
+        }
+    };
+    while let Ok(notification) = received.try_recv() {
+        ctx.relay_notification(&notification).await;
+    }
+    match reply.map_err(|error| error.to_protocol_error(id))? {
+        UpstreamReply::Result(result) => Ok(Relayed::Result(result)),
+        UpstreamReply::InputRequired { input_requests, request_state } => {
+            let mut input = InputRequired::new();
+            for (key, request) in input_requests {
+                input = input.relay(key, request);
+            }
+            let mut state = json!({ "upstream": id });
+            if let Some(upstream_state) = request_state {
+                state["state"] = upstream_state;
+            }
+            Ok(Relayed::InputRequired(input.with_state(state)))
+        }
+        UpstreamReply::Error { code, message } => Err(relayed_error(id, code, &message)),
+    }
+}
+
+/// A JSON-RPC error the upstream answered, as the caller sees it: invalid params and unknown
+/// resources keep their meaning; anything else is the upstream being unavailable for this call.
+fn relayed_error(upstream: &str, code: i64, message: &str) -> ProtocolError {
+    tracing::info!(%upstream, code, "upstream answered an error");
+    match code {
+        -32602 => ProtocolError::invalid_params(format!("upstream {upstream}: {message}")),
+        -32601 => ProtocolError::invalid_params(format!("upstream {upstream} does not support this method")),
+        _ => ProtocolError::Unavailable,
+    }
+}
+
+/// Which pins exist, by state, per upstream (for `gateway status`).
+pub fn summarize(entries: &[PinEntry]) -> BTreeMap<String, BTreeMap<&'static str, usize>> {
+    let mut out: BTreeMap<String, BTreeMap<&'static str, usize>> = BTreeMap::new();
+    for entry in entries {
+        *out.entry(entry.upstream.clone()).or_default().entry(entry.state).or_default() += 1;
+    }
+    out
+}
+
+/// The set of exposed operation keys the gateway serves now, for `palisade policy init`.
+pub fn served_operations(entries: &[PinEntry]) -> BTreeSet<String> {
+    entries
+        .iter()
+        .filter(|entry| entry.served)
+        .filter_map(|entry| {
+            let exposed = entry.exposed.as_ref()?;
+            Some(match entry.kind {
+                "tool" => format!("tools/call:{exposed}"),
+                "prompt" => format!("prompts/get:{exposed}"),
+                "resource" | "resource_template" => format!("resources/read:{exposed}"),
+                _ => return None,
+            })
+        })
+        .collect()
+}

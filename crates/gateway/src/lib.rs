@@ -1,0 +1,28 @@
+//! Palisade's gateway: MCP servers written in any language behind the same pipeline as a Rust
+//! application. Its registry is the set of *approved* upstream definitions, published as a new
+//! application snapshot whenever an upstream's lists change or a reviewer decides a pin.
+//!
+//! - [`config`]: the `[[upstreams]]`, `[pins]` and `[gateway]` sections, validated once.
+//! - [`names`]: exposed names and URIs, `<prefix><separator><upstream name>`, reversible.
+//! - [`pins`]: definition digests (SHA-256 over RFC 8785 bytes of the definition as sent), pin
+//!   states, signed approvals, readable diffs.
+//! - [`credentials`]: the gateway's own credential per upstream; never the caller's.
+//! - [`upstream`]: the MCP client toward one upstream (both eras), its limits and health.
+//! - [`gateway`]: the application: listings → pin states → the published registry, and the
+//!   relayed handlers.
+//!
+//! **Architecture Invariant:** no byte of a caller's credential (its `Authorization`, cookies,
+//! any header) is ever copied into an upstream request: upstream requests are built from
+//! nothing but the relayed JSON-RPC params and the upstream's own credential.
+
+// Tests may unwrap; the library may not (workspace lint `unwrap_used`).
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod config;
+pub mod credentials;
+pub mod gateway;
+pub mod names;
+pub mod pins;
+pub mod upstream;
+
+pub use gateway::{Gateway, GatewayError, PinEntry, UpstreamStatus};

@@ -1,0 +1,422 @@
+//! Exposed names: how an upstream's tool and prompt names and resource URIs appear to clients
+//! (`<prefix><separator><upstream name>`, `<prefix>+<uri>`), the reverse mapping, and the checks
+//! that keep the mapping unambiguous across upstreams (labels, collisions, shadowed prefixes).
+//!
+//! **Why the mapping is unambiguous.** A prefix is a DNS-style label (`[a-z0-9-]`, checked by
+//! [`check_label`]), so it contains neither separator character (`_`, `.`) nor `+`. For two
+//! different prefixes `p` and `q`, `p<sep>` is therefore never a prefix of `q<sep>…`: at the
+//! first position where they could overlap one holds the separator and the other a label
+//! character. An exposed name or URI names at most one prefixed upstream, and its remainder is
+//! the upstream's own name, whatever characters (separators included) that name has. The one
+//! remaining ambiguity, an *unprefixed* upstream publishing a name that looks prefixed, is what
+//! [`shadows_prefix`] and [`shadows_uri_prefix`] detect; [`collisions`] finds the rest.
+
+use std::collections::BTreeSet;
+
+/// The longest exposed tool or prompt name: what strict clients accept.
+pub const MAX_EXPOSED_NAME: usize = 64;
+
+/// The longest exposed resource URI or URI template, in bytes.
+pub const MAX_EXPOSED_URI: usize = 2048;
+
+/// The longest upstream id or prefix.
+pub const MAX_LABEL: usize = 32;
+
+/// The longest name the MCP spec allows for a tool or prompt.
+const MAX_SPEC_NAME: usize = 128;
+
+/// The separator between prefix and upstream name: `_` (default), `__` or `.`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Separator {
+    /// `_`
+    #[default]
+    Underscore,
+    /// `__`
+    DoubleUnderscore,
+    /// `.`
+    Dot,
+}
+
+impl Separator {
+    /// The separator spelled as in the configuration (`"_"`, `"__"` or `"."`); anything else is
+    /// `None`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "_" => Some(Self::Underscore),
+            "__" => Some(Self::DoubleUnderscore),
+            "." => Some(Self::Dot),
+            _ => None,
+        }
+    }
+
+    /// The separator's text.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Underscore => "_",
+            Self::DoubleUnderscore => "__",
+            Self::Dot => ".",
+        }
+    }
+}
+
+/// Checks an upstream id or prefix: DNS-label style, 1 to 32 characters of `[a-z0-9-]`, starting
+/// with a letter, not ending with `-`. The error is a fixed reason, for the caller to put after
+/// the key it checked.
+pub fn check_label(label: &str) -> Result<(), &'static str> {
+    let Some(first) = label.bytes().next() else {
+        return Err("must not be empty");
+    };
+    if label.len() > MAX_LABEL {
+        return Err("must be at most 32 characters");
+    }
+    if !label.bytes().all(|byte| byte.is_ascii_lowercase() || byte.is_ascii_digit() || byte == b'-') {
+        return Err("may contain only lowercase letters a-z, digits 0-9 and '-'");
+    }
+    if !first.is_ascii_lowercase() {
+        return Err("must start with a lowercase letter a-z");
+    }
+    if label.ends_with('-') {
+        return Err("must not end with '-'");
+    }
+    Ok(())
+}
+
+/// Whether `name` is a valid tool or prompt name per the spec: 1 to 128 of
+/// `A-Z a-z 0-9 _ - .`.
+pub fn is_spec_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_SPEC_NAME
+        && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.'))
+}
+
+/// Why a definition's name or URI cannot be exposed. The definition is held with this reason;
+/// the rest of its upstream is unaffected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameRefusal {
+    /// The upstream's name is not a spec tool/prompt name.
+    #[error("the upstream's name is not a valid MCP name (1 to 128 characters of A-Z a-z 0-9 _ - .)")]
+    NotSpecName,
+    /// The exposed name would exceed [`MAX_EXPOSED_NAME`].
+    #[error(
+        "the exposed name would be {len} characters, more than the 64 that strict clients accept \
+         (a shorter prefix or separator may fit it)"
+    )]
+    TooLong {
+        /// The exposed name's length.
+        len: usize,
+    },
+    /// The URI has no scheme (`scheme:` at its start).
+    #[error("the URI has no scheme (it must start with a scheme such as \"file:\" or \"https:\")")]
+    UriNoScheme,
+    /// The exposed URI would exceed [`MAX_EXPOSED_URI`] bytes.
+    #[error("the exposed URI would be {len} bytes, more than the 2048 allowed")]
+    UriTooLong {
+        /// The exposed URI's length in bytes.
+        len: usize,
+    },
+    /// The URI contains a control character.
+    #[error("the URI contains a control character")]
+    UriControlChar,
+}
+
+/// The namer for one upstream: its prefix (or none) and the gateway's separator.
+///
+/// The prefix is expected to have passed [`check_label`] (configuration validation does this);
+/// the reversibility argument of the module docs rests on it.
+#[derive(Debug, Clone)]
+pub struct Namer {
+    /// `"<prefix><separator>"` for names, `None` when unprefixed.
+    name_head: Option<String>,
+    /// `"<prefix>+"` for URIs, `None` when unprefixed.
+    uri_head: Option<String>,
+}
+
+impl Namer {
+    /// The namer of an upstream with `prefix` (`None`: unprefixed, names pass unchanged).
+    pub fn new(prefix: Option<&str>, separator: Separator) -> Self {
+        Self {
+            name_head: prefix.map(|prefix| format!("{prefix}{}", separator.as_str())),
+            uri_head: prefix.map(|prefix| format!("{prefix}+")),
+        }
+    }
+
+    /// The exposed tool or prompt name for the upstream's `upstream_name`, or why it cannot be
+    /// exposed.
+    pub fn expose_name(&self, upstream_name: &str) -> Result<String, NameRefusal> {
+        if !is_spec_name(upstream_name) {
+            return Err(NameRefusal::NotSpecName);
+        }
+        let exposed = match &self.name_head {
+            Some(head) => format!("{head}{upstream_name}"),
+            None => upstream_name.to_owned(),
+        };
+        if exposed.len() > MAX_EXPOSED_NAME {
+            return Err(NameRefusal::TooLong { len: exposed.len() });
+        }
+        Ok(exposed)
+    }
+
+    /// The reverse of [`Self::expose_name`]: `Some(upstream name)` exactly when `exposed` is what
+    /// this namer makes of that name. An unprefixed namer claims every valid exposed name; a
+    /// router consults the registry's map (or the prefixed namers first), and
+    /// [`shadows_prefix`] keeps an unprefixed upstream out of the prefixed namespaces.
+    pub fn upstream_name<'a>(&self, exposed: &'a str) -> Option<&'a str> {
+        if exposed.len() > MAX_EXPOSED_NAME || !is_spec_name(exposed) {
+            return None;
+        }
+        match &self.name_head {
+            Some(head) => exposed.strip_prefix(head.as_str()).filter(|rest| !rest.is_empty()),
+            None => Some(exposed),
+        }
+    }
+
+    /// The exposed resource URI or URI template: `"<prefix>+<uri>"` (so `file:///x` becomes
+    /// `docs+file:///x`, itself a valid URI whose scheme is `docs+file`); unprefixed, unchanged.
+    /// Refuses a URI without a scheme, with a control character, or longer than
+    /// [`MAX_EXPOSED_URI`] bytes once exposed.
+    pub fn expose_uri(&self, upstream_uri: &str) -> Result<String, NameRefusal> {
+        check_uri(upstream_uri)?;
+        let exposed = match &self.uri_head {
+            Some(head) => format!("{head}{upstream_uri}"),
+            None => upstream_uri.to_owned(),
+        };
+        if exposed.len() > MAX_EXPOSED_URI {
+            return Err(NameRefusal::UriTooLong { len: exposed.len() });
+        }
+        Ok(exposed)
+    }
+
+    /// The reverse of [`Self::expose_uri`]: `Some(upstream URI)` exactly when `exposed` is what
+    /// this namer makes of that URI (the prefix alphabet has no `+`, so the first `+` splits).
+    pub fn upstream_uri<'a>(&self, exposed: &'a str) -> Option<&'a str> {
+        if exposed.len() > MAX_EXPOSED_URI {
+            return None;
+        }
+        let upstream = match &self.uri_head {
+            Some(head) => exposed.strip_prefix(head.as_str())?,
+            None => exposed,
+        };
+        check_uri(upstream).ok().map(|()| upstream)
+    }
+}
+
+/// A URI (or template) the gateway can map: starts with an RFC 3986 scheme and `:`, no control
+/// characters. The length is checked on the exposed form.
+fn check_uri(uri: &str) -> Result<(), NameRefusal> {
+    if uri.chars().any(char::is_control) {
+        return Err(NameRefusal::UriControlChar);
+    }
+    let scheme = uri.split_once(':').map(|(scheme, _)| scheme).ok_or(NameRefusal::UriNoScheme)?;
+    let mut bytes = scheme.bytes();
+    let starts_with_letter = bytes.next().is_some_and(|byte| byte.is_ascii_alphabetic());
+    if !starts_with_letter || !bytes.all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'+' | b'-' | b'.')) {
+        return Err(NameRefusal::UriNoScheme);
+    }
+    Ok(())
+}
+
+/// The exposed names claimed more than once (within one kind: tools and prompts are separate
+/// namespaces, so call this once per kind). Every definition behind such a name is held.
+pub fn collisions<'a>(names: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+    let mut seen = BTreeSet::new();
+    let mut repeated = BTreeSet::new();
+    for name in names {
+        if !seen.insert(name) {
+            repeated.insert(name.to_owned());
+        }
+    }
+    repeated
+}
+
+/// Whether an unprefixed upstream's exposed name `exposed` lies in a prefixed upstream's
+/// namespace (`<prefix><sep>…` for one of `prefixes`): such a name would shadow that upstream's
+/// tools and is held. Returns the shadowed prefix.
+pub fn shadows_prefix<'p>(exposed: &str, prefixes: &'p [String], sep: Separator) -> Option<&'p str> {
+    prefixes
+        .iter()
+        .find(|prefix| exposed.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.starts_with(sep.as_str())))
+        .map(String::as_str)
+}
+
+/// The URI counterpart of [`shadows_prefix`]: whether an unprefixed upstream's URI starts with
+/// `<prefix>+` for one of `prefixes` (a scheme may contain `+`). Returns the shadowed prefix.
+pub fn shadows_uri_prefix<'p>(exposed: &str, prefixes: &'p [String]) -> Option<&'p str> {
+    prefixes
+        .iter()
+        .find(|prefix| exposed.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.starts_with('+')))
+        .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEPARATORS: [Separator; 3] = [Separator::Underscore, Separator::DoubleUnderscore, Separator::Dot];
+
+    #[test]
+    fn separators_parse_and_print() {
+        for separator in SEPARATORS {
+            assert_eq!(Separator::parse(separator.as_str()), Some(separator));
+        }
+        assert_eq!(Separator::default(), Separator::Underscore);
+        for bad in ["", "-", "___", "+", " _", "/"] {
+            assert_eq!(Separator::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn names_round_trip_for_every_separator() {
+        for separator in SEPARATORS {
+            let namer = Namer::new(Some("x"), separator);
+            let sep = separator.as_str();
+            for upstream in ["echo", "a_b", "a__b", "a.b", "_", "__", ".", "-", "A-Z.09_", "x_y"] {
+                let exposed = namer.expose_name(upstream).unwrap();
+                assert_eq!(exposed, format!("x{sep}{upstream}"));
+                assert_eq!(namer.upstream_name(&exposed), Some(upstream), "{separator:?} {upstream}");
+            }
+        }
+        let namer = Namer::new(Some("x"), Separator::Underscore);
+        assert_eq!(namer.expose_name("a_b").unwrap(), "x_a_b");
+        assert_eq!(namer.upstream_name("x_a_b"), Some("a_b"));
+    }
+
+    #[test]
+    fn a_namer_claims_only_its_own_names() {
+        for separator in SEPARATORS {
+            let sep = separator.as_str();
+            let short = Namer::new(Some("a"), separator);
+            let long = Namer::new(Some("ab"), separator);
+            let exposed_by_long = long.expose_name(&format!("b{sep}tool")).unwrap();
+            assert_eq!(short.upstream_name(&exposed_by_long), None, "{exposed_by_long}");
+            let exposed_by_short = short.expose_name(&format!("b{sep}tool")).unwrap();
+            assert_eq!(long.upstream_name(&exposed_by_short), None, "{exposed_by_short}");
+            assert_eq!(long.upstream_name(&exposed_by_long), Some(format!("b{sep}tool").as_str()));
+            // The bare prefix, the prefix with its separator only, another separator.
+            assert_eq!(short.upstream_name("a"), None);
+            assert_eq!(short.upstream_name(&format!("a{sep}")), None);
+            assert_eq!(short.upstream_name("a+tool"), None);
+            assert_eq!(short.upstream_name("b_tool"), None);
+        }
+        // "_" and "__" namers of the same prefix: "x__t" is "_t" under "_", "t" under "__".
+        assert_eq!(Namer::new(Some("x"), Separator::Underscore).upstream_name("x__t"), Some("_t"));
+        assert_eq!(Namer::new(Some("x"), Separator::DoubleUnderscore).upstream_name("x__t"), Some("t"));
+        assert_eq!(Namer::new(Some("x"), Separator::DoubleUnderscore).upstream_name("x_t"), None);
+    }
+
+    #[test]
+    fn exposed_names_are_at_most_64_characters() {
+        let namer = Namer::new(Some("abc"), Separator::Underscore);
+        let fits = "t".repeat(MAX_EXPOSED_NAME - 4);
+        let exposed = namer.expose_name(&fits).unwrap();
+        assert_eq!(exposed.len(), 64);
+        assert_eq!(namer.upstream_name(&exposed), Some(fits.as_str()));
+        let over = "t".repeat(MAX_EXPOSED_NAME - 3);
+        assert_eq!(namer.expose_name(&over), Err(NameRefusal::TooLong { len: 65 }));
+        assert_eq!(namer.upstream_name(&format!("abc_{over}")), None);
+        let unprefixed = Namer::new(None, Separator::Dot);
+        assert!(unprefixed.expose_name(&"n".repeat(64)).is_ok());
+        assert_eq!(unprefixed.expose_name(&"n".repeat(65)), Err(NameRefusal::TooLong { len: 65 }));
+        // Over the spec's 128 is not a spec name at all.
+        assert_eq!(unprefixed.expose_name(&"n".repeat(129)), Err(NameRefusal::NotSpecName));
+        assert!(NameRefusal::TooLong { len: 65 }.to_string().contains("65"));
+    }
+
+    #[test]
+    fn non_spec_names_are_refused() {
+        let namer = Namer::new(Some("x"), Separator::Underscore);
+        for bad in ["", "has space", "slash/name", "colon:name", "plus+name", "é", "tab\t", "nul\0", "emoji🦀"] {
+            assert_eq!(namer.expose_name(bad), Err(NameRefusal::NotSpecName), "{bad:?}");
+            assert_eq!(namer.upstream_name(&format!("x_{bad}")), None, "{bad:?}");
+        }
+        assert!(is_spec_name("Az09_-."));
+        assert!(is_spec_name(&"a".repeat(128)));
+        assert!(!is_spec_name(&"a".repeat(129)));
+    }
+
+    #[test]
+    fn the_unprefixed_namer_is_the_identity() {
+        let namer = Namer::new(None, Separator::Underscore);
+        for name in ["echo", "x_echo", "a.b"] {
+            assert_eq!(namer.expose_name(name).unwrap(), name);
+            assert_eq!(namer.upstream_name(name), Some(name));
+        }
+        for uri in ["file:///x", "https://h/p?q", "urn:x:y", "file:///{path}"] {
+            assert_eq!(namer.expose_uri(uri).unwrap(), uri);
+            assert_eq!(namer.upstream_uri(uri), Some(uri));
+        }
+        assert_eq!(namer.upstream_name("not valid"), None);
+        assert_eq!(namer.upstream_uri("no-scheme"), None);
+    }
+
+    #[test]
+    fn uris_and_templates_round_trip() {
+        let docs = Namer::new(Some("docs"), Separator::Dot);
+        let other = Namer::new(Some("doc"), Separator::Dot);
+        for uri in ["file:///x", "https://h/p?q", "urn:x:y", "file:///{path}", "a+b://plus/in/scheme", "x:"] {
+            let exposed = docs.expose_uri(uri).unwrap();
+            assert_eq!(exposed, format!("docs+{uri}"));
+            assert_eq!(docs.upstream_uri(&exposed), Some(uri));
+            assert_eq!(other.upstream_uri(&exposed), None, "{exposed}");
+        }
+        assert_eq!(docs.upstream_uri("file:///x"), None, "not exposed by this namer");
+        assert_eq!(docs.upstream_uri("docs+"), None);
+        assert_eq!(docs.upstream_uri("docs+no-scheme"), None);
+    }
+
+    #[test]
+    fn bad_uris_are_refused() {
+        let namer = Namer::new(Some("p"), Separator::Underscore);
+        for bad in ["", "no-scheme", "/abs/path", ":empty-scheme", "1http://h", "ht tp://h", "{scheme}://x"] {
+            assert_eq!(namer.expose_uri(bad), Err(NameRefusal::UriNoScheme), "{bad:?}");
+        }
+        for bad in ["file:///a\nb", "file:///\u{0}", "file:///\u{7f}", "file:///\u{85}"] {
+            assert_eq!(namer.expose_uri(bad), Err(NameRefusal::UriControlChar), "{bad:?}");
+        }
+        let body = "a".repeat(MAX_EXPOSED_URI - "p+file:".len());
+        let fits = format!("file:{body}");
+        assert_eq!(namer.expose_uri(&fits).unwrap().len(), MAX_EXPOSED_URI);
+        let over = format!("file:{body}a");
+        assert_eq!(namer.expose_uri(&over), Err(NameRefusal::UriTooLong { len: MAX_EXPOSED_URI + 1 }));
+        assert_eq!(namer.upstream_uri(&format!("p+{over}")), None);
+    }
+
+    #[test]
+    fn labels() {
+        for good in ["a", "github", "a-b", "a1", "x0-9z", &"a".repeat(32)] {
+            assert_eq!(check_label(good), Ok(()), "{good}");
+        }
+        for bad in ["", "A", "Github", "1abc", "-a", "a-", "a_b", "a.b", "a+b", "a b", "é", &"a".repeat(33)] {
+            assert!(check_label(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(check_label(""), Err("must not be empty"));
+        assert_eq!(check_label("a-"), Err("must not end with '-'"));
+        assert_eq!(check_label("9a"), Err("must start with a lowercase letter a-z"));
+    }
+
+    #[test]
+    fn collisions_are_the_names_claimed_twice() {
+        let found = collisions(["a_x", "b_x", "a_x", "c", "c", "c", "C"]);
+        assert_eq!(found.into_iter().collect::<Vec<_>>(), ["a_x", "c"]);
+        assert!(collisions(["a", "b", "A"]).is_empty());
+        assert!(collisions(std::iter::empty()).is_empty());
+    }
+
+    #[test]
+    fn unprefixed_names_that_enter_a_prefixed_namespace_are_reported() {
+        let prefixes = ["github".to_owned(), "git".to_owned()];
+        assert_eq!(shadows_prefix("github_create_issue", &prefixes, Separator::Underscore), Some("github"));
+        assert_eq!(shadows_prefix("git_log", &prefixes, Separator::Underscore), Some("git"));
+        assert_eq!(shadows_prefix("gitlab_log", &prefixes, Separator::Underscore), None);
+        assert_eq!(shadows_prefix("github", &prefixes, Separator::Underscore), None);
+        assert_eq!(shadows_prefix("github.x", &prefixes, Separator::Underscore), None);
+        assert_eq!(shadows_prefix("github.x", &prefixes, Separator::Dot), Some("github"));
+        assert_eq!(shadows_prefix("github_x", &prefixes, Separator::DoubleUnderscore), None);
+        assert_eq!(shadows_prefix("github__x", &prefixes, Separator::DoubleUnderscore), Some("github"));
+        assert_eq!(shadows_prefix("echo", &[], Separator::Underscore), None);
+        assert_eq!(shadows_uri_prefix("github+https://h", &prefixes), Some("github"));
+        assert_eq!(shadows_uri_prefix("git+ssh://h", &prefixes), Some("git"));
+        assert_eq!(shadows_uri_prefix("https://github+x", &prefixes), None);
+        assert_eq!(shadows_uri_prefix("svn+ssh://h", &prefixes), None);
+    }
+}

@@ -1,0 +1,1083 @@
+//! The gateway's MCP client toward one upstream over Streamable HTTP, in both protocol eras:
+//! 2026-07-28 (every request carries its `_meta`, `server/discover`, `subscriptions/listen`) and
+//! 2025-11-25 / 2025-06-18 (`initialize`, `Mcp-Session-Id`, the GET stream), hardened against an
+//! upstream that is down, slow, hostile or broken.
+//!
+//! - One `reqwest` client per upstream: no redirects, no cookies, no proxy, a connect timeout,
+//!   a total deadline per request ([`UpstreamLimits::request_timeout`]), every answer read as a
+//!   stream under a hard byte cap (reading stops at the cap: [`UpstreamError::TooLarge`]).
+//! - Request ids are this client's own counter; an answer is accepted only as a JSON-RPC 2.0
+//!   response to the id that was sent ([`UpstreamError::Protocol`] otherwise).
+//! - The headers an upstream receives are only: `Content-Type`, `Accept`,
+//!   `MCP-Protocol-Version`, the `Mcp-Method` / `Mcp-Name` / `Mcp-Param-*` values derived from
+//!   the params actually sent, the session id this client holds, and the upstream credential's
+//!   headers. Nothing of the caller's request headers is ever copied.
+//! - 2025-era sessions are per caller partition ([`crate::credentials::CallerContext::partition`]),
+//!   never shared; the gateway's own listings and change stream use the partition `""`.
+//! - Health ([`UpstreamClient::health`]): unavailability, timeouts, 5xx statuses and protocol
+//!   errors count as failures; from the second consecutive one the upstream is in backoff
+//!   (1 s, doubling to 60 s) and calls are refused at once ([`UpstreamError::Unhealthy`]).
+//!
+//! Limitations, by design of this version:
+//! - Server-to-client requests on an event stream (sampling, elicitation, roots, ping of a
+//!   2025-era upstream) are answered to the upstream with the JSON-RPC error -32601 "not
+//!   supported through this gateway"; they are not relayed to the caller.
+//! - Of the notifications on a request's event stream, only `notifications/progress` and
+//!   `notifications/message` are relayed to the caller.
+//! - Cancelling a request ([`UpstreamRequest::cancel`]) closes its HTTP exchange, which is
+//!   cancellation on the 2026-07-28 wire; a 2025-era upstream is not sent
+//!   `notifications/cancelled`.
+//! - `Mcp-Param-*` headers are derived from the `x-mcp-header` declarations of the upstream's
+//!   last tools listing ([`UpstreamClient::list`] with [`ListKind::Tools`]); a tool whose
+//!   declarations are invalid gets none.
+
+mod health;
+mod http;
+mod legacy;
+mod sse;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
+use palisade_wire::{PROTOCOL_VERSION, ProtocolError, meta_keys};
+use reqwest::header::{HeaderName, HeaderValue};
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use health::HealthReport;
+
+use crate::credentials::{CallerContext, CredentialError, UpstreamCredential};
+use health::Health;
+use http::{Body, Incoming, Outgoing, Refusal, Transport};
+use legacy::{GATEWAY_PARTITION, Session, Sessions};
+
+/// Limits applied to every exchange with one upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamLimits {
+    /// Longest wait for a TCP (and TLS) connection (default 5 s).
+    pub connect_timeout: Duration,
+    /// Longest a request may take, from sending to the last byte of its answer, event streams
+    /// included (default 30 s).
+    pub request_timeout: Duration,
+    /// Most bytes read of one answer, or of one event of a change stream (default 4 MiB).
+    pub max_response_bytes: usize,
+    /// Most items one listing may have over all its pages (default 10,000; more is an error).
+    pub max_list_items: usize,
+    /// Most pages one listing may take (default 100; more is an error).
+    pub max_list_pages: usize,
+}
+
+impl Default for UpstreamLimits {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            max_response_bytes: 4 * 1024 * 1024,
+            max_list_items: 10_000,
+            max_list_pages: 100,
+        }
+    }
+}
+
+/// Which protocol era to speak to the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProtocolChoice {
+    /// `server/discover` first; the 2025 handshake when the upstream does not know it.
+    Auto,
+    /// 2026-07-28 only.
+    Modern,
+    /// The 2025 handshake only: 2025-11-25, then 2025-06-18.
+    Legacy,
+}
+
+/// The era an upstream was found to speak.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28: no sessions, `_meta` on every request.
+    Modern,
+    /// The session wire, with the version `initialize` negotiated.
+    Legacy(String),
+}
+
+impl std::fmt::Display for Era {
+    /// The protocol version spoken: `2026-07-28`, or the negotiated 2025-era version.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Modern => f.write_str(PROTOCOL_VERSION),
+            Self::Legacy(version) => f.write_str(version),
+        }
+    }
+}
+
+/// What connecting learned.
+#[derive(Debug, Clone)]
+pub struct UpstreamInfo {
+    /// The era spoken.
+    pub era: Era,
+    /// The upstream's server capabilities, as sent.
+    pub capabilities: Value,
+    /// The upstream's implementation info, as sent (`Null` when it sent none).
+    pub server_info: Value,
+    /// The upstream's instructions, as sent.
+    pub instructions: Option<String>,
+}
+
+/// A list an upstream serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// `tools/list` → `tools`.
+    Tools,
+    /// `prompts/list` → `prompts`.
+    Prompts,
+    /// `resources/list` → `resources`.
+    Resources,
+    /// `resources/templates/list` → `resourceTemplates`.
+    ResourceTemplates,
+}
+
+impl ListKind {
+    /// The list method.
+    pub fn method(self) -> &'static str {
+        match self {
+            Self::Tools => "tools/list",
+            Self::Prompts => "prompts/list",
+            Self::Resources => "resources/list",
+            Self::ResourceTemplates => "resources/templates/list",
+        }
+    }
+
+    /// The result member holding the items.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::Tools => "tools",
+            Self::Prompts => "prompts",
+            Self::Resources => "resources",
+            Self::ResourceTemplates => "resourceTemplates",
+        }
+    }
+}
+
+/// The methods [`UpstreamClient::request`] relays.
+pub const RELAYED_METHODS: &[&str] = &[
+    "tools/call",
+    "resources/read",
+    "prompts/get",
+    "completion/complete",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+];
+
+/// The notifications that mean "list again".
+pub const LIST_CHANGED: &[&str] =
+    &["notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
+
+/// One request made for a caller.
+pub struct UpstreamRequest<'a> {
+    /// One of [`RELAYED_METHODS`].
+    pub method: &'a str,
+    /// The params to send, names already mapped to the upstream's own. The client adds the
+    /// protocol `_meta` the era needs, keeping the other `_meta` keys (such as `progressToken`).
+    pub params: Map<String, Value>,
+    /// Who the request is made for; `partition` keys the 2025-era session.
+    pub caller: CallerContext<'a>,
+    /// The caller's declared capabilities: 2026-07-28 sends them in `_meta`; the 2025 era
+    /// declares them in the `initialize` that opens the caller's session.
+    pub client_capabilities: Option<Value>,
+    /// Where to relay progress and log notifications the upstream sends on the answer's event
+    /// stream, as raw JSON-RPC notification objects.
+    pub notifications: Option<mpsc::Sender<Value>>,
+    /// Cancelling it abandons the exchange ([`UpstreamError::Cancelled`]).
+    pub cancel: CancellationToken,
+}
+
+/// An upstream's answer to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpstreamReply {
+    /// A complete result object (exactly as sent, minus nothing).
+    Result(Map<String, Value>),
+    /// `resultType` `input_required`: the `inputRequests` and the upstream's `requestState`,
+    /// raw.
+    InputRequired {
+        /// The input requests, by key (empty when the upstream sent only a state).
+        input_requests: Map<String, Value>,
+        /// The upstream's opaque state, to be echoed on the retry.
+        request_state: Option<Value>,
+    },
+    /// A JSON-RPC error the upstream answered: its code and message (control characters
+    /// replaced, at most 200 characters); `data` is dropped, being upstream-controlled content
+    /// that must not reach clients unreviewed.
+    Error {
+        /// The upstream's error code.
+        code: i64,
+        /// The upstream's message, sanitized.
+        message: String,
+    },
+}
+
+/// Why a call to an upstream failed. Texts are fixed: no upstream body, no secret.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The upstream is in backoff after consecutive failures.
+    #[error("upstream is in backoff after repeated failures")]
+    Unhealthy,
+    /// No complete answer within the request timeout.
+    #[error("upstream did not answer in time")]
+    Timeout,
+    /// The answer (or a listing) exceeded its limit.
+    #[error("upstream answer exceeds the configured limit")]
+    TooLarge,
+    /// The upstream could not be reached, or the exchange broke off.
+    #[error("upstream unavailable: {0}")]
+    Unavailable(String),
+    /// The upstream answered something that is not the protocol.
+    #[error("upstream protocol error: {0}")]
+    Protocol(String),
+    /// The upstream answered an HTTP status that is not an answer.
+    #[error("upstream answered HTTP status {0}")]
+    Status(u16),
+    /// The gateway's credential for the upstream could not be had.
+    #[error(transparent)]
+    Credential(CredentialError),
+    /// The upstream needs scopes the gateway's credential does not have (and could not get).
+    #[error("upstream requires scopes the gateway's credential lacks")]
+    InsufficientScope(Vec<String>),
+    /// The caller cancelled the request.
+    #[error("the request was cancelled")]
+    Cancelled,
+}
+
+impl UpstreamError {
+    /// The JSON-RPC error a caller sees. The catalogue's internal-style errors carry fixed
+    /// messages only, so the cause is logged here with the upstream id, and the caller gets:
+    /// a timeout as [`ProtocolError::Timeout`]; an upstream that is unreachable, in backoff,
+    /// refusing the gateway's credential or answering an error status as
+    /// [`ProtocolError::Unavailable`]; an answer that broke the protocol or its size limit, or
+    /// a cancelled request, as [`ProtocolError::Internal`].
+    pub fn to_protocol_error(&self, upstream_id: &str) -> ProtocolError {
+        tracing::warn!(upstream = upstream_id, error = %self, "upstream call failed");
+        match self {
+            Self::Timeout => ProtocolError::Timeout,
+            Self::Unhealthy
+            | Self::Unavailable(_)
+            | Self::Status(_)
+            | Self::Credential(_)
+            | Self::InsufficientScope(_) => ProtocolError::Unavailable,
+            Self::TooLarge | Self::Protocol(_) | Self::Cancelled => ProtocolError::Internal,
+        }
+    }
+
+    /// Whether this counts as a failure of the upstream for its health.
+    fn is_upstream_failure(&self) -> bool {
+        match self {
+            Self::Unavailable(_) | Self::Timeout | Self::Protocol(_) => true,
+            Self::Status(status) => *status >= 500,
+            Self::Unhealthy | Self::TooLarge | Self::Credential(_) | Self::InsufficientScope(_) | Self::Cancelled => {
+                false
+            }
+        }
+    }
+}
+
+/// An MCP client toward one upstream. Cheap to clone: clones share the connection pool,
+/// sessions and health.
+#[derive(Clone)]
+pub struct UpstreamClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for UpstreamClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamClient")
+            .field("id", &self.inner.id)
+            .field("url", &self.inner.url.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One `x-mcp-header` declaration: the header and the argument path it mirrors.
+#[derive(Debug, Clone)]
+struct HeaderParam {
+    header: HeaderName,
+    path: Vec<String>,
+}
+
+pub(crate) struct Inner {
+    id: String,
+    url: url::Url,
+    protocol: ProtocolChoice,
+    limits: UpstreamLimits,
+    credential: Arc<UpstreamCredential>,
+    transport: Transport,
+    next_id: AtomicI64,
+    info: Mutex<Option<UpstreamInfo>>,
+    health: Health,
+    sessions: Sessions,
+    tool_headers: Mutex<HashMap<String, Vec<HeaderParam>>>,
+}
+
+/// Where one exchange goes: for whom, in which session, at which version.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    caller: CallerContext<'a>,
+    session: Option<&'a Session>,
+    version: Option<&'a str>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl UpstreamClient {
+    /// A client for the upstream `id` at `url` (http or https, no credentials in the URL).
+    /// Connects to nothing yet.
+    pub fn new(
+        id: &str,
+        url: url::Url,
+        protocol: ProtocolChoice,
+        limits: UpstreamLimits,
+        credential: Arc<UpstreamCredential>,
+    ) -> Result<Self, UpstreamError> {
+        let id_ok =
+            !id.is_empty() && id.len() <= 63 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !id_ok {
+            return Err(UpstreamError::Unavailable("the upstream id is not a DNS-label-style name".into()));
+        }
+        let url_ok = matches!(url.scheme(), "http" | "https")
+            && url.host().is_some()
+            && url.username().is_empty()
+            && url.password().is_none();
+        if !url_ok {
+            return Err(UpstreamError::Unavailable(
+                "the upstream URL must be http(s) with a host and no credentials".into(),
+            ));
+        }
+        let limits_ok = !limits.connect_timeout.is_zero()
+            && !limits.request_timeout.is_zero()
+            && limits.max_response_bytes > 0
+            && limits.max_list_items > 0
+            && limits.max_list_pages > 0;
+        if !limits_ok {
+            return Err(UpstreamError::Unavailable("the upstream limits must all be positive".into()));
+        }
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .connect_timeout(limits.connect_timeout)
+            .build()
+            .map_err(|_| UpstreamError::Unavailable("the HTTP client could not be built".into()))?;
+        let transport = Transport { http, url: url.clone(), max_response_bytes: limits.max_response_bytes };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                id: id.to_owned(),
+                url,
+                protocol,
+                limits,
+                credential,
+                transport,
+                next_id: AtomicI64::new(1),
+                info: Mutex::new(None),
+                health: Health::default(),
+                sessions: Sessions::default(),
+                tool_headers: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The upstream's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// The upstream's URL.
+    pub fn url(&self) -> &url::Url {
+        &self.inner.url
+    }
+
+    /// Learns the upstream's era and capabilities. Auto: POST `server/discover`; a JSON-RPC
+    /// error, a 400 / 404 / 405 / 406 / 415 or a non-MCP answer → the 2025 handshake
+    /// (2025-11-25, then 2025-06-18). Legacy: the handshake only. Modern: discover only.
+    pub async fn connect(&self) -> Result<UpstreamInfo, UpstreamError> {
+        let inner = &self.inner;
+        let info = match inner.protocol {
+            ProtocolChoice::Modern => inner.discover().await?,
+            ProtocolChoice::Legacy => inner.legacy_connect().await?,
+            ProtocolChoice::Auto => match inner.discover().await {
+                Ok(info) => info,
+                Err(UpstreamError::Protocol(_) | UpstreamError::Status(400 | 404 | 405 | 406 | 415)) => {
+                    inner.legacy_connect().await?
+                }
+                Err(error) => return Err(error),
+            },
+        };
+        *lock(&inner.info) = Some(info.clone());
+        Ok(info)
+    }
+
+    /// What the last successful [`UpstreamClient::connect`] learned.
+    pub fn info(&self) -> Option<UpstreamInfo> {
+        lock(&self.inner.info).clone()
+    }
+
+    /// Every item of a list, following the upstream's `nextCursor` (at most
+    /// [`UpstreamLimits::max_list_pages`] pages and [`UpstreamLimits::max_list_items`] items:
+    /// more is [`UpstreamError::TooLarge`], never a truncation; a repeated cursor is a protocol
+    /// error). Items are returned exactly as sent; an item that is not an object is a protocol
+    /// error. Connects first when not yet connected.
+    pub async fn list(&self, kind: ListKind) -> Result<Vec<Value>, UpstreamError> {
+        self.check_health()?;
+        let inner = &self.inner;
+        let info = inner.ensure_info(self).await?;
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut seen = HashSet::new();
+        for _ in 0..inner.limits.max_list_pages {
+            let mut params = Map::new();
+            if let Some(cursor) = &cursor {
+                params.insert("cursor".into(), json!(cursor));
+            }
+            let method = kind.method();
+            let result = match inner.call(&info, method, params, caller, None, None, None).await? {
+                Body::Result(result) => result,
+                Body::Error { code, .. } => {
+                    return Err(UpstreamError::Protocol(format!("refused {method} (code {code})")));
+                }
+            };
+            check_complete(&result)?;
+            let Some(Value::Array(page)) = result.get(kind.field()) else {
+                return Err(UpstreamError::Protocol(format!("answered {method} without a {} array", kind.field())));
+            };
+            for item in page {
+                if !item.is_object() {
+                    return Err(UpstreamError::Protocol(format!(
+                        "listed a {} item that is not an object",
+                        kind.field()
+                    )));
+                }
+                if items.len() >= inner.limits.max_list_items {
+                    return Err(UpstreamError::TooLarge);
+                }
+                items.push(item.clone());
+            }
+            match result.get("nextCursor") {
+                None | Some(Value::Null) => {
+                    if kind == ListKind::Tools {
+                        inner.remember_tool_headers(&items);
+                    }
+                    return Ok(items);
+                }
+                Some(Value::String(next)) => {
+                    if !seen.insert(next.clone()) {
+                        return Err(UpstreamError::Protocol("repeated a list cursor".into()));
+                    }
+                    cursor = Some(next.clone());
+                }
+                Some(_) => return Err(UpstreamError::Protocol("sent a nextCursor that is not a string".into())),
+            }
+        }
+        Err(UpstreamError::TooLarge)
+    }
+
+    /// One request for a caller: `request.params` as given, plus the protocol `_meta` the era
+    /// needs (2026-07-28: protocol version, client info, the caller's capabilities; other
+    /// `_meta` keys kept), with `Mcp-Method` / `Mcp-Name` / `Mcp-Param-*` derived from these
+    /// params. 2025 era: in the caller partition's own session (opened on first use; a 404
+    /// re-opens it once and retries). Connects first when not yet connected.
+    pub async fn request(&self, request: UpstreamRequest<'_>) -> Result<UpstreamReply, UpstreamError> {
+        self.check_health()?;
+        if !RELAYED_METHODS.contains(&request.method) {
+            return Err(UpstreamError::Protocol("this method is not relayed to upstreams".into()));
+        }
+        let inner = &self.inner;
+        let info = inner.ensure_info(self).await?;
+        let body = inner
+            .call(
+                &info,
+                request.method,
+                request.params,
+                request.caller,
+                request.client_capabilities.as_ref(),
+                request.notifications.as_ref(),
+                Some(&request.cancel),
+            )
+            .await?;
+        let result = match body {
+            Body::Error { code, message } => return Ok(UpstreamReply::Error { code, message }),
+            Body::Result(result) => result,
+        };
+        match result.get("resultType") {
+            None => Ok(UpstreamReply::Result(result)),
+            Some(Value::String(kind)) if kind == "complete" || kind == "task" => Ok(UpstreamReply::Result(result)),
+            Some(Value::String(kind)) if kind == "input_required" => {
+                let input_requests = match result.get("inputRequests") {
+                    None => Map::new(),
+                    Some(Value::Object(requests)) => requests.clone(),
+                    Some(_) => return Err(UpstreamError::Protocol("sent inputRequests that are not an object".into())),
+                };
+                let request_state = result.get("requestState").cloned();
+                if input_requests.is_empty() && request_state.is_none() {
+                    return Err(UpstreamError::Protocol("asked for input without requests or state".into()));
+                }
+                Ok(UpstreamReply::InputRequired { input_requests, request_state })
+            }
+            Some(_) => Err(UpstreamError::Protocol("answered with an unknown resultType".into())),
+        }
+    }
+
+    /// `Err(UpstreamError::Unhealthy)` at once while the upstream is in backoff after
+    /// consecutive failures (1 s doubling to 60 s, lifted by a success), so callers do not wait
+    /// for every timeout.
+    pub fn check_health(&self) -> Result<(), UpstreamError> {
+        if self.inner.health.in_backoff() { Err(UpstreamError::Unhealthy) } else { Ok(()) }
+    }
+
+    /// The upstream's health, for the operator.
+    pub fn health(&self) -> HealthReport {
+        self.inner.health.report()
+    }
+
+    /// The upstream's change notifications: a stream of the notification methods that mean
+    /// "list again" ([`LIST_CHANGED`]). 2026-07-28: a gateway-owned `subscriptions/listen` for
+    /// the list changes the upstream's capabilities advertise (none advertised: a stream that
+    /// never yields); 2025 era: the GET stream of the gateway's own session (an upstream
+    /// without one, 405: a stream that never yields). The stream ends (`None`) when the
+    /// upstream's stream ends or breaks; the caller re-opens with backoff.
+    pub async fn changes(&self) -> Result<impl futures::Stream<Item = String> + Send + 'static, UpstreamError> {
+        self.check_health()?;
+        let inner = &self.inner;
+        let info = inner.ensure_info(self).await?;
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
+        let stream: BoxStream<'static, String> = match &info.era {
+            Era::Modern => {
+                let mut filter = Map::new();
+                for (capability, key) in [
+                    ("tools", "toolsListChanged"),
+                    ("prompts", "promptsListChanged"),
+                    ("resources", "resourcesListChanged"),
+                ] {
+                    if info.capabilities.get(capability).and_then(|c| c.get("listChanged")) == Some(&Value::Bool(true))
+                    {
+                        filter.insert(key.into(), Value::Bool(true));
+                    }
+                }
+                if filter.is_empty() {
+                    return Ok(futures::stream::pending().boxed());
+                }
+                let mut params = Map::new();
+                params.insert("notifications".into(), Value::Object(filter));
+                let params = modern_params(params, None)?;
+                let target = Target { caller, session: None, version: Some(PROTOCOL_VERSION) };
+                let out = inner.outgoing(target, method_headers("subscriptions/listen", &params)).await?;
+                let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+                let opened =
+                    inner.with_deadline(inner.transport.open_post_stream(id, "subscriptions/listen", params, &out));
+                let response = inner.recorded(opened.await)?;
+                self.spawn_reader(response, out, Some(id))
+            }
+            Era::Legacy(version) => {
+                let session = inner.session(version, caller, None).await?;
+                let opened = match inner.open_legacy_stream(caller, &session).await {
+                    Err(UpstreamError::Status(404)) => {
+                        let session = inner.reopen(&session, caller, None).await?;
+                        inner.open_legacy_stream(caller, &session).await
+                    }
+                    other => other,
+                };
+                match opened {
+                    Ok((response, out)) => self.spawn_reader(response, out, None),
+                    // The upstream offers no server stream: it will never say a list changed.
+                    Err(UpstreamError::Status(405)) => futures::stream::pending().boxed(),
+                    Err(error) => return Err(error),
+                }
+            }
+        };
+        Ok(stream)
+    }
+
+    /// Reads a change stream in the background; the returned stream yields the list-changed
+    /// methods it carries. `subscription`: the listen request's id every modern notification
+    /// must carry (and whose response ends the stream).
+    fn spawn_reader(
+        &self,
+        response: reqwest::Response,
+        out: Outgoing,
+        subscription: Option<i64>,
+    ) -> BoxStream<'static, String> {
+        let (tx, mut rx) = mpsc::channel::<String>(16);
+        let inner = self.inner.clone();
+        tokio::spawn(async move {
+            let mut parser = sse::Parser::new(inner.limits.max_response_bytes);
+            let mut bytes = response.bytes_stream();
+            loop {
+                let chunk = tokio::select! {
+                    () = tx.closed() => return,
+                    chunk = bytes.next() => chunk,
+                };
+                let Some(Ok(chunk)) = chunk else { return };
+                if parser.push(&chunk).is_err() {
+                    return;
+                }
+                while let Some(event) = parser.next_event() {
+                    if !event.is_message() || event.data.iter().all(u8::is_ascii_whitespace) {
+                        continue;
+                    }
+                    let Ok(value) = palisade_wire::strict::from_slice(&event.data) else { return };
+                    match http::classify(value) {
+                        Ok(Incoming::Notification { method, frame }) => {
+                            let ours = subscription.is_none_or(|id| {
+                                frame.pointer("/params/_meta").and_then(|meta| meta.get(meta_keys::SUBSCRIPTION_ID))
+                                    == Some(&json!(id))
+                            });
+                            if ours && LIST_CHANGED.contains(&method.as_str()) && tx.send(method).await.is_err() {
+                                return;
+                            }
+                        }
+                        Ok(Incoming::Request { id }) => inner.transport.refuse_server_request(id, &out),
+                        Ok(Incoming::Response(value)) => {
+                            if subscription.is_some_and(|id| value.get("id") == Some(&json!(id))) {
+                                return;
+                            }
+                        }
+                        Err(_) => return,
+                    }
+                }
+            }
+        });
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+    }
+}
+
+impl Inner {
+    /// The connect result, connecting first when there is none.
+    async fn ensure_info(&self, client: &UpstreamClient) -> Result<UpstreamInfo, UpstreamError> {
+        if let Some(info) = lock(&self.info).clone() {
+            return Ok(info);
+        }
+        client.connect().await
+    }
+
+    /// `server/discover`.
+    async fn discover(self: &Arc<Self>) -> Result<UpstreamInfo, UpstreamError> {
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
+        let params = modern_params(Map::new(), None)?;
+        let target = Target { caller, session: None, version: Some(PROTOCOL_VERSION) };
+        let headers = method_headers("server/discover", &params);
+        let answer = self.exchange("server/discover", params, target, &headers, None, None).await?;
+        let result = match answer.body {
+            Body::Result(result) => result,
+            Body::Error { code, .. } => {
+                return Err(UpstreamError::Protocol(format!("refused server/discover (code {code})")));
+            }
+        };
+        check_complete(&result)?;
+        let speaks_ours = result
+            .get("supportedVersions")
+            .and_then(Value::as_array)
+            .is_some_and(|versions| versions.iter().any(|v| v.as_str() == Some(PROTOCOL_VERSION)));
+        if !speaks_ours {
+            return Err(UpstreamError::Protocol("does not list 2026-07-28 among its supported versions".into()));
+        }
+        let Some(capabilities) = result.get("capabilities").filter(|c| c.is_object()).cloned() else {
+            return Err(UpstreamError::Protocol("answered server/discover without capabilities".into()));
+        };
+        let server_info = result
+            .get("_meta")
+            .and_then(|meta| meta.get(meta_keys::SERVER_INFO))
+            .or_else(|| result.get("serverInfo"))
+            .cloned()
+            .unwrap_or(Value::Null);
+        let instructions = instructions(&result)?;
+        self.set_era(&Era::Modern);
+        Ok(UpstreamInfo { era: Era::Modern, capabilities, server_info, instructions })
+    }
+
+    /// The 2025 handshake on the gateway's own session.
+    async fn legacy_connect(self: &Arc<Self>) -> Result<UpstreamInfo, UpstreamError> {
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
+        let (session, result) = self.handshake(palisade_wire::LEGACY_VERSIONS, caller, None).await?;
+        let era = Era::Legacy(session.version.clone());
+        self.set_era(&era);
+        self.set_gateway_session(session).await;
+        let capabilities = result.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+        let server_info = result.get("serverInfo").cloned().unwrap_or(Value::Null);
+        let instructions = instructions(&result)?;
+        Ok(UpstreamInfo { era, capabilities, server_info, instructions })
+    }
+
+    /// Forgets every 2025-era session when the era (or its version) changed.
+    fn set_era(&self, era: &Era) {
+        let previous = lock(&self.info).as_ref().map(|info| info.era.clone());
+        if previous.as_ref().is_some_and(|previous| previous != era) {
+            self.sessions.clear();
+        }
+    }
+
+    /// The upstream credential's headers for `target`, with the rest of what is sent.
+    async fn outgoing(
+        &self,
+        target: Target<'_>,
+        mcp_headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<Outgoing, UpstreamError> {
+        let credential = self.credential.apply(target.caller).await.map_err(UpstreamError::Credential)?;
+        Ok(Outgoing {
+            protocol_version: target.version.map(str::to_owned),
+            session: target.session.and_then(|session| session.id.clone()),
+            mcp_headers,
+            credential,
+        })
+    }
+
+    /// Runs `future` under the request timeout.
+    async fn with_deadline<T>(
+        &self,
+        future: impl Future<Output = Result<T, UpstreamError>>,
+    ) -> Result<T, UpstreamError> {
+        tokio::time::timeout(self.limits.request_timeout, future).await.unwrap_or(Err(UpstreamError::Timeout))
+    }
+
+    /// Records an outcome in the health state, and passes it on.
+    fn recorded<T>(&self, outcome: Result<T, UpstreamError>) -> Result<T, UpstreamError> {
+        match &outcome {
+            Ok(_) => self.health.success(),
+            Err(error) if error.is_upstream_failure() => self.health.failure(error.to_string()),
+            Err(_) => {}
+        }
+        outcome
+    }
+
+    /// One request exchange: credential applied, deadline and cancellation honoured, one retry
+    /// after an `insufficient_scope` refusal when the credential could step up, health recorded.
+    async fn exchange(
+        &self,
+        method: &str,
+        params: Map<String, Value>,
+        target: Target<'_>,
+        mcp_headers: &[(HeaderName, HeaderValue)],
+        notifications: Option<&mpsc::Sender<Value>>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<http::Answer, UpstreamError> {
+        let run = async {
+            let mut stepped_up = false;
+            loop {
+                let out = self.outgoing(target, mcp_headers.to_vec()).await?;
+                let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                match self.transport.request(id, method, params.clone(), &out, notifications).await {
+                    Ok(answer) => return Ok(answer),
+                    Err(Refusal::Failed(error)) => return Err(error),
+                    Err(Refusal::InsufficientScope(scopes)) => {
+                        if !stepped_up && self.credential.step_up(&scopes).await {
+                            stepped_up = true;
+                            continue;
+                        }
+                        return Err(UpstreamError::InsufficientScope(scopes));
+                    }
+                }
+            }
+        };
+        let outcome = match cancel {
+            Some(token) => tokio::select! {
+                biased;
+                () = token.cancelled() => Err(UpstreamError::Cancelled),
+                outcome = self.with_deadline(run) => outcome,
+            },
+            None => self.with_deadline(run).await,
+        };
+        self.recorded(outcome)
+    }
+
+    /// One notification, under the deadline, health recorded.
+    async fn notify(
+        &self,
+        method: &str,
+        target: Target<'_>,
+        mcp_headers: Vec<(HeaderName, HeaderValue)>,
+    ) -> Result<(), UpstreamError> {
+        let run = async {
+            let out = self.outgoing(target, mcp_headers).await?;
+            self.transport.notify(method, Map::new(), &out).await
+        };
+        let outcome = self.with_deadline(run).await;
+        self.recorded(outcome)
+    }
+
+    /// One request in the era of `info`: 2026-07-28 with its `_meta`; 2025 in the caller
+    /// partition's session, re-opened once on a 404.
+    #[allow(clippy::too_many_arguments)]
+    async fn call(
+        self: &Arc<Self>,
+        info: &UpstreamInfo,
+        method: &str,
+        params: Map<String, Value>,
+        caller: CallerContext<'_>,
+        capabilities: Option<&Value>,
+        notifications: Option<&mpsc::Sender<Value>>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Body, UpstreamError> {
+        match &info.era {
+            Era::Modern => {
+                let params = modern_params(params, capabilities)?;
+                let headers = self.request_headers(method, &params);
+                let target = Target { caller, session: None, version: Some(PROTOCOL_VERSION) };
+                Ok(self.exchange(method, params, target, &headers, notifications, cancel).await?.body)
+            }
+            Era::Legacy(version) => {
+                let params = legacy_params(params)?;
+                let headers = self.request_headers(method, &params);
+                let session = self.session(version, caller, capabilities).await?;
+                let target = Target { caller, session: Some(&session), version: Some(&session.version) };
+                match self.exchange(method, params.clone(), target, &headers, notifications, cancel).await {
+                    Err(UpstreamError::Status(404)) if session.id.is_some() => {
+                        let session = self.reopen(&session, caller, capabilities).await?;
+                        let target = Target { caller, session: Some(&session), version: Some(&session.version) };
+                        Ok(self.exchange(method, params, target, &headers, notifications, cancel).await?.body)
+                    }
+                    outcome => Ok(outcome?.body),
+                }
+            }
+        }
+    }
+
+    /// Opens the GET stream of a 2025-era session, under the deadline (for its headers).
+    async fn open_legacy_stream(
+        &self,
+        caller: CallerContext<'_>,
+        session: &Session,
+    ) -> Result<(reqwest::Response, Outgoing), UpstreamError> {
+        let target = Target { caller, session: Some(session), version: Some(&session.version) };
+        let run = async {
+            let out = self.outgoing(target, Vec::new()).await?;
+            let response = self.transport.open_get_stream(&out).await?;
+            Ok((response, out))
+        };
+        let outcome = self.with_deadline(run).await;
+        self.recorded(outcome)
+    }
+
+    /// `Mcp-Method`, `Mcp-Name` and, for `tools/call`, the `Mcp-Param-*` of the tool's
+    /// declarations, all from `params`.
+    fn request_headers(&self, method: &str, params: &Map<String, Value>) -> Vec<(HeaderName, HeaderValue)> {
+        let mut headers = method_headers(method, params);
+        if method != "tools/call" {
+            return headers;
+        }
+        let Some(tool) = params.get("name").and_then(Value::as_str) else { return headers };
+        let declarations = lock(&self.tool_headers).get(tool).cloned().unwrap_or_default();
+        let arguments = params.get("arguments");
+        for declaration in declarations {
+            let mut value = arguments;
+            for key in &declaration.path {
+                value = value.and_then(|v| v.get(key));
+            }
+            let text = match value {
+                Some(Value::String(s)) => palisade_wire::header::encode_value(s),
+                Some(Value::Bool(b)) => b.to_string(),
+                Some(Value::Number(n)) => match n.as_i64() {
+                    Some(i) if i.unsigned_abs() <= MAX_SAFE_INTEGER => i.to_string(),
+                    _ => continue,
+                },
+                _ => continue,
+            };
+            if let Ok(value) = HeaderValue::from_str(&text) {
+                headers.push((declaration.header, value));
+            }
+        }
+        headers
+    }
+
+    /// Keeps the `x-mcp-header` declarations of a tools listing.
+    fn remember_tool_headers(&self, tools: &[Value]) {
+        let mut map = HashMap::new();
+        for tool in tools {
+            let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
+            let Some(schema) = tool.get("inputSchema") else { continue };
+            let mut declarations = Vec::new();
+            if header_declarations(schema, &mut Vec::new(), 0, &mut declarations).is_ok() {
+                map.insert(name.to_owned(), declarations);
+            }
+        }
+        *lock(&self.tool_headers) = map;
+    }
+}
+
+/// 2^53 − 1: the largest integer an `Mcp-Param-*` header may mirror.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+/// Deepest `properties` nesting searched for `x-mcp-header`.
+const MAX_HEADER_DEPTH: usize = 8;
+
+/// Collects the `x-mcp-header` declarations reachable by `properties` keys; `Err` when one is
+/// invalid (not a token, not on a string/integer/boolean property, repeated).
+fn header_declarations(
+    schema: &Value,
+    path: &mut Vec<String>,
+    depth: usize,
+    out: &mut Vec<HeaderParam>,
+) -> Result<(), ()> {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
+    for (key, property) in properties {
+        path.push(key.clone());
+        if let Some(header) = property.get("x-mcp-header") {
+            let header = header.as_str().ok_or(())?;
+            let token = !header.is_empty()
+                && header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+            let mirrored =
+                matches!(property.get("type").and_then(Value::as_str), Some("string" | "integer" | "boolean"));
+            if !token || !mirrored {
+                return Err(());
+            }
+            let name = HeaderName::from_bytes(format!("mcp-param-{header}").as_bytes()).map_err(|_| ())?;
+            if out.iter().any(|declared| declared.header == name) {
+                return Err(());
+            }
+            out.push(HeaderParam { header: name, path: path.clone() });
+        }
+        if depth < MAX_HEADER_DEPTH {
+            header_declarations(property, path, depth + 1, out)?;
+        }
+        path.pop();
+    }
+    Ok(())
+}
+
+/// `Mcp-Method`, and `Mcp-Name` from the param the method names its target by.
+fn method_headers(method: &str, params: &Map<String, Value>) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = Vec::new();
+    if let Ok(value) = HeaderValue::from_str(method) {
+        headers.push((HeaderName::from_static("mcp-method"), value));
+    }
+    let name_param = match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    if let Some(name) = name_param.and_then(|param| params.get(param)).and_then(Value::as_str)
+        && let Ok(value) = HeaderValue::from_str(&palisade_wire::header::encode_value(name))
+    {
+        headers.push((HeaderName::from_static("mcp-name"), value));
+    }
+    headers
+}
+
+/// The client's implementation info.
+fn client_info() -> Value {
+    json!({"name": "palisade-gateway", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// The request `_meta` of the 2026-07-28 wire added to `params`, other `_meta` keys kept.
+fn modern_params(
+    mut params: Map<String, Value>,
+    capabilities: Option<&Value>,
+) -> Result<Map<String, Value>, UpstreamError> {
+    let meta = params.entry("_meta").or_insert_with(|| json!({}));
+    let Value::Object(meta) = meta else {
+        return Err(UpstreamError::Protocol("the request's _meta is not an object".into()));
+    };
+    let capabilities = capabilities.filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({}));
+    meta.insert(meta_keys::PROTOCOL_VERSION.into(), json!(PROTOCOL_VERSION));
+    meta.insert(meta_keys::CLIENT_CAPABILITIES.into(), capabilities);
+    meta.insert(meta_keys::CLIENT_INFO.into(), client_info());
+    Ok(params)
+}
+
+/// `params` for the 2025-era wire: the 2026-07-28 protocol keys removed from `_meta` (the
+/// session carries version and capabilities), other keys kept.
+fn legacy_params(mut params: Map<String, Value>) -> Result<Map<String, Value>, UpstreamError> {
+    if let Some(meta) = params.get_mut("_meta") {
+        let Value::Object(meta) = meta else {
+            return Err(UpstreamError::Protocol("the request's _meta is not an object".into()));
+        };
+        for key in
+            [meta_keys::PROTOCOL_VERSION, meta_keys::CLIENT_CAPABILITIES, meta_keys::CLIENT_INFO, meta_keys::LOG_LEVEL]
+        {
+            meta.remove(key);
+        }
+        if meta.is_empty() {
+            params.remove("_meta");
+        }
+    }
+    Ok(params)
+}
+
+/// A result's `resultType` is `complete` (or absent, which means the same).
+fn check_complete(result: &Map<String, Value>) -> Result<(), UpstreamError> {
+    match result.get("resultType") {
+        None => Ok(()),
+        Some(Value::String(kind)) if kind == "complete" => Ok(()),
+        Some(_) => Err(UpstreamError::Protocol("answered with a resultType other than complete".into())),
+    }
+}
+
+fn instructions(result: &Map<String, Value>) -> Result<Option<String>, UpstreamError> {
+    match result.get("instructions") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(text)) => Ok(Some(text.clone())),
+        Some(_) => Err(UpstreamError::Protocol("sent instructions that are not a string".into())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modern_meta_is_added_and_other_keys_kept() {
+        let params = json!({"name": "t", "_meta": {"progressToken": "p", meta_keys::PROTOCOL_VERSION: "1999"}});
+        let Value::Object(params) = params else { unreachable!() };
+        let params = modern_params(params, Some(&json!({"elicitation": {}}))).unwrap();
+        let meta = &params["_meta"];
+        assert_eq!(meta["progressToken"], "p");
+        assert_eq!(meta[meta_keys::PROTOCOL_VERSION], PROTOCOL_VERSION);
+        assert_eq!(meta[meta_keys::CLIENT_CAPABILITIES], json!({"elicitation": {}}));
+        assert_eq!(meta[meta_keys::CLIENT_INFO]["name"], "palisade-gateway");
+        let Value::Object(bad) = json!({"_meta": 1}) else { unreachable!() };
+        assert!(modern_params(bad, None).is_err());
+    }
+
+    #[test]
+    fn legacy_params_lose_the_modern_keys() {
+        let Value::Object(params) = json!({"_meta": {meta_keys::PROTOCOL_VERSION: "x", "progressToken": 1}}) else {
+            unreachable!()
+        };
+        assert_eq!(Value::Object(legacy_params(params).unwrap()), json!({"_meta": {"progressToken": 1}}));
+        let Value::Object(params) = json!({"_meta": {meta_keys::CLIENT_INFO: {}}}) else { unreachable!() };
+        assert_eq!(Value::Object(legacy_params(params).unwrap()), json!({}));
+    }
+
+    #[test]
+    fn header_declarations_follow_properties_only() {
+        let schema = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "nested": {"type": "object", "properties": {"n": {"type": "integer", "x-mcp-header": "N"}}},
+        }});
+        let mut out = Vec::new();
+        header_declarations(&schema, &mut Vec::new(), 0, &mut out).unwrap();
+        let names: Vec<_> = out.iter().map(|d| (d.header.as_str().to_owned(), d.path.join("."))).collect();
+        assert!(names.contains(&("mcp-param-region".into(), "region".into())));
+        assert!(names.contains(&("mcp-param-n".into(), "nested.n".into())));
+        for bad in [
+            json!({"properties": {"x": {"type": "number", "x-mcp-header": "X"}}}),
+            json!({"properties": {"x": {"type": "string", "x-mcp-header": "a b"}}}),
+            json!({"properties": {"x": {"type": "string", "x-mcp-header": "X"}, "y": {"type": "string", "x-mcp-header": "x"}}}),
+        ] {
+            assert!(header_declarations(&bad, &mut Vec::new(), 0, &mut Vec::new()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn errors_map_to_fixed_protocol_errors() {
+        assert_eq!(UpstreamError::Timeout.to_protocol_error("u"), ProtocolError::Timeout);
+        assert_eq!(UpstreamError::Unhealthy.to_protocol_error("u"), ProtocolError::Unavailable);
+        assert_eq!(UpstreamError::Status(502).to_protocol_error("u"), ProtocolError::Unavailable);
+        assert_eq!(UpstreamError::Protocol("x".into()).to_protocol_error("u"), ProtocolError::Internal);
+        assert_eq!(UpstreamError::TooLarge.to_protocol_error("u"), ProtocolError::Internal);
+        assert!(UpstreamError::Status(503).is_upstream_failure());
+        assert!(!UpstreamError::Status(404).is_upstream_failure());
+        assert!(!UpstreamError::Cancelled.is_upstream_failure());
+    }
+}

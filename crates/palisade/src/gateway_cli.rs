@@ -1,0 +1,330 @@
+//! `palisade gateway status` and `palisade pins …`: the operator's view of the gateway's
+//! upstreams and the review of their definitions (control C6). Decisions are written to the
+//! store the gateway reads (a running gateway applies them within `[pins] decision_poll_secs`)
+//! and each one is an audit record.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Subcommand;
+use palisade_base::clock::{Clock as _, SystemClock};
+use palisade_gateway::config::GatewaySettings;
+use palisade_gateway::pins::{DecisionView, DefinitionKind, PinState, PinSubject, ReviewerKeys, diff, evaluate, sign_approval};
+use palisade_store::{AuditRecord, Decision, PinDecision, PinRow, PinVerdict, Store};
+
+use crate::config::Settings;
+
+#[derive(Subcommand)]
+pub enum PinsCommand {
+    /// List pins: id, state, kind, upstream, name, digest prefix.
+    List {
+        /// Only this upstream's.
+        #[arg(long)]
+        upstream: Option<String>,
+        /// Only pins in this state: pending, approved, held, rejected.
+        #[arg(long)]
+        state: Option<String>,
+        /// The gateway's configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Show one pin: its current definition, digest and decision.
+    Show {
+        /// The pin id (`pins list`).
+        id: String,
+        /// The gateway's configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// A readable diff of the definition last decided on and the current one.
+    Diff {
+        /// The pin id.
+        id: String,
+        /// The gateway's configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Approve the definitions shown: the digest approved is the one read now (or the one given
+    /// with --digest); if the definition changed in between, nothing is approved.
+    Approve(DecideArgs),
+    /// Reject definitions (they stay unlisted and uncallable).
+    Reject(DecideArgs),
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(false).args(["ids", "all"])))]
+pub struct DecideArgs {
+    /// Pin ids.
+    ids: Vec<String>,
+    /// Every pending or held pin of --upstream (a first import).
+    #[arg(long, requires = "upstream")]
+    all: bool,
+    /// The upstream, with --all.
+    #[arg(long)]
+    upstream: Option<String>,
+    /// Who decides (recorded, and the name a signature is checked under).
+    #[arg(long)]
+    reviewer: String,
+    /// Why (recorded).
+    #[arg(long)]
+    note: Option<String>,
+    /// The digest (or a prefix of at least 12 hex digits) the reviewer saw; one pin only.
+    #[arg(long)]
+    digest: Option<String>,
+    /// The reviewer's Ed25519 secret key file (base64, 32 bytes): signs each approval.
+    #[arg(long)]
+    sign_key: Option<PathBuf>,
+    /// The gateway's configuration file.
+    #[arg(long)]
+    config: PathBuf,
+}
+
+/// The gateway settings of a configuration file, and its store.
+async fn open(config: &Path) -> anyhow::Result<(Settings, GatewaySettings, std::sync::Arc<dyn Store>)> {
+    let settings = crate::settings_for_app(Some(config), Some("gateway"))?;
+    let gateway = settings.gateway.clone().context("the configuration has no gateway settings")?;
+    crate::prepare_sqlite_dir(&settings)?;
+    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    Ok((settings, gateway, store))
+}
+
+fn subject_of(row: &PinRow) -> Option<PinSubject> {
+    Some(PinSubject {
+        upstream_id: row.observation.upstream_id.clone(),
+        upstream_url: row.observation.upstream_url.clone(),
+        kind: DefinitionKind::from_name(&row.observation.kind)?,
+        name: row.observation.name.clone(),
+    })
+}
+
+/// The state `row` is in under `settings` (signatures checked against its reviewer keys).
+fn state_of(row: &PinRow, require_signed: bool, reviewers: &ReviewerKeys) -> PinState {
+    let subject = subject_of(row);
+    let decision = row.decision.as_ref().map(|decision| DecisionView {
+        approved: decision.verdict == PinVerdict::Approved,
+        digest: &decision.digest,
+        signature_valid: match (&subject, &decision.signature) {
+            (Some(subject), Some(signature)) => reviewers.verify(&decision.reviewer, subject, &decision.digest, signature),
+            _ => false,
+        },
+    });
+    evaluate(&row.observation.digest, decision, require_signed)
+}
+
+#[allow(clippy::print_stdout)]
+pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        PinsCommand::List { upstream, state, config } => {
+            let (_, gateway, store) = open(&config).await?;
+            let wanted = match state.as_deref() {
+                None => None,
+                Some(name) => Some(PinState::from_name(name).ok_or_else(|| crate::config::ConfigError {
+                    key: "--state".into(),
+                    reason: "must be pending, approved, held or rejected".into(),
+                })?),
+            };
+            let rows = store.pins(upstream.as_deref()).await.context("reading pins")?;
+            println!("{:<40} {:<9} {:<18} {:<16} {:<14} NAME", "PIN", "STATE", "KIND", "UPSTREAM", "DIGEST");
+            for row in &rows {
+                let state = state_of(row, gateway.pins.require_signed, &gateway.pins.reviewers);
+                if wanted.is_some_and(|wanted| wanted != state) {
+                    continue;
+                }
+                let o = &row.observation;
+                println!(
+                    "{:<40} {:<9} {:<18} {:<16} {:<14} {}",
+                    o.pin_id,
+                    state.as_str(),
+                    o.kind,
+                    o.upstream_id,
+                    &o.digest[..12],
+                    o.name
+                );
+            }
+        }
+        PinsCommand::Show { id, config } => {
+            let (_, gateway, store) = open(&config).await?;
+            let row = store.pin(&id).await.context("reading the pin")?.with_context(|| format!("no pin {id}"))?;
+            let o = &row.observation;
+            println!("pin:       {}", o.pin_id);
+            println!("state:     {}", state_of(&row, gateway.pins.require_signed, &gateway.pins.reviewers).as_str());
+            println!("upstream:  {} ({})", o.upstream_id, o.upstream_url);
+            println!("kind:      {}", o.kind);
+            println!("name:      {}", o.name);
+            println!("digest:    {}", o.digest);
+            if let Some(decision) = &row.decision {
+                println!(
+                    "decision:  {} by {} of {}{}{}",
+                    decision.verdict.as_str(),
+                    decision.reviewer,
+                    &decision.digest[..12],
+                    if decision.signature.is_some() { " (signed)" } else { "" },
+                    decision.note.as_deref().map(|note| format!(": {note}")).unwrap_or_default()
+                );
+            }
+            let pretty = serde_json::from_str::<serde_json::Value>(&o.definition)
+                .ok()
+                .and_then(|value| serde_json::to_string_pretty(&value).ok())
+                .unwrap_or_else(|| o.definition.clone());
+            println!("definition (as the upstream sent it):\n{pretty}");
+        }
+        PinsCommand::Diff { id, config } => {
+            let (_, _, store) = open(&config).await?;
+            let row = store.pin(&id).await.context("reading the pin")?.with_context(|| format!("no pin {id}"))?;
+            match &row.decided_definition {
+                None => println!("{id} was never decided on: `palisade pins show {id}` shows its definition"),
+                Some(decided) => {
+                    let text = diff(decided, &row.observation.definition);
+                    if text.is_empty() {
+                        println!("{id}: the current definition is the one decided on");
+                    } else {
+                        print!("{text}");
+                    }
+                }
+            }
+        }
+        PinsCommand::Approve(args) => return decide(args, PinVerdict::Approved).await,
+        PinsCommand::Reject(args) => return decide(args, PinVerdict::Rejected).await,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[allow(clippy::print_stdout)]
+async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCode> {
+    let (_, gateway, store) = open(&args.config).await?;
+    let sign_key = match &args.sign_key {
+        Some(path) => Some(read_sign_key(path)?),
+        None => None,
+    };
+    if verdict == PinVerdict::Approved && gateway.pins.require_signed && sign_key.is_none() {
+        eprintln!("note: [pins] require_signed is on: an approval without --sign-key does not count");
+    }
+    let rows: Vec<PinRow> = if args.all {
+        let rows = store.pins(args.upstream.as_deref()).await.context("reading pins")?;
+        rows.into_iter()
+            .filter(|row| {
+                matches!(
+                    state_of(row, gateway.pins.require_signed, &gateway.pins.reviewers),
+                    PinState::Pending | PinState::Held
+                )
+            })
+            .collect()
+    } else {
+        if args.digest.is_some() && args.ids.len() != 1 {
+            anyhow::bail!("--digest names the definition of exactly one pin");
+        }
+        let mut rows = Vec::new();
+        for id in &args.ids {
+            rows.push(store.pin(id).await.context("reading the pin")?.with_context(|| format!("no pin {id}"))?);
+        }
+        rows
+    };
+    let mut failed = false;
+    let mut records = Vec::new();
+    for row in rows {
+        let o = &row.observation;
+        if let Some(seen) = &args.digest
+            && (seen.len() < 12 || !o.digest.starts_with(seen.as_str()))
+        {
+            println!("{}: NOT {}: its current digest {} is not the one shown", o.pin_id, verdict.as_str(), &o.digest[..12]);
+            failed = true;
+            continue;
+        }
+        let signature = match (&sign_key, verdict, subject_of(&row)) {
+            (Some(key), PinVerdict::Approved, Some(subject)) => Some(sign_approval(key, &subject, &o.digest)),
+            _ => None,
+        };
+        let decision = PinDecision {
+            pin_id: o.pin_id.clone(),
+            digest: o.digest.clone(),
+            verdict,
+            reviewer: args.reviewer.clone(),
+            note: args.note.clone(),
+            signature,
+            decided_at_ms: SystemClock.now_ms(),
+        };
+        // Recorded only if the stored definition is still the one read above (atomic in the store).
+        if store.decide_pin(decision).await.context("recording the decision")? {
+            println!("{}: {} ({} {})", o.pin_id, verdict.as_str(), o.kind, o.name);
+            records.push(AuditRecord {
+                at_ms: SystemClock.now_unsigned_ms(),
+                trace_id: palisade_server::audit::fresh_trace_id(),
+                stage: "pins".into(),
+                decision: if verdict == PinVerdict::Approved { Decision::Allow } else { Decision::Deny },
+                operation: format!("pins/{}:{}", verdict.as_str(), o.pin_id),
+                principal_digest: None,
+                tenant_digest: None,
+                client_digest: None,
+                scopes: Vec::new(),
+                policy_version: Some(format!("pin:{}", &o.digest[..12])),
+                code: None,
+                detail: Some(format!(
+                    "upstream={} kind={} upstream_name={} reviewer={} signed={}",
+                    o.upstream_id,
+                    o.kind,
+                    o.name,
+                    args.reviewer,
+                    sign_key.is_some() && verdict == PinVerdict::Approved
+                )),
+            });
+        } else {
+            println!("{}: NOT {}: the definition changed since it was read; review it again", o.pin_id, verdict.as_str());
+            failed = true;
+        }
+    }
+    if !records.is_empty() {
+        store.append_batch(records).await.context("auditing the decisions")?;
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// A reviewer's secret key file: one line, base64 of the 32-byte Ed25519 seed.
+fn read_sign_key(path: &Path) -> anyhow::Result<[u8; 32]> {
+    use base64::Engine as _;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|_| anyhow::anyhow!("{}: not base64", path.display()))?;
+    bytes.try_into().map_err(|_| anyhow::anyhow!("{}: not a 32-byte key", path.display()))
+}
+
+/// `palisade gateway status`: connects to every upstream now, lists it, and prints its health
+/// and how many of its definitions are in each pin state and served.
+#[allow(clippy::print_stdout)]
+pub async fn status(config: &Path) -> anyhow::Result<ExitCode> {
+    let (_, gateway, store) = open(config).await?;
+    let (gateway, _) = crate::start_gateway(&gateway, &store).await?;
+    let report = gateway.report();
+    let summary = palisade_gateway::gateway::summarize(&report);
+    let mut healthy = true;
+    for status in gateway.status() {
+        healthy &= status.health.healthy;
+        let states = summary
+            .get(&status.id)
+            .map(|states| states.iter().map(|(state, n)| format!("{n} {state}")).collect::<Vec<_>>().join(", "))
+            .unwrap_or_default();
+        println!(
+            "{}  {}  protocol={}  healthy={}  served={}/{}  [{}]{}",
+            status.id,
+            status.url,
+            status.protocol.as_deref().unwrap_or("-"),
+            status.health.healthy,
+            status.served,
+            status.listed,
+            states,
+            status.health.last_error.as_deref().map(|e| format!("  last error: {e}")).unwrap_or_default()
+        );
+    }
+    for entry in report.iter().filter(|entry| !entry.served) {
+        println!(
+            "  not served: {} {} {} ({}): {}",
+            entry.upstream,
+            entry.kind,
+            entry.name,
+            entry.pin_id,
+            entry.reason.as_deref().unwrap_or("")
+        );
+    }
+    Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
