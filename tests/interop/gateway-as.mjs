@@ -1,5 +1,5 @@
 // The authorization server the gateway's credential tests run against: node-oidc-provider 9.13.3
-// (INTEROP §6, §8.6) with client credentials and an RFC 8693 token-exchange grant.
+// (pinned in package.json) with client credentials and an RFC 8693 token-exchange grant.
 //
 // Usage: INTEROP_NODE_MODULES=.tools/npm/node_modules node gateway-as.mjs PORT [SUBJECT_AUDIENCE]
 //

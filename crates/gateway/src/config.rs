@@ -351,7 +351,12 @@ fn validate_credential(key: &str, raw: RawCredential) -> Result<CredentialConfig
     let oauth = |raw: &RawCredential| -> Result<(Url, String, ClientAuth), GatewayConfigError> {
         let token_url = raw.token_url.as_deref().ok_or_else(|| bad(field("token_url"), "is required"))?;
         let token_url = Url::parse(token_url).map_err(|_| bad(field("token_url"), "not a URL"))?;
-        let loopback = matches!(token_url.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"));
+        let loopback = match token_url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
         if !(token_url.scheme() == "https" || (token_url.scheme() == "http" && loopback)) {
             return Err(bad(field("token_url"), "must be https (http only on a loopback address)"));
         }

@@ -280,6 +280,7 @@ impl UpstreamCredential {
                     resource: resource.as_str().to_owned(),
                     scopes: scope_string(&scope_set(scopes)?),
                     cache: Mutex::new(HashMap::new()),
+                    own: Slot::default(),
                 })
             }
         };
@@ -741,6 +742,8 @@ struct TokenExchange {
     resource: String,
     scopes: String,
     cache: Mutex<HashMap<String, Arc<Slot>>>,
+    /// The gateway's own token (client credentials), for its listings.
+    own: Slot,
 }
 
 impl std::fmt::Debug for TokenExchange {
@@ -776,6 +779,22 @@ impl TokenExchange {
     }
 
     async fn token(&self, caller: CallerContext<'_>) -> Result<Arc<Secret>, CredentialError> {
+        // The gateway's own requests (its listings and change stream, partition "", which no
+        // caller's partition key can be) are made as the gateway itself: a client-credentials
+        // grant at the same endpoint for the same resource, never with anyone's token.
+        if caller.partition.is_empty() {
+            return self
+                .own
+                .get(self.endpoint.clock.as_ref(), "", || async {
+                    let mut params = vec![("grant_type", GRANT_CLIENT_CREDENTIALS), ("resource", self.resource.as_str())];
+                    if !self.scopes.is_empty() {
+                        params.push(("scope", self.scopes.as_str()));
+                    }
+                    let fetched_ms = self.endpoint.now_ms();
+                    Ok(self.endpoint.request(&params).await?.into_cached(fetched_ms, None, String::new()))
+                })
+                .await;
+        }
         let subject_token =
             caller.subject_token.filter(|token| !token.is_empty()).ok_or(CredentialError::NoCallerToken)?;
         let slot = self.slot(caller.partition);

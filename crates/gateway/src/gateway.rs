@@ -23,7 +23,7 @@ use palisade_base::clock::Clock;
 use palisade_server::{
     App, AppBuilder, BearerToken, CallToolResult, Content, GetPromptResult, InputRequired, Origin, Outcome, PromptDef,
     PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef, ResourceTemplateDef, Server,
-    ToolDef, check_tool,
+    TaskSupport, ToolDef, check_tool,
 };
 use palisade_store::{AuditRecord, Decision, PinObservation, PinRow, PinVerdict, Store};
 use serde::Serialize;
@@ -750,7 +750,18 @@ fn relayed_tool(
     // `destructiveHint` only makes the tool stricter (confirmation) unless the operator exempts it.
     let destructive = raw.get("annotations").and_then(|a| a.get("destructiveHint")) == Some(&Value::Bool(true));
     let confirm = settings.confirm.contains(name) || (destructive && !settings.no_confirm.contains(name));
+    // A tool the upstream can run as a task runs as a *Palisade* task: the task row is bound to
+    // the caller (subject, tenant, client) and authorized on every get/update/cancel, and its
+    // worker makes the upstream call, so callers stay partitioned whether or not the upstream
+    // partitions its own tasks (the upstream never sees a task the client could name).
+    let task_capable = matches!(
+        raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Value::as_str),
+        Some("optional" | "required")
+    );
     let mut builder = ToolDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    if task_capable && !confirm {
+        builder = builder.task_support(TaskSupport::Optional);
+    }
     if confirm {
         builder = builder.needs_confirmation();
     }

@@ -462,7 +462,15 @@ fn diff_side(text: &str) -> (String, String) {
             (label, format!("{pretty}\n"))
         }
         Err(_) => {
-            let mut raw = text.to_owned();
+            // Control characters (a terminal escape, say) are shown escaped, never sent raw.
+            let mut raw: String = text
+                .chars()
+                .flat_map(|c| {
+                    let escaped: Vec<char> =
+                        if c.is_control() && c != '\n' { c.escape_unicode().collect() } else { vec![c] };
+                    escaped
+                })
+                .collect();
             if !raw.ends_with('\n') {
                 raw.push('\n');
             }
@@ -752,7 +760,7 @@ mod tests {
         let bob = public_key_base64(&[2_u8; 32]);
         let keys = ReviewerKeys::from_lines(&format!("# reviewers\n\nalice {alice}\n  bob\t{bob}  \n")).unwrap();
         assert_eq!(keys.names().collect::<Vec<_>>(), ["alice", "bob"]);
-        for bad in [format!("alice\n"), format!("ok {alice}\nalice {alice} extra\n")] {
+        for bad in ["alice\n".to_owned(), format!("ok {alice}\nalice {alice} extra\n")] {
             assert!(matches!(ReviewerKeys::from_lines(&bad), Err(PinError::ReviewerLine { .. })), "{bad:?}");
         }
         assert!(matches!(
@@ -828,5 +836,7 @@ mod tests {
         let output = diff("{not json", &current);
         assert!(output.starts_with("--- approved (not JSON)\n"), "{output}");
         assert!(output.contains("-{not json\n"), "{output}");
+        let output = diff("\u{1b}[2J{", &current);
+        assert!(output.contains("-\\u{1b}[2J{\n") && !output.contains('\u{1b}'), "{output}");
     }
 }

@@ -504,6 +504,27 @@ async fn token_exchange_without_a_caller_token_fails_closed() {
     assert!(!credential.step_up(&["x".into()]).await, "token exchange does not step up");
 }
 
+/// The gateway's own requests (partition "": its listings) are made as the gateway, with a
+/// client-credentials grant: never a token exchange without a subject, never anyone's token.
+#[tokio::test]
+async fn token_exchange_lists_as_the_gateway_itself() {
+    let endpoint = TokenEndpoint::start(exchange_responder).await;
+    let dir = tempfile::tempdir().unwrap();
+    let credential = build(&token_exchange(&endpoint, &dir, &["files:read"]), Arc::new(SystemClock)).unwrap();
+    let (_, own) = one_header(&credential, caller("", None)).await;
+    assert!(own.starts_with("Bearer exchanged-1-"), "{own}");
+    let request = endpoint.request(0);
+    assert_eq!(request.param("grant_type"), Some("client_credentials"));
+    assert_eq!(request.param("subject_token"), None);
+    assert_eq!(request.param("resource"), Some(UPSTREAM));
+    assert_eq!(one_header(&credential, caller("", None)).await.1, own, "cached");
+    assert_eq!(endpoint.hits(), 1);
+    // A caller still gets an exchange of its own token, not the gateway's.
+    let (_, alice) = one_header(&credential, caller("alice", Some("alice-token-0123"))).await;
+    assert_ne!(alice, own);
+    assert_eq!(endpoint.request(1).param("grant_type"), Some(TOKEN_EXCHANGE));
+}
+
 #[tokio::test]
 async fn an_exchanged_token_is_not_used_past_the_callers_token() {
     let endpoint = TokenEndpoint::start(exchange_responder).await;

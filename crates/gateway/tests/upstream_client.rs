@@ -56,6 +56,8 @@ struct Upstream {
     /// 2025-era: the version `initialize` answers with.
     legacy_version: Mutex<String>,
     not_found: AtomicUsize,
+    /// 2025-era: whether GET opens a server stream (405 otherwise).
+    get_stream: AtomicBool,
 }
 
 impl Upstream {
@@ -173,7 +175,7 @@ async fn tool_call(state: Arc<Upstream>, id: Value, params: &Value, headers: &He
     match params["name"].as_str().unwrap_or("") {
         "scoped" => {
             let authorization = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or("");
-            if authorization.starts_with("Bearer tok.") && authorization.contains("files:write") {
+            if authorization.starts_with("Bearer tok.") && authorization.contains("files-write") {
                 result(&id, json!({"content": [{"type": "text", "text": "written"}]}))
             } else {
                 Response::builder()
@@ -276,7 +278,19 @@ async fn legacy(State(state): State<Arc<Upstream>>, method: Method, headers: Hea
     let rpc = record(&state, method.clone(), &headers, &body);
     let session = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     if method == Method::GET {
-        return Response::builder().status(StatusCode::METHOD_NOT_ALLOWED).body(Body::empty()).unwrap();
+        let live = session.as_ref().is_some_and(|s| state.live_sessions.lock().unwrap().contains(s));
+        if !state.get_stream.load(Ordering::SeqCst) {
+            return Response::builder().status(StatusCode::METHOD_NOT_ALLOWED).body(Body::empty()).unwrap();
+        }
+        if !live {
+            return Response::builder().status(StatusCode::NOT_FOUND).body(Body::empty()).unwrap();
+        }
+        let events = vec![
+            sse_event(&json!({"jsonrpc":"2.0","id":"ping-1","method":"ping"})),
+            sse_event(&json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}})),
+            sse_event(&json!({"jsonrpc":"2.0","method":"notifications/prompts/list_changed"})),
+        ];
+        return sse_response(futures::stream::iter(events));
     }
     let id = rpc["id"].clone();
     if rpc["method"] == "initialize" {
@@ -321,7 +335,7 @@ async fn legacy(State(state): State<Arc<Upstream>>, method: Method, headers: Hea
 /// A token endpoint: the access token names the scopes asked for.
 async fn token(body: Bytes) -> Response {
     let scope = url::form_urlencoded::parse(&body).find(|(k, _)| k == "scope").map(|(_, v)| v.into_owned());
-    let token = format!("tok.{}", scope.unwrap_or_default().replace(' ', ","));
+    let token = format!("tok.{}", scope.unwrap_or_default().replace(':', "-").replace(' ', "."));
     json_response(StatusCode::OK, &json!({"access_token": token, "token_type": "Bearer", "expires_in": 3600}))
 }
 
@@ -449,6 +463,34 @@ async fn auto_falls_back_to_a_2025_upstream_with_one_session_per_partition() {
     // The GET stream is refused (405): a change stream that never yields, not an error.
     let mut changes = Box::pin(client.changes().await.unwrap());
     assert!(tokio::time::timeout(Duration::from_millis(200), changes.next()).await.is_err());
+}
+
+#[tokio::test]
+async fn a_2025_upstream_s_get_stream_is_the_change_stream_of_the_gateway_s_session() {
+    let (url, upstream) = legacy_upstream("2025-11-25").await;
+    upstream.get_stream.store(true, Ordering::SeqCst);
+    let client = client(&url, ProtocolChoice::Legacy, limits());
+    client.connect().await.unwrap();
+    // The gateway's session expired: the stream request re-opens it once.
+    upstream.live_sessions.lock().unwrap().clear();
+    let changes: Vec<String> = client.changes().await.unwrap().collect().await;
+    assert_eq!(changes, ["notifications/prompts/list_changed"]);
+    let gets: Vec<Seen> = upstream.seen().into_iter().filter(|s| s.http_method == Method::GET).collect();
+    assert_eq!(gets.len(), 2);
+    assert_eq!(gets[0].header("mcp-session-id"), Some("session-0"));
+    assert_eq!(gets[1].header("mcp-session-id"), Some("session-1"));
+    assert_eq!(gets[1].header("accept"), Some("text/event-stream"));
+    // The upstream's ping was answered, in the session, with -32601.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let answer = loop {
+        if let Some(answer) = upstream.seen().into_iter().find(|s| s.body["id"] == "ping-1") {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "the upstream's request was never answered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(answer.body["error"]["code"], -32601);
+    assert_eq!(answer.header("mcp-session-id"), Some("session-1"));
 }
 
 #[tokio::test]
@@ -681,9 +723,9 @@ async fn an_insufficient_scope_refusal_steps_up_once_and_retries() {
     assert!(matches!(&reply, UpstreamReply::Result(r) if r["content"][0]["text"] == "written"), "{reply:?}");
     let calls = upstream.seen_method("tools/call");
     assert_eq!(calls.len(), 2, "refused once, retried once");
-    assert_eq!(calls[0].header("authorization"), Some("Bearer tok.files:read"));
+    assert_eq!(calls[0].header("authorization"), Some("Bearer tok.files-read"));
     let widened = calls[1].header("authorization").unwrap();
-    assert!(widened.contains("files:read") && widened.contains("files:write"), "{widened}");
+    assert!(widened.contains("files-read") && widened.contains("files-write"), "{widened}");
     assert_ne!(calls[0].body["id"], calls[1].body["id"], "the retry has a new id");
 
     // Once stepped up to the maximum, a further refusal is final.

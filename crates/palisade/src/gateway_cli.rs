@@ -50,6 +50,15 @@ pub enum PinsCommand {
     Approve(DecideArgs),
     /// Reject definitions (they stay unlisted and uncallable).
     Reject(DecideArgs),
+    /// Make a reviewer's signing key pair (for `[pins] require_signed`).
+    Keygen {
+        /// The new secret key file.
+        #[arg(long)]
+        out: PathBuf,
+        /// The reviewer's name.
+        #[arg(long)]
+        reviewer: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -186,6 +195,7 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
         }
         PinsCommand::Approve(args) => return decide(args, PinVerdict::Approved).await,
         PinsCommand::Reject(args) => return decide(args, PinVerdict::Rejected).await,
+        PinsCommand::Keygen { out, reviewer } => return keygen(&out, &reviewer),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -279,14 +289,34 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-/// A reviewer's secret key file: one line, base64 of the 32-byte Ed25519 seed.
-fn read_sign_key(path: &Path) -> anyhow::Result<[u8; 32]> {
+/// A reviewer's secret key file (base64 or hex of the 32-byte Ed25519 seed, as `pins keygen` or
+/// `palisade keys gen` write it).
+fn read_sign_key(path: &Path) -> anyhow::Result<zeroize::Zeroizing<[u8; 32]>> {
+    let bytes = zeroize::Zeroizing::new(std::fs::read(path).with_context(|| format!("reading {}", path.display()))?);
+    palisade_gateway::pins::parse_secret_key(&bytes).map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))
+}
+
+/// `palisade pins keygen`: a reviewer's Ed25519 key pair; the secret seed (base64) into a new
+/// file readable by its owner only, the public key printed for `[pins] reviewers`.
+#[allow(clippy::print_stdout)]
+pub fn keygen(out: &Path, reviewer: &str) -> anyhow::Result<ExitCode> {
     use base64::Engine as _;
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(text.trim())
-        .map_err(|_| anyhow::anyhow!("{}: not base64", path.display()))?;
-    bytes.try_into().map_err(|_| anyhow::anyhow!("{}: not a 32-byte key", path.display()))
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut seed = zeroize::Zeroizing::new([0_u8; 32]);
+    aws_lc_rs::rand::fill(seed.as_mut()).map_err(|_| anyhow::anyhow!("the system random source failed"))?;
+    let encoded = zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(seed.as_ref()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .with_context(|| format!("creating {} (it must not exist)", out.display()))?;
+    file.write_all(format!("{}\n", encoded.as_str()).as_bytes()).with_context(|| format!("writing {}", out.display()))?;
+    let public = palisade_gateway::pins::public_key_base64(&seed);
+    println!("secret key written to {} (keep it private)", out.display());
+    println!("add to the gateway's configuration:\n[[pins.reviewers]]\nname = {reviewer:?}\nkey = {public:?}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `palisade gateway status`: connects to every upstream now, lists it, and prints its health

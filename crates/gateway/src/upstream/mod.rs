@@ -260,7 +260,12 @@ impl UpstreamError {
     /// [`ProtocolError::Unavailable`]; an answer that broke the protocol or its size limit, or
     /// a cancelled request, as [`ProtocolError::Internal`].
     pub fn to_protocol_error(&self, upstream_id: &str) -> ProtocolError {
-        tracing::warn!(upstream = upstream_id, error = %self, "upstream call failed");
+        if matches!(self, Self::Unhealthy) {
+            // Refused at once during a backoff whose cause was logged when it happened.
+            tracing::debug!(upstream = upstream_id, "upstream call refused during backoff");
+        } else {
+            tracing::warn!(upstream = upstream_id, error = %self, "upstream call failed");
+        }
         match self {
             Self::Timeout => ProtocolError::Timeout,
             Self::Unhealthy
@@ -307,6 +312,7 @@ struct HeaderParam {
     path: Vec<String>,
 }
 
+/// The state one client and its clones share.
 pub(crate) struct Inner {
     id: String,
     url: url::Url,

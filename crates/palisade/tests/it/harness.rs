@@ -81,6 +81,11 @@ impl Palisade {
         Self { child, url, port, data_dir }
     }
 
+    /// Whether the process is still running (it has not exited or crashed).
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("wait").is_none()
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();

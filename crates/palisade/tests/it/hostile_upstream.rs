@@ -1,0 +1,387 @@
+//! A hostile MCP upstream for the gateway's boundary tests: an HTTP server on `127.0.0.1:0`,
+//! on its own thread and runtime, that speaks 2026-07-28 statelessly (or, in legacy mode, only
+//! the 2025-11-25 session wire), records every request it receives (headers, method, session
+//! id, body), and misbehaves per tool: `garbage`, `huge`, `bad_output`, `endless_sse`, `slow`,
+//! `wrong_id`; `echo` and `late` answer normally. Stopping it drops every connection at once.
+//! Also [`Closer`], a listener that accepts connections and closes them unanswered, counting
+//! them.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::Response;
+use serde_json::{Value, json};
+
+/// Which wire the upstream speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// 2026-07-28: `server/discover`, no sessions.
+    Modern,
+    /// 2025-11-25 only: `initialize`, `Mcp-Session-Id`, 404 for an unknown session.
+    Legacy,
+}
+
+/// One request as the upstream received it.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The HTTP method.
+    pub http_method: String,
+    /// The JSON-RPC method (empty for a GET or DELETE, or a body that is not JSON-RPC).
+    pub method: String,
+    /// Every header, names lower-case, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The `Mcp-Session-Id` it carried.
+    pub session: Option<String>,
+    /// The JSON body (`Null` when there was none).
+    pub body: Value,
+}
+
+impl Recorded {
+    /// The tool a `tools/call` named.
+    pub fn tool(&self) -> Option<&str> {
+        self.body.pointer("/params/name").and_then(Value::as_str)
+    }
+
+    /// The header names, sorted and deduplicated.
+    pub fn header_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.headers.iter().map(|(name, _)| name.clone()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Every value of header `name`.
+    pub fn header(&self, name: &str) -> Vec<&str> {
+        self.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| v.as_str()).collect()
+    }
+}
+
+struct State {
+    wire: Wire,
+    records: Mutex<Vec<Recorded>>,
+    sessions: Mutex<HashSet<String>>,
+    next_session: AtomicU64,
+}
+
+/// A running upstream; stopped (every connection dropped) on [`HostileUpstream::stop`] or drop.
+pub struct HostileUpstream {
+    /// `http://127.0.0.1:<port>/mcp`.
+    pub url: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    state: Arc<State>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// The tools every instance lists.
+pub fn tool_definitions() -> Vec<Value> {
+    let plain = |name: &str, description: &str| {
+        json!({
+            "name": name,
+            "description": description,
+            "inputSchema": {"type": "object", "properties": {"who": {"type": "string"}, "text": {"type": "string"}}},
+        })
+    };
+    vec![
+        plain("echo", "Echoes its arguments."),
+        plain("late", "Echoes its arguments too; reviewed later than the others."),
+        plain("garbage", "Answers a body that is not JSON."),
+        plain("huge", "Answers a 50 MiB body."),
+        json!({
+            "name": "bad_output",
+            "description": "Answers structured content that violates its output schema.",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object", "properties": {"count": {"type": "integer"}}, "required": ["count"]},
+        }),
+        plain("endless_sse", "Opens an event stream that never carries the response."),
+        plain("slow", "Answers after a minute."),
+        plain("wrong_id", "Answers with an id it never received."),
+    ]
+}
+
+impl HostileUpstream {
+    /// Starts an upstream speaking `wire` on a fresh port.
+    pub fn start(wire: Wire) -> Self {
+        let state = Arc::new(State {
+            wire,
+            records: Mutex::new(Vec::new()),
+            sessions: Mutex::new(HashSet::new()),
+            next_session: AtomicU64::new(1),
+        });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, bound) = std::sync::mpsc::channel::<SocketAddr>();
+        let shared = state.clone();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                ready.send(listener.local_addr().expect("address")).expect("report address");
+                let app = axum::Router::new()
+                    .route("/mcp", axum::routing::any(handle))
+                    .with_state(shared);
+                tokio::spawn(async move {
+                    let _ = axum::serve(listener, app).await;
+                });
+                let _ = stopped.await;
+            });
+            // Every task (connections, endless streams, sleeping handlers) is dropped here.
+            runtime.shutdown_timeout(Duration::from_secs(1));
+        });
+        let addr = bound.recv().expect("the upstream reports its address");
+        Self { url: format!("http://{addr}/mcp"), addr, state, stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// Every request received so far.
+    pub fn records(&self) -> Vec<Recorded> {
+        self.state.records.lock().unwrap().clone()
+    }
+
+    /// The `tools/call` requests received so far.
+    pub fn calls(&self) -> Vec<Recorded> {
+        self.records().into_iter().filter(|r| r.method == "tools/call").collect()
+    }
+
+    /// Forgets every open session (a 2025-era upstream that restarted): their next request is a 404.
+    pub fn forget_sessions(&self) {
+        self.state.sessions.lock().unwrap().clear();
+    }
+
+    /// Stops listening and drops every open connection.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for HostileUpstream {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn json_response(status: StatusCode, value: &Value, session: Option<&str>) -> Response {
+    let mut builder = Response::builder().status(status).header("content-type", "application/json");
+    if let Some(session) = session {
+        builder = builder.header("mcp-session-id", session);
+    }
+    builder.body(Body::from(value.to_string())).expect("response")
+}
+
+fn status_only(status: StatusCode) -> Response {
+    Response::builder().status(status).body(Body::empty()).expect("response")
+}
+
+fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Response {
+    json_response(status, &json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message}}), None)
+}
+
+async fn handle(
+    axum::extract::State(state): axum::extract::State<Arc<State>>,
+    method: Method,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let session = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let rpc_method = parsed.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
+    state.records.lock().unwrap().push(Recorded {
+        http_method: method.to_string(),
+        method: rpc_method.clone(),
+        headers: headers
+            .iter()
+            .map(|(name, value)| (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned()))
+            .collect(),
+        session: session.clone(),
+        body: parsed.clone(),
+    });
+    let known_session = |id: &Option<String>| id.as_ref().is_some_and(|id| state.sessions.lock().unwrap().contains(id));
+    match (state.wire, &method) {
+        (Wire::Modern, &Method::POST) => {}
+        (Wire::Modern, _) => return status_only(StatusCode::METHOD_NOT_ALLOWED),
+        (Wire::Legacy, &Method::DELETE) => {
+            if let Some(id) = &session {
+                state.sessions.lock().unwrap().remove(id);
+            }
+            return status_only(StatusCode::OK);
+        }
+        (Wire::Legacy, &Method::GET) => {
+            if !known_session(&session) {
+                return status_only(StatusCode::NOT_FOUND);
+            }
+            // No server stream: the upstream never says a list changed.
+            return status_only(StatusCode::METHOD_NOT_ALLOWED);
+        }
+        (Wire::Legacy, &Method::POST) => {}
+        (Wire::Legacy, _) => return status_only(StatusCode::METHOD_NOT_ALLOWED),
+    }
+    if parsed.get("jsonrpc") != Some(&json!("2.0")) {
+        return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, -32700, "parse error");
+    }
+    let Some(id) = parsed.get("id").cloned() else {
+        // A notification (`notifications/initialized`).
+        return status_only(StatusCode::ACCEPTED);
+    };
+    if state.wire == Wire::Legacy {
+        if rpc_method == "initialize" {
+            let n = state.next_session.fetch_add(1, Ordering::SeqCst);
+            let new_session = format!("session-{n}-{}", std::process::id());
+            state.sessions.lock().unwrap().insert(new_session.clone());
+            let result = json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "hostile-legacy", "version": "0"},
+            });
+            return json_response(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "result": result}), Some(&new_session));
+        }
+        if session.is_none() {
+            return rpc_error(StatusCode::BAD_REQUEST, &id, -32600, "missing session");
+        }
+        if !known_session(&session) {
+            return rpc_error(StatusCode::NOT_FOUND, &id, -32001, "session not found");
+        }
+    }
+    let complete = |mut result: Value| {
+        if state.wire == Wire::Modern {
+            result["resultType"] = json!("complete");
+        }
+        json_response(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "result": result}), None)
+    };
+    match rpc_method.as_str() {
+        "server/discover" if state.wire == Wire::Modern => complete(json!({
+            "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {}},
+            "ttlMs": 0,
+            "cacheScope": "public",
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "hostile", "version": "0"}},
+        })),
+        "tools/list" => complete(json!({"tools": tool_definitions(), "ttlMs": 0, "cacheScope": "public"})),
+        "tools/call" => call(&parsed, &id, state.wire).await,
+        _ => rpc_error(StatusCode::NOT_FOUND, &id, -32601, "method not found"),
+    }
+}
+
+async fn call(request: &Value, id: &Value, wire: Wire) -> Response {
+    let name = request.pointer("/params/name").and_then(Value::as_str).unwrap_or_default();
+    let arguments = request.pointer("/params/arguments").cloned().unwrap_or_else(|| json!({}));
+    let answer = |result: Value| {
+        let mut result = result;
+        if wire == Wire::Modern {
+            result["resultType"] = json!("complete");
+        }
+        json!({"jsonrpc": "2.0", "id": id, "result": result})
+    };
+    let echoed = answer(json!({"content": [{"type": "text", "text": arguments.to_string()}]}));
+    match name {
+        "echo" | "late" => json_response(StatusCode::OK, &echoed, None),
+        "garbage" => Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(Body::from("<html>this is not JSON</html>"))
+            .expect("response"),
+        "huge" => {
+            const CHUNK: usize = 1024 * 1024;
+            let head = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"content":[{{"type":"text","text":""#);
+            let chunks = (0..50).map(move |n| {
+                let mut chunk = if n == 0 { head.clone().into_bytes() } else { Vec::new() };
+                chunk.resize(CHUNK, b'a');
+                Ok::<_, std::io::Error>(Bytes::from(chunk))
+            });
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .body(Body::from_stream(futures::stream::iter(chunks)))
+                .expect("response")
+        }
+        "bad_output" => json_response(
+            StatusCode::OK,
+            &answer(json!({"content": [{"type": "text", "text": "many"}], "structuredContent": {"count": "many"}})),
+            None,
+        ),
+        "endless_sse" => {
+            let ticks = futures::stream::unfold((), |()| async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Some((Ok::<_, std::io::Error>(Bytes::from_static(b": still working\n\n")), ()))
+            });
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(ticks))
+                .expect("response")
+        }
+        "slow" => {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            json_response(StatusCode::OK, &echoed, None)
+        }
+        "wrong_id" => {
+            let other = id.as_i64().map_or_else(|| json!("someone-else"), |n| json!(n + 1000));
+            let mut wrong = echoed.clone();
+            wrong["id"] = other;
+            json_response(StatusCode::OK, &wrong, None)
+        }
+        _ => rpc_error(StatusCode::OK, id, -32602, "unknown tool"),
+    }
+}
+
+/// A listener that accepts every connection and closes it without an answer, counting them:
+/// what an upstream's address looks like after the upstream died behind a load balancer.
+pub struct Closer {
+    accepted: Arc<AtomicU64>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Closer {
+    /// Listens on `addr` (an address just freed).
+    pub fn bind(addr: SocketAddr) -> Self {
+        let accepted = Arc::new(AtomicU64::new(0));
+        let counter = accepted.clone();
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, bound) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(addr).await.expect("bind the freed address");
+                ready.send(()).expect("report readiness");
+                loop {
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        accepted = listener.accept() => {
+                            if let Ok((socket, _)) = accepted {
+                                counter.fetch_add(1, Ordering::SeqCst);
+                                drop(socket);
+                            }
+                        }
+                    }
+                }
+            });
+        });
+        bound.recv().expect("the closer reports readiness");
+        Self { accepted, stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Closer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
