@@ -188,10 +188,16 @@ const MAX_RESPONSE_CAP: u64 = 256 * 1024 * 1024;
 
 /// Validates the three sections. No upstreams is an error only for `palisade gateway` (the
 /// caller decides); here it is allowed.
-pub fn validate(gateway: RawGateway, pins: RawPins, upstreams: Vec<RawUpstream>) -> Result<GatewaySettings, GatewayConfigError> {
+pub fn validate(
+    gateway: RawGateway,
+    pins: RawPins,
+    upstreams: Vec<RawUpstream>,
+) -> Result<GatewaySettings, GatewayConfigError> {
     let separator = match gateway.separator.as_deref() {
         None => Separator::Underscore,
-        Some(text) => Separator::parse(text).ok_or_else(|| bad("gateway.separator", "must be \"_\", \"__\" or \".\""))?,
+        Some(text) => {
+            Separator::parse(text).ok_or_else(|| bad("gateway.separator", "must be \"_\", \"__\" or \".\""))?
+        }
     };
     let pins = validate_pins(pins)?;
     let mut ids = BTreeSet::new();
@@ -345,7 +351,9 @@ fn validate_credential(key: &str, raw: RawCredential) -> Result<CredentialConfig
         (Some(path), None) => Ok(SecretSource::File(path)),
         (None, Some(name)) if !name.is_empty() => Ok(SecretSource::Env(name)),
         (None, Some(_)) => Err(bad(field(file_key.replace("_file", "_env").as_str()), "must not be empty")),
-        (Some(_), Some(_)) => Err(bad(field(file_key), "give the secret as a file or an environment variable, not both")),
+        (Some(_), Some(_)) => {
+            Err(bad(field(file_key), "give the secret as a file or an environment variable, not both"))
+        }
         (None, None) => Err(bad(field(file_key), "is required (or its _env form)")),
     };
     let oauth = |raw: &RawCredential| -> Result<(Url, String, ClientAuth), GatewayConfigError> {
@@ -360,7 +368,8 @@ fn validate_credential(key: &str, raw: RawCredential) -> Result<CredentialConfig
         if !(token_url.scheme() == "https" || (token_url.scheme() == "http" && loopback)) {
             return Err(bad(field("token_url"), "must be https (http only on a loopback address)"));
         }
-        let client_id = raw.client_id.clone().filter(|id| !id.is_empty()).ok_or_else(|| bad(field("client_id"), "is required"))?;
+        let client_id =
+            raw.client_id.clone().filter(|id| !id.is_empty()).ok_or_else(|| bad(field("client_id"), "is required"))?;
         let auth = match raw.auth.as_deref() {
             None | Some("basic") => ClientAuth::Basic,
             Some("post") => ClientAuth::Post,
@@ -384,8 +393,12 @@ fn validate_credential(key: &str, raw: RawCredential) -> Result<CredentialConfig
         }
         "client_credentials" => {
             let (token_url, client_id, auth) = oauth(&raw)?;
-            if let Some(outside) = raw.scopes.iter().find(|s| !raw.max_scopes.is_empty() && !raw.max_scopes.contains(s)) {
-                return Err(bad(field("max_scopes"), format!("must include every scope in scopes (missing {outside:?})")));
+            if let Some(outside) = raw.scopes.iter().find(|s| !raw.max_scopes.is_empty() && !raw.max_scopes.contains(s))
+            {
+                return Err(bad(
+                    field("max_scopes"),
+                    format!("must include every scope in scopes (missing {outside:?})"),
+                ));
             }
             CredentialConfig::ClientCredentials {
                 token_url,

@@ -786,7 +786,8 @@ impl TokenExchange {
             return self
                 .own
                 .get(self.endpoint.clock.as_ref(), "", || async {
-                    let mut params = vec![("grant_type", GRANT_CLIENT_CREDENTIALS), ("resource", self.resource.as_str())];
+                    let mut params =
+                        vec![("grant_type", GRANT_CLIENT_CREDENTIALS), ("resource", self.resource.as_str())];
                     if !self.scopes.is_empty() {
                         params.push(("scope", self.scopes.as_str()));
                     }

@@ -251,7 +251,9 @@ impl Gateway {
                     tracing::error!(%error, "the gateway's new registry was refused; the previous one keeps serving");
                 }
             }
-            Err(error) => tracing::error!(%error, "pin states could not be computed; the previous registry keeps serving"),
+            Err(error) => {
+                tracing::error!(%error, "pin states could not be computed; the previous registry keeps serving")
+            }
         }
     }
 
@@ -392,6 +394,18 @@ impl Gateway {
                 push(DefinitionKind::Instructions, Some(""), &json!(instructions));
             }
         }
+        // A name an upstream lists twice has two definitions for one pin: neither is served
+        // (and neither is written, so the store's batch stays valid for everyone else).
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for definition in &out {
+            *seen.entry(definition.pin_id.clone()).or_default() += 1;
+        }
+        for definition in &mut out {
+            if seen.get(&definition.pin_id).is_some_and(|count| *count > 1) {
+                definition.digest =
+                    Err(format!("the upstream lists this {} more than once", definition.subject.kind.as_str()));
+            }
+        }
         out
     }
 
@@ -403,17 +417,8 @@ impl Gateway {
             definitions
                 .iter()
                 .filter_map(|d| {
-                    let (digest, text) = d.digest.as_ref().ok()?;
-                    (observed.get(&d.pin_id) != Some(digest)).then(|| PinObservation {
-                        pin_id: d.pin_id.clone(),
-                        upstream_id: d.subject.upstream_id.clone(),
-                        upstream_url: d.subject.upstream_url.clone(),
-                        kind: d.subject.kind.as_str().to_owned(),
-                        name: d.subject.name.clone(),
-                        digest: digest.clone(),
-                        definition: text.clone(),
-                        seen_at_ms: now,
-                    })
+                    let (digest, _) = d.digest.as_ref().ok()?;
+                    (observed.get(&d.pin_id) != Some(digest)).then(|| d.observation(now)).flatten()
                 })
                 .collect()
         };
@@ -489,9 +494,14 @@ impl Gateway {
     /// Exposed names claimed twice, and unprefixed names inside another upstream's namespace,
     /// are held: neither is served (no shadowing either way), each with its reason.
     fn hold_ambiguous(&self, definitions: &[Definition], entries: &mut [PinEntry]) {
-        let key = |d: &Definition, e: &PinEntry| e.exposed.as_ref().map(|name| (d.subject.kind.namespace(), name.clone()));
-        let claimed: Vec<String> =
-            definitions.iter().zip(entries.iter()).filter_map(|(d, e)| key(d, e)).map(|(ns, n)| format!("{ns}\u{1f}{n}")).collect();
+        let key =
+            |d: &Definition, e: &PinEntry| e.exposed.as_ref().map(|name| (d.subject.kind.namespace(), name.clone()));
+        let claimed: Vec<String> = definitions
+            .iter()
+            .zip(entries.iter())
+            .filter_map(|(d, e)| key(d, e))
+            .map(|(ns, n)| format!("{ns}\u{1f}{n}"))
+            .collect();
         let twice = collisions(claimed.iter().map(String::as_str));
         let prefixes: Vec<String> = self.inner.upstreams.iter().filter_map(|u| u.settings.prefix.clone()).collect();
         for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
@@ -505,7 +515,8 @@ impl Gateway {
                 && let Some(prefix) = shadows_prefix(&exposed, &prefixes, self.inner.settings.separator)
             {
                 entry.served = false;
-                entry.reason = Some(format!("unprefixed name {exposed:?} lies in upstream prefix {prefix:?}'s namespace"));
+                entry.reason =
+                    Some(format!("unprefixed name {exposed:?} lies in upstream prefix {prefix:?}'s namespace"));
             }
         }
     }
@@ -513,7 +524,11 @@ impl Gateway {
     /// The application of every served definition. A definition the registry refuses (its
     /// schema does not compile, …) or the signed kill-switch registry does not list is held
     /// alone, with its reason.
-    fn assemble(&self, definitions: &[Definition], mut entries: Vec<PinEntry>) -> Result<(App, Vec<PinEntry>), GatewayError> {
+    fn assemble(
+        &self,
+        definitions: &[Definition],
+        mut entries: Vec<PinEntry>,
+    ) -> Result<(App, Vec<PinEntry>), GatewayError> {
         let (mut tools, mut prompts, mut resources, mut templates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut instructions = Vec::new();
         let covered = |key: &str| self.inner.coverage.get().is_none_or(|check| check(key));
@@ -541,7 +556,9 @@ impl Gateway {
                 }
                 DefinitionKind::Instructions => ("", String::new()),
             };
-            if definition.subject.kind != DefinitionKind::Instructions && !(covered(&operation_key) && covered(list_key)) {
+            if definition.subject.kind != DefinitionKind::Instructions
+                && !(covered(&operation_key) && covered(list_key))
+            {
                 entry.served = false;
                 entry.reason = Some(format!("the signed kill-switch registry does not list {operation_key}"));
                 continue;
@@ -577,7 +594,9 @@ impl Gateway {
         if !instructions.is_empty() {
             builder = builder.instructions(instructions.join("\n\n"));
         }
-        let app = builder.build().map_err(|error| GatewayError::Upstream { upstream: "*".into(), reason: error.to_string() })?;
+        let app = builder
+            .build()
+            .map_err(|error| GatewayError::Upstream { upstream: "*".into(), reason: error.to_string() })?;
         Ok((app, entries))
     }
 
@@ -661,17 +680,40 @@ impl Definition {
         } else {
             match (definition_digest(raw), canonical_text(raw)) {
                 (Ok(digest), Ok(text)) => Ok((digest, text)),
-                _ => Err("the definition cannot be canonicalized (RFC 8785)".into()),
+                (Err(error), _) | (_, Err(error)) => Err(format!("the definition cannot be pinned: {error}")),
             }
         };
-        Self { upstream, pin_id: subject.pin_id(), subject, raw: raw.clone(), digest }
+        let mut definition = Self { upstream, pin_id: subject.pin_id(), subject, raw: raw.clone(), digest };
+        // What the store would refuse (an over-long name, a definition over 1 MiB) is held here,
+        // alone, instead of failing the batch of every other definition.
+        if let Some(Err(error)) = definition.observation(0).map(|observation| observation.validate()) {
+            definition.digest = Err(format!("the definition cannot be stored: {error}"));
+        }
+        definition
+    }
+
+    /// What the store keeps of it (`None` when it cannot be pinned).
+    fn observation(&self, now_ms: i64) -> Option<PinObservation> {
+        let (digest, text) = self.digest.as_ref().ok()?;
+        Some(PinObservation {
+            pin_id: self.pin_id.clone(),
+            upstream_id: self.subject.upstream_id.clone(),
+            upstream_url: self.subject.upstream_url.clone(),
+            kind: self.subject.kind.as_str().to_owned(),
+            name: self.subject.name.clone(),
+            digest: digest.clone(),
+            definition: text.clone(),
+            seen_at_ms: now_ms,
+        })
     }
 
     /// The exposed name or URI, or why there is none.
     fn expose(&self, upstream: &Upstream) -> Result<String, String> {
         let name = &self.subject.name;
         match self.subject.kind {
-            DefinitionKind::Tool | DefinitionKind::Prompt => upstream.namer.expose_name(name).map_err(|e| e.to_string()),
+            DefinitionKind::Tool | DefinitionKind::Prompt => {
+                upstream.namer.expose_name(name).map_err(|e| e.to_string())
+            }
             DefinitionKind::Resource | DefinitionKind::ResourceTemplate => {
                 upstream.namer.expose_uri(name).map_err(|e| e.to_string())
             }
@@ -702,7 +744,13 @@ fn fingerprint(rows: &[PinRow]) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     for row in rows {
         if let Some(decision) = &row.decision {
-            (&row.observation.pin_id, &decision.digest, decision.verdict.as_str(), &decision.reviewer, &decision.signature)
+            (
+                &row.observation.pin_id,
+                &decision.digest,
+                decision.verdict.as_str(),
+                &decision.reviewer,
+                &decision.signature,
+            )
                 .hash(&mut hasher);
         }
     }
@@ -776,7 +824,9 @@ fn relayed_tool(
             params.insert("name".into(), json!(&*upstream_name));
             params.insert("arguments".into(), Value::Object(arguments));
             match forward(&upstream, &ctx, "tools/call", params).await? {
-                Relayed::Result(result) => tool_result(&upstream.settings.id, result, output.as_deref()).map(Outcome::Complete),
+                Relayed::Result(result) => {
+                    tool_result(&upstream.settings.id, result, output.as_deref()).map(Outcome::Complete)
+                }
                 Relayed::InputRequired(input) => Ok(Outcome::InputRequired(input)),
             }
         }
@@ -816,7 +866,13 @@ fn upstream_garbage(upstream: &str, what: &str) -> ProtocolError {
     ProtocolError::Internal
 }
 
-fn relayed_prompt(upstream: &Arc<Upstream>, exposed: &str, name: &str, raw: Map<String, Value>, origin: Origin) -> PromptDef {
+fn relayed_prompt(
+    upstream: &Arc<Upstream>,
+    exposed: &str,
+    name: &str,
+    raw: Map<String, Value>,
+    origin: Origin,
+) -> PromptDef {
     let scopes = upstream.settings.scopes.clone();
     let builder = PromptDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
     let upstream = upstream.clone();
@@ -863,7 +919,12 @@ fn relayed_resource(upstream: &Arc<Upstream>, exposed: &str, raw: Map<String, Va
     })
 }
 
-fn relayed_template(upstream: &Arc<Upstream>, exposed: &str, raw: Map<String, Value>, origin: Origin) -> ResourceTemplateDef {
+fn relayed_template(
+    upstream: &Arc<Upstream>,
+    exposed: &str,
+    raw: Map<String, Value>,
+    origin: Origin,
+) -> ResourceTemplateDef {
     let scopes = upstream.settings.scopes.clone();
     let builder = ResourceTemplateDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
     let upstream = upstream.clone();
@@ -873,7 +934,11 @@ fn relayed_template(upstream: &Arc<Upstream>, exposed: &str, raw: Map<String, Va
     })
 }
 
-async fn read_resource(upstream: &Upstream, ctx: &RequestContext, exposed_uri: &str) -> Result<Outcome<Vec<ResourceContents>>, ProtocolError> {
+async fn read_resource(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    exposed_uri: &str,
+) -> Result<Outcome<Vec<ResourceContents>>, ProtocolError> {
     let Some(uri) = upstream.namer.upstream_uri(exposed_uri) else {
         return Err(ProtocolError::ResourceNotFound { uri: exposed_uri.to_owned() });
     };
@@ -891,7 +956,10 @@ async fn read_resource(upstream: &Upstream, ctx: &RequestContext, exposed_uri: &
         // Contents name URIs in the upstream's space: a URI that is not this upstream's own is
         // refused rather than relabelled.
         let item_uri = item.get("uri").and_then(Value::as_str).unwrap_or(uri);
-        let exposed = upstream.namer.expose_uri(item_uri).map_err(|_| upstream_garbage(&upstream.settings.id, "a content URI"))?;
+        let exposed = upstream
+            .namer
+            .expose_uri(item_uri)
+            .map_err(|_| upstream_garbage(&upstream.settings.id, "a content URI"))?;
         let mime = item.get("mimeType").and_then(Value::as_str).unwrap_or("application/octet-stream");
         if let Some(text) = item.get("text").and_then(Value::as_str) {
             out.push(ResourceContents::text(exposed, mime, text));
@@ -918,7 +986,12 @@ enum Relayed {
 /// run before a byte leaves for the upstream. The caller's credentials never travel: the
 /// upstream request is built from `params`, the gateway's own credential and, for token
 /// exchange, the caller's token sent to the authorization server only.
-async fn forward(upstream: &Upstream, ctx: &RequestContext, method: &str, mut params: Map<String, Value>) -> Result<Relayed, ProtocolError> {
+async fn forward(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    method: &str,
+    mut params: Map<String, Value>,
+) -> Result<Relayed, ProtocolError> {
     let id = &upstream.settings.id;
     upstream.client.check_health().map_err(|error| error.to_protocol_error(id))?;
     if ctx.has_kill_switch() {
@@ -947,7 +1020,8 @@ async fn forward(upstream: &Upstream, ctx: &RequestContext, method: &str, mut pa
         params.insert("inputResponses".into(), Value::Object(ctx.input_responses().clone()));
     }
     let partition = ctx.principal().partition_key();
-    let caller = CallerContext { partition: &partition, subject_token: ctx.principal().bearer_token().map(BearerToken::expose) };
+    let caller =
+        CallerContext { partition: &partition, subject_token: ctx.principal().bearer_token().map(BearerToken::expose) };
     let (notifications, mut received) = tokio::sync::mpsc::channel::<Value>(64);
     let request = UpstreamRequest {
         method,

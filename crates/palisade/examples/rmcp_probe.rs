@@ -110,7 +110,11 @@ async fn run(url: &str, calls: &[Call], report: &mut Report) {
         missing.is_empty() && !listed.is_empty(),
         "tools/list",
         &if missing.is_empty() {
-            format!("{} tools, including {}", listed.len(), calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", "))
+            format!(
+                "{} tools, including {}",
+                listed.len(),
+                calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+            )
         } else {
             format!("{} not listed in {listed:?}", missing.join(", "))
         },

@@ -1264,7 +1264,12 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         "none" => AuthMode::None,
         other => return Err(bad(AUTH_MODE.key, format!("unknown mode `{other}`; expected bearer or none"))),
     };
-    let dev_issuer = raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled).unwrap_or(matches!(app, AppChoice::Demo | AppChoice::Gateway));
+    let dev_issuer = raw
+        .auth
+        .dev_issuer
+        .as_ref()
+        .and_then(RawDevIssuer::enabled)
+        .unwrap_or(matches!(app, AppChoice::Demo | AppChoice::Gateway));
     let dev_table = raw.auth.dev_issuer.as_ref().map(RawDevIssuer::table).unwrap_or_default();
     let dev_authorization = DevAuthorization {
         auto_approve: dev_table.auto_approve.unwrap_or(false),
@@ -1412,6 +1417,21 @@ mod tests {
         assert!(settings.store.starts_with("sqlite:"));
         assert!(matches!(settings.killswitch.mode, KillSwitchMode::Dev { .. }));
         assert_eq!(check("app = \"conformance\"").unwrap().killswitch.mode, KillSwitchMode::Off);
+    }
+
+    #[test]
+    fn a_file_with_upstreams_is_a_gateway_and_only_a_gateway_takes_upstreams() {
+        let upstream = "[[upstreams]]\nid = \"fx\"\nurl = \"http://127.0.0.1:9001/mcp\"\n";
+        let settings = check(upstream).unwrap();
+        assert_eq!(settings.app, AppChoice::Gateway);
+        assert_eq!(settings.auth_mode, AuthMode::Bearer, "a gateway authenticates its callers by default");
+        let gateway = settings.gateway.unwrap();
+        assert_eq!(gateway.upstreams[0].id, "fx");
+        assert_eq!(check(&format!("app = \"demo\"\n{upstream}")).unwrap_err().key, "upstreams");
+        assert_eq!(check("app = \"gateway\"").unwrap_err().key, "upstreams");
+        let bad = "[[upstreams]]\nid = \"fx\"\nurl = \"http://127.0.0.1:9001/mcp\"\nprefix = \"A\"\n";
+        assert_eq!(check(bad).unwrap_err().key, "upstreams[0].prefix");
+        assert!(check(&format!("{upstream}color = \"red\"\n")).is_err(), "unknown keys are refused");
     }
 
     #[test]
@@ -1762,7 +1782,21 @@ mod tests {
     /// table the file accepts is a key the file reads: one list, no drift.
     #[test]
     fn the_option_table_is_exactly_the_file_keys() {
-        let sections = ["limits", "http", "auth", "handles", "killswitch", "legacy", "telemetry", "audit"];
+        // The gateway's sections are file-only tables (a list of upstreams has no environment or
+        // flag form): crates/gateway/src/config.rs documents them, README's gateway section shows them.
+        let sections = [
+            "limits",
+            "http",
+            "auth",
+            "handles",
+            "killswitch",
+            "legacy",
+            "telemetry",
+            "audit",
+            "gateway",
+            "pins",
+            "upstreams",
+        ];
         let mut file_keys: Vec<String> =
             fields::<RawConfig>("").into_iter().filter(|key| !sections.contains(&key.as_str())).collect();
         file_keys.extend(fields::<RawLimits>("limits"));

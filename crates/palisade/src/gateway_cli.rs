@@ -10,7 +10,9 @@ use anyhow::Context as _;
 use clap::Subcommand;
 use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_gateway::config::GatewaySettings;
-use palisade_gateway::pins::{DecisionView, DefinitionKind, PinState, PinSubject, ReviewerKeys, diff, evaluate, sign_approval};
+use palisade_gateway::pins::{
+    DecisionView, DefinitionKind, PinState, PinSubject, ReviewerKeys, diff, evaluate, sign_approval,
+};
 use palisade_store::{AuditRecord, Decision, PinDecision, PinRow, PinVerdict, Store};
 
 use crate::config::Settings;
@@ -114,7 +116,9 @@ fn state_of(row: &PinRow, require_signed: bool, reviewers: &ReviewerKeys) -> Pin
         approved: decision.verdict == PinVerdict::Approved,
         digest: &decision.digest,
         signature_valid: match (&subject, &decision.signature) {
-            (Some(subject), Some(signature)) => reviewers.verify(&decision.reviewer, subject, &decision.digest, signature),
+            (Some(subject), Some(signature)) => {
+                reviewers.verify(&decision.reviewer, subject, &decision.digest, signature)
+            }
             _ => false,
         },
     });
@@ -237,7 +241,12 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
         if let Some(seen) = &args.digest
             && (seen.len() < 12 || !o.digest.starts_with(seen.as_str()))
         {
-            println!("{}: NOT {}: its current digest {} is not the one shown", o.pin_id, verdict.as_str(), &o.digest[..12]);
+            println!(
+                "{}: NOT {}: its current digest {} is not the one shown",
+                o.pin_id,
+                verdict.as_str(),
+                &o.digest[..12]
+            );
             failed = true;
             continue;
         }
@@ -279,7 +288,11 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
                 )),
             });
         } else {
-            println!("{}: NOT {}: the definition changed since it was read; review it again", o.pin_id, verdict.as_str());
+            println!(
+                "{}: NOT {}: the definition changed since it was read; review it again",
+                o.pin_id,
+                verdict.as_str()
+            );
             failed = true;
         }
     }
@@ -312,7 +325,8 @@ pub fn keygen(out: &Path, reviewer: &str) -> anyhow::Result<ExitCode> {
         .mode(0o600)
         .open(out)
         .with_context(|| format!("creating {} (it must not exist)", out.display()))?;
-    file.write_all(format!("{}\n", encoded.as_str()).as_bytes()).with_context(|| format!("writing {}", out.display()))?;
+    file.write_all(format!("{}\n", encoded.as_str()).as_bytes())
+        .with_context(|| format!("writing {}", out.display()))?;
     let public = palisade_gateway::pins::public_key_base64(&seed);
     println!("secret key written to {} (keep it private)", out.display());
     println!("add to the gateway's configuration:\n[[pins.reviewers]]\nname = {reviewer:?}\nkey = {public:?}");

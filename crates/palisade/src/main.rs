@@ -269,12 +269,11 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) | Command::Gateway(GatewayArgs { command: None, serve: args }) => {
-                match serve_settings {
-                    Some(settings) => serve(args, settings).await,
-                    None => Err(anyhow::anyhow!("serve without settings")),
-                }
-            }
+            Command::Serve(args) | Command::Gateway(GatewayArgs { command: None, serve: args }) => match serve_settings
+            {
+                Some(settings) => serve(args, settings).await,
+                None => Err(anyhow::anyhow!("serve without settings")),
+            },
             Command::Gateway(GatewayArgs { command: Some(GatewayCommand::Status { config }), .. }) => {
                 gateway_cli::status(&config).await
             }

@@ -29,8 +29,6 @@ pub enum Wire {
 /// One request as the upstream received it.
 #[derive(Debug, Clone)]
 pub struct Recorded {
-    /// The HTTP method.
-    pub http_method: String,
     /// The JSON-RPC method (empty for a GET or DELETE, or a body that is not JSON-RPC).
     pub method: String,
     /// Every header, names lower-case, in the order received.
@@ -66,6 +64,8 @@ struct State {
     records: Mutex<Vec<Recorded>>,
     sessions: Mutex<HashSet<String>>,
     next_session: AtomicU64,
+    /// Whether the 404 for an unknown session names the request's id (else `null`).
+    not_found_names_id: std::sync::atomic::AtomicBool,
 }
 
 /// A running upstream; stopped (every connection dropped) on [`HostileUpstream::stop`] or drop.
@@ -113,6 +113,7 @@ impl HostileUpstream {
             records: Mutex::new(Vec::new()),
             sessions: Mutex::new(HashSet::new()),
             next_session: AtomicU64::new(1),
+            not_found_names_id: std::sync::atomic::AtomicBool::new(false),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, bound) = std::sync::mpsc::channel::<SocketAddr>();
@@ -122,9 +123,7 @@ impl HostileUpstream {
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
                 ready.send(listener.local_addr().expect("address")).expect("report address");
-                let app = axum::Router::new()
-                    .route("/mcp", axum::routing::any(handle))
-                    .with_state(shared);
+                let app = axum::Router::new().route("/mcp", axum::routing::any(handle)).with_state(shared);
                 tokio::spawn(async move {
                     let _ = axum::serve(listener, app).await;
                 });
@@ -147,8 +146,11 @@ impl HostileUpstream {
         self.records().into_iter().filter(|r| r.method == "tools/call").collect()
     }
 
-    /// Forgets every open session (a 2025-era upstream that restarted): their next request is a 404.
-    pub fn forget_sessions(&self) {
+    /// Forgets every open session (a 2025-era upstream that restarted): their next request is a
+    /// 404 whose JSON-RPC error names the request's id when `names_id` (as the Palisade server
+    /// does), else `null` (as the TypeScript SDK does).
+    pub fn forget_sessions(&self, names_id: bool) {
+        self.state.not_found_names_id.store(names_id, Ordering::SeqCst);
         self.state.sessions.lock().unwrap().clear();
     }
 
@@ -195,7 +197,6 @@ async fn handle(
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let rpc_method = parsed.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
     state.records.lock().unwrap().push(Recorded {
-        http_method: method.to_string(),
         method: rpc_method.clone(),
         headers: headers
             .iter()
@@ -241,13 +242,18 @@ async fn handle(
                 "capabilities": {"tools": {}},
                 "serverInfo": {"name": "hostile-legacy", "version": "0"},
             });
-            return json_response(StatusCode::OK, &json!({"jsonrpc": "2.0", "id": id, "result": result}), Some(&new_session));
+            return json_response(
+                StatusCode::OK,
+                &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                Some(&new_session),
+            );
         }
         if session.is_none() {
             return rpc_error(StatusCode::BAD_REQUEST, &id, -32600, "missing session");
         }
         if !known_session(&session) {
-            return rpc_error(StatusCode::NOT_FOUND, &id, -32001, "session not found");
+            let named = if state.not_found_names_id.load(Ordering::SeqCst) { id } else { Value::Null };
+            return rpc_error(StatusCode::NOT_FOUND, &named, -32001, "session not found");
         }
     }
     let complete = |mut result: Value| {

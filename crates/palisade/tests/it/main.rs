@@ -6,7 +6,10 @@
 mod audit_log;
 mod auth;
 mod dev_authorization;
+mod gateway_boundary;
+mod gateway_pins;
 mod harness;
+mod hostile_upstream;
 mod http_bad_input;
 mod http_flows;
 mod killswitch;
@@ -14,3 +17,4 @@ mod rmcp_client;
 mod schema;
 mod stdio;
 mod telemetry;
+mod upstream_fixture;
