@@ -21,9 +21,9 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use palisade_base::clock::Clock;
 use palisade_server::{
-    App, AppBuilder, BearerToken, CallToolResult, Content, GetPromptResult, InputRequired, Origin, Outcome, PromptDef,
-    PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef, ResourceTemplateDef, Server,
-    TaskSupport, ToolDef, check_tool,
+    App, AppBuilder, BearerToken, CallToolResult, CompletionRef, Content, GetPromptResult, InputRequired, Origin,
+    Outcome, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef,
+    ResourceTemplateDef, Server, ServerEvent, TaskSupport, ToolDef, check_tool,
 };
 use palisade_store::{AuditRecord, Decision, PinObservation, PinRow, PinVerdict, Store};
 use serde::Serialize;
@@ -61,6 +61,8 @@ struct Upstream {
     client: UpstreamClient,
     namer: Namer,
     listing: Mutex<Option<Arc<Listing>>>,
+    /// Why the last listing failed (`None` after a success).
+    listing_error: Mutex<Option<String>>,
 }
 
 /// What one listing of an upstream returned, as sent.
@@ -106,6 +108,8 @@ pub struct UpstreamStatus {
     pub protocol: Option<String>,
     /// Health and backoff.
     pub health: HealthReport,
+    /// Why its last listing failed (`None` after a success).
+    pub listing_error: Option<String>,
     /// Definitions served / listed.
     pub served: usize,
     /// Definitions listed.
@@ -173,6 +177,7 @@ impl Gateway {
                 settings: upstream.clone(),
                 client,
                 listing: Mutex::new(None),
+                listing_error: Mutex::new(None),
             }));
         }
         Ok(Self {
@@ -212,9 +217,11 @@ impl Gateway {
         match list_upstream(upstream).await {
             Ok(listing) => {
                 *lock(&upstream.listing) = Some(Arc::new(listing));
+                *lock(&upstream.listing_error) = None;
                 true
             }
             Err(error) => {
+                *lock(&upstream.listing_error) = Some(error.to_string());
                 tracing::warn!(upstream = %upstream.settings.id, %error, "upstream listing failed; keeping the previous one");
                 false
             }
@@ -277,6 +284,7 @@ impl Gateway {
                     url: upstream.settings.url.to_string(),
                     protocol: upstream.client.info().map(|info| info.era.to_string()),
                     health: upstream.client.health(),
+                    listing_error: lock(&upstream.listing_error).clone(),
                     served,
                     listed,
                 }
@@ -333,6 +341,7 @@ impl Gateway {
                                     tracing::info!(upstream = %upstream.settings.id, %method, "upstream list changed: re-listing");
                                     self.refresh(index).await;
                                     self.rebuild().await;
+                                    self.announce(&method);
                                 }
                                 None => break,
                             }
@@ -347,6 +356,20 @@ impl Gateway {
             }
             backoff = (backoff * 2).min(Duration::from_secs(60));
         }
+    }
+
+    /// Passes an upstream's change announcement on to the gateway's clients once the re-listing
+    /// (and its pin check) is done: what they list then is what the gateway serves, whether or
+    /// not the change made a definition served.
+    fn announce(&self, method: &str) {
+        let Some(server) = self.inner.server.get() else { return };
+        let event = match method {
+            "notifications/tools/list_changed" => ServerEvent::ToolsListChanged,
+            "notifications/prompts/list_changed" => ServerEvent::PromptsListChanged,
+            "notifications/resources/list_changed" => ServerEvent::ResourcesListChanged,
+            _ => return,
+        };
+        server.events().publish(event);
     }
 
     /// Reviewers decide from the CLI, in another process: their decisions reach the registry
@@ -494,8 +517,12 @@ impl Gateway {
     /// Exposed names claimed twice, and unprefixed names inside another upstream's namespace,
     /// are held: neither is served (no shadowing either way), each with its reason.
     fn hold_ambiguous(&self, definitions: &[Definition], entries: &mut [PinEntry]) {
-        let key =
-            |d: &Definition, e: &PinEntry| e.exposed.as_ref().map(|name| (d.subject.kind.namespace(), name.clone()));
+        // Instructions have no name: each upstream's are its own section, never a collision.
+        let key = |d: &Definition, e: &PinEntry| {
+            (d.subject.kind != DefinitionKind::Instructions)
+                .then(|| e.exposed.as_ref().map(|name| (d.subject.kind.namespace(), name.clone())))
+                .flatten()
+        };
         let claimed: Vec<String> = definitions
             .iter()
             .zip(entries.iter())
@@ -530,6 +557,7 @@ impl Gateway {
         mut entries: Vec<PinEntry>,
     ) -> Result<(App, Vec<PinEntry>), GatewayError> {
         let (mut tools, mut prompts, mut resources, mut templates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut completion_prompts, mut completion_templates) = (BTreeMap::new(), BTreeMap::new());
         let mut instructions = Vec::new();
         let covered = |key: &str| self.inner.coverage.get().is_none_or(|check| check(key));
         for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
@@ -579,14 +607,30 @@ impl Gateway {
                     }
                 },
                 DefinitionKind::Prompt => {
+                    completion_prompts.insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
                     prompts.push(relayed_prompt(upstream, &exposed, &definition.subject.name, raw, origin));
                 }
                 DefinitionKind::Resource => resources.push(relayed_resource(upstream, &exposed, raw, origin)),
-                DefinitionKind::ResourceTemplate => templates.push(relayed_template(upstream, &exposed, raw, origin)),
+                DefinitionKind::ResourceTemplate => {
+                    completion_templates
+                        .insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
+                    templates.push(relayed_template(upstream, &exposed, raw, origin));
+                }
                 DefinitionKind::Instructions => {}
             }
         }
-        let mut builder = App::builder("palisade-gateway", env!("CARGO_PKG_VERSION"));
+        let mut builder = App::builder("palisade-gateway", env!("CARGO_PKG_VERSION")).dynamic();
+        let routes = Arc::new(CompletionRoutes {
+            upstreams: self.inner.upstreams.clone(),
+            prompts: completion_prompts,
+            templates: completion_templates,
+        });
+        if !routes.is_empty() {
+            builder = builder.relayed_completion(move |ctx, reference, params| {
+                let routes = routes.clone();
+                async move { routes.complete(&ctx, reference, params).await }
+            });
+        }
         builder = tools.into_iter().fold(builder, AppBuilder::tool);
         builder = prompts.into_iter().fold(builder, AppBuilder::prompt);
         builder = resources.into_iter().fold(builder, AppBuilder::resource);
@@ -798,16 +842,12 @@ fn relayed_tool(
     // `destructiveHint` only makes the tool stricter (confirmation) unless the operator exempts it.
     let destructive = raw.get("annotations").and_then(|a| a.get("destructiveHint")) == Some(&Value::Bool(true));
     let confirm = settings.confirm.contains(name) || (destructive && !settings.no_confirm.contains(name));
-    // A tool the upstream can run as a task runs as a *Palisade* task: the task row is bound to
+    // A caller that declares the tasks extension gets a *Palisade* task: the task row is bound to
     // the caller (subject, tenant, client) and authorized on every get/update/cancel, and its
     // worker makes the upstream call, so callers stay partitioned whether or not the upstream
     // partitions its own tasks (the upstream never sees a task the client could name).
-    let task_capable = matches!(
-        raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Value::as_str),
-        Some("optional" | "required")
-    );
     let mut builder = ToolDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
-    if task_capable && !confirm {
+    if !confirm {
         builder = builder.task_support(TaskSupport::Optional);
     }
     if confirm {
@@ -1003,6 +1043,9 @@ async fn forward(
     if let Some(token) = &ctx.meta().progress_token {
         meta.insert("progressToken".into(), token.to_value());
     }
+    if let Some(level) = ctx.meta().log_level {
+        meta.insert(palisade_wire::meta_keys::LOG_LEVEL.into(), json!(level.as_str()));
+    }
     if !meta.is_empty() {
         params.insert("_meta".into(), Value::Object(meta));
     }
@@ -1027,7 +1070,7 @@ async fn forward(
         method,
         params,
         caller,
-        client_capabilities: Some(Value::Object(ctx.meta().client_capabilities.clone())),
+        client_capabilities: Some(Value::Object(upstream_capabilities(&ctx.meta().client_capabilities))),
         notifications: Some(notifications),
         cancel: ctx.cancellation().clone(),
     };
@@ -1055,18 +1098,84 @@ async fn forward(
             }
             Ok(Relayed::InputRequired(input.with_state(state)))
         }
-        UpstreamReply::Error { code, message } => Err(relayed_error(id, code, &message)),
+        UpstreamReply::Error { code, message, required_capabilities } => {
+            Err(relayed_error(id, code, &message, required_capabilities))
+        }
     }
+}
+
+/// The caller's declared capabilities as the upstream sees them: without the tasks extension
+/// (a task through the gateway is the gateway's own, run by its worker as a plain call).
+fn upstream_capabilities(declared: &Map<String, Value>) -> Map<String, Value> {
+    let mut capabilities = declared.clone();
+    if let Some(Value::Object(extensions)) = capabilities.get_mut("extensions") {
+        extensions.remove(palisade_server::tasks::TASKS_EXTENSION);
+        if extensions.is_empty() {
+            capabilities.remove("extensions");
+        }
+    }
+    capabilities
 }
 
 /// A JSON-RPC error the upstream answered, as the caller sees it: invalid params and unknown
 /// resources keep their meaning; anything else is the upstream being unavailable for this call.
-fn relayed_error(upstream: &str, code: i64, message: &str) -> ProtocolError {
+fn relayed_error(upstream: &str, code: i64, message: &str, required_capabilities: Option<Value>) -> ProtocolError {
     tracing::info!(%upstream, code, "upstream answered an error");
-    match code {
-        -32602 => ProtocolError::invalid_params(format!("upstream {upstream}: {message}")),
-        -32601 => ProtocolError::invalid_params(format!("upstream {upstream} does not support this method")),
+    match (code, required_capabilities) {
+        (-32602, _) => ProtocolError::invalid_params(format!("upstream {upstream}: {message}")),
+        (-32601, _) => ProtocolError::invalid_params(format!("upstream {upstream} does not support this method")),
+        // The caller must declare what the upstream needs (elicitation, sampling, roots).
+        (-32021, Some(required)) => ProtocolError::MissingCapability { required },
         _ => ProtocolError::Unavailable,
+    }
+}
+
+/// Which upstream answers completions for each served prompt and resource template.
+struct CompletionRoutes {
+    upstreams: Vec<Arc<Upstream>>,
+    /// Exposed prompt name → (upstream index, upstream name).
+    prompts: BTreeMap<String, (usize, String)>,
+    /// Exposed template → (upstream index, upstream template).
+    templates: BTreeMap<String, (usize, String)>,
+}
+
+impl CompletionRoutes {
+    fn is_empty(&self) -> bool {
+        self.prompts.is_empty() && self.templates.is_empty()
+    }
+
+    /// Relays a `completion/complete` to the upstream of the prompt or template it completes,
+    /// with the reference renamed to the upstream's own.
+    async fn complete(
+        &self,
+        ctx: &RequestContext,
+        reference: CompletionRef,
+        mut params: Map<String, Value>,
+    ) -> Result<Value, ProtocolError> {
+        let (index, reference) = match &reference {
+            CompletionRef::Prompt(name) => {
+                let (index, upstream_name) =
+                    self.prompts.get(name).ok_or(ProtocolError::invalid_params("unknown prompt"))?;
+                (*index, json!({ "type": "ref/prompt", "name": upstream_name }))
+            }
+            CompletionRef::Resource(uri) => {
+                let (index, template) =
+                    self.templates.get(uri).ok_or(ProtocolError::invalid_params("unknown resource"))?;
+                (*index, json!({ "type": "ref/resource", "uri": template }))
+            }
+        };
+        let upstream = self.upstreams.get(index).ok_or(ProtocolError::Internal)?;
+        params.insert("ref".into(), reference);
+        params.remove("_meta");
+        match forward(upstream, ctx, "completion/complete", params).await? {
+            Relayed::Result(mut result) => match result.remove("completion") {
+                Some(completion @ Value::Object(_)) => Ok(json!({ "completion": completion })),
+                _ => Err(upstream_garbage(&upstream.settings.id, "a completion result without completion")),
+            },
+            Relayed::InputRequired(_) => {
+                Err(upstream_garbage(&upstream.settings.id, "input requests for a completion"))
+            }
+        }
     }
 }
 

@@ -642,7 +642,7 @@ async fn input_required_and_errors_pass_through() {
         other => panic!("unexpected {other:?}"),
     }
     match client.request(call("p", "failing", json!({}))).await.unwrap() {
-        UpstreamReply::Error { code, message } => {
+        UpstreamReply::Error { code, message, .. } => {
             assert_eq!(code, -32000);
             assert!(message.starts_with("boom"));
             assert_eq!(message.chars().count(), 200, "truncated");

@@ -337,13 +337,21 @@ pub fn keygen(out: &Path, reviewer: &str) -> anyhow::Result<ExitCode> {
 /// and how many of its definitions are in each pin state and served.
 #[allow(clippy::print_stdout)]
 pub async fn status(config: &Path) -> anyhow::Result<ExitCode> {
-    let (_, gateway, store) = open(config).await?;
-    let (gateway, _) = crate::start_gateway(&gateway, &store).await?;
+    let (settings, gateway, store) = open(config).await?;
+    // What the running gateway serves also depends on the signed kill-switch registry.
+    let coverage: Option<palisade_gateway::gateway::CoverageCheck> = crate::killswitch_cli::active_policy(&settings)?
+        .map(|policy| {
+            let policy = std::sync::Arc::new(policy);
+            std::sync::Arc::new(move |key: &str| policy.lookup(key).is_some())
+                as palisade_gateway::gateway::CoverageCheck
+        });
+    let (gateway, _) = crate::start_gateway(&gateway, &store, coverage).await?;
     let report = gateway.report();
     let summary = palisade_gateway::gateway::summarize(&report);
     let mut healthy = true;
     for status in gateway.status() {
-        healthy &= status.health.healthy;
+        let reachable = status.health.healthy && status.listing_error.is_none();
+        healthy &= reachable;
         let states = summary
             .get(&status.id)
             .map(|states| states.iter().map(|(state, n)| format!("{n} {state}")).collect::<Vec<_>>().join(", "))
@@ -353,11 +361,16 @@ pub async fn status(config: &Path) -> anyhow::Result<ExitCode> {
             status.id,
             status.url,
             status.protocol.as_deref().unwrap_or("-"),
-            status.health.healthy,
+            reachable,
             status.served,
             status.listed,
             states,
-            status.health.last_error.as_deref().map(|e| format!("  last error: {e}")).unwrap_or_default()
+            status
+                .listing_error
+                .as_deref()
+                .or(status.health.last_error.as_deref())
+                .map(|e| format!("  last error: {e}"))
+                .unwrap_or_default()
         );
     }
     for entry in report.iter().filter(|entry| !entry.served) {

@@ -216,7 +216,7 @@ pub async fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
                 (Some(app), _) => app.build(),
                 (None, Some(gateway)) => {
                     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-                    crate::start_gateway(gateway, &store).await?.1
+                    crate::start_gateway(gateway, &store, None).await?.1
                 }
                 (None, None) => anyhow::bail!("no application to write a policy for"),
             };
@@ -291,6 +291,17 @@ fn location_settings(location: &AuthorityLocation) -> anyhow::Result<Settings> {
 /// `Err` says why that could not be established.
 fn policy_asks_for(location: &AuthorityLocation, kind: palisade_killswitch::TargetKind) -> anyhow::Result<(bool, u64)> {
     let settings = location_settings(location)?;
+    let policy = active_policy(&settings)?
+        .ok_or_else(|| anyhow::anyhow!("the configuration runs no kill switch ([killswitch] mode = \"off\")"))?;
+    let asks = policy.payload().operations.values().any(|rule| {
+        rule.coverage == palisade_killswitch::Coverage::Covered && rule.required_target_kinds.contains(&kind)
+    });
+    Ok((asks, policy.generation()))
+}
+
+/// The signed policy a server with these settings runs (`None`: no kill switch), read without
+/// starting anything.
+pub fn active_policy(settings: &Settings) -> anyhow::Result<Option<Policy>> {
     let files = match &settings.killswitch.mode {
         KillSwitchMode::Dev { dir } => DevAuthorityFiles::new(dir.clone()).policy_files(),
         KillSwitchMode::Authority(external) => palisade_killswitch::PolicyFiles {
@@ -298,13 +309,9 @@ fn policy_asks_for(location: &AuthorityLocation, kind: palisade_killswitch::Targ
             envelope: external.policy.clone(),
             key_trust_root: external.key_trust_root.clone(),
         },
-        KillSwitchMode::Off => anyhow::bail!("the configuration runs no kill switch ([killswitch] mode = \"off\")"),
+        KillSwitchMode::Off => return Ok(None),
     };
-    let policy = palisade_killswitch::Policy::load(&files, now_ms()).context("reading the active signed policy")?;
-    let asks = policy.payload().operations.values().any(|rule| {
-        rule.coverage == palisade_killswitch::Coverage::Covered && rule.required_target_kinds.contains(&kind)
-    });
-    Ok((asks, policy.generation()))
+    Ok(Some(Policy::load(&files, now_ms()).context("reading the active signed policy")?))
 }
 
 fn parse_target(spec: &str) -> anyhow::Result<(palisade_killswitch::TargetKind, String)> {

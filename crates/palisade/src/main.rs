@@ -690,8 +690,9 @@ fn dev_authorization_server(
 async fn start_gateway(
     settings: &palisade_gateway::config::GatewaySettings,
     store: &Arc<dyn palisade_store::Store>,
+    coverage: Option<palisade_gateway::gateway::CoverageCheck>,
 ) -> anyhow::Result<(palisade_gateway::Gateway, palisade_server::App)> {
-    let gateway = palisade_gateway::Gateway::new(settings.clone(), store.clone(), Arc::new(SystemClock), None)
+    let gateway = palisade_gateway::Gateway::new(settings.clone(), store.clone(), Arc::new(SystemClock), coverage)
         .context("starting the gateway")?;
     gateway.refresh_all().await;
     let app = gateway.build_app().await.context("building the gateway's registry")?;
@@ -701,7 +702,7 @@ async fn start_gateway(
             status.id,
             status.served,
             status.listed,
-            if status.health.healthy { "healthy" } else { "unreachable; retrying" }
+            if status.health.healthy && status.listing_error.is_none() { "healthy" } else { "unreachable; retrying" }
         );
     }
     Ok((gateway, app))
@@ -765,7 +766,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     // The gateway lists its upstreams (and pins what they list) before the kill switch starts:
     // the registry the switch must cover is what the gateway serves.
     let gateway = match &settings.gateway {
-        Some(gateway_settings) => Some(start_gateway(gateway_settings, &store).await?),
+        Some(gateway_settings) => Some(start_gateway(gateway_settings, &store, None).await?),
         None => None,
     };
     let initial = match (&gateway, app_name) {

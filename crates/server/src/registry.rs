@@ -56,6 +56,11 @@ type PromptHandler = Arc<
         + Sync,
 >;
 type CompletionHandler = Arc<dyn Fn(&CompletionRef, &str, &str, &BTreeMap<String, String>) -> Completion + Send + Sync>;
+/// A completion answered by another server (the gateway): the request's context, the checked
+/// reference and the request's params; the result is the `completion/complete` result object.
+pub(crate) type RelayedCompletion = Arc<
+    dyn Fn(RequestContext, CompletionRef, Map<String, Value>) -> BoxFuture<Result<Value, ProtocolError>> + Send + Sync,
+>;
 type ReadResult = Result<Outcome<Vec<ResourceContents>>, ProtocolError>;
 
 /// A definition the builder refused.
@@ -766,6 +771,10 @@ pub struct App {
     pub(crate) templates: Vec<ResourceTemplateDef>,
     pub(crate) prompts: Vec<PromptDef>,
     pub(crate) completion: Option<CompletionHandler>,
+    pub(crate) relayed_completion: Option<RelayedCompletion>,
+    /// Tools, prompts and resources are offered (listed, possibly empty) even when there are
+    /// none yet: the gateway's registry changes while it serves.
+    pub(crate) dynamic: bool,
     pub(crate) handle_types: Vec<HandleType>,
     pub(crate) list_ttl_ms: u64,
 }
@@ -788,6 +797,8 @@ impl App {
                 templates: Vec::new(),
                 prompts: Vec::new(),
                 completion: None,
+                relayed_completion: None,
+                dynamic: false,
                 handle_types: Vec::new(),
                 list_ttl_ms: 60_000,
             },
@@ -844,10 +855,10 @@ impl App {
     pub fn advertises(&self, method: Method) -> bool {
         match method.needs() {
             Needs::Nothing => true,
-            Needs::Tools => !self.tools.is_empty(),
-            Needs::Resources => !self.resources.is_empty() || !self.templates.is_empty(),
-            Needs::Prompts => !self.prompts.is_empty(),
-            Needs::Completion => self.completion.is_some(),
+            Needs::Tools => self.dynamic || !self.tools.is_empty(),
+            Needs::Resources => self.dynamic || !self.resources.is_empty() || !self.templates.is_empty(),
+            Needs::Prompts => self.dynamic || !self.prompts.is_empty(),
+            Needs::Completion => self.completion.is_some() || self.relayed_completion.is_some(),
             Needs::TaskTools => self.tools.iter().any(|tool| tool.task_support != TaskSupport::Forbidden),
         }
     }
@@ -855,16 +866,16 @@ impl App {
     /// The server capabilities this application implies.
     pub fn capabilities(&self) -> Value {
         let mut caps = Map::new();
-        if !self.tools.is_empty() {
+        if self.dynamic || !self.tools.is_empty() {
             caps.insert("tools".into(), json!({ "listChanged": true }));
         }
-        if !self.resources.is_empty() || !self.templates.is_empty() {
+        if self.dynamic || !self.resources.is_empty() || !self.templates.is_empty() {
             caps.insert("resources".into(), json!({ "subscribe": true, "listChanged": true }));
         }
-        if !self.prompts.is_empty() {
+        if self.dynamic || !self.prompts.is_empty() {
             caps.insert("prompts".into(), json!({ "listChanged": true }));
         }
-        if self.completion.is_some() {
+        if self.completion.is_some() || self.relayed_completion.is_some() {
             caps.insert("completions".into(), json!({}));
         }
         caps.insert("logging".into(), json!({}));
@@ -921,6 +932,30 @@ impl AppBuilder {
         F: Fn(&CompletionRef, &str, &str, &BTreeMap<String, String>) -> Completion + Send + Sync + 'static,
     {
         self.app.completion = Some(Arc::new(handler));
+        self
+    }
+
+    /// Offers tools, prompts and resources even while there are none (empty lists, `listChanged`
+    /// capabilities): for an application whose definitions arrive while it serves (the gateway),
+    /// so clients can list and listen from the start and the kill switch's registry covers the
+    /// list methods before the first definition is published.
+    pub fn dynamic(mut self) -> Self {
+        self.app.dynamic = true;
+        self
+    }
+
+    /// Answers `completion/complete` by relaying it (the gateway): `handler` gets the request's
+    /// context, the reference (already checked to name a registered prompt or resource
+    /// template) and the params, and returns the result object (`{"completion": …}`). Replaces a
+    /// [`completion`](Self::completion) handler.
+    pub fn relayed_completion<F, Fut>(mut self, handler: F) -> Self
+    where
+        F: Fn(RequestContext, CompletionRef, Map<String, Value>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Value, ProtocolError>> + Send + 'static,
+    {
+        self.app.completion = None;
+        self.app.relayed_completion =
+            Some(Arc::new(move |ctx, reference, params| Box::pin(handler(ctx, reference, params))));
         self
     }
 

@@ -44,9 +44,14 @@ pub(super) struct Outgoing {
 pub(super) enum Body {
     /// The `result` object.
     Result(Map<String, Value>),
-    /// The `error` object's code and (sanitized, truncated) message.
-    Error { code: i64, message: String },
+    /// The `error` object's code and (sanitized, truncated) message; for -32021 (a missing
+    /// client capability) also the `requiredCapabilities` object of its data, so the caller
+    /// learns what to declare.
+    Error { code: i64, message: String, required_capabilities: Option<Value> },
 }
+
+/// JSON-RPC code of a missing required client capability.
+const MISSING_CAPABILITY: i64 = -32021;
 
 /// A checked answer and what its headers said.
 #[derive(Debug)]
@@ -136,6 +141,11 @@ impl Transport {
             return Err(refusal);
         }
         let session_id = session_id(response.headers())?;
+        // 2025-era transport: a 404 to a request that carried a session id means the session is
+        // gone and the client must start a new one, whatever the body says.
+        if status == reqwest::StatusCode::NOT_FOUND && out.session.is_some() {
+            return Err(UpstreamError::Status(404).into());
+        }
         if !status.is_success() {
             // A modern server answers most refusals as a JSON-RPC error with a 4xx status: read
             // it when it is one for our id; anything else is the status itself.
@@ -355,7 +365,13 @@ pub(super) fn response_body(value: Value, id: i64) -> Result<Body, UpstreamError
                 .get("message")
                 .and_then(Value::as_str)
                 .ok_or_else(|| protocol("answered an error without a message"))?;
-            Ok(Body::Error { code, message: sanitize_message(message) })
+            // Only a small capabilities object of a -32021 survives; any other data is dropped.
+            let required_capabilities = (code == MISSING_CAPABILITY)
+                .then(|| error.get("data").and_then(|data| data.get("requiredCapabilities")))
+                .flatten()
+                .filter(|caps| caps.is_object() && caps.to_string().len() <= 4096)
+                .cloned();
+            Ok(Body::Error { code, message: sanitize_message(message), required_capabilities })
         }
         (None, Some(_)) => Err(protocol("answered with an error that is not an object")),
         (Some(_), Some(_)) => Err(protocol("answered with both a result and an error")),
@@ -554,7 +570,7 @@ mod tests {
         assert!(matches!(ok, Body::Result(map) if map["a"] == 1));
         let long = "é\u{7}".repeat(300);
         match response_body(json!({"jsonrpc":"2.0","id":7,"error":{"code":-1,"message":long,"data":"x"}}), 7).unwrap() {
-            Body::Error { code, message } => {
+            Body::Error { code, message, .. } => {
                 assert_eq!(code, -1);
                 assert_eq!(message.chars().count(), MAX_ERROR_MESSAGE);
                 assert!(!message.contains('\u{7}'));

@@ -217,6 +217,9 @@ pub enum UpstreamReply {
         code: i64,
         /// The upstream's message, sanitized.
         message: String,
+        /// For -32021 only: the capabilities the upstream requires (its data's
+        /// `requiredCapabilities` object, at most 4 KiB).
+        required_capabilities: Option<Value>,
     },
 }
 
@@ -514,12 +517,20 @@ impl UpstreamClient {
             )
             .await?;
         let result = match body {
-            Body::Error { code, message } => return Ok(UpstreamReply::Error { code, message }),
+            Body::Error { code, message, required_capabilities } => {
+                return Ok(UpstreamReply::Error { code, message, required_capabilities });
+            }
             Body::Result(result) => result,
         };
         match result.get("resultType") {
             None => Ok(UpstreamReply::Result(result)),
-            Some(Value::String(kind)) if kind == "complete" || kind == "task" => Ok(UpstreamReply::Result(result)),
+            Some(Value::String(kind)) if kind == "complete" => Ok(UpstreamReply::Result(result)),
+            // The gateway never asks an upstream for a task (the caller's tasks extension is not
+            // passed on: a task through the gateway is the gateway's own): an upstream task id
+            // must not reach a caller.
+            Some(Value::String(kind)) if kind == "task" => {
+                Err(UpstreamError::Protocol("answered with a task the gateway did not ask for".into()))
+            }
             Some(Value::String(kind)) if kind == "input_required" => {
                 let input_requests = match result.get("inputRequests") {
                     None => Map::new(),

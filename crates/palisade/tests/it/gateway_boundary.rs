@@ -435,7 +435,7 @@ async fn a_2025_era_upstream_sees_one_session_per_principal() {
             assert_eq!(after[1], after[2], "{who}: {after:?}");
             fresh.push(after[1].clone());
         }
-        seen += 2;
+        seen += 3;
         assert!(fresh.iter().all(|session| session.is_some() && !known.contains(session)), "{fresh:?} {known:?}");
         assert_ne!(fresh[0], fresh[1], "re-opened sessions are still one per principal");
         known.extend(fresh);

@@ -149,7 +149,13 @@ impl Server {
                 }
                 self.finish_round(&ctx, Method::ResourcesRead, params, outcome)
             }
-            Method::Complete => complete(app, params),
+            Method::Complete => match &app.relayed_completion {
+                Some(relay) => {
+                    let reference = completion_ref(app, params)?;
+                    relay(ctx.clone(), reference, params.clone()).await
+                }
+                None => complete(app, params),
+            },
             Method::Listen
             | Method::Initialize
             | Method::Ping
@@ -276,11 +282,11 @@ pub(super) fn string_map(value: Option<&Value>) -> Result<BTreeMap<String, Strin
     }
 }
 
-fn complete(app: &App, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
-    let handler = app.completion.as_ref().ok_or(ProtocolError::Internal)?;
+/// The reference of a `completion/complete`, checked to name a registered prompt or resource.
+fn completion_ref(app: &App, params: &Map<String, Value>) -> Result<CompletionRef, ProtocolError> {
     let reference =
         params.get("ref").and_then(Value::as_object).ok_or_else(|| ProtocolError::invalid_params("ref is required"))?;
-    let reference = match reference.get("type").and_then(Value::as_str) {
+    Ok(match reference.get("type").and_then(Value::as_str) {
         Some("ref/prompt") => {
             let name = string_param(reference, "name")?;
             app.prompt(name).ok_or_else(|| ProtocolError::invalid_params("unknown prompt"))?;
@@ -295,7 +301,12 @@ fn complete(app: &App, params: &Map<String, Value>) -> Result<Value, ProtocolErr
             CompletionRef::Resource(uri.to_owned())
         }
         _ => return Err(ProtocolError::invalid_params("ref.type must be ref/prompt or ref/resource")),
-    };
+    })
+}
+
+fn complete(app: &App, params: &Map<String, Value>) -> Result<Value, ProtocolError> {
+    let handler = app.completion.as_ref().ok_or(ProtocolError::Internal)?;
+    let reference = completion_ref(app, params)?;
     let argument = params
         .get("argument")
         .and_then(Value::as_object)
