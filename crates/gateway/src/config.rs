@@ -95,6 +95,10 @@ pub struct RawUpstream {
     /// Tools (upstream names) exempt from the confirmation a `destructiveHint` asks for.
     #[serde(default)]
     pub no_confirm: Vec<String>,
+    /// Tools (upstream names) that run as the caller's durable task when the caller asks for one
+    /// (besides those whose definition declares `execution.taskSupport`).
+    #[serde(default)]
+    pub tasks: Vec<String>,
     /// The gateway's own credential toward it. Default none.
     #[serde(default)]
     pub credential: RawCredential,
@@ -179,6 +183,8 @@ pub struct UpstreamSettings {
     pub confirm: BTreeSet<String>,
     /// Tools exempt from the `destructiveHint` confirmation.
     pub no_confirm: BTreeSet<String>,
+    /// Tools that may run as the caller's task.
+    pub tasks: BTreeSet<String>,
     /// Its credential.
     pub credential: CredentialConfig,
 }
@@ -302,6 +308,7 @@ fn validate_upstream(index: usize, raw: RawUpstream) -> Result<UpstreamSettings,
         deny: raw.deny.into_iter().collect(),
         confirm: raw.confirm.into_iter().collect(),
         no_confirm: raw.no_confirm.into_iter().collect(),
+        tasks: raw.tasks.into_iter().collect(),
         credential,
     })
 }

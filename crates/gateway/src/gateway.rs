@@ -842,12 +842,18 @@ fn relayed_tool(
     // `destructiveHint` only makes the tool stricter (confirmation) unless the operator exempts it.
     let destructive = raw.get("annotations").and_then(|a| a.get("destructiveHint")) == Some(&Value::Bool(true));
     let confirm = settings.confirm.contains(name) || (destructive && !settings.no_confirm.contains(name));
-    // A caller that declares the tasks extension gets a *Palisade* task: the task row is bound to
+    // A task-capable tool (the operator's `tasks`, or its definition's `execution.taskSupport`)
+    // called with the tasks extension runs as a *Palisade* task: the task row is bound to
     // the caller (subject, tenant, client) and authorized on every get/update/cancel, and its
     // worker makes the upstream call, so callers stay partitioned whether or not the upstream
     // partitions its own tasks (the upstream never sees a task the client could name).
+    let task_capable = settings.tasks.contains(name)
+        || matches!(
+            raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Value::as_str),
+            Some("optional" | "required")
+        );
     let mut builder = ToolDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
-    if !confirm {
+    if task_capable && !confirm {
         builder = builder.task_support(TaskSupport::Optional);
     }
     if confirm {
