@@ -23,8 +23,8 @@ use palisade_wire::ProtocolError;
 
 use crate::auth::VerifiedPrincipal;
 use crate::clearance::{Cleared, refusal};
-use crate::method::{Method, OperationKey, TargetFamily};
-use crate::registry::{App, Effect, Origin};
+use crate::method::{Method, OperationKey, Origin, TargetFamily};
+use crate::registry::{App, Effect};
 
 /// The kind of target an operation's registered entry is, for the authority: a tool or a
 /// resource (prompts have no kind of their own; the release, tenant and client still cover them).

@@ -54,11 +54,11 @@ pub use handles::{
     HandleError, HandleObject, HandlePhase, HandlePolicy, HandleService, HandleType, PrincipalEvent, ResolvedHandle,
     SubjectKey,
 };
-pub use method::{Method, OperationKey};
+pub use method::{Method, OperationKey, Origin};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use registry::{
-    App, AppBuilder, Completion, CompletionRef, Effect, Origin, PromptArgument, PromptDef, ResourceDef,
-    ResourceTemplateDef, RestartPolicy, TaskSupport, ToolDef, check_tool,
+    App, AppBuilder, Completion, CompletionRef, Effect, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
+    RestartPolicy, TaskSupport, ToolDef, check_tool,
 };
 pub use reply::Reply;
 pub use server::{BuildError, Published, Server, ServerBuilder};

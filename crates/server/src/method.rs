@@ -169,6 +169,17 @@ impl Method {
     }
 }
 
+/// Where a definition comes from when the application relays another MCP server's (the
+/// gateway): the upstream's id (the kill switch's `upstream` target) and the text its audit
+/// records carry (upstream id, exposed and upstream names, the pin's digest prefix).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The upstream's id.
+    pub upstream: String,
+    /// The audit record's detail for operations on this definition.
+    pub audit_detail: String,
+}
+
 /// The operation a request performs, derived by the server: the method plus the *registered*
 /// name it targets. It is what policy (scopes, the kill switch registry) is keyed on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,7 +187,7 @@ pub struct OperationKey {
     method: Method,
     target: Option<String>,
     /// The upstream a relayed definition comes from (the gateway), from the registry.
-    origin: Option<std::sync::Arc<crate::registry::Origin>>,
+    origin: Option<std::sync::Arc<Origin>>,
 }
 
 impl OperationKey {
@@ -186,14 +197,14 @@ impl OperationKey {
         Self { method, target, origin: None }
     }
 
-    /// The key of an operation on a relayed definition (the registry's [`crate::registry::Origin`]).
-    pub(crate) fn with_origin(mut self, origin: Option<std::sync::Arc<crate::registry::Origin>>) -> Self {
+    /// The key of an operation on a relayed definition ([`Origin`]).
+    pub(crate) fn with_origin(mut self, origin: Option<std::sync::Arc<Origin>>) -> Self {
         self.origin = origin;
         self
     }
 
     /// Where the targeted definition comes from, when it is relayed from an upstream.
-    pub fn origin(&self) -> Option<&crate::registry::Origin> {
+    pub fn origin(&self) -> Option<&Origin> {
         self.origin.as_deref()
     }
 

@@ -13,7 +13,7 @@ use crate::BoxFuture;
 use crate::content::{CallToolResult, GetPromptResult, ResourceContents};
 use crate::context::{InputRequired, Outcome, RequestContext};
 use crate::handles::{HandleArgument, HandleType, handle_argument_schema};
-use crate::method::{Method, Needs};
+use crate::method::{Method, Needs, Origin};
 
 pub(crate) type ToolHandler = Arc<
     dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Outcome<CallToolResult>, ProtocolError>>
@@ -95,17 +95,6 @@ pub enum RegistryError {
         /// What is wrong.
         why: String,
     },
-}
-
-/// Where a definition comes from when the application relays another MCP server's (the
-/// gateway): the upstream's id (the kill switch's `upstream` target) and the text its audit
-/// records carry (upstream id, exposed and upstream names, the pin's digest prefix).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Origin {
-    /// The upstream's id.
-    pub upstream: String,
-    /// The audit record's detail for operations on this definition.
-    pub audit_detail: String,
 }
 
 /// A registered tool.

@@ -78,6 +78,16 @@ impl Sessions {
 }
 
 impl Inner {
+    /// The slot of `partition` (created if missing; the least recently used one evicted and its
+    /// session closed when the map is full).
+    fn partition_slot(self: &Arc<Self>, partition: &str) -> Arc<Slot> {
+        let (slot, evicted) = self.sessions.slot(partition);
+        if let Some(evicted) = evicted {
+            self.close_evicted(evicted);
+        }
+        slot
+    }
+
     /// The session of `caller.partition`, opened with `initialize` when it has none yet.
     pub(super) async fn session(
         self: &Arc<Self>,
@@ -85,10 +95,7 @@ impl Inner {
         caller: CallerContext<'_>,
         capabilities: Option<&Value>,
     ) -> Result<Session, UpstreamError> {
-        let (slot, evicted) = self.sessions.slot(caller.partition);
-        if let Some(evicted) = evicted {
-            self.close_evicted(evicted);
-        }
+        let slot = self.partition_slot(caller.partition);
         let mut guard = slot.session.lock().await;
         if let Some(session) = guard.as_ref() {
             return Ok(session.clone());
@@ -106,10 +113,7 @@ impl Inner {
         caller: CallerContext<'_>,
         capabilities: Option<&Value>,
     ) -> Result<Session, UpstreamError> {
-        let (slot, evicted) = self.sessions.slot(caller.partition);
-        if let Some(evicted) = evicted {
-            self.close_evicted(evicted);
-        }
+        let slot = self.partition_slot(caller.partition);
         let mut guard = slot.session.lock().await;
         if let Some(current) = guard.as_ref()
             && current != stale
