@@ -244,7 +244,10 @@ pub const RULES: &[Rule] = &[
                 crates: &["sqlx", "rusqlite"],
                 because: "nothing outside palisade-store sees SQL (the gateway uses the store's traits)",
             },
-            Forbid { crates: &["palisade-apps", "palisade"], because: "the gateway is an application of the runtime, not of the CLI" },
+            Forbid {
+                crates: &["palisade-apps", "palisade"],
+                because: "the gateway is an application of the runtime, not of the CLI",
+            },
         ],
     },
     Rule { package: "palisade", forbid: &[] },
