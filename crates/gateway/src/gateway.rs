@@ -25,7 +25,7 @@ use palisade_server::{
     Outcome, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef,
     ResourceTemplateDef, Server, ServerEvent, TaskSupport, ToolDef, check_tool,
 };
-use palisade_store::{AuditRecord, Decision, PinObservation, PinRow, PinVerdict, Store};
+use palisade_store::{AuditRecord, Decision, PinDecision, PinObservation, PinRow, PinVerdict, Store};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -234,7 +234,7 @@ impl Gateway {
         let definitions = self.collect();
         self.observe(&definitions).await?;
         let rows = self.inner.store.pins(None).await?;
-        *lock(&self.inner.decisions_seen) = fingerprint(&rows);
+        *lock(&self.inner.decisions_seen) = fingerprint(rows.iter().filter_map(|row| row.decision.as_ref()));
         let rows: HashMap<&str, &PinRow> = rows.iter().map(|row| (row.observation.pin_id.as_str(), row)).collect();
         let mut entries = Vec::with_capacity(definitions.len());
         for definition in &definitions {
@@ -381,10 +381,10 @@ impl Gateway {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            match self.inner.store.pins(None).await {
-                Ok(rows) => {
+            match self.inner.store.pin_decisions().await {
+                Ok(decisions) => {
                     let seen = *lock(&self.inner.decisions_seen);
-                    if fingerprint(&rows) != seen {
+                    if fingerprint(decisions.iter()) != seen {
                         self.rebuild().await;
                     }
                 }
@@ -782,21 +782,16 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// A fingerprint of every decision (pin, digest, verdict, reviewer, signature).
-fn fingerprint(rows: &[PinRow]) -> u64 {
+/// A fingerprint of a set of decisions (pin, digest, verdict, reviewer, signature), whatever
+/// their order.
+fn fingerprint<'a>(decisions: impl Iterator<Item = &'a PinDecision>) -> u64 {
     use std::hash::{Hash as _, Hasher as _};
+    let mut keyed: Vec<&PinDecision> = decisions.collect();
+    keyed.sort_by(|a, b| a.pin_id.cmp(&b.pin_id));
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    for row in rows {
-        if let Some(decision) = &row.decision {
-            (
-                &row.observation.pin_id,
-                &decision.digest,
-                decision.verdict.as_str(),
-                &decision.reviewer,
-                &decision.signature,
-            )
-                .hash(&mut hasher);
-        }
+    for decision in keyed {
+        (&decision.pin_id, &decision.digest, decision.verdict.as_str(), &decision.reviewer, &decision.signature)
+            .hash(&mut hasher);
     }
     hasher.finish()
 }

@@ -1237,7 +1237,11 @@ pub async fn pin_rejection_replaces_an_approval(harness: &dyn Harness) {
     assert_eq!(row.decided_definition.as_deref(), Some(pin.definition.as_str()));
     let again = sample_decision("mail-prompt-draft", &pin.digest, PinVerdict::Approved, 130);
     assert!(store.decide_pin(again.clone()).await.expect("approve again"));
-    assert_eq!(expect_pin(other.as_ref(), "mail-prompt-draft").await.decision, Some(again));
+    assert_eq!(expect_pin(other.as_ref(), "mail-prompt-draft").await.decision, Some(again.clone()));
+    // The decisions alone (what a running gateway polls): only decided pins, the latest each.
+    let undecided = sample_pin("mail-tool-send", "mail", "tool", "send", 2, 140);
+    store.observe_pins(vec![undecided]).await.expect("observe another");
+    assert_eq!(other.pin_decisions().await.expect("decisions"), vec![again]);
     other.close().await;
     fixture.cleanup().await;
 }

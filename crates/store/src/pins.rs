@@ -215,6 +215,10 @@ pub trait PinStore: Send + Sync + std::fmt::Debug + 'static {
     /// The order compares bytes (then the pin id), the same on every backend. An upstream id that
     /// no pin can have is [`StoreError::InvalidRecord`].
     fn pins(&self, upstream_id: Option<&str>) -> StoreFuture<'_, Vec<PinRow>>;
+
+    /// Every recorded decision, by pin id, at most [`MAX_PIN_LIST`]: what a running gateway
+    /// polls to learn of reviewers' decisions without reading any definition.
+    fn pin_decisions(&self) -> StoreFuture<'_, Vec<PinDecision>>;
 }
 
 fn invalid<T>(reason: &'static str) -> Result<T, StoreError> {
@@ -314,6 +318,30 @@ pub(crate) fn decode_pin(row: PinTuple) -> Result<PinRow, StoreError> {
     })
 }
 
+/// A decision as both backends read it (only decided pins are selected).
+#[derive(sqlx::FromRow)]
+pub(crate) struct DecisionTuple {
+    pin_id: String,
+    decision_digest: String,
+    verdict: String,
+    reviewer: String,
+    note: Option<String>,
+    signature: Option<String>,
+    decided_at_ms: i64,
+}
+
+pub(crate) fn decode_decision(row: DecisionTuple) -> Result<PinDecision, StoreError> {
+    Ok(PinDecision {
+        pin_id: row.pin_id,
+        digest: row.decision_digest,
+        verdict: PinVerdict::from_name(&row.verdict).ok_or_else(|| StoreError::corrupt("unknown pin verdict"))?,
+        reviewer: row.reviewer,
+        note: row.note,
+        signature: row.signature,
+        decided_at_ms: row.decided_at_ms,
+    })
+}
+
 /// The statements both backends run, with `$n` placeholders (SQLite gets them as `?n`).
 pub(crate) mod sql {
     macro_rules! pin_columns {
@@ -334,6 +362,8 @@ pub(crate) mod sql {
     pub const DECIDE: &str = "UPDATE pins SET verdict = $3, decision_digest = $2, reviewer = $4, note = $5, \
         signature = $6, decided_at_ms = $7, decided_definition = definition WHERE pin_id = $1 AND digest = $2";
     pub const ONE: &str = concat!("SELECT ", pin_columns!(), " FROM pins WHERE pin_id = $1");
+    pub const DECISIONS: &str = "SELECT pin_id, decision_digest, verdict, reviewer, note, signature, decided_at_ms \
+        FROM pins WHERE verdict IS NOT NULL ORDER BY pin_id LIMIT $1";
     pub const ALL: &str =
         concat!("SELECT ", pin_columns!(), " FROM pins ORDER BY upstream_id, kind, name, pin_id LIMIT $1");
     pub const OF_UPSTREAM: &str = concat!(
@@ -421,6 +451,15 @@ macro_rules! impl_pin_store {
                 .map_err(|error| StoreError::from_sqlx("pins", error))?;
                 rows.into_iter().map(crate::pins::decode_pin).collect()
             }
+
+            async fn pin_decisions_inner(&self) -> Result<Vec<crate::PinDecision>, StoreError> {
+                let rows: Vec<crate::pins::DecisionTuple> = sqlx::query_as($sql!(crate::pins::sql::DECISIONS))
+                    .bind(i64::from(crate::MAX_PIN_LIST))
+                    .fetch_all(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("pin_decisions", error))?;
+                rows.into_iter().map(crate::pins::decode_decision).collect()
+            }
         }
 
         impl crate::PinStore for $store {
@@ -438,6 +477,10 @@ macro_rules! impl_pin_store {
 
             fn pins(&self, upstream_id: Option<&str>) -> StoreFuture<'_, Vec<crate::PinRow>> {
                 Box::pin(self.pins_inner(upstream_id.map(str::to_owned)))
+            }
+
+            fn pin_decisions(&self) -> StoreFuture<'_, Vec<crate::PinDecision>> {
+                Box::pin(self.pin_decisions_inner())
             }
         }
     };
