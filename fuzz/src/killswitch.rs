@@ -102,11 +102,11 @@ fn build() -> Fixture {
         not_after: "2030-01-01T00:00:00Z".to_owned(),
     };
     let exposed = [
-        ExposedOperation { key: "tools/list".to_owned(), has_side_effect: false, target_kind: None },
+        ExposedOperation { key: "tools/list".to_owned(), has_side_effect: false, target_kinds: vec![] },
         ExposedOperation {
             key: "tools/call:checkout".to_owned(),
             has_side_effect: true,
-            target_kind: Some(TargetKind::Tool),
+            target_kinds: vec![TargetKind::Tool],
         },
     ];
     let policy = PolicyPayload::skeleton(header, exposed);

@@ -7,8 +7,8 @@
 //! - `build`: one [`Gateway::build_app`]: pins observed, states read back from the store, the
 //!   registry of every served definition assembled (what a rebuild does before publishing);
 //! - `cycle`: a re-listing as the running gateway's loops do it when every upstream's timer
-//!   fires together: N tasks, each re-listing its upstream and then rebuilding the registry,
-//!   rebuilds one at a time (the gateway serializes them).
+//!   fires together: N tasks, each [`Gateway::relist`] (re-list its upstream; rebuild the
+//!   registry only when the listing changed, concurrent rebuild requests merged into one).
 //!
 //! Prints one JSON line (stdout) with the median, minimum and maximum of each, and this
 //! process's VmRSS after the rounds; a human summary on stderr.
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Parser;
 use palisade_base::clock::{Clock as _, SystemClock};
-use palisade_gateway::Gateway;
+use palisade_gateway::{Gateway, Refreshed};
 use palisade_gateway::config::{RawGateway, RawPins, RawUpstream, validate};
 use palisade_store::{PinDecision, PinVerdict, SqliteStore, Store};
 use serde_json::json;
@@ -158,16 +158,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
 /// Every upstream re-listed by its own task, each followed by a rebuild, rebuilds serialized:
 /// the running gateway's loops when all their timers fire together.
 async fn relist_cycle(gateway: &Gateway, upstreams: usize) -> anyhow::Result<Duration> {
-    let rebuilding = Arc::new(tokio::sync::Mutex::new(()));
     let started = Instant::now();
     let tasks: Vec<_> = (0..upstreams)
         .map(|index| {
             let gateway = gateway.clone();
-            let rebuilding = rebuilding.clone();
             tokio::spawn(async move {
-                anyhow::ensure!(gateway.refresh(index).await, "upstream {index} could not be listed");
-                let _one = rebuilding.lock().await;
-                gateway.build_app().await.context("a rebuild")?;
+                let outcome = gateway.relist(index).await;
+                anyhow::ensure!(outcome != Refreshed::Failed, "upstream {index} could not be listed");
                 Ok(())
             })
         })

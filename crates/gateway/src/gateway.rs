@@ -74,6 +74,28 @@ struct Listing {
     templates: Vec<Value>,
 }
 
+impl Listing {
+    /// Whether `other` lists exactly the same definitions (and instructions).
+    fn same_as(&self, other: &Listing) -> bool {
+        self.info.instructions == other.info.instructions
+            && self.tools == other.tools
+            && self.prompts == other.prompts
+            && self.resources == other.resources
+            && self.templates == other.templates
+    }
+}
+
+/// What re-listing one upstream found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refreshed {
+    /// The same definitions as the previous listing.
+    Unchanged,
+    /// Something differs (or it is the first listing).
+    Changed,
+    /// The listing failed; the previous one is kept.
+    Failed,
+}
+
 /// One definition's standing, for `pins list`, `gateway status` and the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PinEntry {
@@ -125,6 +147,8 @@ struct Inner {
     server: OnceLock<Arc<Server>>,
     /// Serializes rebuilds (and their publications).
     rebuilding: tokio::sync::Mutex<()>,
+    /// A rebuild was asked for since the running one started.
+    rebuild_wanted: std::sync::atomic::AtomicBool,
     /// Digests last written to the store, per pin id (only changes are written).
     observed: Mutex<HashMap<String, String>>,
     /// The last report, for status and state-change records.
@@ -189,6 +213,7 @@ impl Gateway {
                 coverage: coverage_cell,
                 server: OnceLock::new(),
                 rebuilding: tokio::sync::Mutex::new(()),
+                rebuild_wanted: std::sync::atomic::AtomicBool::new(false),
                 observed: Mutex::new(HashMap::new()),
                 report: Mutex::new(Vec::new()),
                 decisions_seen: Mutex::new(0),
@@ -211,21 +236,37 @@ impl Gateway {
         futures::future::join_all(refreshes).await;
     }
 
-    /// Re-lists upstream `index`. Returns whether the listing succeeded.
-    pub async fn refresh(&self, index: usize) -> bool {
-        let Some(upstream) = self.inner.upstreams.get(index) else { return false };
+    /// Re-lists upstream `index` (its definitions are not re-pinned until a rebuild).
+    pub async fn refresh(&self, index: usize) -> Refreshed {
+        let Some(upstream) = self.inner.upstreams.get(index) else { return Refreshed::Failed };
         match list_upstream(upstream).await {
             Ok(listing) => {
-                *lock(&upstream.listing) = Some(Arc::new(listing));
+                let mut current = lock(&upstream.listing);
+                let changed = current.as_deref().is_none_or(|old| !old.same_as(&listing));
+                *current = Some(Arc::new(listing));
                 *lock(&upstream.listing_error) = None;
-                true
+                if changed { Refreshed::Changed } else { Refreshed::Unchanged }
             }
             Err(error) => {
                 *lock(&upstream.listing_error) = Some(error.to_string());
                 tracing::warn!(upstream = %upstream.settings.id, %error, "upstream listing failed; keeping the previous one");
-                false
+                Refreshed::Failed
             }
         }
+    }
+
+    /// Re-lists upstream `index` and, when what it lists changed, rebuilds the registry: an
+    /// upstream listing the same definitions as before costs one listing and nothing else.
+    pub async fn relist(&self, index: usize) -> Refreshed {
+        let started = std::time::Instant::now();
+        let outcome = self.refresh(index).await;
+        if outcome == Refreshed::Changed {
+            self.rebuild().await;
+        }
+        if let Some(upstream) = self.inner.upstreams.get(index) {
+            tracing::debug!(upstream = %upstream.settings.id, ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "re-listed");
+        }
+        outcome
     }
 
     /// Computes every pin's state (writing changed definitions to the store first) and the
@@ -248,13 +289,31 @@ impl Gateway {
         Ok(app)
     }
 
-    /// [`Self::build_app`] and publishes it on the attached server.
+    /// [`Self::build_app`] and publishes it on the attached server (without one: builds only).
+    /// Requests that arrive while a rebuild runs are merged into one more rebuild after it, so N
+    /// upstreams changing at once cost two rebuilds, not N.
     pub async fn rebuild(&self) {
-        let _one = self.inner.rebuilding.lock().await;
-        let Some(server) = self.inner.server.get() else { return };
+        use std::sync::atomic::Ordering;
+        self.inner.rebuild_wanted.store(true, Ordering::SeqCst);
+        loop {
+            let Ok(one) = self.inner.rebuilding.try_lock() else { return };
+            while self.inner.rebuild_wanted.swap(false, Ordering::SeqCst) {
+                self.rebuild_once().await;
+            }
+            drop(one);
+            // A request that came between the last swap and the unlock is not lost.
+            if !self.inner.rebuild_wanted.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    async fn rebuild_once(&self) {
         match self.build_app().await {
             Ok(app) => {
-                if let Err(error) = server.publish(app) {
+                if let Some(server) = self.inner.server.get()
+                    && let Err(error) = server.publish(app)
+                {
                     tracing::error!(%error, "the gateway's new registry was refused; the previous one keeps serving");
                 }
             }
@@ -318,8 +377,7 @@ impl Gateway {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            self.refresh(index).await;
-            self.rebuild().await;
+            self.relist(index).await;
         }
     }
 
@@ -339,8 +397,7 @@ impl Gateway {
                             next = stream.next() => match next {
                                 Some(method) => {
                                     tracing::info!(upstream = %upstream.settings.id, %method, "upstream list changed: re-listing");
-                                    self.refresh(index).await;
-                                    self.rebuild().await;
+                                    self.relist(index).await;
                                     self.announce(&method);
                                 }
                                 None => break,

@@ -25,4 +25,4 @@ pub mod names;
 pub mod pins;
 pub mod upstream;
 
-pub use gateway::{Gateway, GatewayError, PinEntry, UpstreamStatus};
+pub use gateway::{Gateway, GatewayError, PinEntry, Refreshed, UpstreamStatus};
