@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use clap::Parser;
 use palisade_base::clock::{Clock as _, SystemClock};
-use palisade_gateway::{Gateway, Refreshed};
 use palisade_gateway::config::{RawGateway, RawPins, RawUpstream, validate};
+use palisade_gateway::{Gateway, Refreshed};
 use palisade_store::{PinDecision, PinVerdict, SqliteStore, Store};
 use serde_json::json;
 
