@@ -7,6 +7,10 @@
 //!   state from the store and publishes the resulting [`App`] (clients hear `list_changed`).
 //! - [`Gateway::spawn`] runs the loops: each upstream re-listed every `[pins] relist_secs` and on
 //!   its own `list_changed`; reviewers' decisions read every `decision_poll_secs`.
+//! - A stdio upstream is listed only while its launch ([`crate::launch::LaunchSpec`]) is the
+//!   approved one: [`Gateway::refresh`] resolves it (re-hashing the executable), records it as
+//!   the upstream's `launch` pin and, unless that pin is approved, starts nothing and serves
+//!   nothing of the upstream.
 //!
 //! **Architecture Invariant:** a definition is served only while its current digest is the
 //! approved one (with a valid reviewer signature when `require_signed`), its exposed name is
@@ -32,8 +36,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{GatewaySettings, UpstreamSettings};
 use crate::credentials::{CallerContext, UpstreamCredential};
+use crate::launch::LaunchSpec;
 use crate::names::{Namer, collisions, shadows_prefix};
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
+use crate::upstream::stdio::SandboxIdentities;
 use crate::upstream::{HealthReport, ListKind, UpstreamClient, UpstreamInfo, UpstreamReply, UpstreamRequest};
 
 /// Whether the signed kill-switch registry lists an operation key (`tools/call:<name>`).
@@ -63,6 +69,8 @@ struct Upstream {
     listing: Mutex<Option<Arc<Listing>>>,
     /// Why the last listing failed (`None` after a success).
     listing_error: Mutex<Option<String>>,
+    /// A stdio upstream's launch pin, as last evaluated.
+    launch: Mutex<Option<PinEntry>>,
 }
 
 /// What one listing of an upstream returned, as sent.
@@ -136,6 +144,10 @@ pub struct UpstreamStatus {
     pub served: usize,
     /// Definitions listed.
     pub listed: usize,
+    /// A stdio upstream's launch: its pin id, digest, state and why it does not run.
+    pub launch: Option<PinEntry>,
+    /// A stdio upstream's running processes.
+    pub processes: Option<usize>,
 }
 
 struct Inner {
@@ -184,8 +196,22 @@ impl Gateway {
             let _ = coverage_cell.set(check);
         }
         let mut upstreams = Vec::with_capacity(settings.upstreams.len());
+        let identities = SandboxIdentities::new(settings.sandbox);
         for upstream in &settings.upstreams {
             let fail = |reason: String| GatewayError::Upstream { upstream: upstream.id.clone(), reason };
+            if upstream.stdio.is_some() {
+                let client = UpstreamClient::stdio(upstream, identities.clone(), settings.protected_paths.clone())
+                    .map_err(|error| fail(error.to_string()))?;
+                upstreams.push(Arc::new(Upstream {
+                    namer: Namer::new(upstream.prefix.as_deref(), settings.separator),
+                    settings: upstream.clone(),
+                    client,
+                    listing: Mutex::new(None),
+                    listing_error: Mutex::new(None),
+                    launch: Mutex::new(None),
+                }));
+                continue;
+            }
             let credential = UpstreamCredential::from_config(&upstream.credential, &upstream.url, clock.clone())
                 .map_err(|error| fail(error.to_string()))?;
             let client = UpstreamClient::new(
@@ -202,6 +228,7 @@ impl Gateway {
                 client,
                 listing: Mutex::new(None),
                 listing_error: Mutex::new(None),
+                launch: Mutex::new(None),
             }));
         }
         Ok(Self {
@@ -239,6 +266,15 @@ impl Gateway {
     /// Re-lists upstream `index` (its definitions are not re-pinned until a rebuild).
     pub async fn refresh(&self, index: usize) -> Refreshed {
         let Some(upstream) = self.inner.upstreams.get(index) else { return Refreshed::Failed };
+        if let Err(reason) = self.gate_launch(upstream).await {
+            let had = lock(&upstream.listing).take().is_some();
+            let repeated = lock(&upstream.listing_error).replace(reason.clone()).as_ref() == Some(&reason);
+            if !repeated {
+                tracing::warn!(upstream = %upstream.settings.id, %reason,
+                    "stdio upstream not started (`palisade upstreams show {}` shows its launch)", upstream.settings.id);
+            }
+            return if had { Refreshed::Changed } else { Refreshed::Failed };
+        }
         match list_upstream(upstream).await {
             Ok(listing) => {
                 let mut current = lock(&upstream.listing);
@@ -253,6 +289,104 @@ impl Gateway {
                 Refreshed::Failed
             }
         }
+    }
+
+    /// A stdio upstream's launch, resolved now (the executable re-hashed), recorded as its
+    /// `launch` pin and evaluated: `Ok` when it is the approved one (the client may start
+    /// processes), else why not (every process is stopped). HTTP upstreams: `Ok`.
+    async fn gate_launch(&self, upstream: &Upstream) -> Result<(), String> {
+        let settings = upstream.settings.clone();
+        let resolved = tokio::task::spawn_blocking(move || {
+            let path = std::env::var("PATH").ok();
+            LaunchSpec::resolve(&settings, path.as_deref())
+        })
+        .await
+        .map_err(|_| "the launch could not be resolved".to_owned())?;
+        let spec = match resolved {
+            None => return Ok(()),
+            Some(Ok(spec)) => spec,
+            Some(Err(error)) => {
+                upstream.client.set_launch_approved(None).await;
+                *lock(&upstream.launch) = None;
+                return Err(format!("its launch cannot be resolved: {error}"));
+            }
+        };
+        let subject = spec.subject();
+        let pin_id = subject.pin_id();
+        let (digest, text) = match (spec.digest(), spec.canonical_text()) {
+            (Ok(digest), Ok(text)) => (digest, text),
+            (Err(error), _) | (_, Err(error)) => {
+                upstream.client.set_launch_approved(None).await;
+                return Err(error.to_string());
+            }
+        };
+        let stored = async {
+            if lock(&self.inner.observed).get(&pin_id) != Some(&digest) {
+                let observation = PinObservation {
+                    pin_id: pin_id.clone(),
+                    upstream_id: subject.upstream_id.clone(),
+                    upstream_url: subject.upstream_url.clone(),
+                    kind: DefinitionKind::Launch.as_str().to_owned(),
+                    name: String::new(),
+                    digest: digest.clone(),
+                    definition: text,
+                    seen_at_ms: self.inner.clock.now_ms(),
+                };
+                self.inner.store.observe_pins(vec![observation]).await?;
+                lock(&self.inner.observed).insert(pin_id.clone(), digest.clone());
+            }
+            self.inner.store.pin(&pin_id).await
+        };
+        let row = match stored.await {
+            Ok(row) => row,
+            Err(error) => {
+                // The store cannot confirm an approval: fail closed.
+                upstream.client.set_launch_approved(None).await;
+                return Err(format!("its launch approval cannot be read: {error}"));
+            }
+        };
+        let decision = self.decision_view(&subject, row.as_ref());
+        let state = evaluate(&digest, decision, self.inner.settings.pins.require_signed);
+        let reason = match state {
+            PinState::Approved => None,
+            PinState::Held => Some("its launch changed after it was approved: review it again".to_owned()),
+            PinState::Rejected => Some("its launch was rejected by a reviewer".to_owned()),
+            PinState::Pending => Some("its launch was never approved".to_owned()),
+        };
+        *lock(&upstream.launch) = Some(PinEntry {
+            pin_id,
+            upstream: upstream.settings.id.clone(),
+            kind: DefinitionKind::Launch.as_str(),
+            name: String::new(),
+            exposed: None,
+            digest: digest.clone(),
+            state: state.as_str(),
+            served: reason.is_none(),
+            reason: reason.clone(),
+        });
+        match reason {
+            None => {
+                upstream.client.set_launch_approved(Some(digest)).await;
+                Ok(())
+            }
+            Some(reason) => {
+                upstream.client.set_launch_approved(None).await;
+                Err(reason)
+            }
+        }
+    }
+
+    /// A pin's latest decision as [`evaluate`] reads it (its signature checked).
+    fn decision_view<'a>(&self, subject: &PinSubject, row: Option<&'a PinRow>) -> Option<DecisionView<'a>> {
+        let reviewers = &self.inner.settings.pins.reviewers;
+        row.and_then(|row| row.decision.as_ref()).map(|decision| DecisionView {
+            approved: decision.verdict == PinVerdict::Approved,
+            digest: &decision.digest,
+            signature_valid: decision
+                .signature
+                .as_deref()
+                .is_some_and(|signature| reviewers.verify(&decision.reviewer, subject, &decision.digest, signature)),
+        })
     }
 
     /// Re-lists upstream `index` and, when what it lists changed, rebuilds the registry: an
@@ -283,7 +417,8 @@ impl Gateway {
             entries.push(self.entry(definition, row));
         }
         self.hold_ambiguous(&definitions, &mut entries);
-        let (app, entries) = self.assemble(&definitions, entries)?;
+        let (app, mut entries) = self.assemble(&definitions, entries)?;
+        entries.extend(self.inner.upstreams.iter().filter_map(|upstream| lock(&upstream.launch).clone()));
         self.record_transitions(&entries).await;
         *lock(&self.inner.report) = entries;
         Ok(app)
@@ -336,7 +471,8 @@ impl Gateway {
             .iter()
             .map(|upstream| {
                 let id = &upstream.settings.id;
-                let mine = report.iter().filter(|entry| &entry.upstream == id);
+                let kind = DefinitionKind::Launch.as_str();
+                let mine = report.iter().filter(|entry| &entry.upstream == id && entry.kind != kind);
                 let (listed, served) = mine.fold((0, 0), |(l, s), entry| (l + 1, s + usize::from(entry.served)));
                 UpstreamStatus {
                     id: id.clone(),
@@ -346,6 +482,8 @@ impl Gateway {
                     listing_error: lock(&upstream.listing_error).clone(),
                     served,
                     listed,
+                    launch: lock(&upstream.launch).clone(),
+                    processes: upstream.client.processes(),
                 }
             })
             .collect()
@@ -367,7 +505,15 @@ impl Gateway {
             tokio::spawn(async move { gateway.changes_loop(index, stop).await });
         }
         let gateway = self.clone();
-        tokio::spawn(async move { gateway.decisions_loop(shutdown).await });
+        let stop = shutdown.clone();
+        tokio::spawn(async move { gateway.decisions_loop(stop).await });
+        let upstreams = self.inner.upstreams.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            for upstream in upstreams {
+                upstream.client.shutdown().await;
+            }
+        });
     }
 
     async fn relist_loop(&self, index: usize, stop: CancellationToken) {
@@ -442,6 +588,12 @@ impl Gateway {
                 Ok(decisions) => {
                     let seen = *lock(&self.inner.decisions_seen);
                     if fingerprint(decisions.iter()) != seen {
+                        // A launch decision starts (or stops) a stdio upstream: re-list those.
+                        for (index, upstream) in self.inner.upstreams.iter().enumerate() {
+                            if upstream.settings.stdio.is_some() {
+                                self.refresh(index).await;
+                            }
+                        }
                         self.rebuild().await;
                     }
                 }
@@ -535,13 +687,7 @@ impl Gateway {
             }
         };
         entry.digest = digest.clone();
-        let decision = row.and_then(|row| row.decision.as_ref()).map(|decision| DecisionView {
-            approved: decision.verdict == PinVerdict::Approved,
-            digest: &decision.digest,
-            signature_valid: decision.signature.as_deref().is_some_and(|signature| {
-                pins.reviewers.verify(&decision.reviewer, &definition.subject, &decision.digest, signature)
-            }),
-        });
+        let decision = self.decision_view(&definition.subject, row);
         let state = evaluate(digest, decision, pins.require_signed);
         entry.state = state.as_str();
         match definition.expose(upstream) {
@@ -639,7 +785,8 @@ impl Gateway {
                 DefinitionKind::Resource | DefinitionKind::ResourceTemplate => {
                     ("resources/list", format!("resources/read:{exposed}"))
                 }
-                DefinitionKind::Instructions => ("", String::new()),
+                // Launches are never listed definitions (they gate the listing itself).
+                DefinitionKind::Instructions | DefinitionKind::Launch => ("", String::new()),
             };
             if definition.subject.kind != DefinitionKind::Instructions
                 && !(covered(&operation_key) && covered(list_key))
@@ -673,7 +820,7 @@ impl Gateway {
                         .insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
                     templates.push(relayed_template(upstream, &exposed, raw, origin));
                 }
-                DefinitionKind::Instructions => {}
+                DefinitionKind::Instructions | DefinitionKind::Launch => {}
             }
         }
         let mut builder = App::builder("palisade-gateway", env!("CARGO_PKG_VERSION")).dynamic();
@@ -818,7 +965,7 @@ impl Definition {
             DefinitionKind::Resource | DefinitionKind::ResourceTemplate => {
                 upstream.namer.expose_uri(name).map_err(|e| e.to_string())
             }
-            DefinitionKind::Instructions => Ok(String::new()),
+            DefinitionKind::Instructions | DefinitionKind::Launch => Ok(String::new()),
         }
     }
 }
@@ -831,6 +978,7 @@ impl DefinitionKind {
             DefinitionKind::Prompt => "prompt",
             DefinitionKind::Resource | DefinitionKind::ResourceTemplate => "resource",
             DefinitionKind::Instructions => "instructions",
+            DefinitionKind::Launch => "launch",
         }
     }
 }

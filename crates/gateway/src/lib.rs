@@ -21,6 +21,7 @@
 pub mod config;
 pub mod credentials;
 pub mod gateway;
+pub mod launch;
 pub mod names;
 pub mod pins;
 pub mod upstream;

@@ -50,11 +50,15 @@ pub enum DefinitionKind {
     ResourceTemplate,
     /// The upstream's `instructions`.
     Instructions,
+    /// A stdio upstream's launch ([`crate::launch::LaunchSpec`]): not model-facing, but
+    /// reviewed the same way.
+    Launch,
 }
 
 impl DefinitionKind {
     /// Every kind, in order.
-    pub const ALL: [Self; 5] = [Self::Tool, Self::Prompt, Self::Resource, Self::ResourceTemplate, Self::Instructions];
+    pub const ALL: [Self; 6] =
+        [Self::Tool, Self::Prompt, Self::Resource, Self::ResourceTemplate, Self::Instructions, Self::Launch];
 
     /// The kind's name in storage, the CLI and the audit log.
     pub fn as_str(self) -> &'static str {
@@ -64,6 +68,7 @@ impl DefinitionKind {
             Self::Resource => "resource",
             Self::ResourceTemplate => "resource_template",
             Self::Instructions => "instructions",
+            Self::Launch => "launch",
         }
     }
 
@@ -77,7 +82,8 @@ impl DefinitionKind {
 /// another upstream, or an upstream id pointed at another URL, is a new, unreviewed definition.
 ///
 /// `name` is the upstream's own name: the tool or prompt name, the resource URI, the template's
-/// `uriTemplate`; for [`DefinitionKind::Instructions`], the empty string.
+/// `uriTemplate`; for [`DefinitionKind::Instructions`] and [`DefinitionKind::Launch`], the empty
+/// string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PinSubject {
     /// The upstream's configured id.

@@ -1183,6 +1183,33 @@ fn validate_gateway(
         .map_err(|error| ConfigError { key: error.key, reason: error.reason })
 }
 
+impl Settings {
+    /// Adds the configuration file, the data directory and every key file to the paths the
+    /// gateway's stdio upstreams may never see (a grant over one is refused; one under a
+    /// visible system directory is masked).
+    pub fn protect_from_stdio_upstreams(&mut self, config_file: Option<&std::path::Path>) {
+        let Some(gateway) = self.gateway.as_mut() else { return };
+        let mut paths = vec![self.data_dir.clone(), self.secret_file.clone(), self.handle_subject_key_file.clone()];
+        paths.extend(config_file.map(std::path::Path::to_path_buf));
+        if let KillSwitchMode::Authority(authority) = &self.killswitch.mode {
+            paths.extend([authority.client_key.clone(), authority.target_key_file.clone()]);
+            paths.extend(authority.authority_db.clone());
+        }
+        if let Some(sqlite) = self.store.strip_prefix("sqlite://").or_else(|| self.store.strip_prefix("sqlite:")) {
+            let file = sqlite.split('?').next().unwrap_or_default();
+            if !file.is_empty() && file != ":memory:" {
+                paths.push(PathBuf::from(file));
+            }
+        }
+        for path in paths {
+            let absolute = std::path::absolute(&path).unwrap_or(path);
+            if !gateway.protected_paths.contains(&absolute) {
+                gateway.protected_paths.push(absolute);
+            }
+        }
+    }
+}
+
 /// Validates raw configuration into settings.
 pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     // A file with upstreams and no `app` is a gateway's.

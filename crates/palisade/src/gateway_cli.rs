@@ -1,7 +1,7 @@
-//! `palisade gateway status` and `palisade pins …`: the operator's view of the gateway's
-//! upstreams and the review of their definitions (control C6). Decisions are written to the
-//! store the gateway reads (a running gateway applies them within `[pins] decision_poll_secs`)
-//! and each one is an audit record.
+//! `palisade gateway status`, `palisade pins …` and `palisade upstreams …`: the operator's view
+//! of the gateway's upstreams, the review of their definitions (control C6) and of the launch of
+//! its local stdio servers (C7). Decisions are written to the store the gateway reads (a running
+//! gateway applies them within `[pins] decision_poll_secs`) and each one is an audit record.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,6 +10,7 @@ use anyhow::Context as _;
 use clap::Subcommand;
 use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_gateway::config::GatewaySettings;
+use palisade_gateway::launch::LaunchSpec;
 use palisade_gateway::pins::{
     DecisionView, DefinitionKind, PinState, PinSubject, ReviewerKeys, diff, evaluate, sign_approval,
 };
@@ -61,6 +62,46 @@ pub enum PinsCommand {
         #[arg(long)]
         reviewer: String,
     },
+}
+
+#[derive(Subcommand)]
+pub enum UpstreamsCommand {
+    /// Show a stdio upstream's launch exactly: command, every argument, environment names,
+    /// working directory, grants, network, limits, confinement, and the SHA-256 of the
+    /// executable that will run; with its launch digest and approval state.
+    Show {
+        /// The upstream id.
+        id: String,
+        /// The gateway's configuration file.
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Approve the launch as it resolves now (or only if its digest is the one given with
+    /// --digest). Any change to it later, the executable's bytes included, needs a new approval.
+    Approve(LaunchDecideArgs),
+    /// Reject the launch: the upstream is never started.
+    Reject(LaunchDecideArgs),
+}
+
+#[derive(clap::Args)]
+pub struct LaunchDecideArgs {
+    /// The upstream id.
+    id: String,
+    /// Who decides (recorded, and the name a signature is checked under).
+    #[arg(long)]
+    reviewer: String,
+    /// Why (recorded).
+    #[arg(long)]
+    note: Option<String>,
+    /// The launch digest (or a prefix of at least 12 hex digits) `upstreams show` printed.
+    #[arg(long)]
+    digest: Option<String>,
+    /// The reviewer's Ed25519 secret key file: signs the approval.
+    #[arg(long)]
+    sign_key: Option<PathBuf>,
+    /// The gateway's configuration file.
+    #[arg(long)]
+    config: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -302,6 +343,88 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
+/// Resolves upstream `id`'s launch now and records it as its `launch` pin (as a gateway does
+/// before it starts anything), returning the spec, digest and stored row.
+async fn observed_launch(
+    gateway: &GatewaySettings,
+    store: &std::sync::Arc<dyn Store>,
+    id: &str,
+) -> anyhow::Result<(LaunchSpec, String, PinRow)> {
+    let upstream = gateway.upstreams.iter().find(|u| u.id == id).with_context(|| format!("no upstream {id}"))?;
+    let path = std::env::var("PATH").ok();
+    let spec = LaunchSpec::resolve(upstream, path.as_deref())
+        .with_context(|| format!("upstream {id} is not a stdio upstream (it has a url)"))?
+        .with_context(|| format!("upstream {id}: its launch cannot be resolved"))?;
+    let digest = spec.digest()?;
+    let subject = spec.subject();
+    let pin_id = subject.pin_id();
+    let current = store.pin(&pin_id).await.context("reading the launch pin")?;
+    if current.as_ref().map(|row| row.observation.digest.as_str()) != Some(digest.as_str()) {
+        let observation = palisade_store::PinObservation {
+            pin_id: pin_id.clone(),
+            upstream_id: subject.upstream_id.clone(),
+            upstream_url: subject.upstream_url.clone(),
+            kind: DefinitionKind::Launch.as_str().to_owned(),
+            name: String::new(),
+            digest: digest.clone(),
+            definition: spec.canonical_text()?,
+            seen_at_ms: SystemClock.now_ms(),
+        };
+        store.observe_pins(vec![observation]).await.context("recording the launch")?;
+    }
+    let row = store.pin(&pin_id).await.context("reading the launch pin")?.context("the launch pin vanished")?;
+    Ok((spec, digest, row))
+}
+
+#[allow(clippy::print_stdout)]
+pub async fn upstreams(command: UpstreamsCommand) -> anyhow::Result<ExitCode> {
+    let (args, verdict) = match command {
+        UpstreamsCommand::Show { id, config } => {
+            let (_, gateway, store) = open(&config).await?;
+            let (spec, digest, row) = observed_launch(&gateway, &store, &id).await?;
+            print!("{}", spec.render());
+            println!("{:<18}{digest}", "launch digest");
+            println!("{:<18}{}", "pin", row.observation.pin_id);
+            let state = state_of(&row, gateway.pins.require_signed, &gateway.pins.reviewers);
+            println!("{:<18}{}", "state", state.as_str());
+            if spec.settings.confinement == palisade_gateway::config::Confinement::None {
+                println!("\nWARNING: confinement = \"none\": this server runs UNCONFINED, with the gateway's access.");
+            }
+            println!("\nWARNING: {}", palisade_gateway::launch::EXECUTES_CODE_WARNING);
+            return Ok(ExitCode::SUCCESS);
+        }
+        UpstreamsCommand::Approve(args) => (args, PinVerdict::Approved),
+        UpstreamsCommand::Reject(args) => (args, PinVerdict::Rejected),
+    };
+    let (pin_id, digest) = {
+        let (_, gateway, store) = open(&args.config).await?;
+        let (_, digest, row) = observed_launch(&gateway, &store, &args.id).await?;
+        (row.observation.pin_id, digest)
+    };
+    if let Some(seen) = &args.digest
+        && (seen.len() < 12 || !digest.starts_with(seen.as_str()))
+    {
+        println!(
+            "{}: NOT {}: its launch digest is now {}, not the one shown; run `palisade upstreams show` again",
+            args.id,
+            verdict.as_str(),
+            &digest[..12]
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    let decide_args = DecideArgs {
+        ids: vec![pin_id],
+        all: false,
+        upstream: None,
+        reviewer: args.reviewer,
+        note: args.note,
+        digest: Some(digest),
+        sign_key: args.sign_key,
+        config: args.config,
+    };
+    decide(decide_args, verdict).await
+}
+
 /// A reviewer's secret key file (base64 or hex of the 32-byte Ed25519 seed, as `pins keygen` or
 /// `palisade keys gen` write it).
 fn read_sign_key(path: &Path) -> anyhow::Result<zeroize::Zeroizing<[u8; 32]>> {
@@ -373,7 +496,19 @@ pub async fn status(config: &Path) -> anyhow::Result<ExitCode> {
                 .unwrap_or_default()
         );
     }
-    for entry in report.iter().filter(|entry| !entry.served) {
+    for status in gateway.status() {
+        if let Some(launch) = &status.launch {
+            println!(
+                "  launch: {} {} ({}): {}{}",
+                status.id,
+                launch.state,
+                launch.pin_id,
+                launch.reason.as_deref().unwrap_or("approved"),
+                status.processes.map(|n| format!("; {n} processes")).unwrap_or_default()
+            );
+        }
+    }
+    for entry in report.iter().filter(|entry| !entry.served && entry.kind != DefinitionKind::Launch.as_str()) {
         println!(
             "  not served: {} {} {} ({}): {}",
             entry.upstream,

@@ -53,6 +53,11 @@ enum Command {
         #[command(subcommand)]
         command: gateway_cli::PinsCommand,
     },
+    /// Review the launch of the gateway's local stdio upstreams (what runs, exactly).
+    Upstreams {
+        #[command(subcommand)]
+        command: gateway_cli::UpstreamsCommand,
+    },
     /// Check a configuration file and exit (0 when valid, 2 otherwise).
     Config {
         #[command(subcommand)]
@@ -278,6 +283,7 @@ fn main() -> ExitCode {
                 gateway_cli::status(&config).await
             }
             Command::Pins { command } => gateway_cli::pins(command).await,
+            Command::Upstreams { command } => gateway_cli::upstreams(command).await,
             Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
             Command::Config { command: ConfigCommand::Options } => config_options(),
             Command::Dev { command: DevCommand::Token(args) } => dev_token(args),
@@ -361,7 +367,9 @@ fn resolve(
         // stdio without a configured principal: the local, unauthenticated mode.
         raw.auth.mode = Some("none".into());
     }
-    Ok(config::validate(raw)?)
+    let mut settings = config::validate(raw)?;
+    settings.protect_from_stdio_upstreams(config);
+    Ok(settings)
 }
 
 fn config_options() -> anyhow::Result<ExitCode> {

@@ -33,7 +33,7 @@ pub const MAX_PIN_NOTE_BYTES: usize = 4096;
 /// Longest reviewer signature text ([`PinDecision::signature`]).
 pub const MAX_PIN_SIGNATURE_BYTES: usize = 200;
 /// The kinds of definition a pin can hold ([`PinObservation::kind`]).
-pub const PIN_KINDS: [&str; 5] = ["tool", "prompt", "resource", "resource_template", "instructions"];
+pub const PIN_KINDS: [&str; 6] = ["tool", "prompt", "resource", "resource_template", "instructions", "launch"];
 
 /// One definition an upstream sent, as last observed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,7 +45,8 @@ pub struct PinObservation {
     pub upstream_id: String,
     /// The upstream's URL: 1..=2048 bytes, no control characters.
     pub upstream_url: String,
-    /// One of [`PIN_KINDS`]: `tool`, `prompt`, `resource`, `resource_template` or `instructions`.
+    /// One of [`PIN_KINDS`]: `tool`, `prompt`, `resource`, `resource_template`, `instructions` or
+    /// `launch` (a stdio upstream's launch).
     pub kind: String,
     /// The upstream's own name, URI or URI template: 1..=2048 bytes; empty for `instructions`
     /// (and only there).
@@ -76,8 +77,8 @@ impl PinObservation {
         if self.name.len() > MAX_PIN_TEXT_BYTES {
             return invalid("a pin's name must be at most 2048 bytes");
         }
-        if self.name.is_empty() != (self.kind == "instructions") {
-            return invalid("a pin's name must be empty for instructions and only for instructions");
+        if self.name.is_empty() != matches!(self.kind.as_str(), "instructions" | "launch") {
+            return invalid("a pin's name must be empty for instructions and launches, and only for them");
         }
         check_digest(&self.digest)?;
         if self.definition.is_empty() || self.definition.len() > MAX_PIN_DEFINITION_BYTES {

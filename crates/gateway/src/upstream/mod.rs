@@ -35,6 +35,7 @@ mod health;
 mod http;
 mod legacy;
 mod sse;
+pub mod stdio;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -292,18 +293,26 @@ impl UpstreamError {
     }
 }
 
-/// An MCP client toward one upstream. Cheap to clone: clones share the connection pool,
-/// sessions and health.
+/// An MCP client toward one upstream, over Streamable HTTP or to a local stdio server
+/// ([`stdio`]). Cheap to clone: clones share the connection pool (or processes), sessions and
+/// health.
 #[derive(Clone)]
 pub struct UpstreamClient {
-    inner: Arc<Inner>,
+    link: Link,
+}
+
+/// How the upstream is reached.
+#[derive(Clone)]
+enum Link {
+    Http(Arc<Inner>),
+    Stdio(Arc<stdio::StdioLink>),
 }
 
 impl std::fmt::Debug for UpstreamClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamClient")
-            .field("id", &self.inner.id)
-            .field("url", &self.inner.url.as_str())
+            .field("id", &self.id())
+            .field("url", &self.url().as_str())
             .finish_non_exhaustive()
     }
 }
@@ -382,7 +391,7 @@ impl UpstreamClient {
             .map_err(|_| UpstreamError::Unavailable("the HTTP client could not be built".into()))?;
         let transport = Transport { http, url: url.clone(), max_response_bytes: limits.max_response_bytes };
         Ok(Self {
-            inner: Arc::new(Inner {
+            link: Link::Http(Arc::new(Inner {
                 id: id.to_owned(),
                 url,
                 protocol,
@@ -394,25 +403,110 @@ impl UpstreamClient {
                 health: Health::default(),
                 sessions: Sessions::default(),
                 tool_headers: Mutex::new(HashMap::new()),
-            }),
+            })),
         })
+    }
+
+    /// A client for the stdio upstream `settings` (its `stdio` set): starts nothing until a
+    /// launch is approved ([`Self::set_launch_approved`]) and a request needs a process.
+    /// `protected`: paths no process may see.
+    pub fn stdio(
+        settings: &crate::config::UpstreamSettings,
+        identities: stdio::SandboxIdentities,
+        protected: Vec<std::path::PathBuf>,
+    ) -> Result<Self, UpstreamError> {
+        Ok(Self { link: Link::Stdio(Arc::new(stdio::StdioLink::new(settings, identities, protected)?)) })
+    }
+
+    /// stdio: the launch digest a reviewer approved (`None`: none; every process is stopped and
+    /// none starts). A different digest stops the running processes. HTTP: nothing.
+    pub async fn set_launch_approved(&self, digest: Option<String>) {
+        if let Link::Stdio(link) = &self.link {
+            link.set_approved(digest).await;
+        }
+    }
+
+    /// stdio: how many processes run now (`None` for HTTP).
+    pub fn processes(&self) -> Option<usize> {
+        match &self.link {
+            Link::Http(_) => None,
+            Link::Stdio(link) => Some(link.running()),
+        }
+    }
+
+    /// stdio: stops every process (at shutdown). HTTP: nothing.
+    pub async fn shutdown(&self) {
+        if let Link::Stdio(link) = &self.link {
+            link.stop_all().await;
+        }
     }
 
     /// The upstream's id.
     pub fn id(&self) -> &str {
-        &self.inner.id
+        match &self.link {
+            Link::Http(inner) => &inner.id,
+            Link::Stdio(link) => &link.id,
+        }
     }
 
-    /// The upstream's URL.
+    /// The upstream's URL (`stdio:<id>` for a stdio upstream).
     pub fn url(&self) -> &url::Url {
-        &self.inner.url
+        match &self.link {
+            Link::Http(inner) => &inner.url,
+            Link::Stdio(link) => &link.url,
+        }
+    }
+
+    fn limits(&self) -> &UpstreamLimits {
+        match &self.link {
+            Link::Http(inner) => &inner.limits,
+            Link::Stdio(link) => &link.limits,
+        }
+    }
+
+    fn health_state(&self) -> &Health {
+        match &self.link {
+            Link::Http(inner) => &inner.health,
+            Link::Stdio(link) => &link.health,
+        }
+    }
+
+    /// The connect result, connecting first when there is none.
+    async fn ensure_info(&self) -> Result<UpstreamInfo, UpstreamError> {
+        match self.info() {
+            Some(info) => Ok(info),
+            None => self.connect().await,
+        }
+    }
+
+    /// One request in the era of `info`, over the link.
+    #[allow(clippy::too_many_arguments)]
+    async fn call(
+        &self,
+        info: &UpstreamInfo,
+        method: &str,
+        params: Map<String, Value>,
+        caller: CallerContext<'_>,
+        capabilities: Option<&Value>,
+        notifications: Option<&mpsc::Sender<Value>>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Body, UpstreamError> {
+        match &self.link {
+            Link::Http(inner) => inner.call(info, method, params, caller, capabilities, notifications, cancel).await,
+            Link::Stdio(link) => {
+                link.call(info, method, params, caller.partition, capabilities, notifications, cancel).await
+            }
+        }
     }
 
     /// Learns the upstream's era and capabilities. Auto: POST `server/discover`; a JSON-RPC
     /// error, a 400 / 404 / 405 / 406 / 415 or a non-MCP answer → the 2025 handshake
     /// (2025-11-25, then 2025-06-18). Legacy: the handshake only. Modern: discover only.
     pub async fn connect(&self) -> Result<UpstreamInfo, UpstreamError> {
-        let inner = &self.inner;
+        let inner = match &self.link {
+            Link::Http(inner) => inner,
+            Link::Stdio(link) => return link.connect().await,
+        };
         let info = match inner.protocol {
             ProtocolChoice::Modern => inner.discover().await?,
             ProtocolChoice::Legacy => inner.legacy_connect().await?,
@@ -430,7 +524,10 @@ impl UpstreamClient {
 
     /// What the last successful [`UpstreamClient::connect`] learned.
     pub fn info(&self) -> Option<UpstreamInfo> {
-        lock(&self.inner.info).clone()
+        match &self.link {
+            Link::Http(inner) => lock(&inner.info).clone(),
+            Link::Stdio(link) => lock(&link.info).clone(),
+        }
     }
 
     /// Every item of a list, following the upstream's `nextCursor` (at most
@@ -440,19 +537,19 @@ impl UpstreamClient {
     /// error. Connects first when not yet connected.
     pub async fn list(&self, kind: ListKind) -> Result<Vec<Value>, UpstreamError> {
         self.check_health()?;
-        let inner = &self.inner;
-        let info = inner.ensure_info(self).await?;
+        let info = self.ensure_info().await?;
+        let limits = self.limits();
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         let mut seen = HashSet::new();
-        for _ in 0..inner.limits.max_list_pages {
+        for _ in 0..limits.max_list_pages {
             let mut params = Map::new();
             if let Some(cursor) = &cursor {
                 params.insert("cursor".into(), json!(cursor));
             }
             let method = kind.method();
-            let result = match inner.call(&info, method, params, caller, None, None, None).await? {
+            let result = match self.call(&info, method, params, caller, None, None, None).await? {
                 Body::Result(result) => result,
                 Body::Error { code, .. } => {
                     return Err(UpstreamError::Protocol(format!("refused {method} (code {code})")));
@@ -469,14 +566,16 @@ impl UpstreamClient {
                         kind.field()
                     )));
                 }
-                if items.len() >= inner.limits.max_list_items {
+                if items.len() >= limits.max_list_items {
                     return Err(UpstreamError::TooLarge);
                 }
                 items.push(item.clone());
             }
             match result.get("nextCursor") {
                 None | Some(Value::Null) => {
-                    if kind == ListKind::Tools {
+                    if kind == ListKind::Tools
+                        && let Link::Http(inner) = &self.link
+                    {
                         inner.remember_tool_headers(&items);
                     }
                     return Ok(items);
@@ -503,9 +602,8 @@ impl UpstreamClient {
         if !RELAYED_METHODS.contains(&request.method) {
             return Err(UpstreamError::Protocol("this method is not relayed to upstreams".into()));
         }
-        let inner = &self.inner;
-        let info = inner.ensure_info(self).await?;
-        let body = inner
+        let info = self.ensure_info().await?;
+        let body = self
             .call(
                 &info,
                 request.method,
@@ -551,12 +649,12 @@ impl UpstreamClient {
     /// consecutive failures (1 s doubling to 60 s, lifted by a success), so callers do not wait
     /// for every timeout.
     pub fn check_health(&self) -> Result<(), UpstreamError> {
-        if self.inner.health.in_backoff() { Err(UpstreamError::Unhealthy) } else { Ok(()) }
+        if self.health_state().in_backoff() { Err(UpstreamError::Unhealthy) } else { Ok(()) }
     }
 
     /// The upstream's health, for the operator.
     pub fn health(&self) -> HealthReport {
-        self.inner.health.report()
+        self.health_state().report()
     }
 
     /// The upstream's change notifications: a stream of the notification methods that mean
@@ -565,10 +663,13 @@ impl UpstreamClient {
     /// never yields); 2025 era: the GET stream of the gateway's own session (an upstream
     /// without one, 405: a stream that never yields). The stream ends (`None`) when the
     /// upstream's stream ends or breaks; the caller re-opens with backoff.
-    pub async fn changes(&self) -> Result<impl futures::Stream<Item = String> + Send + 'static, UpstreamError> {
+    pub async fn changes(&self) -> Result<BoxStream<'static, String>, UpstreamError> {
         self.check_health()?;
-        let inner = &self.inner;
-        let info = inner.ensure_info(self).await?;
+        let info = self.ensure_info().await?;
+        let inner = match &self.link {
+            Link::Http(inner) => inner,
+            Link::Stdio(link) => return link.changes(&info).await,
+        };
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
         let stream: BoxStream<'static, String> = match &info.era {
             Era::Modern => {
@@ -595,7 +696,7 @@ impl UpstreamClient {
                 let opened =
                     inner.with_deadline(inner.transport.open_post_stream(id, "subscriptions/listen", params, &out));
                 let response = inner.recorded(opened.await)?;
-                self.spawn_reader(response, out, Some(id))
+                spawn_reader(inner.clone(), response, out, Some(id))
             }
             Era::Legacy(version) => {
                 let session = inner.session(version, caller, None).await?;
@@ -607,7 +708,7 @@ impl UpstreamClient {
                     other => other,
                 };
                 match opened {
-                    Ok((response, out)) => self.spawn_reader(response, out, None),
+                    Ok((response, out)) => spawn_reader(inner.clone(), response, out, None),
                     // The upstream offers no server stream: it will never say a list changed.
                     Err(UpstreamError::Status(405)) => futures::stream::pending().boxed(),
                     Err(error) => return Err(error),
@@ -616,69 +717,60 @@ impl UpstreamClient {
         };
         Ok(stream)
     }
+}
 
-    /// Reads a change stream in the background; the returned stream yields the list-changed
-    /// methods it carries. `subscription`: the listen request's id every modern notification
-    /// must carry (and whose response ends the stream).
-    fn spawn_reader(
-        &self,
-        response: reqwest::Response,
-        out: Outgoing,
-        subscription: Option<i64>,
-    ) -> BoxStream<'static, String> {
-        let (tx, mut rx) = mpsc::channel::<String>(16);
-        let inner = self.inner.clone();
-        tokio::spawn(async move {
-            let mut parser = sse::Parser::new(inner.limits.max_response_bytes);
-            let mut bytes = response.bytes_stream();
-            loop {
-                let chunk = tokio::select! {
-                    () = tx.closed() => return,
-                    chunk = bytes.next() => chunk,
-                };
-                let Some(Ok(chunk)) = chunk else { return };
-                if parser.push(&chunk).is_err() {
-                    return;
+/// Reads a change stream in the background; the returned stream yields the list-changed
+/// methods it carries. `subscription`: the listen request's id every modern notification
+/// must carry (and whose response ends the stream).
+fn spawn_reader(
+    inner: Arc<Inner>,
+    response: reqwest::Response,
+    out: Outgoing,
+    subscription: Option<i64>,
+) -> BoxStream<'static, String> {
+    let (tx, mut rx) = mpsc::channel::<String>(16);
+    tokio::spawn(async move {
+        let mut parser = sse::Parser::new(inner.limits.max_response_bytes);
+        let mut bytes = response.bytes_stream();
+        loop {
+            let chunk = tokio::select! {
+                () = tx.closed() => return,
+                chunk = bytes.next() => chunk,
+            };
+            let Some(Ok(chunk)) = chunk else { return };
+            if parser.push(&chunk).is_err() {
+                return;
+            }
+            while let Some(event) = parser.next_event() {
+                if !event.is_message() || event.data.iter().all(u8::is_ascii_whitespace) {
+                    continue;
                 }
-                while let Some(event) = parser.next_event() {
-                    if !event.is_message() || event.data.iter().all(u8::is_ascii_whitespace) {
-                        continue;
-                    }
-                    let Ok(value) = palisade_wire::strict::from_slice(&event.data) else { return };
-                    match http::classify(value) {
-                        Ok(Incoming::Notification { method, frame }) => {
-                            let ours = subscription.is_none_or(|id| {
-                                frame.pointer("/params/_meta").and_then(|meta| meta.get(meta_keys::SUBSCRIPTION_ID))
-                                    == Some(&json!(id))
-                            });
-                            if ours && LIST_CHANGED.contains(&method.as_str()) && tx.send(method).await.is_err() {
-                                return;
-                            }
+                let Ok(value) = palisade_wire::strict::from_slice(&event.data) else { return };
+                match http::classify(value) {
+                    Ok(Incoming::Notification { method, frame }) => {
+                        let ours = subscription.is_none_or(|id| {
+                            frame.pointer("/params/_meta").and_then(|meta| meta.get(meta_keys::SUBSCRIPTION_ID))
+                                == Some(&json!(id))
+                        });
+                        if ours && LIST_CHANGED.contains(&method.as_str()) && tx.send(method).await.is_err() {
+                            return;
                         }
-                        Ok(Incoming::Request { id }) => inner.transport.refuse_server_request(id, &out),
-                        Ok(Incoming::Response(value)) => {
-                            if subscription.is_some_and(|id| value.get("id") == Some(&json!(id))) {
-                                return;
-                            }
-                        }
-                        Err(_) => return,
                     }
+                    Ok(Incoming::Request { id }) => inner.transport.refuse_server_request(id, &out),
+                    Ok(Incoming::Response(value)) => {
+                        if subscription.is_some_and(|id| value.get("id") == Some(&json!(id))) {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
                 }
             }
-        });
-        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
-    }
+        }
+    });
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }
 
 impl Inner {
-    /// The connect result, connecting first when there is none.
-    async fn ensure_info(&self, client: &UpstreamClient) -> Result<UpstreamInfo, UpstreamError> {
-        if let Some(info) = lock(&self.info).clone() {
-            return Ok(info);
-        }
-        client.connect().await
-    }
-
     /// `server/discover`.
     async fn discover(self: &Arc<Self>) -> Result<UpstreamInfo, UpstreamError> {
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
@@ -692,26 +784,9 @@ impl Inner {
                 return Err(UpstreamError::Protocol(format!("refused server/discover (code {code})")));
             }
         };
-        check_complete(&result)?;
-        let speaks_ours = result
-            .get("supportedVersions")
-            .and_then(Value::as_array)
-            .is_some_and(|versions| versions.iter().any(|v| v.as_str() == Some(PROTOCOL_VERSION)));
-        if !speaks_ours {
-            return Err(UpstreamError::Protocol("does not list 2026-07-28 among its supported versions".into()));
-        }
-        let Some(capabilities) = result.get("capabilities").filter(|c| c.is_object()).cloned() else {
-            return Err(UpstreamError::Protocol("answered server/discover without capabilities".into()));
-        };
-        let server_info = result
-            .get("_meta")
-            .and_then(|meta| meta.get(meta_keys::SERVER_INFO))
-            .or_else(|| result.get("serverInfo"))
-            .cloned()
-            .unwrap_or(Value::Null);
-        let instructions = instructions(&result)?;
+        let info = discovered(&result)?;
         self.set_era(&Era::Modern);
-        Ok(UpstreamInfo { era: Era::Modern, capabilities, server_info, instructions })
+        Ok(info)
     }
 
     /// The 2025 handshake on the gateway's own session.
@@ -1019,6 +1094,29 @@ fn legacy_params(mut params: Map<String, Value>) -> Result<Map<String, Value>, U
         }
     }
     Ok(params)
+}
+
+/// A `server/discover` result as connect info: it must list 2026-07-28 and capabilities.
+fn discovered(result: &Map<String, Value>) -> Result<UpstreamInfo, UpstreamError> {
+    check_complete(result)?;
+    let speaks_ours = result
+        .get("supportedVersions")
+        .and_then(Value::as_array)
+        .is_some_and(|versions| versions.iter().any(|v| v.as_str() == Some(PROTOCOL_VERSION)));
+    if !speaks_ours {
+        return Err(UpstreamError::Protocol("does not list 2026-07-28 among its supported versions".into()));
+    }
+    let Some(capabilities) = result.get("capabilities").filter(|c| c.is_object()).cloned() else {
+        return Err(UpstreamError::Protocol("answered server/discover without capabilities".into()));
+    };
+    let server_info = result
+        .get("_meta")
+        .and_then(|meta| meta.get(meta_keys::SERVER_INFO))
+        .or_else(|| result.get("serverInfo"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let instructions = instructions(result)?;
+    Ok(UpstreamInfo { era: Era::Modern, capabilities, server_info, instructions })
 }
 
 /// A result's `resultType` is `complete` (or absent, which means the same).

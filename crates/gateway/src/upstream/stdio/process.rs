@@ -1,0 +1,418 @@
+//! One running stdio server: newline-delimited JSON-RPC on its stdin and stdout (stdout carries
+//! MCP messages only), stderr logged under a size cap, answers matched to the ids this side sent,
+//! progress routed by a token of this side's own, and a clean stop (stdin closed, then SIGTERM,
+//! then SIGKILL). The child is killed when its handle is dropped, and bubblewrap's
+//! `--die-with-parent` kills the sandbox when the gateway dies, so no server outlives it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::super::http::{self, Body, Incoming};
+use super::super::{LIST_CHANGED, UpstreamError, lock};
+
+/// Most bytes of one process's stderr that reach the log; the rest is counted, not logged.
+const MAX_STDERR_BYTES: usize = 64 * 1024;
+/// Longest stderr line logged (longer ones are cut).
+const MAX_STDERR_LINE: usize = 1024;
+/// How long a stopping server has to exit after its stdin closes, and again after SIGTERM.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Where a request's notifications go: the caller's sink, and the caller's own progress token
+/// (this side sends the server a token of its own, so concurrent callers cannot collide).
+struct Relay {
+    sink: mpsc::Sender<Value>,
+    progress_token: Option<Value>,
+}
+
+/// The state the reader task and the callers share.
+struct Shared {
+    pending: Mutex<HashMap<i64, oneshot::Sender<Result<Value, UpstreamError>>>>,
+    relays: Mutex<HashMap<i64, Relay>>,
+    /// Where list-changed notifications go (the gateway's own process only).
+    changes: Option<Arc<Mutex<Option<mpsc::Sender<String>>>>>,
+    /// Whether `notifications/message` may be relayed: only when every in-flight request is the
+    /// same caller's (a per-caller process).
+    relay_messages: bool,
+    dead: AtomicBool,
+    exited: CancellationToken,
+}
+
+impl Shared {
+    /// Fails every waiting request and marks the process dead.
+    fn die(&self, why: &str) {
+        self.dead.store(true, Ordering::SeqCst);
+        for (_, waiter) in lock(&self.pending).drain() {
+            let _ = waiter.send(Err(UpstreamError::Unavailable(why.to_owned())));
+        }
+        if let Some(changes) = &self.changes {
+            lock(changes).take();
+        }
+        self.exited.cancel();
+    }
+}
+
+/// A running stdio server.
+pub(crate) struct Process {
+    upstream: String,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    child: Mutex<Option<Child>>,
+    pid: Option<u32>,
+    shared: Arc<Shared>,
+    next_id: AtomicI64,
+    last_used: Mutex<Instant>,
+    /// The uid it runs as, returned to the pool when it is dropped.
+    pub(crate) uid: Option<u32>,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process").field("upstream", &self.upstream).field("pid", &self.pid).finish_non_exhaustive()
+    }
+}
+
+/// Options for [`Process::start`].
+pub(crate) struct StartOptions {
+    pub upstream: String,
+    pub max_line_bytes: usize,
+    pub changes: Option<Arc<Mutex<Option<mpsc::Sender<String>>>>>,
+    pub relay_messages: bool,
+    pub uid: Option<u32>,
+}
+
+impl Process {
+    /// Spawns `command` (stdin, stdout and stderr piped) and starts reading it.
+    pub(crate) fn start(
+        mut command: tokio::process::Command,
+        options: StartOptions,
+    ) -> Result<Arc<Self>, UpstreamError> {
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|error| {
+            UpstreamError::Unavailable(format!("the stdio server could not be started: {}", error.kind()))
+        })?;
+        let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(UpstreamError::Unavailable("the stdio server's pipes could not be opened".into()));
+        };
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            relays: Mutex::new(HashMap::new()),
+            changes: options.changes,
+            relay_messages: options.relay_messages,
+            dead: AtomicBool::new(false),
+            exited: CancellationToken::new(),
+        });
+        let process = Arc::new(Self {
+            upstream: options.upstream.clone(),
+            stdin: tokio::sync::Mutex::new(Some(stdin)),
+            pid: child.id(),
+            child: Mutex::new(Some(child)),
+            shared: shared.clone(),
+            next_id: AtomicI64::new(1),
+            last_used: Mutex::new(Instant::now()),
+            uid: options.uid,
+        });
+        tracing::info!(upstream = %options.upstream, pid = ?process.pid, uid = ?options.uid, "stdio server started");
+        tokio::spawn(log_stderr(options.upstream.clone(), stderr));
+        let weak = Arc::downgrade(&process);
+        tokio::spawn(read_stdout(weak, shared, stdout, options.max_line_bytes, options.upstream));
+        Ok(process)
+    }
+
+    /// Whether it has exited (or broke the protocol and was given up).
+    pub(crate) fn is_dead(&self) -> bool {
+        self.shared.dead.load(Ordering::SeqCst)
+    }
+
+    /// When it was last used.
+    pub(crate) fn last_used(&self) -> Instant {
+        *lock(&self.last_used)
+    }
+
+    /// Cancelled when it exits.
+    pub(crate) fn exited(&self) -> CancellationToken {
+        self.shared.exited.clone()
+    }
+
+    /// Writes one message line.
+    async fn write(&self, message: &Value) -> Result<(), UpstreamError> {
+        let mut line =
+            serde_json::to_vec(message).map_err(|_| UpstreamError::Protocol("unserializable message".into()))?;
+        line.push(b'\n');
+        let mut stdin = self.stdin.lock().await;
+        let Some(pipe) = stdin.as_mut() else {
+            return Err(UpstreamError::Unavailable("the stdio server is stopping".into()));
+        };
+        let written = async {
+            pipe.write_all(&line).await?;
+            pipe.flush().await
+        };
+        written.await.map_err(|_| UpstreamError::Unavailable("the stdio server's stdin is closed".into()))
+    }
+
+    /// Sends a notification.
+    pub(crate) async fn notify(&self, method: &str, params: Map<String, Value>) -> Result<(), UpstreamError> {
+        let mut message = json!({"jsonrpc": "2.0", "method": method});
+        if !params.is_empty() {
+            message["params"] = Value::Object(params);
+        }
+        self.write(&message).await
+    }
+
+    /// One request: its answer's body, checked against the id sent. `notifications` receives
+    /// the progress (with the caller's own token) and, on a per-caller process, the log
+    /// messages the server sends while it runs. Cancelling sends `notifications/cancelled`.
+    /// The caller bounds the wait (the request deadline); dropping the future forgets the id.
+    pub(crate) async fn request(
+        &self,
+        method: &str,
+        mut params: Map<String, Value>,
+        notifications: Option<&mpsc::Sender<Value>>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<Body, UpstreamError> {
+        if self.is_dead() {
+            return Err(UpstreamError::Unavailable("the stdio server has exited".into()));
+        }
+        *lock(&self.last_used) = Instant::now();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut progress_token = None;
+        if let Some(Value::Object(meta)) = params.get_mut("_meta")
+            && let Some(token) = meta.remove("progressToken")
+        {
+            meta.insert("progressToken".into(), json!(format!("palisade-{id}")));
+            progress_token = Some(token);
+        }
+        let (tx, rx) = oneshot::channel();
+        lock(&self.shared.pending).insert(id, tx);
+        if let Some(sink) = notifications {
+            lock(&self.shared.relays).insert(id, Relay { sink: sink.clone(), progress_token });
+        }
+        let _forget = Forget { shared: &self.shared, id };
+        self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await?;
+        let answer = match cancel {
+            Some(token) => tokio::select! {
+                biased;
+                () = token.cancelled() => {
+                    let mut cancelled = Map::new();
+                    cancelled.insert("requestId".into(), json!(id));
+                    let _ = self.notify("notifications/cancelled", cancelled).await;
+                    return Err(UpstreamError::Cancelled);
+                }
+                answer = rx => answer,
+            },
+            None => rx.await,
+        };
+        *lock(&self.last_used) = Instant::now();
+        let frame = answer.map_err(|_| UpstreamError::Unavailable("the stdio server has exited".into()))??;
+        http::response_body(frame, id)
+    }
+
+    /// Stops it: stdin closed, a grace period, SIGTERM, another, SIGKILL.
+    pub(crate) async fn stop(&self) {
+        self.stdin.lock().await.take();
+        let exited = self.shared.exited.clone();
+        if tokio::time::timeout(STOP_GRACE, exited.cancelled()).await.is_err() {
+            if let Some(pid) = self.pid.and_then(|pid| i32::try_from(pid).ok()).and_then(rustix::process::Pid::from_raw)
+            {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
+            if tokio::time::timeout(STOP_GRACE, exited.cancelled()).await.is_err() {
+                let child = lock(&self.child).take();
+                if let Some(mut child) = child {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                }
+            }
+        }
+        let child = lock(&self.child).take();
+        if let Some(mut child) = child {
+            let _ = child.wait().await;
+        }
+        tracing::info!(upstream = %self.upstream, pid = ?self.pid, "stdio server stopped");
+    }
+}
+
+/// Removes a request's waiter and relay however its future ends.
+struct Forget<'a> {
+    shared: &'a Shared,
+    id: i64,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.pending).remove(&self.id);
+        lock(&self.shared.relays).remove(&self.id);
+    }
+}
+
+/// Reads stdout line by line until it ends; the process is dead after.
+async fn read_stdout(
+    process: std::sync::Weak<Process>,
+    shared: Arc<Shared>,
+    stdout: impl AsyncRead + Unpin,
+    max_line_bytes: usize,
+    upstream: String,
+) {
+    let mut reader = BufReader::new(stdout);
+    let mut line = Vec::new();
+    let why = loop {
+        line.clear();
+        match read_line_capped(&mut reader, &mut line, max_line_bytes).await {
+            Ok(0) => break "the stdio server closed its stdout",
+            Ok(_) => {}
+            Err(LineError::TooLong) => break "the stdio server wrote a message over the size limit",
+            Err(LineError::Io) => break "the stdio server's stdout broke",
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Ok(value) = palisade_wire::strict::from_slice(&line) else {
+            break "the stdio server wrote something that is not JSON on stdout";
+        };
+        match http::classify(value) {
+            Ok(Incoming::Response(frame)) => {
+                let id = frame.get("id").and_then(Value::as_i64);
+                let waiter = id.and_then(|id| lock(&shared.pending).remove(&id));
+                match waiter {
+                    Some(waiter) => {
+                        let _ = waiter.send(Ok(frame));
+                    }
+                    // A late answer to a cancelled or timed-out request is dropped.
+                    None => tracing::debug!(%upstream, "stdio server answered an id with no waiter"),
+                }
+            }
+            Ok(Incoming::Notification { method, frame }) => route_notification(&shared, &method, frame).await,
+            Ok(Incoming::Request { id }) => {
+                // Server-to-client requests are not relayed (as over HTTP); ping is answered.
+                let Some(process) = process.upgrade() else { break "stopped" };
+                let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "not supported through this gateway"}});
+                let _ = process.write(&reply).await;
+            }
+            Err(_) => break "the stdio server wrote a message that is not JSON-RPC",
+        }
+    };
+    tracing::warn!(%upstream, reason = why, "stdio server gone");
+    shared.die(why);
+    if let Some(process) = process.upgrade() {
+        let child = lock(&process.child).take();
+        if let Some(mut child) = child {
+            let _ = child.start_kill();
+            match child.wait().await {
+                Ok(status) => tracing::info!(%upstream, %status, "stdio server exited"),
+                Err(error) => tracing::warn!(%upstream, %error, "stdio server could not be reaped"),
+            }
+        }
+    }
+}
+
+/// Progress to the request whose token it carries (the caller's own token restored), log
+/// messages to the in-flight requests of a per-caller process, list changes to the gateway.
+async fn route_notification(shared: &Shared, method: &str, mut frame: Value) {
+    if LIST_CHANGED.contains(&method) {
+        let sender = shared.changes.as_ref().and_then(|changes| lock(changes).clone());
+        if let Some(sender) = sender {
+            let _ = sender.try_send(method.to_owned());
+        }
+        return;
+    }
+    let targets: Vec<mpsc::Sender<Value>> = match method {
+        "notifications/progress" => {
+            let token = frame.pointer("/params/progressToken").and_then(Value::as_str).unwrap_or("");
+            let id = token.strip_prefix("palisade-").and_then(|id| id.parse::<i64>().ok());
+            let relays = lock(&shared.relays);
+            let Some(relay) = id.and_then(|id| relays.get(&id)) else { return };
+            let Some(original) = relay.progress_token.clone() else { return };
+            if let Some(params) = frame.get_mut("params").and_then(Value::as_object_mut) {
+                params.insert("progressToken".into(), original);
+            }
+            vec![relay.sink.clone()]
+        }
+        "notifications/message" if shared.relay_messages => {
+            lock(&shared.relays).values().map(|relay| relay.sink.clone()).collect()
+        }
+        _ => return,
+    };
+    for sink in targets {
+        let _ = sink.try_send(frame.clone());
+    }
+}
+
+enum LineError {
+    TooLong,
+    Io,
+}
+
+/// One line (without its newline) into `line`, refusing it once it passes `cap` bytes; `Ok(0)`
+/// at the end of the stream.
+async fn read_line_capped(
+    reader: &mut BufReader<impl AsyncRead + Unpin>,
+    line: &mut Vec<u8>,
+    cap: usize,
+) -> Result<usize, LineError> {
+    let mut total = 0;
+    loop {
+        let buffer = reader.fill_buf().await.map_err(|_| LineError::Io)?;
+        if buffer.is_empty() {
+            return Ok(total);
+        }
+        let (chunk, done) = match buffer.iter().position(|b| *b == b'\n') {
+            Some(end) => (&buffer[..end], Some(end + 1)),
+            None => (buffer, None),
+        };
+        if line.len() + chunk.len() > cap {
+            return Err(LineError::TooLong);
+        }
+        line.extend_from_slice(chunk);
+        let used = done.unwrap_or(chunk.len());
+        total += used;
+        reader.consume(used);
+        if done.is_some() {
+            return Ok(total.max(1));
+        }
+    }
+}
+
+/// Logs stderr lines (control characters escaped, long lines cut) up to [`MAX_STDERR_BYTES`].
+async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin) {
+    let mut reader = BufReader::new(stderr);
+    let mut logged = 0usize;
+    let mut dropped = 0usize;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => {
+                if logged >= MAX_STDERR_BYTES {
+                    dropped += read;
+                    continue;
+                }
+                logged += read;
+                let text = String::from_utf8_lossy(&line[..line.len().min(MAX_STDERR_LINE)]);
+                let text: String = text
+                    .trim_end()
+                    .chars()
+                    .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
+                    .collect();
+                tracing::info!(%upstream, stderr = %text, "stdio server stderr");
+                if logged >= MAX_STDERR_BYTES {
+                    tracing::warn!(%upstream, "stdio server stderr reached its log cap; the rest is not logged");
+                }
+            }
+        }
+    }
+    if dropped > 0 {
+        tracing::warn!(%upstream, dropped_bytes = dropped, "stdio server stderr not logged");
+    }
+}

@@ -1,0 +1,222 @@
+//! The command line that confines one stdio server: `prlimit` (util-linux) sets its rlimits and
+//! `bwrap` (bubblewrap) builds its namespaces and mounts, run as an unprivileged uid of its own
+//! when the gateway is root. Nothing is hand-rolled with `unsafe`: the uid and gid switch is the
+//! standard library's (`CommandExt::uid`/`gid`, which also drops supplementary groups), every
+//! kernel-facing step is one of those two tools'.
+//!
+//! What the process gets (SECURITY.md, "the gateway → local processes"):
+//! - new user, PID, IPC, UTS and cgroup namespaces; a new network namespace unless `network`;
+//! - read-only `/usr`, `/bin`, `/sbin`, `/lib*` and `/etc`, a minimal `/dev`, its own `/proc`,
+//!   a private `/tmp`; the executable file itself, read-only; each grant at its own path,
+//!   read-only unless `rw`; nothing else of the host (no `/home`, `/root`, `/srv`, `/var`, …);
+//! - every protected path (the gateway's configuration, data directory and secret files) that
+//!   would be visible is masked, and a grant that would expose one is refused;
+//! - no capabilities, `no_new_privs` (bubblewrap sets it), a new session (no terminal
+//!   injection), `--die-with-parent`;
+//! - an environment of `PATH`, `HOME=/tmp`, `TMPDIR=/tmp` and the declared names only.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::config::{Confinement, SandboxSettings};
+use crate::launch::LaunchSpec;
+
+/// Directories of the host visible, read-only, inside every sandbox.
+const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
+/// The `PATH` inside the sandbox.
+const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// Where the tools are looked for (never the gateway's `PATH`: a writable directory early on it
+/// must not choose what confines the server).
+const TOOL_DIRS: &[&str] = &["/usr/bin", "/bin", "/usr/sbin", "/sbin"];
+
+/// Why a sandbox cannot be set up: the upstream does not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    /// bubblewrap or prlimit is not installed.
+    #[error("{0} is not installed; a confined stdio upstream cannot start (install it, or set confinement = \"none\")")]
+    Missing(&'static str),
+    /// A grant would show a path the gateway protects.
+    #[error("grant {grant} would expose {protected}, which the gateway protects")]
+    ExposesProtected {
+        /// The grant.
+        grant: String,
+        /// The protected path inside it.
+        protected: String,
+    },
+    /// A grant does not exist or is not a directory.
+    #[error("grant {0} is not an existing directory")]
+    Grant(String),
+    /// A declared environment variable has no value.
+    #[error("environment variable {0} (listed in env) is not set in the gateway's environment")]
+    EnvMissing(String),
+    /// An `env_files` file could not be read.
+    #[error("environment variable {name}: its file cannot be read ({reason})")]
+    EnvFile {
+        /// The variable.
+        name: String,
+        /// The I/O error's kind.
+        reason: String,
+    },
+    /// Every sandbox uid is in use.
+    #[error("every sandbox uid is in use")]
+    NoUid,
+}
+
+/// The uids handed to running processes: one each, so the kernel's per-uid process count
+/// (RLIMIT_NPROC) and signal permissions never span two processes.
+#[derive(Debug)]
+pub(crate) struct UidPool {
+    base: u32,
+    in_use: Mutex<BTreeSet<u32>>,
+}
+
+/// How many uids the pool hands out at most.
+const UID_POOL_SIZE: u32 = 65_536;
+
+impl UidPool {
+    pub(crate) fn new(base: u32) -> Self {
+        Self { base, in_use: Mutex::new(BTreeSet::new()) }
+    }
+
+    /// A free uid.
+    pub(crate) fn take(&self) -> Result<u32, SandboxError> {
+        let mut in_use = self.in_use.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let uid = (self.base..self.base.saturating_add(UID_POOL_SIZE))
+            .find(|uid| !in_use.contains(uid))
+            .ok_or(SandboxError::NoUid)?;
+        in_use.insert(uid);
+        Ok(uid)
+    }
+
+    /// Returns a uid.
+    pub(crate) fn give_back(&self, uid: u32) {
+        self.in_use.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&uid);
+    }
+}
+
+/// Whether the gateway runs as root (then every process gets a uid of its own).
+pub(crate) fn running_as_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The environment a process starts with: the fixed names, then the declared ones.
+pub(crate) fn environment(
+    spec: &LaunchSpec,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) -> Result<Vec<(String, String)>, SandboxError> {
+    let mut env = vec![
+        ("PATH".to_owned(), SANDBOX_PATH.to_owned()),
+        ("HOME".to_owned(), "/tmp".to_owned()),
+        ("TMPDIR".to_owned(), "/tmp".to_owned()),
+    ];
+    for name in &spec.settings.env {
+        let value = lookup(name).ok_or_else(|| SandboxError::EnvMissing(name.clone()))?;
+        env.push((name.clone(), value));
+    }
+    for (name, path) in &spec.settings.env_files {
+        let value = std::fs::read_to_string(path)
+            .map_err(|error| SandboxError::EnvFile { name: name.clone(), reason: error.kind().to_string() })?;
+        env.push((name.clone(), value.trim_end_matches(['\n', '\r']).to_owned()));
+    }
+    Ok(env)
+}
+
+fn find_tool(name: &'static str) -> Result<PathBuf, SandboxError> {
+    TOOL_DIRS.iter().map(|dir| Path::new(dir).join(name)).find(|path| path.is_file()).ok_or(SandboxError::Missing(name))
+}
+
+/// The command that runs `spec`'s server: confined (prlimit + bwrap) or, with
+/// `confinement = "none"`, directly. `uid`: the sandbox uid when the gateway is root.
+pub(crate) fn command(
+    spec: &LaunchSpec,
+    sandbox: &SandboxSettings,
+    uid: Option<u32>,
+    protected: &[PathBuf],
+    env: Vec<(String, String)>,
+) -> Result<tokio::process::Command, SandboxError> {
+    let settings = &spec.settings;
+    if settings.confinement == Confinement::None {
+        let mut command = tokio::process::Command::new(&spec.executable);
+        command.args(&settings.args).env_clear().envs(env).current_dir(&settings.cwd);
+        return Ok(command);
+    }
+    let prlimit = find_tool("prlimit")?;
+    let bwrap = find_tool("bwrap")?;
+    let protected: Vec<PathBuf> =
+        protected.iter().map(|path| std::fs::canonicalize(path).unwrap_or_else(|_| path.clone())).collect();
+    let mut args: Vec<String> = Vec::new();
+    let limits = &settings.limits;
+    args.extend([
+        format!("--as={}", limits.memory_bytes),
+        format!("--nproc={}", limits.processes),
+        format!("--cpu={}", limits.cpu_secs),
+        format!("--nofile={}", limits.open_files),
+        "--".into(),
+        bwrap.to_string_lossy().into_owned(),
+    ]);
+    let mut push = |parts: &[&str]| args.extend(parts.iter().map(|part| (*part).to_owned()));
+    push(&["--die-with-parent", "--new-session", "--unshare-user", "--unshare-ipc", "--unshare-pid"]);
+    push(&["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]);
+    if !settings.network {
+        push(&["--unshare-net"]);
+    }
+    let (inside_uid, inside_gid) = match uid {
+        Some(uid) => (uid, sandbox.gid),
+        None => (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw()),
+    };
+    push(&["--uid", &inside_uid.to_string(), "--gid", &inside_gid.to_string()]);
+    for dir in SYSTEM_DIRS {
+        let path = Path::new(dir);
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(path) {
+                    push(&["--symlink", &target.to_string_lossy(), dir]);
+                }
+            }
+            Ok(meta) if meta.is_dir() => push(&["--ro-bind", dir, dir]),
+            _ => {}
+        }
+    }
+    push(&["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+    let executable = spec.executable.to_string_lossy();
+    let visible = |path: &Path| SYSTEM_DIRS.iter().any(|dir| path.starts_with(dir));
+    if !visible(&spec.executable) {
+        push(&["--ro-bind", &executable, &executable]);
+    }
+    for grant in &settings.grants {
+        let real =
+            std::fs::canonicalize(&grant.path).map_err(|_| SandboxError::Grant(grant.path.display().to_string()))?;
+        if !real.is_dir() {
+            return Err(SandboxError::Grant(grant.path.display().to_string()));
+        }
+        if let Some(inside) = protected.iter().find(|p| p.starts_with(&real) || real.starts_with(p)) {
+            return Err(SandboxError::ExposesProtected {
+                grant: grant.path.display().to_string(),
+                protected: inside.display().to_string(),
+            });
+        }
+        let real = real.to_string_lossy().into_owned();
+        let at = grant.path.to_string_lossy().into_owned();
+        push(&[if grant.rw { "--bind" } else { "--ro-bind" }, &real, &at]);
+    }
+    // A protected path under a visible system directory is masked: an empty tmpfs over a
+    // directory, /dev/null over a file.
+    for path in protected.iter().filter(|path| visible(path)) {
+        let text = path.to_string_lossy().into_owned();
+        if path.is_dir() {
+            push(&["--tmpfs", &text]);
+        } else if path.exists() {
+            push(&["--ro-bind", "/dev/null", &text]);
+        }
+    }
+    push(&["--chdir", &settings.cwd.to_string_lossy(), "--cap-drop", "ALL", "--"]);
+    push(&[&executable]);
+    args.extend(settings.args.iter().cloned());
+    let mut command = tokio::process::Command::new(prlimit);
+    command.args(args).env_clear().envs(env).current_dir("/");
+    if let Some(uid) = uid {
+        command.uid(uid).gid(sandbox.gid);
+    }
+    Ok(command)
+}

@@ -1,0 +1,32 @@
+//! Locates the built `stdio_fixture` example for the gateway's tests (building it once per test
+//! binary when it is missing). Include with `#[path = "support/stdio_fixture.rs"] mod stdio_fixture;`.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// The path of the `stdio_fixture` example binary, next to this test binary's directory
+/// (`<target>/debug/deps/<test>` → `<target>/debug/examples/stdio_fixture`). Built with
+/// `cargo build -p palisade-gateway --example stdio_fixture` the first time it is missing; panics
+/// with the reason when it cannot be found or built.
+pub fn fixture_path() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let exe = std::env::current_exe().expect("the test binary's own path");
+        let profile_dir =
+            exe.parent().and_then(|deps| deps.parent()).expect("the test binary lives in <target>/<profile>/deps");
+        let path = profile_dir.join("examples").join(format!("stdio_fixture{}", std::env::consts::EXE_SUFFIX));
+        if !path.is_file() {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("..");
+            let status = std::process::Command::new(cargo)
+                .args(["build", "-p", "palisade-gateway", "--example", "stdio_fixture"])
+                .current_dir(&workspace)
+                .status()
+                .expect("running cargo build for the stdio fixture");
+            assert!(status.success(), "cargo build --example stdio_fixture failed: {status}");
+            assert!(path.is_file(), "the stdio fixture was built but is not at {}", path.display());
+        }
+        path
+    })
+    .clone()
+}
