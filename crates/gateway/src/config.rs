@@ -845,6 +845,62 @@ mod tests {
     }
 
     #[test]
+    fn a_stdio_upstream_validates_with_its_defaults() {
+        let settings = upstreams(
+            r#"
+            [[upstreams]]
+            id = "files"
+            command = "node"
+            args = ["server.js", "/srv/data"]
+            env = ["API_KEY"]
+            env_files = { TOKEN = "/run/secrets/token" }
+            cwd = "/srv/data"
+            grants = [{ path = "/srv/data" }, { path = "/srv/out", rw = true }]
+            "#,
+        )
+        .unwrap();
+        let upstream = &settings.upstreams[0];
+        assert_eq!(upstream.url.as_str(), "stdio:files");
+        let stdio = upstream.stdio.as_ref().unwrap();
+        assert_eq!(stdio.confinement, Confinement::Bubblewrap, "confined unless the operator says otherwise");
+        assert!(!stdio.network && !stdio.shared);
+        assert_eq!(stdio.grants[1], Grant { path: "/srv/out".into(), rw: true });
+        assert!(!stdio.grants[0].rw, "read-only unless marked rw");
+        assert_eq!(stdio.limits.memory_bytes, 4096 * 1024 * 1024);
+        assert_eq!(settings.protected_paths, vec![PathBuf::from("/run/secrets/token")], "env_files are secrets");
+        assert_eq!(settings.sandbox, SandboxSettings { uid_base: 600_000, gid: 65_534 });
+    }
+
+    #[test]
+    fn each_bad_stdio_value_names_its_key() {
+        let one = |extra: &str| format!("[[upstreams]]\nid = \"a\"\ncommand = \"/usr/bin/env\"\n{extra}");
+        assert_eq!(key_of(&one("url = \"http://h/mcp\"")), "upstreams[0].command");
+        assert_eq!(key_of("[[upstreams]]\nid = \"a\""), "upstreams[0].url");
+        assert_eq!(key_of("[[upstreams]]\nid = \"a\"\ncommand = \"bin/x\""), "upstreams[0].command");
+        assert_eq!(key_of("[[upstreams]]\nid = \"a\"\ncommand = \"/usr/../bin/x\""), "upstreams[0].command");
+        assert_eq!(key_of(&one("env = [\"A-B\"]")), "upstreams[0].env[0]");
+        assert_eq!(key_of(&one("env = [\"PATH\"]")), "upstreams[0].env[0]");
+        assert_eq!(key_of(&one("env = [\"A\", \"A\"]")), "upstreams[0].env[1]");
+        assert_eq!(key_of(&one("env = [\"A\"]\nenv_files = { A = \"/x\" }")), "upstreams[0].env_files.A");
+        assert_eq!(key_of(&one("env_files = { A = \"rel\" }")), "upstreams[0].env_files.A");
+        assert_eq!(key_of(&one("grants = [{ path = \"/\" }]")), "upstreams[0].grants[0].path");
+        assert_eq!(key_of(&one("grants = [{ path = \"/a/../etc\" }]")), "upstreams[0].grants[0].path");
+        assert_eq!(
+            key_of(&one("grants = [{ path = \"/a\" }, { path = \"/a\", rw = true }]")),
+            "upstreams[0].grants[1].path"
+        );
+        assert_eq!(key_of(&one("cwd = \"/srv\"")), "upstreams[0].cwd");
+        assert_eq!(key_of(&one("confinement = \"docker\"")), "upstreams[0].confinement");
+        assert_eq!(key_of(&one("max_processes = 0")), "upstreams[0].max_processes");
+        assert_eq!(key_of(&one("[upstreams.limits]\nmemory_mib = 1")), "upstreams[0].limits.memory_mib");
+        assert_eq!(key_of(&one("[upstreams.credential]\nkind = \"static\"")), "upstreams[0].credential.kind");
+        let http = "[[upstreams]]\nid = \"a\"\nurl = \"http://h/mcp\"\n";
+        assert_eq!(key_of(&format!("{http}grants = [{{ path = \"/a\" }}]")), "upstreams[0].grants");
+        assert_eq!(key_of(&format!("{http}network = true")), "upstreams[0].network");
+        assert_eq!(key_of("[gateway]\nsandbox_uid_base = 0"), "gateway.sandbox_uid_base");
+    }
+
+    #[test]
     fn errors_never_show_a_secret_value() {
         let text = "[[upstreams]]\nid = \"a\"\nurl = \"http://h/mcp\"\n[upstreams.credential]\nkind = \"static\"\nsecret_env = \"\"";
         let error = upstreams(text).unwrap_err();

@@ -363,7 +363,11 @@ mod tests {
         let missing =
             LaunchSpec::resolve_stdio("x", "stdio:x", &settings("no-such-program-here", &[]), Some("/usr/bin"));
         assert!(matches!(missing, Err(LaunchError::Command { .. })), "{missing:?}");
-        let not_exec = LaunchSpec::resolve_stdio("x", "stdio:x", &settings("/etc/hostname", &[]), None);
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"data").unwrap();
+        std::fs::set_permissions(&plain, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        let not_exec = LaunchSpec::resolve_stdio("x", "stdio:x", &settings(plain.to_str().unwrap(), &[]), None);
         assert!(matches!(not_exec, Err(LaunchError::Command { .. })), "{not_exec:?}");
     }
 

@@ -537,7 +537,7 @@ mod tests {
     #[test]
     fn kinds_and_states_have_stable_names() {
         let names: Vec<_> = DefinitionKind::ALL.iter().map(|kind| kind.as_str()).collect();
-        assert_eq!(names, ["tool", "prompt", "resource", "resource_template", "instructions"]);
+        assert_eq!(names, ["tool", "prompt", "resource", "resource_template", "instructions", "launch"]);
         for kind in DefinitionKind::ALL {
             assert_eq!(DefinitionKind::from_name(kind.as_str()), Some(kind));
         }

@@ -1126,7 +1126,10 @@ pub async fn pins_round_trip_and_reobservation_keeps_first_seen(harness: &dyn Ha
     store.observe_pins(Vec::new()).await.expect("an empty batch is a no-op");
     let forecast = sample_pin("weather-tool-forecast", "weather", "tool", "forecast", 1, 100);
     let instructions = sample_pin("weather-instructions", "weather", "instructions", "", 1, 100);
-    store.observe_pins(vec![forecast.clone(), instructions.clone()]).await.expect("observe");
+    // A stdio upstream's launch is a pin too (nameless, like instructions; migration 0008).
+    let launch = sample_pin("weather-launch", "weather", "launch", "", 1, 100);
+    store.observe_pins(vec![forecast.clone(), instructions.clone(), launch.clone()]).await.expect("observe");
+    assert_eq!(expect_pin(store.as_ref(), "weather-launch").await.observation, launch);
     let expected =
         PinRow { observation: forecast.clone(), first_seen_ms: 100, decision: None, decided_definition: None };
     assert_eq!(expect_pin(store.as_ref(), "weather-tool-forecast").await, expected);
@@ -1162,7 +1165,7 @@ pub async fn pins_round_trip_and_reobservation_keeps_first_seen(harness: &dyn Ha
     assert_eq!(store.pin("weather-tool-radar").await.expect("pin"), None, "the batch was rolled back");
     let row = expect_pin(store.as_ref(), "weather-tool-forecast").await;
     assert_eq!((row.observation, row.first_seen_ms), (again, 100), "the conflicting pin is unchanged");
-    assert_eq!(store.pins(None).await.expect("pins").len(), 2);
+    assert_eq!(store.pins(None).await.expect("pins").len(), 3);
     other.close().await;
     fixture.cleanup().await;
 }
@@ -1315,6 +1318,7 @@ pub async fn invalid_pins_are_refused_and_nothing_is_written(harness: &dyn Harne
         ("too-long URL", |pin| pin.upstream_url = format!("https://x/{}", "a".repeat(2048))),
         ("definition not JSON", |pin| pin.definition = "{".into()),
         ("named instructions", |pin| pin.kind = "instructions".into()),
+        ("named launch", |pin| pin.kind = "launch".into()),
         ("negative time", |pin| pin.seen_at_ms = -1),
     ];
     for (what, break_it) in broken {

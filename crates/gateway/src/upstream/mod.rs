@@ -254,6 +254,10 @@ pub enum UpstreamError {
     /// The caller cancelled the request.
     #[error("the request was cancelled")]
     Cancelled,
+    /// The gateway's own policy refused the call before it reached the upstream (a stdio
+    /// upstream's process cap, an unapproved or changed launch): not the upstream's failure.
+    #[error("refused by the gateway: {0}")]
+    Refused(String),
 }
 
 impl UpstreamError {
@@ -276,7 +280,8 @@ impl UpstreamError {
             | Self::Unavailable(_)
             | Self::Status(_)
             | Self::Credential(_)
-            | Self::InsufficientScope(_) => ProtocolError::Unavailable,
+            | Self::InsufficientScope(_)
+            | Self::Refused(_) => ProtocolError::Unavailable,
             Self::TooLarge | Self::Protocol(_) | Self::Cancelled => ProtocolError::Internal,
         }
     }
@@ -286,9 +291,12 @@ impl UpstreamError {
         match self {
             Self::Unavailable(_) | Self::Timeout | Self::Protocol(_) => true,
             Self::Status(status) => *status >= 500,
-            Self::Unhealthy | Self::TooLarge | Self::Credential(_) | Self::InsufficientScope(_) | Self::Cancelled => {
-                false
-            }
+            Self::Unhealthy
+            | Self::TooLarge
+            | Self::Credential(_)
+            | Self::InsufficientScope(_)
+            | Self::Cancelled
+            | Self::Refused(_) => false,
         }
     }
 }

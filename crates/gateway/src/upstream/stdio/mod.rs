@@ -161,7 +161,7 @@ impl StdioLink {
             if !slots.contains_key(&key) {
                 let running = slots.len();
                 if running >= self.stdio().max_processes {
-                    return Err(UpstreamError::Unavailable(format!(
+                    return Err(UpstreamError::Refused(format!(
                         "the upstream's limit of {} processes is reached",
                         self.stdio().max_processes
                     )));
@@ -211,7 +211,7 @@ impl StdioLink {
     async fn launch(self: &Arc<Self>, key: &str) -> Result<Arc<Process>, UpstreamError> {
         let approved = lock(&self.approved).clone();
         let Some(approved) = approved else {
-            return Err(UpstreamError::Unavailable("the upstream's launch is not approved".into()));
+            return Err(UpstreamError::Refused("the upstream's launch is not approved".into()));
         };
         let settings = self.settings.clone();
         let resolved = tokio::task::spawn_blocking(move || {
@@ -236,7 +236,7 @@ impl StdioLink {
             if let Some(sender) = sender {
                 let _ = sender.try_send("notifications/tools/list_changed".to_owned());
             }
-            return Err(UpstreamError::Unavailable("the launch changed since it was approved".into()));
+            return Err(UpstreamError::Refused("the launch changed since it was approved".into()));
         }
         if spec.settings.confinement == Confinement::None {
             tracing::warn!(upstream = %self.id, "starting a stdio server WITHOUT CONFINEMENT (confinement = \"none\"): it runs with the gateway's access");

@@ -220,3 +220,135 @@ pub(crate) fn command(
     }
     Ok(command)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Grant, ProcessLimits, StdioSettings};
+    use std::time::Duration;
+
+    fn spec(grants: Vec<Grant>, network: bool, confinement: Confinement) -> LaunchSpec {
+        LaunchSpec {
+            upstream_id: "fx".into(),
+            upstream_url: "stdio:fx".into(),
+            settings: StdioSettings {
+                command: "/usr/bin/env".into(),
+                args: vec!["--flag".into()],
+                env: vec!["API_KEY".into()],
+                env_files: Default::default(),
+                cwd: "/tmp".into(),
+                grants,
+                network,
+                confinement,
+                shared: false,
+                max_processes: 4,
+                idle: Duration::from_secs(60),
+                limits: ProcessLimits { memory_bytes: 1 << 30, processes: 64, cpu_secs: 60, open_files: 256 },
+            },
+            executable: "/usr/bin/env".into(),
+            executable_sha256: "0".repeat(64),
+            argument_files: Vec::new(),
+        }
+    }
+
+    fn args(command: &tokio::process::Command) -> Vec<String> {
+        command.as_std().get_args().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    fn has(args: &[String], window: &[&str]) -> bool {
+        args.windows(window.len()).any(|w| w.iter().zip(window).all(|(a, b)| a == b))
+    }
+
+    const SANDBOX: SandboxSettings = SandboxSettings { uid_base: 600_000, gid: 65_534 };
+
+    #[test]
+    fn the_confined_command_has_every_layer() {
+        if find_tool("bwrap").is_err() || find_tool("prlimit").is_err() {
+            // The error itself is the fail-closed behaviour: checked below.
+            assert_eq!(
+                command(&spec(Vec::new(), false, Confinement::Bubblewrap), &SANDBOX, None, &[], Vec::new()).err(),
+                Some(if find_tool("prlimit").is_err() {
+                    SandboxError::Missing("prlimit")
+                } else {
+                    SandboxError::Missing("bwrap")
+                })
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let grant = dir.path().join("data");
+        std::fs::create_dir(&grant).unwrap();
+        let grants = vec![Grant { path: grant.clone(), rw: false }];
+        let built =
+            command(&spec(grants, false, Confinement::Bubblewrap), &SANDBOX, Some(600_001), &[], Vec::new()).unwrap();
+        let args = args(&built);
+        for layer in [
+            &["--as=1073741824"][..],
+            &["--nproc=64"],
+            &["--cpu=60"],
+            &["--nofile=256"],
+            &["--die-with-parent"],
+            &["--unshare-user"],
+            &["--unshare-pid"],
+            &["--unshare-net"],
+            &["--uid", "600001", "--gid", "65534"],
+            &["--ro-bind", "/etc", "/etc"],
+            &["--tmpfs", "/tmp"],
+            &["--proc", "/proc"],
+            &["--cap-drop", "ALL"],
+        ] {
+            assert!(has(&args, layer), "missing {layer:?} in {args:?}");
+        }
+        let grant_text = grant.to_string_lossy().into_owned();
+        assert!(has(&args, &["--ro-bind", &grant_text, &grant_text]), "a grant is read-only unless rw: {args:?}");
+        assert_eq!(args.last().map(String::as_str), Some("--flag"));
+        let networked =
+            command(&spec(Vec::new(), true, Confinement::Bubblewrap), &SANDBOX, None, &[], Vec::new()).unwrap();
+        assert!(!has(&super::tests::args(&networked), &["--unshare-net"]), "network = true shares the network");
+    }
+
+    #[test]
+    fn protected_paths_are_never_granted_and_masked_where_visible() {
+        if find_tool("bwrap").is_err() || find_tool("prlimit").is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("inner")).unwrap();
+        let protected = vec![data.join("inner")];
+        for grant in [data.clone(), data.join("inner"), data.join("inner")] {
+            let grants = vec![Grant { path: grant, rw: true }];
+            let refused =
+                command(&spec(grants, false, Confinement::Bubblewrap), &SANDBOX, None, &protected, Vec::new());
+            assert!(matches!(refused, Err(SandboxError::ExposesProtected { .. })), "{refused:?}");
+        }
+        // A protected file under a visible system directory is covered by /dev/null.
+        let built = command(
+            &spec(Vec::new(), false, Confinement::Bubblewrap),
+            &SANDBOX,
+            None,
+            &[PathBuf::from("/etc/hostname")],
+            Vec::new(),
+        )
+        .unwrap();
+        assert!(has(&args(&built), &["--ro-bind", "/dev/null", "/etc/hostname"]));
+    }
+
+    #[test]
+    fn the_environment_is_the_declared_names_only_and_a_missing_one_fails() {
+        let spec = spec(Vec::new(), false, Confinement::None);
+        let env = environment(&spec, &|name| (name == "API_KEY").then(|| "k".to_owned())).unwrap();
+        let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["PATH", "HOME", "TMPDIR", "API_KEY"]);
+        assert_eq!(environment(&spec, &|_| None), Err(SandboxError::EnvMissing("API_KEY".into())));
+    }
+
+    #[test]
+    fn uids_are_handed_out_once() {
+        let pool = UidPool::new(700_000);
+        let (a, b) = (pool.take().unwrap(), pool.take().unwrap());
+        assert_ne!(a, b);
+        pool.give_back(a);
+        assert_eq!(pool.take().unwrap(), a);
+    }
+}
