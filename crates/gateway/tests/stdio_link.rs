@@ -4,6 +4,9 @@
 //! caller partition and capped, a changed executable is refused at the next launch, and every
 //! process stops when the launch is withdrawn.
 
+// Test helpers outside #[test] functions unwrap too.
+#![allow(clippy::unwrap_used)]
+
 #[path = "support/stdio_fixture.rs"]
 mod stdio_fixture;
 
