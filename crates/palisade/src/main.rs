@@ -700,6 +700,15 @@ async fn start_gateway(
     store: &Arc<dyn palisade_store::Store>,
     coverage: Option<palisade_gateway::gateway::CoverageCheck>,
 ) -> anyhow::Result<(palisade_gateway::Gateway, palisade_server::App)> {
+    for upstream in &settings.upstreams {
+        if upstream.stdio.as_ref().is_some_and(|stdio| stdio.confinement == palisade_gateway::config::Confinement::None)
+        {
+            eprintln!(
+                "WARNING: upstream {} runs UNCONFINED (confinement = \"none\"): its processes have the gateway's access",
+                upstream.id
+            );
+        }
+    }
     let gateway = palisade_gateway::Gateway::new(settings.clone(), store.clone(), Arc::new(SystemClock), coverage)
         .context("starting the gateway")?;
     gateway.refresh_all().await;
@@ -710,7 +719,11 @@ async fn start_gateway(
             status.id,
             status.served,
             status.listed,
-            if status.health.healthy && status.listing_error.is_none() { "healthy" } else { "unreachable; retrying" }
+            match (&status.launch, &status.listing_error) {
+                (Some(launch), Some(_)) if !launch.served => "its launch is not approved: `palisade upstreams show`",
+                _ if status.health.healthy && status.listing_error.is_none() => "healthy",
+                _ => "unreachable; retrying",
+            }
         );
     }
     Ok((gateway, app))
