@@ -199,28 +199,19 @@ impl Gateway {
         let identities = SandboxIdentities::new(settings.sandbox);
         for upstream in &settings.upstreams {
             let fail = |reason: String| GatewayError::Upstream { upstream: upstream.id.clone(), reason };
-            if upstream.stdio.is_some() {
-                let client = UpstreamClient::stdio(upstream, identities.clone(), settings.protected_paths.clone())
+            let client = if upstream.stdio.is_some() {
+                UpstreamClient::stdio(upstream, identities.clone(), settings.protected_paths.clone())
+            } else {
+                let credential = UpstreamCredential::from_config(&upstream.credential, &upstream.url, clock.clone())
                     .map_err(|error| fail(error.to_string()))?;
-                upstreams.push(Arc::new(Upstream {
-                    namer: Namer::new(upstream.prefix.as_deref(), settings.separator),
-                    settings: upstream.clone(),
-                    client,
-                    listing: Mutex::new(None),
-                    listing_error: Mutex::new(None),
-                    launch: Mutex::new(None),
-                }));
-                continue;
+                UpstreamClient::new(
+                    &upstream.id,
+                    upstream.url.clone(),
+                    upstream.protocol,
+                    upstream.limits.clone(),
+                    Arc::new(credential),
+                )
             }
-            let credential = UpstreamCredential::from_config(&upstream.credential, &upstream.url, clock.clone())
-                .map_err(|error| fail(error.to_string()))?;
-            let client = UpstreamClient::new(
-                &upstream.id,
-                upstream.url.clone(),
-                upstream.protocol,
-                upstream.limits.clone(),
-                Arc::new(credential),
-            )
             .map_err(|error| fail(error.to_string()))?;
             upstreams.push(Arc::new(Upstream {
                 namer: Namer::new(upstream.prefix.as_deref(), settings.separator),
@@ -313,25 +304,16 @@ impl Gateway {
         };
         let subject = spec.subject();
         let pin_id = subject.pin_id();
-        let (digest, text) = match (spec.digest(), spec.canonical_text()) {
-            (Ok(digest), Ok(text)) => (digest, text),
-            (Err(error), _) | (_, Err(error)) => {
+        let observation = match spec.observation(self.inner.clock.now_ms()) {
+            Ok(observation) => observation,
+            Err(error) => {
                 upstream.client.set_launch_approved(None).await;
                 return Err(error.to_string());
             }
         };
+        let digest = observation.digest.clone();
         let stored = async {
             if lock(&self.inner.observed).get(&pin_id) != Some(&digest) {
-                let observation = PinObservation {
-                    pin_id: pin_id.clone(),
-                    upstream_id: subject.upstream_id.clone(),
-                    upstream_url: subject.upstream_url.clone(),
-                    kind: DefinitionKind::Launch.as_str().to_owned(),
-                    name: String::new(),
-                    digest: digest.clone(),
-                    definition: text,
-                    seen_at_ms: self.inner.clock.now_ms(),
-                };
                 self.inner.store.observe_pins(vec![observation]).await?;
                 lock(&self.inner.observed).insert(pin_id.clone(), digest.clone());
             }

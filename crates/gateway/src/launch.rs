@@ -15,6 +15,7 @@ use std::sync::{Mutex, OnceLock};
 
 use aws_lc_rs::digest;
 use palisade_base::hex::hex;
+use palisade_store::PinObservation;
 use serde_json::{Value, json};
 
 use crate::config::{StdioSettings, UpstreamSettings};
@@ -138,6 +139,21 @@ impl LaunchSpec {
     /// The canonical text the store keeps (and `pins diff` compares).
     pub fn canonical_text(&self) -> Result<String, LaunchError> {
         canonical_text(&self.definition()).map_err(|error| LaunchError::Canonical(error.to_string()))
+    }
+
+    /// What the store keeps of the launch pin, seen at `seen_at_ms`.
+    pub fn observation(&self, seen_at_ms: i64) -> Result<PinObservation, LaunchError> {
+        let subject = self.subject();
+        Ok(PinObservation {
+            pin_id: subject.pin_id(),
+            upstream_id: subject.upstream_id,
+            upstream_url: subject.upstream_url,
+            kind: DefinitionKind::Launch.as_str().to_owned(),
+            name: String::new(),
+            digest: self.digest()?,
+            definition: self.canonical_text()?,
+            seen_at_ms,
+        })
     }
 
     /// The pin subject of this upstream's launch.

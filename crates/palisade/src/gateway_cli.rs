@@ -87,21 +87,8 @@ pub enum UpstreamsCommand {
 pub struct LaunchDecideArgs {
     /// The upstream id.
     id: String,
-    /// Who decides (recorded, and the name a signature is checked under).
-    #[arg(long)]
-    reviewer: String,
-    /// Why (recorded).
-    #[arg(long)]
-    note: Option<String>,
-    /// The launch digest (or a prefix of at least 12 hex digits) `upstreams show` printed.
-    #[arg(long)]
-    digest: Option<String>,
-    /// The reviewer's Ed25519 secret key file: signs the approval.
-    #[arg(long)]
-    sign_key: Option<PathBuf>,
-    /// The gateway's configuration file.
-    #[arg(long)]
-    config: PathBuf,
+    #[command(flatten)]
+    decision: DecisionArgs,
 }
 
 #[derive(clap::Args)]
@@ -115,13 +102,20 @@ pub struct DecideArgs {
     /// The upstream, with --all.
     #[arg(long)]
     upstream: Option<String>,
+    #[command(flatten)]
+    decision: DecisionArgs,
+}
+
+/// Who decides what, as every decision command takes it.
+#[derive(clap::Args)]
+pub struct DecisionArgs {
     /// Who decides (recorded, and the name a signature is checked under).
     #[arg(long)]
     reviewer: String,
     /// Why (recorded).
     #[arg(long)]
     note: Option<String>,
-    /// The digest (or a prefix of at least 12 hex digits) the reviewer saw; one pin only.
+    /// The digest (or a prefix of at least 12 hex digits) the reviewer was shown; one pin only.
     #[arg(long)]
     digest: Option<String>,
     /// The reviewer's Ed25519 secret key file (base64, 32 bytes): signs each approval.
@@ -247,8 +241,8 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
 
 #[allow(clippy::print_stdout)]
 async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCode> {
-    let (_, gateway, store) = open(&args.config).await?;
-    let sign_key = match &args.sign_key {
+    let (_, gateway, store) = open(&args.decision.config).await?;
+    let sign_key = match &args.decision.sign_key {
         Some(path) => Some(read_sign_key(path)?),
         None => None,
     };
@@ -266,7 +260,7 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
             })
             .collect()
     } else {
-        if args.digest.is_some() && args.ids.len() != 1 {
+        if args.decision.digest.is_some() && args.ids.len() != 1 {
             anyhow::bail!("--digest names the definition of exactly one pin");
         }
         let mut rows = Vec::new();
@@ -279,7 +273,7 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
     let mut records = Vec::new();
     for row in rows {
         let o = &row.observation;
-        if let Some(seen) = &args.digest
+        if let Some(seen) = &args.decision.digest
             && (seen.len() < 12 || !o.digest.starts_with(seen.as_str()))
         {
             println!(
@@ -299,8 +293,8 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
             pin_id: o.pin_id.clone(),
             digest: o.digest.clone(),
             verdict,
-            reviewer: args.reviewer.clone(),
-            note: args.note.clone(),
+            reviewer: args.decision.reviewer.clone(),
+            note: args.decision.note.clone(),
             signature,
             decided_at_ms: SystemClock.now_ms(),
         };
@@ -324,7 +318,7 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
                     o.upstream_id,
                     o.kind,
                     o.name,
-                    args.reviewer,
+                    args.decision.reviewer,
                     sign_key.is_some() && verdict == PinVerdict::Approved
                 )),
             });
@@ -356,20 +350,10 @@ async fn observed_launch(
         .with_context(|| format!("upstream {id} is not a stdio upstream (it has a url)"))?
         .with_context(|| format!("upstream {id}: its launch cannot be resolved"))?;
     let digest = spec.digest()?;
-    let subject = spec.subject();
-    let pin_id = subject.pin_id();
+    let pin_id = spec.subject().pin_id();
     let current = store.pin(&pin_id).await.context("reading the launch pin")?;
     if current.as_ref().map(|row| row.observation.digest.as_str()) != Some(digest.as_str()) {
-        let observation = palisade_store::PinObservation {
-            pin_id: pin_id.clone(),
-            upstream_id: subject.upstream_id.clone(),
-            upstream_url: subject.upstream_url.clone(),
-            kind: DefinitionKind::Launch.as_str().to_owned(),
-            name: String::new(),
-            digest: digest.clone(),
-            definition: spec.canonical_text()?,
-            seen_at_ms: SystemClock.now_ms(),
-        };
+        let observation = spec.observation(SystemClock.now_ms())?;
         store.observe_pins(vec![observation]).await.context("recording the launch")?;
     }
     let row = store.pin(&pin_id).await.context("reading the launch pin")?.context("the launch pin vanished")?;
@@ -397,11 +381,11 @@ pub async fn upstreams(command: UpstreamsCommand) -> anyhow::Result<ExitCode> {
         UpstreamsCommand::Reject(args) => (args, PinVerdict::Rejected),
     };
     let (pin_id, digest) = {
-        let (_, gateway, store) = open(&args.config).await?;
+        let (_, gateway, store) = open(&args.decision.config).await?;
         let (_, digest, row) = observed_launch(&gateway, &store, &args.id).await?;
         (row.observation.pin_id, digest)
     };
-    if let Some(seen) = &args.digest
+    if let Some(seen) = &args.decision.digest
         && (seen.len() < 12 || !digest.starts_with(seen.as_str()))
     {
         println!(
@@ -412,17 +396,8 @@ pub async fn upstreams(command: UpstreamsCommand) -> anyhow::Result<ExitCode> {
         );
         return Ok(ExitCode::FAILURE);
     }
-    let decide_args = DecideArgs {
-        ids: vec![pin_id],
-        all: false,
-        upstream: None,
-        reviewer: args.reviewer,
-        note: args.note,
-        digest: Some(digest),
-        sign_key: args.sign_key,
-        config: args.config,
-    };
-    decide(decide_args, verdict).await
+    let decision = DecisionArgs { digest: Some(digest), ..args.decision };
+    decide(DecideArgs { ids: vec![pin_id], all: false, upstream: None, decision }, verdict).await
 }
 
 /// A reviewer's secret key file (base64 or hex of the 32-byte Ed25519 seed, as `pins keygen` or
