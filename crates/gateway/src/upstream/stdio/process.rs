@@ -42,6 +42,8 @@ struct Shared {
     /// same caller's (a per-caller process).
     relay_messages: bool,
     dead: AtomicBool,
+    /// Set by [`Process::stop`]: the end that follows is expected.
+    stopping: AtomicBool,
     exited: CancellationToken,
 }
 
@@ -111,6 +113,7 @@ impl Process {
             changes: options.changes,
             relay_messages: options.relay_messages,
             dead: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
             exited: CancellationToken::new(),
         });
         let process = Arc::new(Self {
@@ -220,6 +223,7 @@ impl Process {
 
     /// Stops it: stdin closed, a grace period, SIGTERM, another, SIGKILL.
     pub(crate) async fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
         self.stdin.lock().await.take();
         let exited = self.shared.exited.clone();
         if tokio::time::timeout(STOP_GRACE, exited.cancelled()).await.is_err() {
@@ -302,7 +306,11 @@ async fn read_stdout(
             Err(_) => break "the stdio server wrote a message that is not JSON-RPC",
         }
     };
-    tracing::warn!(%upstream, reason = why, "stdio server gone");
+    if shared.stopping.load(Ordering::SeqCst) {
+        tracing::debug!(%upstream, reason = why, "stdio server ended as asked");
+    } else {
+        tracing::warn!(%upstream, reason = why, "stdio server gone");
+    }
     shared.die(why);
     if let Some(process) = process.upgrade() {
         let child = lock(&process.child).take();
