@@ -485,6 +485,11 @@ impl Gateway {
             let gateway = self.clone();
             let stop = shutdown.clone();
             tokio::spawn(async move { gateway.changes_loop(index, stop).await });
+            if self.inner.upstreams[index].settings.stdio.is_some() {
+                let gateway = self.clone();
+                let stop = shutdown.clone();
+                tokio::spawn(async move { gateway.launch_loop(index, stop).await });
+            }
         }
         let gateway = self.clone();
         let stop = shutdown.clone();
@@ -506,6 +511,23 @@ impl Gateway {
                 () = tokio::time::sleep(every) => {}
             }
             self.relist(index).await;
+        }
+    }
+
+    /// A stdio upstream whose launch changed since its approval (noticed at a process start) is
+    /// re-listed at once: the changed launch is recorded and held, and its tools withdrawn, without
+    /// waiting for the next relisting.
+    async fn launch_loop(&self, index: usize, stop: CancellationToken) {
+        let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = upstream.client.launch_changed() => {}
+            }
+            tracing::info!(upstream = %upstream.settings.id, "stdio upstream launch changed: re-listing");
+            if self.relist(index).await == Refreshed::Changed {
+                self.announce("notifications/tools/list_changed");
+            }
         }
     }
 

@@ -434,6 +434,15 @@ impl UpstreamClient {
         }
     }
 
+    /// stdio: resolves when a process start was refused because the launch changed since its
+    /// approval (the gateway then re-lists at once). HTTP: never.
+    pub async fn launch_changed(&self) {
+        match &self.link {
+            Link::Http(_) => std::future::pending().await,
+            Link::Stdio(link) => link.launch_changed.notified().await,
+        }
+    }
+
     /// stdio: how many processes run now (`None` for HTTP).
     pub fn processes(&self) -> Option<usize> {
         match &self.link {

@@ -6,8 +6,8 @@
 //!
 //! A process is launched only when the launch resolved *now* — the executable's bytes re-hashed
 //! — has the digest a reviewer approved ([`StdioLink::set_approved`]); a different one is
-//! refused, and the gateway is told to re-list (so the changed launch is observed, held, and the
-//! upstream's tools withdrawn).
+//! refused, and the gateway is told to re-list at once ([`super::UpstreamClient::launch_changed`]),
+//! so the changed launch is observed, held, and the upstream's tools withdrawn.
 
 mod process;
 pub mod sandbox;
@@ -72,6 +72,8 @@ pub(super) struct StdioLink {
     pub(super) info: Mutex<Option<UpstreamInfo>>,
     pub(super) health: Health,
     changes: Arc<Mutex<Option<mpsc::Sender<String>>>>,
+    /// Notified when a launch was refused because it changed since its approval.
+    pub(super) launch_changed: tokio::sync::Notify,
     reaper_started: AtomicBool,
 }
 
@@ -103,6 +105,7 @@ impl StdioLink {
             info: Mutex::new(None),
             health: Health::default(),
             changes: Arc::new(Mutex::new(None)),
+            launch_changed: tokio::sync::Notify::new(),
             reaper_started: AtomicBool::new(false),
         })
     }
@@ -232,10 +235,7 @@ impl StdioLink {
         };
         if digest != approved {
             tracing::warn!(upstream = %self.id, "the launch changed since it was approved (command, arguments, grants, limits or the executable's bytes): not started");
-            let sender = lock(&self.changes).clone();
-            if let Some(sender) = sender {
-                let _ = sender.try_send("notifications/tools/list_changed".to_owned());
-            }
+            self.launch_changed.notify_one();
             return Err(UpstreamError::Refused("the launch changed since it was approved".into()));
         }
         if spec.settings.confinement == Confinement::None {

@@ -64,7 +64,10 @@ pub enum SandboxError {
 }
 
 /// The uids handed to running processes: one each, so the kernel's per-uid process count
-/// (RLIMIT_NPROC) and signal permissions never span two processes.
+/// (RLIMIT_NPROC) and file ownership in `rw` grants never span two processes. A uid that any
+/// process of the host runs as now (another gateway's sandbox, `gateway status` beside a running
+/// gateway) is skipped, and the search starts at a random place of the range, so two gateways
+/// sharing `sandbox_uid_base` do not hand out the same uids.
 #[derive(Debug)]
 pub(crate) struct UidPool {
     base: u32,
@@ -81,9 +84,15 @@ impl UidPool {
 
     /// A free uid.
     pub(crate) fn take(&self) -> Result<u32, SandboxError> {
+        let running = uids_running();
+        let mut offset = [0u8; 4];
+        // Without randomness the search starts at the base: still unique within this gateway.
+        let _ = aws_lc_rs::rand::fill(&mut offset);
+        let start = u32::from_le_bytes(offset) % UID_POOL_SIZE;
         let mut in_use = self.in_use.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let uid = (self.base..self.base.saturating_add(UID_POOL_SIZE))
-            .find(|uid| !in_use.contains(uid))
+        let uid = (0..UID_POOL_SIZE)
+            .map(|step| self.base.saturating_add((start + step) % UID_POOL_SIZE))
+            .find(|uid| !in_use.contains(uid) && !running.contains(uid))
             .ok_or(SandboxError::NoUid)?;
         in_use.insert(uid);
         Ok(uid)
@@ -93,6 +102,27 @@ impl UidPool {
     pub(crate) fn give_back(&self, uid: u32) {
         self.in_use.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&uid);
     }
+}
+
+/// The real uids of the host's processes now (from `/proc/<pid>/status`; unreadable entries are
+/// skipped: a process that vanished meanwhile holds no uid).
+fn uids_running() -> BTreeSet<u32> {
+    let mut uids = BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return uids };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|name| name.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else { continue };
+        let uid = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Uid:"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|uid| uid.parse::<u32>().ok());
+        uids.extend(uid);
+    }
+    uids
 }
 
 /// Whether the gateway runs as root (then every process gets a uid of its own).
@@ -344,11 +374,20 @@ mod tests {
     }
 
     #[test]
-    fn uids_are_handed_out_once() {
+    fn uids_are_handed_out_once_and_never_one_a_process_runs_as() {
         let pool = UidPool::new(700_000);
-        let (a, b) = (pool.take().unwrap(), pool.take().unwrap());
-        assert_ne!(a, b);
-        pool.give_back(a);
-        assert_eq!(pool.take().unwrap(), a);
+        let taken: BTreeSet<u32> = (0..200).map(|_| pool.take().unwrap()).collect();
+        assert_eq!(taken.len(), 200, "each uid once");
+        assert!(taken.iter().all(|uid| (700_000..700_000 + UID_POOL_SIZE).contains(uid)));
+        let first = *taken.first().unwrap();
+        pool.give_back(first);
+        assert!(!pool.in_use.lock().unwrap().contains(&first));
+        // The test's own uid, as a base: the pool skips it.
+        let own = rustix::process::getuid().as_raw();
+        let pool = UidPool::new(own);
+        for _ in 0..50 {
+            assert_ne!(pool.take().unwrap(), own, "a uid some process runs as is not handed out");
+        }
+        assert!(uids_running().contains(&own));
     }
 }
