@@ -17,16 +17,16 @@ const HANG_GUARD: Duration = Duration::from_secs(15);
 
 /// A gateway configuration in its own directory (config file, data, secrets) that survives
 /// restarts of the gateway process.
-struct GatewayUnderTest {
+pub(crate) struct GatewayUnderTest {
     dir: TempDir,
-    config: String,
-    server: Option<Palisade>,
+    pub(crate) config: String,
+    pub(crate) server: Option<Palisade>,
 }
 
 impl GatewayUnderTest {
     /// Writes `palisade.toml`: loopback on a free port, the data directory inside `dir`,
     /// decisions read every second, and `body` (the `[[upstreams]]` and anything else).
-    fn new(body: &str) -> Self {
+    pub(crate) fn new(body: &str) -> Self {
         let dir = TempDir::new();
         let config = format!("{}/palisade.toml", dir.path());
         let text = format!(
@@ -45,7 +45,7 @@ impl GatewayUnderTest {
     }
 
     /// Starts `palisade gateway --config F` and waits for its listening line.
-    fn start(&mut self) {
+    pub(crate) fn start(&mut self) {
         assert!(self.server.is_none(), "already running");
         // The process's own data directory is the configuration's; this one only keeps the
         // harness's bookkeeping.
@@ -54,22 +54,22 @@ impl GatewayUnderTest {
     }
 
     /// Stops the gateway process (SIGTERM).
-    fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if let Some(mut server) = self.server.take() {
             server.terminate();
         }
     }
 
-    fn server(&self) -> &Palisade {
+    pub(crate) fn server(&self) -> &Palisade {
         self.server.as_ref().expect("the gateway is running")
     }
 
-    fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         self.server.as_mut().expect("the gateway is running").is_running()
     }
 
     /// `palisade ARGS --config F`.
-    fn cli(&self, args: &[&str]) -> Output {
+    pub(crate) fn cli(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_palisade"))
             .args(args)
             .args(["--config", &self.config])
@@ -77,7 +77,7 @@ impl GatewayUnderTest {
             .expect("run palisade")
     }
 
-    fn cli_ok(&self, args: &[&str]) -> String {
+    pub(crate) fn cli_ok(&self, args: &[&str]) -> String {
         let output = self.cli(args);
         assert!(
             output.status.success(),
@@ -89,13 +89,13 @@ impl GatewayUnderTest {
     }
 
     /// A token of the gateway's development issuer for `subject`.
-    fn token(&self, subject: &str) -> String {
+    pub(crate) fn token(&self, subject: &str) -> String {
         let args = ["dev", "token", "--subject", subject, "--tenant", "acme", "--client", "it"];
         self.cli_ok(&args).trim().to_owned()
     }
 
     /// Approves every pending definition of `upstream`.
-    fn approve_all(&self, upstream: &str) {
+    pub(crate) fn approve_all(&self, upstream: &str) {
         self.cli_ok(&["pins", "approve", "--upstream", upstream, "--all", "--reviewer", "it"]);
     }
 
@@ -113,7 +113,7 @@ impl GatewayUnderTest {
     }
 
     /// `tools/call` of an exposed tool, answered within the hang guard.
-    async fn call(&self, token: &str, tool: &str, arguments: Value) -> Exchange {
+    pub(crate) async fn call(&self, token: &str, tool: &str, arguments: Value) -> Exchange {
         self.call_with(tool_call(self.server(), token, tool, arguments)).await
     }
 
@@ -122,7 +122,7 @@ impl GatewayUnderTest {
     }
 
     /// The exposed tool names the gateway lists for `token`.
-    async fn tool_names(&self, token: &str) -> BTreeSet<String> {
+    pub(crate) async fn tool_names(&self, token: &str) -> BTreeSet<String> {
         let params = with_meta(json!({}), json!({}));
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params});
         let request = reqwest::Client::new()
@@ -147,7 +147,7 @@ impl GatewayUnderTest {
     }
 
     /// Waits (polling, up to the hang guard) until every one of `names` is listed.
-    async fn wait_for_tools(&self, token: &str, names: &[&str]) {
+    pub(crate) async fn wait_for_tools(&self, token: &str, names: &[&str]) {
         let deadline = Instant::now() + HANG_GUARD;
         loop {
             let listed = self.tool_names(token).await;

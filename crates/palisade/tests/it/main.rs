@@ -8,6 +8,8 @@ mod auth;
 mod dev_authorization;
 mod gateway_boundary;
 mod gateway_pins;
+mod gateway_stdio;
+mod gateway_stdio_servers;
 mod harness;
 mod hostile_upstream;
 mod http_bad_input;

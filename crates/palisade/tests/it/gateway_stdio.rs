@@ -1,0 +1,510 @@
+//! Stdio upstreams through the real binary: a hostile server is confined (network, files,
+//! environment, signals, processes, memory, CPU) while the gateway keeps serving others; nothing
+//! starts until its launch is approved, and a changed executable or argument is a new,
+//! unapproved launch; every caller gets a process of their own, stopped when idle and capped in
+//! number; a 2025-era server over stdio is served too.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::gateway_boundary::GatewayUnderTest;
+use crate::harness::{Exchange, Palisade, TempDir};
+
+#[path = "../../../gateway/tests/support/stdio_fixture.rs"]
+mod stdio_fixture;
+
+/// How long a wanted change (a process started or stopped, tools withdrawn) may take.
+const DEADLINE: Duration = Duration::from_secs(30);
+/// How long the gateway gets to do something it must not do (start an unapproved launch).
+const GRACE: Duration = Duration::from_secs(3);
+
+fn chmod(path: &str, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A directory `path` with `mode` (created with its parents).
+fn dir(path: &str, mode: u32) -> String {
+    std::fs::create_dir_all(path).unwrap();
+    chmod(path, mode);
+    path.to_owned()
+}
+
+/// The configuration's directory, traversable by the sandbox's uids (the executable copied
+/// there and the grants must be reachable by them); its data directory stays the gateway's.
+fn config_dir(gateway: &GatewayUnderTest) -> String {
+    let dir = Path::new(&gateway.config).parent().unwrap().to_str().unwrap().to_owned();
+    chmod(&dir, 0o755);
+    dir
+}
+
+/// Starts the gateway with extra environment variables.
+fn start_with_env(gateway: &mut GatewayUnderTest, envs: &[(&str, &str)]) {
+    assert!(gateway.server.is_none(), "already running");
+    let args = ["gateway", "--config", gateway.config.as_str()];
+    gateway.server = Some(Palisade::spawn(&args, envs, TempDir::new()));
+}
+
+/// Appends `text` to the configuration file.
+fn append_config(gateway: &GatewayUnderTest, text: &str) {
+    let config = std::fs::read_to_string(&gateway.config).unwrap() + text;
+    std::fs::write(&gateway.config, config).unwrap();
+}
+
+/// The pid of the running gateway process (found by its command line, which names the
+/// test's own configuration file).
+fn gateway_pid(gateway: &GatewayUnderTest) -> u32 {
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_gateway = args.get(1) == Some(&b"gateway".as_slice())
+            && args.windows(2).any(|pair| pair[0] == b"--config" && pair[1] == gateway.config.as_bytes());
+        if is_gateway {
+            return pid;
+        }
+    }
+    panic!("the gateway process of {} is not running", gateway.config);
+}
+
+/// The JSON report a fixture tool answered.
+fn report(answer: &Exchange) -> Value {
+    let text = answer.result()["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{:?}", answer.response()));
+    serde_json::from_str(text).unwrap()
+}
+
+/// A tool call that must succeed; its report.
+async fn ok(gateway: &GatewayUnderTest, token: &str, tool: &str, arguments: Value) -> Value {
+    let answer = gateway.call(token, tool, arguments).await;
+    assert!(answer.response().get("error").is_none(), "{tool}: {:?}", answer.response());
+    assert_ne!(answer.result()["isError"], json!(true), "{tool}: {:?}", answer.response());
+    report(&answer)
+}
+
+/// Whether the answer is a failure: a JSON-RPC error or a tool error.
+fn failed_call(answer: &Exchange) -> bool {
+    let response = answer.response();
+    response.get("error").is_some() || response["result"]["isError"] == json!(true)
+}
+
+/// `echo` by `token` answers `text`.
+async fn echo(gateway: &GatewayUnderTest, token: &str, tool: &str, text: &str) {
+    assert_eq!(ok(gateway, token, tool, json!({"text": text})).await, json!({"text": text}));
+}
+
+/// An empty start marker file every sandbox uid may append to (the first process would
+/// otherwise create it as its own, closed to the others).
+fn marker_file(path: &str) -> String {
+    std::fs::write(path, "").unwrap();
+    chmod(path, 0o666);
+    path.to_owned()
+}
+
+/// The `started <pid>` lines in the start marker file.
+fn starts(marker: &str) -> usize {
+    std::fs::read_to_string(marker).map(|text| text.lines().filter(|l| l.starts_with("started ")).count()).unwrap_or(0)
+}
+
+async fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !condition() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until none of `names` is listed.
+async fn wait_for_withdrawal(gateway: &GatewayUnderTest, token: &str, names: &[&str]) {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let listed = gateway.tool_names(token).await;
+        if names.iter().all(|name| !listed.contains(*name)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{names:?} were never withdrawn; listed {listed:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Asserts `attempt` of the probe report is a failed attempt.
+fn assert_blocked(report: &Value, pointer: &str) {
+    let attempt = report.pointer(pointer).unwrap_or_else(|| panic!("no {pointer} in {report}"));
+    assert_eq!(attempt["ok"], json!(false), "{pointer} was not stopped: {attempt}");
+}
+
+fn assert_allowed(report: &Value, pointer: &str) {
+    let attempt = report.pointer(pointer).unwrap_or_else(|| panic!("no {pointer} in {report}"));
+    assert_eq!(attempt["ok"], json!(true), "{pointer} (a positive control) failed: {attempt}");
+}
+
+/// A JSON pointer segment.
+fn seg(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// One `[[upstreams]]` entry running `command`, with `extra` keys (and tables) after it.
+fn stdio_entry(id: &str, command: &str, extra: &str) -> String {
+    format!("[[upstreams]]\nid = \"{id}\"\ncommand = \"{command}\"\n{extra}\n")
+}
+
+/// The `[gateway]` table with a uid range of the test's own, so that tests running at once
+/// never share a sandbox uid.
+fn uid_range(base: u32) -> String {
+    format!("[gateway]\nsandbox_uid_base = {base}\n\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_stdio_server_is_confined_and_the_gateway_keeps_serving() {
+    let fixture = stdio_fixture::fixture_path();
+    let mut gateway = GatewayUnderTest::new("");
+    let root = config_dir(&gateway);
+    let grants = dir(&format!("{root}/grants"), 0o755);
+    let rw = dir(&format!("{grants}/rw"), 0o777);
+    let ro = dir(&format!("{grants}/ro"), 0o777);
+    let sibling = dir(&format!("{grants}/sibling"), 0o755);
+    let open = dir(&format!("{root}/open"), 0o777);
+    let sibling_secret = format!("{sibling}/secret.txt");
+    std::fs::write(&sibling_secret, "sibling-secret-4c1d").unwrap();
+    chmod(&sibling_secret, 0o644);
+    let ro_file = format!("{ro}/readable.txt");
+    std::fs::write(&ro_file, "read-only-content").unwrap();
+    chmod(&ro_file, 0o644);
+    let marker = marker_file(&format!("{rw}/started"));
+    let body = uid_range(610_000)
+        + &stdio_entry(
+            "fx",
+            fixture.to_str().unwrap(),
+            &format!(
+                "env = [\"FIXTURE_START_MARKER\"]\ngrants = [{{ path = \"{rw}\", rw = true }}, {{ path = \"{ro}\" }}]\n\
+                 request_timeout_secs = 30\n[upstreams.limits]\nmemory_mib = 512\nprocesses = 32\ncpu_secs = 2\nopen_files = 256"
+            ),
+        );
+    append_config(&gateway, &body);
+    gateway.cli_ok(&["upstreams", "approve", "fx", "--reviewer", "alice"]);
+    let canary = "PALISADE_IT_CANARY_7e21";
+    start_with_env(&mut gateway, &[("FIXTURE_START_MARKER", &marker), (canary, "canary-value-9d3f")]);
+    gateway.approve_all("fx");
+    let alice = gateway.token("alice");
+    let bob = gateway.token("bob");
+    gateway.wait_for_tools(&alice, &["fx_probe", "fx_spin", "fx_echo", "fx_whoami"]).await;
+    echo(&gateway, &bob, "fx_echo", "before").await;
+
+    // Each process runs as a uid of its own, not root.
+    let alice_id = ok(&gateway, &alice, "fx_whoami", json!({})).await;
+    let bob_id = ok(&gateway, &bob, "fx_whoami", json!({})).await;
+    assert_ne!(alice_id["uid"], json!(0), "{alice_id}");
+    assert_ne!(alice_id["uid"], bob_id["uid"], "alice {alice_id} bob {bob_id}");
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let tcp = listener.local_addr().unwrap().to_string();
+    let data_dir = format!("{root}/data");
+    let mut data_files: Vec<String> = std::fs::read_dir(&data_dir)
+        .unwrap()
+        .flatten()
+        .filter(|entry| entry.path().is_file())
+        .map(|entry| entry.path().to_str().unwrap().to_owned())
+        .collect();
+    assert!(!data_files.is_empty(), "the gateway's data directory has files");
+    data_files.sort();
+    let pid = gateway_pid(&gateway);
+    let environ = format!("/proc/{pid}/environ");
+    let mut reads = data_files.clone();
+    reads.extend([gateway.config.clone(), sibling_secret.clone(), "/etc/shadow".into(), environ, ro_file.clone()]);
+    let rw_file = format!("{rw}/written");
+    let ro_write = format!("{ro}/written");
+    let open_write = format!("{open}/written");
+    let writes = [rw_file.clone(), ro_write.clone(), open_write.clone(), "/usr/x".into(), "/etc/x".into()];
+    let arguments = json!({
+        "tcp": [tcp],
+        "resolve": ["example.com:443"],
+        "read": reads,
+        "write": writes,
+        "env": [canary, "FIXTURE_START_MARKER"],
+        "kill": [pid],
+        "fork": 40,
+        "alloc_mib": 1024,
+    });
+    let probed = ok(&gateway, &alice, "fx_probe", arguments).await;
+
+    assert_blocked(&probed, &format!("/tcp/{}", seg(&tcp)));
+    assert!(listener.accept().is_err(), "a connection reached the test's listener");
+    assert_blocked(&probed, "/resolve/example.com:443");
+    for path in data_files.iter().chain([&gateway.config, &sibling_secret]) {
+        assert_blocked(&probed, &format!("/read/{}", seg(path)));
+    }
+    assert_blocked(&probed, "/read/~1etc~1shadow");
+    assert_blocked(&probed, &format!("/read/~1proc~1{pid}~1environ"));
+    assert_allowed(&probed, &format!("/read/{}", seg(&ro_file)));
+    assert_allowed(&probed, &format!("/write/{}", seg(&rw_file)));
+    assert_eq!(std::fs::read_to_string(&rw_file).unwrap(), "x", "the rw grant is the host's directory");
+    for path in [&ro_write, &open_write] {
+        assert_blocked(&probed, &format!("/write/{}", seg(path)));
+        assert!(!Path::new(path).exists(), "{path} was written");
+    }
+    assert_blocked(&probed, "/write/~1usr~1x");
+    assert_blocked(&probed, "/write/~1etc~1x");
+    assert!(!Path::new("/usr/x").exists() && !Path::new("/etc/x").exists());
+    assert_blocked(&probed, &format!("/env/{canary}"));
+    assert_allowed(&probed, "/env/FIXTURE_START_MARKER");
+    assert_blocked(&probed, &format!("/kill/{pid}"));
+    let fork = &probed["fork"];
+    assert_eq!(fork["ok"], json!(false), "forked past limits.processes: {fork}");
+    assert!(fork["started"].as_u64().unwrap() < 32, "{fork}");
+    assert_blocked(&probed, "/alloc_mib");
+    assert!(gateway.is_running(), "the gateway survived the probe");
+    echo(&gateway, &bob, "fx_echo", "after the probe").await;
+
+    // CPU past cpu_secs: the process is killed, the call fails; the next call gets a new one.
+    let spun = gateway.call(&alice, "fx_spin", json!({"secs": 20})).await;
+    assert!(failed_call(&spun), "spin past cpu_secs succeeded: {:?}", spun.response());
+    assert!(gateway.is_running());
+    echo(&gateway, &bob, "fx_echo", "after the spin").await;
+    let deadline = Instant::now() + DEADLINE;
+    let again = loop {
+        let answer = gateway.call(&alice, "fx_whoami", json!({})).await;
+        if !failed_call(&answer) {
+            break report(&answer);
+        }
+        assert!(Instant::now() < deadline, "alice never got a new process: {:?}", answer.response());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_ne!(again["pid"], json!(null));
+    assert!(starts(&marker) >= 4, "the gateway's, alice's, bob's and alice's new process started");
+    gateway.stop();
+}
+
+/// An approval test's configuration: the fixture copied into the configuration's directory (so
+/// the test can replace its bytes), the start marker in a read-write grant.
+struct Launch {
+    gateway: GatewayUnderTest,
+    executable: String,
+    marker: String,
+    grant: String,
+}
+
+impl Launch {
+    fn new(uid_base: u32, args: &str) -> Self {
+        let mut launch = Self {
+            gateway: GatewayUnderTest::new(""),
+            executable: String::new(),
+            marker: String::new(),
+            grant: String::new(),
+        };
+        let root = config_dir(&launch.gateway);
+        let bin = dir(&format!("{root}/bin"), 0o755);
+        launch.executable = format!("{bin}/stdio_fixture");
+        std::fs::copy(stdio_fixture::fixture_path(), &launch.executable).unwrap();
+        chmod(&launch.executable, 0o755);
+        launch.grant = dir(&format!("{root}/markers"), 0o777);
+        launch.marker = marker_file(&format!("{}/started", launch.grant));
+        launch.write_config(uid_base, args);
+        launch
+    }
+
+    fn write_config(&self, uid_base: u32, args: &str) {
+        let text = std::fs::read_to_string(&self.gateway.config).unwrap();
+        let head = text.split("[gateway]").next().unwrap().to_owned();
+        let entry = stdio_entry(
+            "ap",
+            &self.executable,
+            &format!(
+                "args = [{args}]\nenv = [\"FIXTURE_START_MARKER\"]\ngrants = [{{ path = \"{}\", rw = true }}]",
+                self.grant
+            ),
+        );
+        std::fs::write(&self.gateway.config, head + &uid_range(uid_base) + &entry).unwrap();
+    }
+
+    fn start(&mut self) {
+        let marker = self.marker.clone();
+        start_with_env(&mut self.gateway, &[("FIXTURE_START_MARKER", &marker)]);
+    }
+
+    /// The `state` line of `palisade upstreams show ap`.
+    fn shown_state(&self) -> String {
+        let shown = self.gateway.cli_ok(&["upstreams", "show", "ap"]);
+        let line = shown.lines().find(|line| line.starts_with("state ")).unwrap_or_else(|| panic!("{shown}"));
+        line.trim_start_matches("state").trim().to_owned()
+    }
+
+    /// Waits until the gateway has answered a listing and had `GRACE` to start something.
+    async fn settle(&self, token: &str) {
+        assert!(self.gateway.tool_names(token).await.is_empty());
+        tokio::time::sleep(GRACE).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_starts_until_the_launch_is_approved_and_a_changed_executable_is_held() {
+    let mut launch = Launch::new(620_000, "");
+    launch.start();
+    let alice = launch.gateway.token("alice");
+    let bob = launch.gateway.token("bob");
+    launch.settle(&alice).await;
+    assert_eq!(starts(&launch.marker), 0, "an unapproved launch started");
+    assert!(launch.gateway.tool_names(&alice).await.is_empty());
+    let status = launch.gateway.cli(&["gateway", "status"]);
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    let line = stdout.lines().find(|line| line.trim_start().starts_with("launch: ap ")).unwrap_or_else(|| {
+        panic!("no launch line: {stdout}{}", String::from_utf8_lossy(&status.stderr));
+    });
+    assert!(line.contains(" pending ") && line.contains("never approved"), "{line}");
+    assert_eq!(launch.shown_state(), "pending");
+
+    // A wrong digest changes nothing.
+    let wrong = launch.gateway.cli(&["upstreams", "approve", "ap", "--reviewer", "alice", "--digest", "0123456789ab"]);
+    assert!(!wrong.status.success(), "{}", String::from_utf8_lossy(&wrong.stdout));
+    assert_eq!(launch.shown_state(), "pending");
+    launch.settle(&alice).await;
+    assert_eq!(starts(&launch.marker), 0);
+
+    launch.gateway.cli_ok(&["upstreams", "approve", "ap", "--reviewer", "alice"]);
+    assert_eq!(launch.shown_state(), "approved");
+    let marker = launch.marker.clone();
+    wait_until("the approved launch starts", || starts(&marker) >= 1).await;
+    launch.gateway.approve_all("ap");
+    launch.gateway.wait_for_tools(&alice, &["ap_echo", "ap_recall"]).await;
+    echo(&launch.gateway, &alice, "ap_echo", "approved").await;
+    let started = starts(&launch.marker);
+
+    // Other bytes at the same path (a runnable fixture still): new launches are refused and
+    // the tools withdrawn.
+    let replacement = format!("{}.new", launch.executable);
+    let mut bytes = std::fs::read(&launch.executable).unwrap();
+    bytes.extend_from_slice(b"appended after the ELF image");
+    std::fs::write(&replacement, bytes).unwrap();
+    chmod(&replacement, 0o755);
+    std::fs::rename(&replacement, &launch.executable).unwrap();
+    let refused = launch.gateway.call(&bob, "ap_echo", json!({"text": "new process"})).await;
+    assert!(failed_call(&refused), "a process of the changed executable served: {:?}", refused.response());
+    // The refused launch makes the gateway re-list at once (pins.relist_secs is 60 here).
+    wait_for_withdrawal(&launch.gateway, &alice, &["ap_echo", "ap_recall"]).await;
+    assert_eq!(starts(&launch.marker), started, "the changed executable was started");
+    assert_eq!(launch.shown_state(), "held");
+    let held = launch.gateway.call(&alice, "ap_echo", json!({"text": "held"})).await;
+    assert!(failed_call(&held), "{:?}", held.response());
+    assert!(launch.gateway.is_running());
+    launch.gateway.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_added_argument_is_a_new_unapproved_launch() {
+    let mut launch = Launch::new(630_000, "");
+    launch.gateway.cli_ok(&["upstreams", "approve", "ap", "--reviewer", "alice"]);
+    launch.start();
+    let alice = launch.gateway.token("alice");
+    let marker = launch.marker.clone();
+    wait_until("the approved launch starts", || starts(&marker) >= 1).await;
+    launch.gateway.approve_all("ap");
+    launch.gateway.wait_for_tools(&alice, &["ap_echo"]).await;
+    launch.gateway.stop();
+    let started = starts(&launch.marker);
+
+    launch.write_config(630_000, "\"--legacy\"");
+    launch.start();
+    launch.settle(&alice).await;
+    assert_eq!(starts(&launch.marker), started, "the launch with an added argument started");
+    assert!(launch.gateway.tool_names(&alice).await.is_empty());
+    assert_eq!(launch.shown_state(), "held");
+    launch.gateway.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_caller_has_a_process_of_their_own_stopped_when_idle_and_capped() {
+    let fixture = stdio_fixture::fixture_path();
+    let mut gateway = GatewayUnderTest::new("");
+    let root = config_dir(&gateway);
+    let grant = dir(&format!("{root}/markers"), 0o777);
+    let marker = marker_file(&format!("{grant}/idle-started"));
+    let command = fixture.to_str().unwrap();
+    let body = uid_range(640_000)
+        + &stdio_entry("pu", command, "max_processes = 3")
+        + &stdio_entry(
+            "idle",
+            command,
+            &format!("idle_secs = 1\nenv = [\"FIXTURE_START_MARKER\"]\ngrants = [{{ path = \"{grant}\", rw = true }}]"),
+        )
+        + &stdio_entry("cap", command, "max_processes = 2");
+    append_config(&gateway, &body);
+    for id in ["pu", "idle", "cap"] {
+        gateway.cli_ok(&["upstreams", "approve", id, "--reviewer", "alice"]);
+    }
+    start_with_env(&mut gateway, &[("FIXTURE_START_MARKER", &marker)]);
+    for id in ["pu", "idle", "cap"] {
+        gateway.approve_all(id);
+    }
+    let alice = gateway.token("alice");
+    let bob = gateway.token("bob");
+    gateway.wait_for_tools(&alice, &["pu_remember", "pu_recall", "idle_remember", "idle_recall", "cap_echo"]).await;
+
+    ok(&gateway, &alice, "pu_remember", json!({"value": "a-secret"})).await;
+    assert_eq!(ok(&gateway, &bob, "pu_recall", json!({})).await, json!({"value": null}), "bob sees alice's state");
+    assert_eq!(ok(&gateway, &alice, "pu_recall", json!({})).await, json!({"value": "a-secret"}));
+    // Inside their PID namespaces both pids may be the same number: the uids tell them apart.
+    let alice_uid = ok(&gateway, &alice, "pu_whoami", json!({})).await["uid"].clone();
+    let bob_uid = ok(&gateway, &bob, "pu_whoami", json!({})).await["uid"].clone();
+    assert_ne!(alice_uid, bob_uid, "one process for two callers");
+
+    // An idle process is stopped: a call after idle_secs without calls meets a new process.
+    ok(&gateway, &alice, "idle_remember", json!({"value": "a-secret"})).await;
+    let before = starts(&marker);
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let recalled = ok(&gateway, &alice, "idle_recall", json!({})).await;
+        if recalled == json!({"value": null}) {
+            break;
+        }
+        assert_eq!(recalled, json!({"value": "a-secret"}));
+        assert!(Instant::now() < deadline, "alice's idle process was never stopped");
+    }
+    assert!(starts(&marker) > before, "a new process started for alice");
+
+    // max_processes = 2: the gateway's own and alice's. Bob is refused; alice keeps working,
+    // however often bob tries.
+    echo(&gateway, &alice, "cap_echo", "first").await;
+    let refused = gateway.call(&bob, "cap_echo", json!({"text": "bob"})).await;
+    assert!(refused.response().get("error").is_some(), "bob over the cap: {:?}", refused.response());
+    echo(&gateway, &alice, "cap_echo", "after bob's first attempt").await;
+    // Bob's refusals are the cap's, not the upstream's failures: however often in a row he
+    // tries, alice's process keeps serving her.
+    for attempt in 0..3 {
+        let refused = gateway.call(&bob, "cap_echo", json!({"text": "bob"})).await;
+        assert!(refused.response().get("error").is_some(), "bob {attempt}: {:?}", refused.response());
+    }
+    echo(&gateway, &alice, "cap_echo", "after bob's attempts in a row").await;
+    gateway.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2025_era_stdio_server_is_served_one_process_per_caller() {
+    let fixture = stdio_fixture::fixture_path();
+    let body = uid_range(650_000) + &stdio_entry("old", fixture.to_str().unwrap(), "args = [\"--legacy\"]");
+    let mut gateway = GatewayUnderTest::new(&body);
+    config_dir(&gateway);
+    gateway.cli_ok(&["upstreams", "approve", "old", "--reviewer", "alice"]);
+    gateway.start();
+    gateway.approve_all("old");
+    let alice = gateway.token("alice");
+    let bob = gateway.token("bob");
+    gateway.wait_for_tools(&alice, &["old_echo", "old_whoami", "old_remember"]).await;
+    ok(&gateway, &alice, "old_remember", json!({"value": "alice's"})).await;
+    for (who, token) in [("alice", &alice), ("bob", &bob)] {
+        echo(&gateway, token, "old_echo", who).await;
+    }
+    assert_eq!(ok(&gateway, &bob, "old_recall", json!({})).await, json!({"value": null}));
+    assert_eq!(ok(&gateway, &alice, "old_recall", json!({})).await, json!({"value": "alice's"}));
+    let alice_uid = ok(&gateway, &alice, "old_whoami", json!({})).await["uid"].clone();
+    let bob_uid = ok(&gateway, &bob, "old_whoami", json!({})).await["uid"].clone();
+    assert_ne!(alice_uid, bob_uid);
+    gateway.stop();
+
+    // The era as the gateway found it.
+    let status = gateway.cli(&["gateway", "status"]);
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    let line = stdout.lines().find(|line| line.starts_with("old  ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("protocol=2025-"), "{line}");
+}
