@@ -5,7 +5,9 @@
 //! kernel-facing step is one of those two tools'.
 //!
 //! What the process gets (SECURITY.md, "the gateway → local processes"):
-//! - new user, PID, IPC, UTS and cgroup namespaces; a new network namespace unless `network`;
+//! - new user, PID, IPC, UTS and cgroup namespaces, and no further user namespace inside
+//!   (`--disable-userns`: the kernel surface of nested ones stays closed); a new network
+//!   namespace unless `network`;
 //! - read-only `/usr`, `/bin`, `/sbin`, `/lib*` and `/etc`, a minimal `/dev`, its own `/proc`,
 //!   a private `/tmp`; the executable file itself, read-only; each grant at its own path,
 //!   read-only unless `rw`; nothing else of the host (no `/home`, `/root`, `/srv`, `/var`, …);
@@ -187,7 +189,7 @@ pub(crate) fn command(
     ]);
     let mut push = |parts: &[&str]| args.extend(parts.iter().map(|part| (*part).to_owned()));
     push(&["--die-with-parent", "--new-session", "--unshare-user", "--unshare-ipc", "--unshare-pid"]);
-    push(&["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]);
+    push(&["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--disable-userns"]);
     if !settings.network {
         push(&["--unshare-net"]);
     }
@@ -320,6 +322,7 @@ mod tests {
             &["--die-with-parent"],
             &["--unshare-user"],
             &["--unshare-pid"],
+            &["--disable-userns"],
             &["--unshare-net"],
             &["--uid", "600001", "--gid", "65534"],
             &["--ro-bind", "/etc", "/etc"],
