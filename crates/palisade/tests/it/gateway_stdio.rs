@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::gateway_boundary::GatewayUnderTest;
-use crate::harness::{Exchange, Palisade, TempDir};
+use crate::harness::{Exchange, Palisade, TempDir, tool_call};
 
 #[path = "../../../gateway/tests/support/stdio_fixture.rs"]
 mod stdio_fixture;
@@ -507,4 +507,45 @@ async fn a_2025_era_stdio_server_is_served_one_process_per_caller() {
     let stdout = String::from_utf8_lossy(&status.stdout);
     let line = stdout.lines().find(|line| line.starts_with("old  ")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(line.contains("protocol=2025-"), "{line}");
+}
+
+/// The host's processes whose command line names `program` (the sandbox's bubblewrap and the
+/// server inside it).
+fn processes_running(program: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .filter(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == program.as_bytes()))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_sandboxed_process_outlives_a_killed_gateway() {
+    let mut gateway = GatewayUnderTest::new("");
+    let root = config_dir(&gateway);
+    let bin = dir(&format!("{root}/bin"), 0o755);
+    let program = format!("{bin}/stdio_fixture");
+    std::fs::copy(stdio_fixture::fixture_path(), &program).unwrap();
+    chmod(&program, 0o755);
+    append_config(&gateway, &(uid_range(660_000) + &stdio_entry("orph", &program, "")));
+    gateway.cli_ok(&["upstreams", "approve", "orph", "--reviewer", "alice"]);
+    gateway.start();
+    gateway.approve_all("orph");
+    let alice = gateway.token("alice");
+    let bob = gateway.token("bob");
+    gateway.wait_for_tools(&alice, &["orph_echo"]).await;
+    echo(&gateway, &alice, "orph_echo", "a").await;
+    echo(&gateway, &bob, "orph_echo", "b").await;
+    assert!(processes_running(&program) >= 3, "the gateway's own, alice's and bob's servers run");
+    // Alice's server busy for a minute: it reads no stdin, so it would not notice the gateway's
+    // end by itself; only the sandbox's death with its parent stops it.
+    let spin = tool_call(gateway.server(), &alice, "orph_spin", json!({"secs": 60}));
+    tokio::spawn(async move { drop(spin.send().await) });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = gateway_pid(&gateway);
+    let killed = std::process::Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
+    assert!(killed.success());
+    wait_until("every sandboxed server is gone with the gateway", || processes_running(&program) == 0).await;
+    gateway.stop();
 }
