@@ -25,7 +25,8 @@ fn settings(command: &str, extra: &str) -> GatewaySettings {
     struct File {
         upstreams: Vec<RawUpstream>,
     }
-    let text = format!("[[upstreams]]\nid = \"fx\"\ncommand = {command:?}\nrequest_timeout_secs = 2\n{extra}");
+    let timeout = if extra.contains("request_timeout_secs") { "" } else { "request_timeout_secs = 2\n" };
+    let text = format!("[[upstreams]]\nid = \"fx\"\ncommand = {command:?}\n{timeout}{extra}");
     let file: File = toml::from_str(&text).unwrap();
     palisade_gateway::config::validate(RawGateway::default(), RawPins::default(), file.upstreams).unwrap()
 }
@@ -172,7 +173,7 @@ async fn processes_are_per_partition_capped_and_shared_only_when_declared() {
 
 #[tokio::test]
 async fn idle_processes_are_stopped() {
-    let settings = unconfined("idle_secs = 1");
+    let settings = unconfined("idle_secs = 1\nrequest_timeout_secs = 10");
     let client = client(&settings);
     client.set_launch_approved(Some(digest(&settings))).await;
     call(&client, "alice", "remember", json!({"value": "v"})).await.unwrap();
@@ -182,6 +183,11 @@ async fn idle_processes_are_stopped() {
     }
     assert_eq!(client.processes(), Some(1), "only the gateway's own process stays");
     assert_eq!(call(&client, "alice", "recall", json!({})).await.unwrap()["value"], Value::Null, "a new process");
+    // A call longer than idle_secs is not idleness: its process is not stopped under it.
+    call(&client, "alice", "remember", json!({"value": "w"})).await.unwrap();
+    let slow = call(&client, "alice", "spin", json!({"secs": 3})).await;
+    assert!(slow.is_ok(), "{slow:?}");
+    assert_eq!(call(&client, "alice", "recall", json!({})).await.unwrap()["value"], "w", "the same process");
 }
 
 #[tokio::test]

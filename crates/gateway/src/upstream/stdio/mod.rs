@@ -291,7 +291,8 @@ impl StdioLink {
                         continue;
                     }
                     let Ok(mut current) = slot.process.try_lock() else { continue };
-                    let stale = current.as_ref().is_some_and(|p| p.is_dead() || p.last_used().elapsed() >= idle);
+                    let stale =
+                        current.as_ref().is_some_and(|p| p.is_dead() || (!p.busy() && p.last_used().elapsed() >= idle));
                     if stale && let Some(process) = current.take() {
                         drop(current);
                         lock(&link.slots).remove(&key);

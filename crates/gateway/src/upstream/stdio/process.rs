@@ -138,6 +138,11 @@ impl Process {
         self.shared.dead.load(Ordering::SeqCst)
     }
 
+    /// Whether a request is waiting for its answer (a long call is not idleness).
+    pub(crate) fn busy(&self) -> bool {
+        !lock(&self.shared.pending).is_empty()
+    }
+
     /// When it was last used.
     pub(crate) fn last_used(&self) -> Instant {
         *lock(&self.last_used)
