@@ -300,7 +300,9 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
         };
         // Recorded only if the stored definition is still the one read above (atomic in the store).
         if store.decide_pin(decision).await.context("recording the decision")? {
-            println!("{}: {} ({} {})", o.pin_id, verdict.as_str(), o.kind, o.name);
+            // Instructions and launches have no name of their own: the upstream's stands in.
+            let name = if o.name.is_empty() { &o.upstream_id } else { &o.name };
+            println!("{}: {} ({} {name})", o.pin_id, verdict.as_str(), o.kind);
             records.push(AuditRecord {
                 at_ms: SystemClock.now_unsigned_ms(),
                 trace_id: palisade_server::audit::fresh_trace_id(),
