@@ -549,3 +549,40 @@ async fn no_sandboxed_process_outlives_a_killed_gateway() {
     wait_until("every sandboxed server is gone with the gateway", || processes_running(&program) == 0).await;
     gateway.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disabled_stdio_upstream_starts_no_process_for_anyone() {
+    let mut gateway = GatewayUnderTest::new("[killswitch]\nmode = \"dev\"\n\n");
+    let root = config_dir(&gateway);
+    let grant = dir(&format!("{root}/markers"), 0o777);
+    let marker = marker_file(&format!("{grant}/started"));
+    let entry = stdio_entry(
+        "ks",
+        stdio_fixture::fixture_path().to_str().unwrap(),
+        &format!("env = [\"FIXTURE_START_MARKER\"]\ngrants = [{{ path = \"{grant}\", rw = true }}]"),
+    );
+    append_config(&gateway, &(uid_range(670_000) + &entry));
+    gateway.cli_ok(&["upstreams", "approve", "ks", "--reviewer", "alice"]);
+    // First run lists and pins; restarted, the development policy is signed over what was approved.
+    start_with_env(&mut gateway, &[("FIXTURE_START_MARKER", &marker)]);
+    gateway.approve_all("ks");
+    gateway.stop();
+    start_with_env(&mut gateway, &[("FIXTURE_START_MARKER", &marker)]);
+    let alice = gateway.token("alice");
+    let bob = gateway.token("bob");
+    gateway.wait_for_tools(&alice, &["ks_echo"]).await;
+    echo(&gateway, &alice, "ks_echo", "on").await;
+    let started = starts(&marker);
+
+    gateway.cli_ok(&["authority", "disable", "--target", "upstream:ks", "--reason", "incident"]);
+    for token in [&alice, &bob] {
+        let refused = gateway.call(token, "ks_echo", json!({"text": "off"})).await;
+        assert_eq!(refused.error_code(), -32030, "{:?}", refused.response());
+    }
+    assert_eq!(starts(&marker), started, "no process was started for bob while the upstream was disabled");
+
+    gateway.cli_ok(&["authority", "enable", "--target", "upstream:ks", "--reason", "resolved"]);
+    echo(&gateway, &bob, "ks_echo", "back").await;
+    assert_eq!(starts(&marker), started + 1, "bob's process starts once the upstream is enabled");
+    gateway.stop();
+}
