@@ -586,3 +586,62 @@ async fn a_disabled_stdio_upstream_starts_no_process_for_anyone() {
     assert_eq!(starts(&marker), started + 1, "bob's process starts once the upstream is enabled");
     gateway.stop();
 }
+
+/// The gateway itself over stdio (`palisade gateway --stdio`, the principal from the
+/// environment) in front of a confined stdio upstream: a local client's MCP over two stdio hops.
+#[test]
+fn the_gateway_over_stdio_relays_to_a_confined_stdio_upstream() {
+    use std::io::{BufRead as _, Write as _};
+    let body = uid_range(680_000) + &stdio_entry("lo", stdio_fixture::fixture_path().to_str().unwrap(), "");
+    let gateway = GatewayUnderTest::new(&body);
+    config_dir(&gateway);
+    gateway.cli_ok(&["upstreams", "approve", "lo", "--reviewer", "alice"]);
+    // `gateway status` lists (and so pins) what the upstream offers; then it is approved.
+    let _ = gateway.cli(&["gateway", "status"]);
+    gateway.approve_all("lo");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["gateway", "--stdio", "--config", &gateway.config])
+        .env("PALISADE_PRINCIPAL_SUBJECT", "alice")
+        .env("PALISADE_PRINCIPAL_TENANT", "t1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let value =
+                serde_json::from_str(&line).unwrap_or_else(|_| panic!("stdout carried a non-JSON line: {line:?}"));
+            if tx.send(value).is_err() {
+                break;
+            }
+        }
+    });
+    let mut ask = |id: u64, method: &str, params: Value| -> Value {
+        let frame = json!({"jsonrpc": "2.0", "id": id, "method": method,
+            "params": crate::harness::with_meta(params, json!({}))});
+        writeln!(stdin, "{frame}").unwrap();
+        stdin.flush().unwrap();
+        loop {
+            let message = lines.recv_timeout(DEADLINE).expect("the gateway answered over stdio");
+            if message["id"] == json!(id) {
+                return message;
+            }
+        }
+    };
+    let listed = ask(1, "tools/list", json!({}));
+    let names: Vec<&str> =
+        listed["result"]["tools"].as_array().unwrap().iter().filter_map(|t| t["name"].as_str()).collect();
+    assert!(names.contains(&"lo_echo"), "{listed}");
+    let echoed = ask(2, "tools/call", json!({"name": "lo_echo", "arguments": {"text": "two hops"}}));
+    assert_eq!(echoed["result"]["structuredContent"], json!({"text": "two hops"}), "{echoed}");
+    let me = ask(3, "tools/call", json!({"name": "lo_whoami", "arguments": {}}));
+    assert_eq!(me["result"]["structuredContent"]["pid"], 2, "the upstream runs in its own PID namespace: {me}");
+    drop(stdin);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "the gateway exits cleanly at EOF: {status}");
+}
