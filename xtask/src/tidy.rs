@@ -250,6 +250,21 @@ pub const RULES: &[Rule] = &[
             },
         ],
     },
+    Rule {
+        package: "palisade-verify",
+        forbid: &[Forbid {
+            crates: &[
+                "palisade-server",
+                "palisade-store",
+                "palisade-auth",
+                "palisade-killswitch",
+                "palisade-gateway",
+                "palisade-apps",
+                "palisade",
+            ],
+            because: "the verifier is a client only: it shares the wire types, never the server's internals",
+        }],
+    },
     Rule { package: "palisade", forbid: &[] },
 ];
 

@@ -93,6 +93,8 @@ enum Command {
         #[command(subcommand)]
         command: killswitch_cli::AuthorityCommand,
     },
+    /// Verify any MCP server adversarially with two or more identities (a client only).
+    Verify(palisade_verify::VerifyArgs),
 }
 
 #[derive(Subcommand)]
@@ -295,6 +297,7 @@ fn main() -> ExitCode {
             Command::Keys { command } => killswitch_cli::keys(command),
             Command::Policy { command } => killswitch_cli::policy(command).await,
             Command::Authority { command } => killswitch_cli::authority(command).await,
+            Command::Verify(args) => palisade_verify::run(args).await,
         }
     });
     // Every serve exit, graceful or not, flushes the spans still queued.

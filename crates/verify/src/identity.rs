@@ -1,0 +1,281 @@
+//! Identity files (TOML): who the verifier calls as, and how it gets each token (inline, a file
+//! or a command's stdout); and the redactor every transcript and report passes through, so no
+//! token ever reaches an output.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// A bearer token. Its `Debug` never shows it; [`Token::expose`] is the one way to read it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// Wraps a token string (trimmed).
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into().trim().to_owned())
+    }
+
+    /// The token itself, for the `Authorization` header only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token([redacted])")
+    }
+}
+
+/// One identity the verifier calls as.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// Its name in reports (`alice`).
+    pub name: String,
+    /// A valid token for the target.
+    pub token: Token,
+    /// The tenant it belongs to, when known.
+    pub tenant: Option<String>,
+    /// The OAuth client it uses, when known.
+    pub client: Option<String>,
+    /// Its subject (`sub`), when known.
+    pub subject: Option<String>,
+    /// An expired token of the same identity.
+    pub expired_token: Option<Token>,
+    /// A token the same authorization server issued for another resource.
+    pub other_resource_token: Option<Token>,
+}
+
+/// Why an identity file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// The file could not be read.
+    #[error("identity file {path}: {message}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        message: String,
+    },
+    /// The file is not a valid identity.
+    #[error("identity file {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong (never a token).
+        message: String,
+    },
+    /// Fewer than two identities.
+    #[error("at least two identities are required (--identity FILE, twice); {0} given")]
+    TooFew(usize),
+    /// Two identities share a name.
+    #[error("two identities are named {0:?}: names must be unique")]
+    DuplicateName(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IdentityFile {
+    name: String,
+    token: Option<String>,
+    token_file: Option<PathBuf>,
+    token_command: Option<Vec<String>>,
+    tenant: Option<String>,
+    client: Option<String>,
+    subject: Option<String>,
+    expired_token: Option<String>,
+    other_resource_token: Option<String>,
+}
+
+impl std::fmt::Debug for IdentityFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdentityFile").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    /// Reads an identity file; a relative `token_file` is relative to the file's directory.
+    pub fn load(path: &Path) -> Result<Self, IdentityError> {
+        let read = |message: String| IdentityError::Read { path: path.to_owned(), message };
+        let invalid = |message: String| IdentityError::Invalid { path: path.to_owned(), message };
+        let text = std::fs::read_to_string(path).map_err(|error| read(error.to_string()))?;
+        // toml's messages quote the offending line, which may hold a token: name the problem only.
+        let file: IdentityFile = toml::from_str(&text).map_err(|error| invalid(toml_message(&error)))?;
+        if file.name.trim().is_empty() {
+            return Err(invalid("`name` must not be empty".into()));
+        }
+        let sources = [file.token.is_some(), file.token_file.is_some(), file.token_command.is_some()];
+        let token = match (file.token, file.token_file, file.token_command) {
+            _ if sources.iter().filter(|given| **given).count() != 1 => {
+                return Err(invalid("exactly one of `token`, `token_file`, `token_command` is required".into()));
+            }
+            (Some(token), _, _) => token,
+            (_, Some(file), _) => {
+                let file = if file.is_relative() { path.parent().unwrap_or(Path::new(".")).join(file) } else { file };
+                std::fs::read_to_string(&file)
+                    .map_err(|error| invalid(format!("token_file {}: {error}", file.display())))?
+            }
+            (_, _, Some(command)) => run_token_command(&command).map_err(invalid)?,
+            (None, None, None) => return Err(invalid("no token".into())),
+        };
+        let token = Token::new(token);
+        if token.expose().is_empty() || token.expose().chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(invalid("the token is empty or contains whitespace".into()));
+        }
+        Ok(Self {
+            name: file.name,
+            token,
+            tenant: file.tenant,
+            client: file.client,
+            subject: file.subject,
+            expired_token: file.expired_token.map(Token::new),
+            other_resource_token: file.other_resource_token.map(Token::new),
+        })
+    }
+
+    /// Every token this identity carries (for the redactor).
+    fn tokens(&self) -> impl Iterator<Item = &Token> {
+        std::iter::once(&self.token).chain(self.expired_token.as_ref()).chain(self.other_resource_token.as_ref())
+    }
+}
+
+/// The identities of a run: at least two, unique names.
+pub fn check_identities(identities: &[Identity]) -> Result<(), IdentityError> {
+    if identities.len() < 2 {
+        return Err(IdentityError::TooFew(identities.len()));
+    }
+    for (i, identity) in identities.iter().enumerate() {
+        if identities[..i].iter().any(|other| other.name == identity.name) {
+            return Err(IdentityError::DuplicateName(identity.name.clone()));
+        }
+    }
+    Ok(())
+}
+
+fn toml_message(error: &toml::de::Error) -> String {
+    let span = error.span().map(|span| format!(" (bytes {}..{})", span.start, span.end)).unwrap_or_default();
+    format!("not a valid identity{span}: {}", error.message())
+}
+
+/// Runs `token_command` (no shell) and returns its stdout.
+fn run_token_command(command: &[String]) -> Result<String, String> {
+    let (program, args) = command.split_first().ok_or("`token_command` must name a program")?;
+    let output = std::process::Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|error| format!("token_command {program:?}: {error}"))?;
+    if !output.status.success() {
+        return Err(format!("token_command {program:?} exited with {}", output.status));
+    }
+    String::from_utf8(output.stdout).map_err(|_| format!("token_command {program:?} printed a non-UTF-8 token"))
+}
+
+/// Replaces every token of a run in any text with `[redacted:<identity>]`.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    secrets: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Redactor({} secrets)", self.secrets.len())
+    }
+}
+
+impl Redactor {
+    /// A redactor for every token of `identities`.
+    pub fn new(identities: &[Identity]) -> Self {
+        let mut secrets: Vec<(String, String)> = identities
+            .iter()
+            .flat_map(|identity| identity.tokens().map(|token| (token.expose().to_owned(), identity.name.clone())))
+            .filter(|(secret, _)| !secret.is_empty())
+            .collect();
+        // Longest first, so a token that contains another is replaced whole.
+        secrets.sort_by_key(|(secret, _)| std::cmp::Reverse(secret.len()));
+        Self { secrets }
+    }
+
+    /// `text` with every token replaced.
+    pub fn redact(&self, text: &str) -> String {
+        let mut text = text.to_owned();
+        for (secret, name) in &self.secrets {
+            if text.contains(secret.as_str()) {
+                text = text.replace(secret.as_str(), &format!("[redacted:{name}]"));
+            }
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn temp_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("palisade-verify-identity-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn each_token_source_loads_and_debug_hides_the_token() {
+        let dir = temp_dir("sources");
+        let inline = write(&dir, "a.toml", "name = \"a\"\ntoken = \"tok-inline-1\"\ntenant = \"t1\"\n");
+        write(&dir, "b.token", "tok-file-2\n");
+        let file = write(&dir, "b.toml", "name = \"b\"\ntoken_file = \"b.token\"\n");
+        let command = write(&dir, "c.toml", "name = \"c\"\ntoken_command = [\"echo\", \"tok-cmd-3\"]\n");
+        let a = Identity::load(&inline).unwrap();
+        let b = Identity::load(&file).unwrap();
+        let c = Identity::load(&command).unwrap();
+        assert_eq!((a.token.expose(), a.tenant.as_deref()), ("tok-inline-1", Some("t1")));
+        assert_eq!(b.token.expose(), "tok-file-2");
+        assert_eq!(c.token.expose(), "tok-cmd-3");
+        assert!(!format!("{a:?}{b:?}{c:?}").contains("tok-"));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn bad_files_are_refused_without_quoting_the_token() {
+        let dir = temp_dir("bad");
+        let two = write(&dir, "two.toml", "name = \"a\"\ntoken = \"tok-secret-9\"\ntoken_file = \"x\"\n");
+        let typo = write(&dir, "typo.toml", "name = \"a\"\ntoken = \"tok-secret-9\"\ntennant = \"x\"\n");
+        let none = write(&dir, "none.toml", "name = \"a\"\n");
+        let failing = write(&dir, "fail.toml", "name = \"a\"\ntoken_command = [\"false\"]\n");
+        for path in [two, typo, none, failing] {
+            let error = Identity::load(&path).unwrap_err().to_string();
+            assert!(!error.contains("tok-secret-9"), "{error}");
+            assert!(error.contains("identity file"), "{error}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn the_redactor_removes_every_token_and_two_identities_are_required() {
+        let identity = |name: &str, token: &str| Identity {
+            name: name.into(),
+            token: Token::new(token),
+            tenant: None,
+            client: None,
+            subject: None,
+            expired_token: Some(Token::new(format!("{token}-expired"))),
+            other_resource_token: None,
+        };
+        let identities = [identity("alice", "aaa.bbb.ccc"), identity("bob", "ddd.eee.fff")];
+        let redactor = Redactor::new(&identities);
+        let text = "Bearer aaa.bbb.ccc and ddd.eee.fff and aaa.bbb.ccc-expired";
+        let redacted = redactor.redact(text);
+        assert_eq!(redacted, "Bearer [redacted:alice] and [redacted:bob] and [redacted:alice]");
+        assert!(check_identities(&identities[..1]).is_err());
+        assert!(check_identities(&[identity("a", "x"), identity("a", "y")]).is_err());
+        assert!(check_identities(&identities).is_ok());
+    }
+}

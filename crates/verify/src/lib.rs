@@ -1,0 +1,218 @@
+//! `palisade verify URL`: an adversarial verifier an operator points at any MCP server. A client
+//! only: it shares the wire types (`palisade-wire`), never the server's internals. The command
+//! line ([`VerifyArgs`]), the safety gates (an explicit authorization, loopback or a named
+//! `--target-host`), and the run ([`verify`]): every module's checks, bounded, then a report.
+
+pub mod check;
+pub mod identity;
+pub mod modules;
+pub mod report;
+pub mod target;
+
+use std::io::Write as _;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+
+use crate::check::{Check, Outcome};
+use crate::identity::{Identity, IdentityError, Redactor};
+use crate::modules::Context;
+use crate::report::{Baseline, Format, Report};
+use crate::target::{Target, TargetConfig};
+
+/// `palisade verify`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VerifyArgs {
+    /// The MCP endpoint to verify, e.g. `http://127.0.0.1:8080/mcp`.
+    pub url: String,
+    /// An identity file (TOML: `name`, and `token`, `token_file` or `token_command`; optional
+    /// `tenant`, `client`, `subject`, `expired_token`, `other_resource_token`). At least two.
+    #[arg(long = "identity", value_name = "FILE")]
+    pub identities: Vec<PathBuf>,
+    /// Confirms you are authorized to test this target. Nothing is sent without it.
+    #[arg(long)]
+    pub i_am_authorized: bool,
+    /// Allows a target host that is not loopback; it must equal the URL's host.
+    #[arg(long, value_name = "HOST")]
+    pub target_host: Option<String>,
+    /// Allows calls with side effects (creating handles or tasks, cancelling). Default: read-only.
+    #[arg(long)]
+    pub allow_mutations: bool,
+    /// The format of `--output`.
+    #[arg(long, value_enum, requires = "output")]
+    pub format: Option<Format>,
+    /// Where to write the report (JSON unless `--format` says otherwise).
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Accepted findings (TOML: `[[accepted]] id = "…", reason = "…"`): a baselined FAIL exits 0.
+    #[arg(long, value_name = "FILE")]
+    pub baseline: Option<PathBuf>,
+    /// Requests in flight at most (1–16).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub concurrency: u16,
+    /// Least milliseconds between the starts of two requests.
+    #[arg(long, default_value_t = 10)]
+    pub min_interval_ms: u64,
+    /// Per-request timeout in seconds (1–120).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub timeout_secs: u64,
+}
+
+#[derive(clap::Parser)]
+#[command(name = "palisade verify")]
+struct Standalone {
+    #[command(flatten)]
+    args: VerifyArgs,
+}
+
+impl VerifyArgs {
+    /// Parses `palisade verify`'s arguments (without the program and subcommand names).
+    pub fn parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::Parser as _;
+        let argv = std::iter::once(std::ffi::OsString::from("verify")).chain(args.into_iter().map(Into::into));
+        Standalone::try_parse_from(argv).map(|standalone| standalone.args)
+    }
+}
+
+/// Why a run was refused before sending anything (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// `--i-am-authorized` was not given.
+    #[error("refusing to run: confirm you are authorized to test this target with --i-am-authorized")]
+    NotAuthorized,
+    /// The URL is not an http(s) URL with a host.
+    #[error("refusing to run: {0} is not an http:// or https:// URL with a host")]
+    BadUrl(String),
+    /// A non-loopback host without a matching `--target-host`.
+    #[error("refusing to run: {0} is not a loopback host; name it with --target-host {0} to test it")]
+    HostNotAllowed(String),
+    /// An identity could not be used.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    /// The baseline could not be read.
+    #[error("{0}")]
+    Baseline(String),
+    /// The HTTP client could not be built.
+    #[error("the HTTP client could not be built: {0}")]
+    Client(String),
+}
+
+/// The safety gates: authorization confirmed, and the host loopback or named. Sends nothing.
+pub fn check_gates(args: &VerifyArgs) -> Result<url::Url, Refusal> {
+    if !args.i_am_authorized {
+        return Err(Refusal::NotAuthorized);
+    }
+    let url = url::Url::parse(&args.url).map_err(|_| Refusal::BadUrl(args.url.clone()))?;
+    let host = match (url.scheme(), url.host_str()) {
+        ("http" | "https", Some(host)) if !host.is_empty() => host.to_owned(),
+        _ => return Err(Refusal::BadUrl(args.url.clone())),
+    };
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = bare.eq_ignore_ascii_case("localhost") || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    let named = args
+        .target_host
+        .as_deref()
+        .is_some_and(|named| named.eq_ignore_ascii_case(&host) || named.eq_ignore_ascii_case(bare));
+    if !loopback && !named {
+        return Err(Refusal::HostNotAllowed(host));
+    }
+    Ok(url)
+}
+
+/// Runs every module against the target (after the gates and the identities check out) and
+/// returns the report; `progress` sees each check as it finishes.
+pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcome) + Send)) -> Result<Report, Refusal> {
+    let url = check_gates(args)?;
+    let identities = args.identities.iter().map(|path| Identity::load(path)).collect::<Result<Vec<_>, _>>()?;
+    identity::check_identities(&identities)?;
+    let baseline = match &args.baseline {
+        Some(path) => Baseline::load(path).map_err(Refusal::Baseline)?,
+        None => Baseline::default(),
+    };
+    let redactor = Arc::new(Redactor::new(&identities));
+    let config = TargetConfig {
+        url: url.clone(),
+        timeout: Duration::from_secs(args.timeout_secs),
+        concurrency: usize::from(args.concurrency),
+        min_interval: Duration::from_millis(args.min_interval_ms),
+    };
+    let target = Target::new(config, redactor.clone()).map_err(|error| Refusal::Client(error.to_string()))?;
+    let ctx = Context::new(target, identities, args.allow_mutations);
+    let cases: Vec<modules::Case> = modules::all().into_iter().flat_map(|module| module.cases).collect();
+    let mut finished: Vec<(usize, Check, Outcome)> = Vec::with_capacity(cases.len());
+    let mut running = futures::stream::iter(cases.iter().enumerate())
+        .map(|(i, case)| {
+            let ctx = &ctx;
+            async move { (i, case.check, (case.run)(ctx, case.check).await) }
+        })
+        .buffer_unordered(usize::from(args.concurrency));
+    while let Some((i, check, mut outcome)) = running.next().await {
+        outcome.detail = redactor.redact(&outcome.detail);
+        progress(&check, &outcome);
+        finished.push((i, check, outcome));
+    }
+    finished.sort_by_key(|(i, _, _)| *i);
+    let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
+    Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone()))
+}
+
+/// `palisade verify`: progress lines on stderr, the summary table on stdout, the report file;
+/// exit 0 when nothing unbaselined FAILs, 1 otherwise, 2 when the run is refused.
+pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let mut progress = |check: &Check, outcome: &Outcome| eprintln!("{}", report::progress_line(check, outcome));
+    let report = match verify(&args, &mut progress).await {
+        Ok(report) => report,
+        Err(refusal) => {
+            eprintln!("error: {refusal}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout.write_all(report.summary_table().as_bytes())?;
+    stdout.flush()?;
+    if let Some(path) = &args.output {
+        let format = args.format.unwrap_or(Format::Json);
+        std::fs::write(path, report.render(format))
+            .map_err(|error| anyhow::anyhow!("writing the report to {}: {error}", path.display()))?;
+    }
+    for stale in &report.stale {
+        eprintln!("stale baseline entry: {} passes now (or did not run); remove it", stale.id);
+    }
+    Ok(ExitCode::from(report.exit_code()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> VerifyArgs {
+        VerifyArgs::parse_from(list.iter().copied()).unwrap()
+    }
+
+    #[test]
+    fn the_gates_need_authorization_and_a_loopback_or_named_host() {
+        assert!(matches!(check_gates(&args(&["http://127.0.0.1:1/mcp"])), Err(Refusal::NotAuthorized)));
+        let remote = args(&["https://mcp.example.com/mcp", "--i-am-authorized"]);
+        assert!(matches!(check_gates(&remote), Err(Refusal::HostNotAllowed(_))));
+        let other = args(&["https://mcp.example.com/mcp", "--i-am-authorized", "--target-host", "other.example.com"]);
+        assert!(matches!(check_gates(&other), Err(Refusal::HostNotAllowed(_))));
+        let named = args(&["https://mcp.example.com/mcp", "--i-am-authorized", "--target-host", "mcp.example.com"]);
+        assert!(check_gates(&named).is_ok());
+        for local in ["http://127.0.0.1:9/mcp", "http://localhost:9/mcp", "http://[::1]:9/mcp"] {
+            assert!(check_gates(&args(&[local, "--i-am-authorized"])).is_ok(), "{local}");
+        }
+        assert!(matches!(check_gates(&args(&["file:///etc/x", "--i-am-authorized"])), Err(Refusal::BadUrl(_))));
+        assert!(
+            VerifyArgs::parse_from(["http://127.0.0.1:1/mcp", "--format", "json"]).is_err(),
+            "--format needs --output"
+        );
+    }
+}

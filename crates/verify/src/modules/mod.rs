@@ -1,0 +1,144 @@
+//! The check modules and what they share: a [`Context`] (the target, the identities, the
+//! operator's permissions) and a [`Case`] per check. A module is a list of cases; adding one is
+//! adding a file here and a line in [`all`].
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::check::{Check, Outcome};
+use crate::identity::Identity;
+use crate::target::{Auth, Probe, Target};
+
+pub mod transport;
+
+/// What every check runs with.
+#[derive(Debug)]
+pub struct Context {
+    /// The target.
+    pub target: Target,
+    /// The identities (at least two).
+    pub identities: Vec<Identity>,
+    /// Whether the operator allowed calls with side effects.
+    pub allow_mutations: bool,
+    named: OnceCell<Option<Probe>>,
+}
+
+impl Context {
+    /// A context for one run.
+    pub fn new(target: Target, identities: Vec<Identity>, allow_mutations: bool) -> Self {
+        Self { target, identities, allow_mutations, named: OnceCell::new() }
+    }
+
+    /// The first identity's bearer authentication.
+    pub fn auth(&self) -> Auth {
+        self.auth_of(0)
+    }
+
+    /// Identity `i`'s bearer authentication.
+    pub fn auth_of(&self, i: usize) -> Auth {
+        self.identities.get(i).map_or(Auth::None, |identity| Auth::Bearer(identity.token.clone()))
+    }
+
+    /// The read-only request every transport case breaks one thing of: `tools/list` as the
+    /// first identity.
+    pub fn base(&self) -> Probe {
+        Probe::request("tools/list", json!({}), self.auth())
+    }
+
+    /// A read-only request routed by `Mcp-Name` (`resources/read` of a listed resource, or
+    /// `prompts/get` of a prompt without required arguments) that the first identity is
+    /// served; `None` when the target offers none.
+    pub async fn named(&self) -> Option<Probe> {
+        self.named.get_or_init(|| self.find_named()).await.clone()
+    }
+
+    async fn find_named(&self) -> Option<Probe> {
+        let listed = self.target.send(Probe::request("resources/list", json!({}), self.auth())).await;
+        let resources = listed.result().and_then(|r| r.get("resources")).and_then(Value::as_array);
+        for uri in resources.into_iter().flatten().filter_map(|r| r.get("uri").and_then(Value::as_str)).take(3) {
+            let probe = Probe::request("resources/read", json!({ "uri": uri }), self.auth());
+            if self.target.send(probe.clone()).await.accepted() {
+                return Some(probe);
+            }
+        }
+        let listed = self.target.send(Probe::request("prompts/list", json!({}), self.auth())).await;
+        let prompts = listed.result().and_then(|r| r.get("prompts")).and_then(Value::as_array);
+        for prompt in prompts.into_iter().flatten().take(5) {
+            let required = prompt
+                .get("arguments")
+                .and_then(Value::as_array)
+                .is_some_and(|args| args.iter().any(|a| a.get("required") == Some(&json!(true))));
+            let Some(name) = prompt.get("name").and_then(Value::as_str) else { continue };
+            if required {
+                continue;
+            }
+            let probe = Probe::request("prompts/get", json!({ "name": name }), self.auth());
+            if self.target.send(probe.clone()).await.accepted() {
+                return Some(probe);
+            }
+        }
+        None
+    }
+}
+
+/// A check's future.
+pub type CaseFuture<'a> = Pin<Box<dyn Future<Output = Outcome> + Send + 'a>>;
+
+/// Runs one check.
+pub type CaseFn = for<'a> fn(&'a Context, Check) -> CaseFuture<'a>;
+
+/// One check and the code that runs it.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// The check's description.
+    pub check: Check,
+    /// Its code.
+    pub run: CaseFn,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Case").field("id", &self.check.id).finish_non_exhaustive()
+    }
+}
+
+/// A named list of cases.
+#[derive(Debug)]
+pub struct Module {
+    /// The module's name (the first label of its check ids).
+    pub name: &'static str,
+    /// Its cases, in report order.
+    pub cases: Vec<Case>,
+}
+
+/// Every module, in report order.
+pub fn all() -> Vec<Module> {
+    vec![transport::module()]
+}
+
+/// Builds a module's cases: `function: "id", "title", "requirement", Severity;` each, where
+/// `function` is an `async fn(&Context, Check) -> Outcome`.
+macro_rules! cases {
+    ($($function:ident : $id:literal, $title:literal, $requirement:literal, $severity:ident;)*) => {
+        vec![$(
+            $crate::modules::Case {
+                check: $crate::check::Check {
+                    id: $id,
+                    title: $title,
+                    requirement: $requirement,
+                    severity: $crate::check::Severity::$severity,
+                },
+                run: {
+                    fn run<'a>(ctx: &'a $crate::modules::Context, check: $crate::check::Check) -> $crate::modules::CaseFuture<'a> {
+                        Box::pin($function(ctx, check))
+                    }
+                    run
+                },
+            },
+        )*]
+    };
+}
+pub(crate) use cases;

@@ -1,0 +1,316 @@
+//! Reports: a progress line per check, the summary table, and the `--format` files (JSON with
+//! stable ids is the source; JUnit, Markdown and SARIF are rendered from it); the baseline of
+//! accepted findings; the exit code. Every rendered text passes the run's redactor.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::check::{Check, Outcome, Verdict};
+use crate::identity::Redactor;
+
+/// A report file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// JSON with stable ids (the source of the others).
+    Json,
+    /// JUnit XML (one testcase per check).
+    Junit,
+    /// A Markdown table.
+    Markdown,
+    /// SARIF 2.1.0 (one result per failure or warning).
+    Sarif,
+}
+
+/// One accepted finding.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Accepted {
+    /// The check id.
+    pub id: String,
+    /// Why it is accepted.
+    pub reason: String,
+}
+
+/// A baseline file: `[[accepted]] id = "...", reason = "..."`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Baseline {
+    /// The accepted findings.
+    #[serde(default)]
+    pub accepted: Vec<Accepted>,
+}
+
+impl Baseline {
+    /// Reads a baseline file.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path).map_err(|error| format!("baseline {}: {error}", path.display()))?;
+        let baseline: Self =
+            toml::from_str(&text).map_err(|error| format!("baseline {}: {}", path.display(), error.message()))?;
+        if let Some(entry) = baseline.accepted.iter().find(|entry| entry.reason.trim().is_empty()) {
+            return Err(format!("baseline {}: {} has no reason", path.display(), entry.id));
+        }
+        Ok(baseline)
+    }
+
+    fn reason(&self, id: &str) -> Option<&str> {
+        self.accepted.iter().find(|entry| entry.id == id).map(|entry| entry.reason.as_str())
+    }
+}
+
+/// One check in a report.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The check.
+    pub check: Check,
+    /// Its outcome.
+    pub outcome: Outcome,
+    /// The baseline's reason, when the check is baselined.
+    pub baselined: Option<String>,
+}
+
+/// A run's report.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The target URL.
+    pub target: String,
+    /// Every check, in catalogue order.
+    pub entries: Vec<Entry>,
+    /// Baseline entries that no longer match a finding: the check passes now, or no such check ran.
+    pub stale: Vec<Accepted>,
+    redactor: Redactor,
+}
+
+impl Report {
+    /// A report of `results`, applying `baseline`.
+    pub fn new(target: &str, results: Vec<(Check, Outcome)>, baseline: &Baseline, redactor: Redactor) -> Self {
+        let entries: Vec<Entry> = results
+            .into_iter()
+            .map(|(check, outcome)| {
+                let baselined = baseline.reason(check.id).map(str::to_owned);
+                Entry { check, outcome, baselined }
+            })
+            .collect();
+        let stale = baseline
+            .accepted
+            .iter()
+            .filter(|accepted| {
+                entries
+                    .iter()
+                    .find(|entry| entry.check.id == accepted.id)
+                    .is_none_or(|entry| entry.outcome.verdict == Verdict::Pass)
+            })
+            .cloned()
+            .collect();
+        Self { target: target.to_owned(), entries, stale, redactor }
+    }
+
+    /// How many checks have `verdict`.
+    pub fn count(&self, verdict: Verdict) -> usize {
+        self.entries.iter().filter(|entry| entry.outcome.verdict == verdict).count()
+    }
+
+    /// The FAILs no baseline accepts.
+    pub fn unbaselined_failures(&self) -> usize {
+        self.entries.iter().filter(|entry| entry.outcome.verdict == Verdict::Fail && entry.baselined.is_none()).count()
+    }
+
+    /// 0 when nothing unbaselined FAILs, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.unbaselined_failures() > 0)
+    }
+
+    /// The JSON report: the source of every other format.
+    pub fn to_json(&self) -> Value {
+        let checks: Vec<Value> = self
+            .entries
+            .iter()
+            .map(|entry| {
+                json!({
+                    "id": entry.check.id,
+                    "title": entry.check.title,
+                    "requirement": entry.check.requirement,
+                    "severity": entry.check.severity,
+                    "verdict": entry.outcome.verdict,
+                    "detail": entry.outcome.detail,
+                    "baselined": entry.baselined,
+                    "transcript": entry.outcome.transcript,
+                })
+            })
+            .collect();
+        let stale: Vec<Value> = self.stale.iter().map(|s| json!({ "id": s.id, "reason": s.reason })).collect();
+        let value = json!({
+            "tool": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION") },
+            "target": self.target,
+            "summary": {
+                "pass": self.count(Verdict::Pass),
+                "fail": self.count(Verdict::Fail),
+                "warning": self.count(Verdict::Warning),
+                "not_testable": self.count(Verdict::NotTestable),
+                "inconclusive": self.count(Verdict::Inconclusive),
+                "unbaselined_failures": self.unbaselined_failures(),
+            },
+            "checks": checks,
+            "stale_baseline": stale,
+        });
+        // Redact inside the structure so the JSON stays valid.
+        match serde_json::from_str(&self.redactor.redact(&value.to_string())) {
+            Ok(redacted) => redacted,
+            Err(_) => json!({ "error": "the report could not be redacted" }),
+        }
+    }
+
+    /// The report in `format`.
+    pub fn render(&self, format: Format) -> String {
+        let json = self.to_json();
+        let text = match format {
+            Format::Json => serde_json::to_string_pretty(&json).unwrap_or_default(),
+            Format::Junit => junit(&json),
+            Format::Markdown => markdown(&json),
+            Format::Sarif => serde_json::to_string_pretty(&sarif(&json)).unwrap_or_default(),
+        };
+        self.redactor.redact(&text)
+    }
+
+    /// The summary table printed at the end of a run.
+    pub fn summary_table(&self) -> String {
+        let width = self.entries.iter().map(|entry| entry.check.id.len()).max().unwrap_or(10).max(10);
+        let mut text = format!("{:<width$}  {:<12}  {:<8}  note\n", "check", "verdict", "severity");
+        for entry in &self.entries {
+            let note = match &entry.baselined {
+                Some(reason) if entry.outcome.verdict == Verdict::Fail => format!("baselined: {reason}"),
+                _ if entry.outcome.verdict == Verdict::Pass => String::new(),
+                _ => entry.outcome.detail.clone(),
+            };
+            text.push_str(&format!(
+                "{:<width$}  {:<12}  {:<8}  {}\n",
+                entry.check.id,
+                entry.outcome.verdict.label(),
+                format!("{:?}", entry.check.severity).to_ascii_lowercase(),
+                note
+            ));
+        }
+        for stale in &self.stale {
+            text.push_str(&format!("stale baseline entry: {} ({})\n", stale.id, stale.reason));
+        }
+        text.push_str(&format!(
+            "{} checks: {} pass, {} fail ({} unbaselined), {} warning, {} not testable, {} inconclusive\n",
+            self.entries.len(),
+            self.count(Verdict::Pass),
+            self.count(Verdict::Fail),
+            self.unbaselined_failures(),
+            self.count(Verdict::Warning),
+            self.count(Verdict::NotTestable),
+            self.count(Verdict::Inconclusive),
+        ));
+        self.redactor.redact(&text)
+    }
+}
+
+/// The plain progress line of one finished check.
+pub fn progress_line(check: &Check, outcome: &Outcome) -> String {
+    format!("{:<12} {}  {}", outcome.verdict.label(), check.id, outcome.detail)
+}
+
+fn xml(text: &str) -> String {
+    text.chars()
+        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
+        .map(|c| match c {
+            '&' => "&amp;".to_owned(),
+            '<' => "&lt;".to_owned(),
+            '>' => "&gt;".to_owned(),
+            '"' => "&quot;".to_owned(),
+            '\'' => "&apos;".to_owned(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+fn checks(json: &Value) -> &[Value] {
+    json["checks"].as_array().map_or(&[], Vec::as_slice)
+}
+
+fn field<'a>(check: &'a Value, key: &str) -> &'a str {
+    check[key].as_str().unwrap_or_default()
+}
+
+fn junit(json: &Value) -> String {
+    let checks = checks(json);
+    let failures = checks.iter().filter(|c| c["verdict"] == "fail" && c["baselined"].is_null()).count();
+    let skipped = checks.iter().filter(|c| c["verdict"] == "not_testable").count();
+    let mut text = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"palisade-verify\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">\n",
+        checks.len()
+    );
+    for check in checks {
+        let (id, detail) = (field(check, "id"), field(check, "detail"));
+        let module = id.split('.').next().unwrap_or_default();
+        text.push_str(&format!("<testcase classname=\"{}\" name=\"{}\">", xml(module), xml(id)));
+        match field(check, "verdict") {
+            "fail" if check["baselined"].is_null() => {
+                text.push_str(&format!(
+                    "<failure message=\"{}\">{}</failure>",
+                    xml(detail),
+                    xml(field(check, "requirement"))
+                ));
+            }
+            "not_testable" => text.push_str(&format!("<skipped message=\"{}\"/>", xml(detail))),
+            verdict => text.push_str(&format!("<system-out>{}: {}</system-out>", xml(verdict), xml(detail))),
+        }
+        text.push_str("</testcase>\n");
+    }
+    text.push_str("</testsuite>\n</testsuites>\n");
+    text
+}
+
+fn markdown(json: &Value) -> String {
+    let cell = |text: &str| text.replace('|', "\\|").replace('\n', " ");
+    let mut text = format!(
+        "# palisade verify: {}\n\n| check | verdict | severity | detail |\n|---|---|---|---|\n",
+        cell(json["target"].as_str().unwrap_or_default())
+    );
+    for check in checks(json) {
+        let verdict = match (field(check, "verdict"), check["baselined"].as_str()) {
+            ("fail", Some(_)) => "fail (baselined)".to_owned(),
+            (verdict, _) => verdict.to_owned(),
+        };
+        text.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            field(check, "id"),
+            verdict,
+            field(check, "severity"),
+            cell(field(check, "detail"))
+        ));
+    }
+    text
+}
+
+fn sarif(json: &Value) -> Value {
+    let checks = checks(json);
+    let rules: Vec<Value> = checks
+        .iter()
+        .map(|c| json!({ "id": c["id"], "shortDescription": { "text": c["title"] }, "help": { "text": c["requirement"] } }))
+        .collect();
+    let results: Vec<Value> = checks
+        .iter()
+        .filter(|c| c["verdict"] == "fail" || c["verdict"] == "warning")
+        .map(|c| {
+            let level = if c["verdict"] == "fail" && c["baselined"].is_null() { "error" } else { "warning" };
+            json!({
+                "ruleId": c["id"],
+                "level": level,
+                "message": { "text": c["detail"] },
+                "locations": [{ "physicalLocation": { "artifactLocation": { "uri": json["target"] } } }],
+            })
+        })
+        .collect();
+    json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": { "driver": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION"), "rules": rules } },
+            "results": results,
+        }],
+    })
+}

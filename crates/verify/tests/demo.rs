@@ -1,0 +1,110 @@
+//! The verifier against the real demo (`palisade serve`, three dev-token identities): every
+//! transport check passes or is not testable, the reports are valid and carry stable ids, and
+//! no piece of any token reaches any output, in process or through the `palisade verify` CLI.
+
+// Helpers outside #[test] functions unwrap too: a failure there is the test failing.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use palisade_verify::check::Verdict;
+use palisade_verify::report::Format;
+use palisade_verify::{VerifyArgs, verify};
+use support::{Demo, Scratch, assert_no_token, identity, palisade_binary};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_passes_every_transport_check_and_no_token_leaks() {
+    let demo = Demo::start();
+    let scratch = Scratch::new("demo-identities");
+    let scope = "shop:read shop:basket";
+    let tokens = vec![
+        demo.token("alice", "acme", "shop-web", scope),
+        demo.token("bob", "acme", "shop-web", scope),
+        demo.token("carol", "globex", "shop-cli", scope),
+    ];
+    let files = [
+        identity(&scratch, "alice", &tokens[0], "acme", "shop-web"),
+        identity(&scratch, "bob", &tokens[1], "acme", "shop-web"),
+        identity(&scratch, "carol", &tokens[2], "globex", "shop-cli"),
+    ];
+    let mut argv = vec![demo.url.clone(), "--i-am-authorized".into()];
+    for file in &files {
+        argv.extend(["--identity".into(), file.to_str().unwrap().to_owned()]);
+    }
+    let args = VerifyArgs::parse_from(&argv).unwrap();
+    let mut progress_lines = Vec::new();
+    let report = verify(&args, &mut |check, outcome| {
+        progress_lines.push(palisade_verify::report::progress_line(check, outcome));
+    })
+    .await
+    .unwrap();
+
+    let catalogue: Vec<&str> =
+        palisade_verify::modules::transport::module().cases.iter().map(|case| case.check.id).collect();
+    assert!(catalogue.len() >= 20);
+    assert_eq!(report.entries.len(), catalogue.len());
+    assert_eq!(progress_lines.len(), catalogue.len());
+    for entry in &report.entries {
+        assert!(
+            matches!(entry.outcome.verdict, Verdict::Pass | Verdict::NotTestable),
+            "{} is {:?}: {}\n{}",
+            entry.check.id,
+            entry.outcome.verdict,
+            entry.outcome.detail,
+            entry.outcome.transcript.join("\n")
+        );
+        // A pass is a refusal next to an accepted control: two exchanges written down.
+        if entry.outcome.verdict == Verdict::Pass {
+            assert_eq!(entry.outcome.transcript.len(), 2, "{}", entry.check.id);
+        }
+    }
+    // The demo offers readable resources: nothing in the transport module is untestable.
+    assert_eq!(report.count(Verdict::NotTestable), 0);
+    assert_eq!(report.exit_code(), 0);
+
+    // JSON is the source: it parses, and its ids are the catalogue's, in order.
+    let json: serde_json::Value = serde_json::from_str(&report.render(Format::Json)).unwrap();
+    let ids: Vec<&str> = json["checks"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, catalogue);
+    for stable in
+        ["transport.origin.foreign", "transport.host.foreign", "transport.batch.array", "transport.auth.missing"]
+    {
+        assert!(ids.contains(&stable), "{stable}");
+    }
+    assert_eq!(json["summary"]["fail"], 0);
+    assert_eq!(json["summary"]["pass"], catalogue.len());
+    let sarif: serde_json::Value = serde_json::from_str(&report.render(Format::Sarif)).unwrap();
+    assert_eq!(sarif["version"], "2.1.0");
+    assert_eq!(sarif["runs"][0]["results"].as_array().unwrap().len(), 0);
+    let junit = report.render(Format::Junit);
+    assert!(junit.starts_with("<?xml"));
+    assert_eq!(junit.matches("<testcase ").count(), catalogue.len());
+    assert!(!junit.contains("<failure"));
+
+    // The transcripts did carry the tokens' places: they show the redaction marker instead.
+    assert!(report.render(Format::Json).contains("Bearer [redacted:alice]"));
+    for format in [Format::Json, Format::Junit, Format::Markdown, Format::Sarif] {
+        assert_no_token(&report.render(format), &tokens, &format!("{format:?} report"));
+    }
+    assert_no_token(&report.summary_table(), &tokens, "summary table");
+    assert_no_token(&progress_lines.join("\n"), &tokens, "progress lines");
+
+    // The same run through the CLI: exit 0, the summary on stdout, a report file; no token anywhere.
+    let output_file = scratch.0.join("report.sarif");
+    let mut cli = vec!["verify".to_owned()];
+    cli.extend(argv.iter().cloned());
+    cli.extend(["--format".into(), "sarif".into(), "--output".into(), output_file.to_str().unwrap().to_owned()]);
+    let output = tokio::task::spawn_blocking(move || std::process::Command::new(palisade_binary()).args(&cli).output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains(&format!("{} checks: {} pass, 0 fail", catalogue.len(), catalogue.len())), "{stdout}");
+    let written = std::fs::read_to_string(&output_file).unwrap();
+    assert!(serde_json::from_str::<serde_json::Value>(&written).is_ok());
+    assert_no_token(&stdout, &tokens, "CLI stdout");
+    assert_no_token(&stderr, &tokens, "CLI stderr");
+    assert_no_token(&written, &tokens, "CLI report file");
+}

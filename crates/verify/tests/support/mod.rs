@@ -1,0 +1,123 @@
+//! What the verifier's integration tests share: the `palisade` binary (built once if missing),
+//! a `palisade serve` demo process killed on drop, dev tokens, identity files and a scratch
+//! directory.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+/// The `palisade` binary next to this test's target directory, built once when missing.
+pub fn palisade_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test binary path");
+            // <target>/debug/deps/<test> → <target>/debug/palisade
+            let dir = exe.parent().and_then(Path::parent).expect("target directory");
+            let binary = dir.join("palisade");
+            if !binary.exists() {
+                let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+                let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+                let status = Command::new(cargo)
+                    .args(["build", "-p", "palisade"])
+                    .current_dir(root)
+                    .status()
+                    .expect("run cargo build -p palisade");
+                assert!(status.success(), "cargo build -p palisade failed");
+            }
+            assert!(binary.exists(), "no palisade binary at {}", binary.display());
+            binary
+        })
+        .clone()
+}
+
+/// A directory removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(tag: &str) -> Self {
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("palisade-verify-{tag}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("scratch dir");
+        Self(path)
+    }
+
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).expect("write scratch file");
+        path
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `palisade serve --app demo` on `127.0.0.1:0`, killed on drop.
+pub struct Demo {
+    child: Child,
+    pub url: String,
+    pub data: Scratch,
+}
+
+impl Demo {
+    pub fn start() -> Self {
+        let data = Scratch::new("demo");
+        let dir = data.0.to_str().expect("utf-8 path").to_owned();
+        let mut child = Command::new(palisade_binary())
+            .args(["serve", "--app", "demo", "--listen", "127.0.0.1:0", "--data-dir", &dir])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start palisade serve");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("listening line");
+        let url = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected {line:?}")).to_owned();
+        Self { child, url, data }
+    }
+
+    /// A dev token for this server (its data directory; listening on `127.0.0.1:0`).
+    pub fn token(&self, subject: &str, tenant: &str, client: &str, scope: &str) -> String {
+        let dir = self.data.0.to_str().expect("utf-8 path");
+        let output = Command::new(palisade_binary())
+            .args(["dev", "token", "--subject", subject, "--tenant", tenant, "--client", client, "--scope", scope])
+            .envs([("PALISADE_DATA_DIR", dir), ("PALISADE_LISTEN", "127.0.0.1:0")])
+            .output()
+            .expect("run palisade dev token");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).expect("utf-8 token").trim().to_owned()
+    }
+}
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes an identity file.
+pub fn identity(scratch: &Scratch, name: &str, token: &str, tenant: &str, client: &str) -> PathBuf {
+    let text = format!(
+        "name = \"{name}\"\ntoken = \"{token}\"\ntenant = \"{tenant}\"\nclient = \"{client}\"\nsubject = \"{name}\"\n"
+    );
+    scratch.file(&format!("{name}.toml"), &text)
+}
+
+/// Panics when any 24-character piece of any token occurs in `text`.
+pub fn assert_no_token(text: &str, tokens: &[String], what: &str) {
+    for token in tokens {
+        assert!(token.len() > 24, "a real token");
+        let bytes = token.as_bytes();
+        for start in 0..=bytes.len() - 24 {
+            let window = std::str::from_utf8(&bytes[start..start + 24]).expect("ascii token");
+            assert!(!text.contains(window), "{what} contains a piece of a token: {window}");
+        }
+    }
+}
