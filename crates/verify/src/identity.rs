@@ -174,9 +174,11 @@ fn run_token_command(command: &[String]) -> Result<String, String> {
 }
 
 /// Replaces every token of a run in any text with `[redacted:<identity>]`.
+/// Clones share the secrets added later with [`Redactor::add`] (forged tokens of a run).
 #[derive(Clone, Default)]
 pub struct Redactor {
     secrets: Vec<(String, String)>,
+    added: std::sync::Arc<std::sync::RwLock<Vec<(String, String)>>>,
 }
 
 impl std::fmt::Debug for Redactor {
@@ -191,23 +193,51 @@ impl Redactor {
         let mut secrets: Vec<(String, String)> = identities
             .iter()
             .flat_map(|identity| identity.tokens().map(|token| (token.expose().to_owned(), identity.name.clone())))
-            .filter(|(secret, _)| !secret.is_empty())
+            .flat_map(|(secret, name)| with_segments(&secret).into_iter().map(move |piece| (piece, name.clone())))
             .collect();
         // Longest first, so a token that contains another is replaced whole.
         secrets.sort_by_key(|(secret, _)| std::cmp::Reverse(secret.len()));
-        Self { secrets }
+        Self { secrets, added: Default::default() }
+    }
+
+    /// Adds a secret made during the run (a token forged from a real one), shared by every
+    /// clone of this redactor: it and each of its long dot-separated segments are redacted as
+    /// `[redacted:<name>]` from now on.
+    pub fn add(&self, secret: &str, name: &str) {
+        let mut added = self.added.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for piece in with_segments(secret) {
+            if !added.iter().any(|(known, _)| *known == piece) {
+                added.push((piece, name.to_owned()));
+            }
+        }
     }
 
     /// `text` with every token replaced.
     pub fn redact(&self, text: &str) -> String {
         let mut text = text.to_owned();
-        for (secret, name) in &self.secrets {
+        let added = self.added.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let mut secrets: Vec<&(String, String)> = self.secrets.iter().chain(added.iter()).collect();
+        secrets.sort_by_key(|(secret, _)| std::cmp::Reverse(secret.len()));
+        for (secret, name) in secrets {
             if text.contains(secret.as_str()) {
                 text = text.replace(secret.as_str(), &format!("[redacted:{name}]"));
             }
         }
         text
     }
+}
+
+/// A secret and, when it is dot-separated (a JWT), each segment of 16 characters or more: a
+/// forged token reuses a real token's segments, and a server may echo one of them alone.
+fn with_segments(secret: &str) -> Vec<String> {
+    let mut pieces = Vec::new();
+    if !secret.is_empty() {
+        pieces.push(secret.to_owned());
+    }
+    if secret.contains('.') {
+        pieces.extend(secret.split('.').filter(|segment| segment.len() >= 16).map(str::to_owned));
+    }
+    pieces
 }
 
 #[cfg(test)]
@@ -277,5 +307,33 @@ mod tests {
         assert!(check_identities(&identities[..1]).is_err());
         assert!(check_identities(&[identity("a", "x"), identity("a", "y")]).is_err());
         assert!(check_identities(&identities).is_ok());
+    }
+
+    #[test]
+    fn segments_of_a_jwt_and_tokens_added_later_are_redacted_in_every_clone() {
+        let header = "eyJhbGciOiJFUzI1NiJ9headerpart";
+        let payload = "eyJzdWIiOiJhbGljZSJ9payloadpart";
+        let real = format!("{header}.{payload}.signature-segment-0123456789");
+        let alice = Identity {
+            name: "alice".into(),
+            token: Token::new(real.clone()),
+            tenant: None,
+            client: None,
+            subject: None,
+            expired_token: None,
+            other_resource_token: None,
+        };
+        let redactor = Redactor::new(&[alice]);
+        let clone = redactor.clone();
+        // A segment alone (a server echoing the payload) is redacted too; the whole token first.
+        assert_eq!(redactor.redact(&format!("got {payload}")), "got [redacted:alice]");
+        assert_eq!(redactor.redact(&real), "[redacted:alice]");
+        let forged = format!("eyJhbGciOiJub25lIn0forgedhead.{payload}.");
+        redactor.add(&forged, "alice-forged");
+        assert_eq!(clone.redact(&format!("echo {forged}!")), "echo [redacted:alice-forged]!");
+        assert_eq!(clone.redact("eyJhbGciOiJub25lIn0forgedhead"), "[redacted:alice-forged]");
+        // Short segments are not secrets of their own.
+        redactor.add("ab.cd", "x");
+        assert_eq!(clone.redact("ab and cd"), "ab and cd");
     }
 }

@@ -66,6 +66,8 @@ pub struct Probe {
     pub without: Vec<String>,
     /// A body sent verbatim instead of the JSON-RPC request.
     pub body: Option<Vec<u8>>,
+    /// Query parameters added to the endpoint's URL (values redacted in transcripts).
+    pub query: Vec<(String, String)>,
 }
 
 /// The `_meta` every 2026-07-28 request carries.
@@ -91,7 +93,14 @@ impl Probe {
             headers: Vec::new(),
             without: Vec::new(),
             body: None,
+            query: Vec::new(),
         }
+    }
+
+    /// Adds a query parameter to the URL (`send` only; a credential there is redacted).
+    pub fn query(mut self, name: &str, value: impl Into<String>) -> Self {
+        self.query.push((name.to_owned(), value.into()));
+        self
     }
 
     /// Sets (or replaces) a header.
@@ -396,15 +405,46 @@ impl Target {
         excerpt(self.redactor.redact(&String::from_utf8_lossy(bytes)).as_bytes())
     }
 
+    /// GETs a JSON document (a metadata document or a JWK Set) at `url` with this run's client,
+    /// limits and pacing; the caller decides whether `url` may be fetched. Returns the status,
+    /// the raw body and a redacted transcript.
+    pub async fn fetch(&self, url: &url::Url) -> (Option<u16>, Vec<u8>, String) {
+        let _permit = self.permits.acquire().await;
+        self.pace().await;
+        let mut transcript = format!("> GET {}\n", self.redactor.redact(url.as_str()));
+        let (status, bytes) = match self.http.get(url.clone()).header("accept", "application/json").send().await {
+            Err(error) => {
+                transcript.push_str(&format!("< ({})\n", describe(&error)));
+                (None, Vec::new())
+            }
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let (bytes, failure) = read_capped(response).await;
+                transcript.push_str(&format!("< HTTP {status}\n< {}\n", self.excerpt(&bytes)));
+                if let Some(failure) = failure {
+                    transcript.push_str(&format!("< ({failure})\n"));
+                }
+                (Some(status), bytes)
+            }
+        };
+        (status, bytes, self.redactor.redact(&transcript))
+    }
+
     async fn exchange(&self, probe: Probe) -> Exchange {
         let headers = probe.all_headers();
         let body = probe.body.clone().unwrap_or_else(|| probe.frame().to_string().into_bytes());
-        let mut transcript = format!("> {} {}\n", probe.http_method, self.config.url);
+        let mut url = self.config.url.clone();
+        let mut shown_url = self.config.url.clone();
+        for (name, value) in &probe.query {
+            url.query_pairs_mut().append_pair(name, value);
+            shown_url.query_pairs_mut().append_pair(name, "[redacted]");
+        }
+        let mut transcript = format!("> {} {}\n", probe.http_method, shown_url);
         for (name, value) in &headers {
             transcript.push_str(&format!("> {name}: {}\n", self.shown(name, value)));
         }
         transcript.push_str(&format!("> {}\n", self.excerpt(&body)));
-        let mut request = self.http.request(probe.http_method.clone(), self.config.url.clone());
+        let mut request = self.http.request(probe.http_method.clone(), url);
         for (name, value) in &headers {
             request = request.header(name.as_str(), value.as_str());
         }

@@ -12,6 +12,7 @@ use crate::check::{Check, Outcome};
 use crate::identity::Identity;
 use crate::target::{Auth, Probe, Target};
 
+pub mod auth;
 pub mod transport;
 
 /// What every check runs with.
@@ -116,7 +117,7 @@ pub struct Module {
 
 /// Every module, in report order.
 pub fn all() -> Vec<Module> {
-    vec![transport::module()]
+    vec![transport::module(), auth::module()]
 }
 
 /// Builds a module's cases: `function: "id", "title", "requirement", Severity;` each, where

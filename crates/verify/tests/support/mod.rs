@@ -59,19 +59,25 @@ impl Drop for Scratch {
     }
 }
 
-/// `palisade serve --app demo` on `127.0.0.1:0`, killed on drop.
+/// `palisade serve --app demo` on a free loopback port, killed on drop. The port is chosen
+/// before the start so the server's canonical URL (the audience of its tokens and the
+/// `resource` of its metadata) is the URL it is reached at.
 pub struct Demo {
     child: Child,
     pub url: String,
     pub data: Scratch,
+    listen: String,
 }
 
 impl Demo {
     pub fn start() -> Self {
         let data = Scratch::new("demo");
         let dir = data.0.to_str().expect("utf-8 path").to_owned();
+        let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        let listen = free.local_addr().expect("its address").to_string();
+        drop(free);
         let mut child = Command::new(palisade_binary())
-            .args(["serve", "--app", "demo", "--listen", "127.0.0.1:0", "--data-dir", &dir])
+            .args(["serve", "--app", "demo", "--listen", &listen, "--data-dir", &dir])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -79,15 +85,22 @@ impl Demo {
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("listening line");
         let url = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected {line:?}")).to_owned();
-        Self { child, url, data }
+        Self { child, url, data, listen }
     }
 
-    /// A dev token for this server (its data directory; listening on `127.0.0.1:0`).
+    /// A dev token for this server (its data directory and listen address).
     pub fn token(&self, subject: &str, tenant: &str, client: &str, scope: &str) -> String {
+        self.token_for(&self.url, subject, tenant, client, scope)
+    }
+
+    /// A dev token of the same key whose audience is `resource` (another resource's token
+    /// when it is not this server's URL).
+    pub fn token_for(&self, resource: &str, subject: &str, tenant: &str, client: &str, scope: &str) -> String {
         let dir = self.data.0.to_str().expect("utf-8 path");
         let output = Command::new(palisade_binary())
             .args(["dev", "token", "--subject", subject, "--tenant", tenant, "--client", client, "--scope", scope])
-            .envs([("PALISADE_DATA_DIR", dir), ("PALISADE_LISTEN", "127.0.0.1:0")])
+            .envs([("PALISADE_DATA_DIR", dir), ("PALISADE_LISTEN", self.listen.as_str())])
+            .env("PALISADE_PUBLIC_URL", resource)
             .output()
             .expect("run palisade dev token");
         assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
