@@ -472,6 +472,11 @@ impl Target {
                         (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned())
                     })
                     .collect();
+                // A session id the server issues is a credential: redacted from here on,
+                // whichever check it came in.
+                if let Some(session) = exchange.header("mcp-session-id").filter(|id| id.len() >= 8) {
+                    self.redactor.add(session, "session-issued");
+                }
                 let (bytes, failure) = read_capped(response).await;
                 exchange.failure = failure;
                 let content_type = exchange.header("content-type").unwrap_or_default().to_ascii_lowercase();

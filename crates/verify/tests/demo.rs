@@ -49,6 +49,7 @@ async fn the_demo_passes_every_check_and_no_token_leaks() {
         palisade_verify::modules::all().into_iter().flat_map(|module| module.cases).map(|case| case.check.id).collect();
     assert!(catalogue.iter().filter(|id| id.starts_with("transport.")).count() >= 20);
     assert!(catalogue.iter().filter(|id| id.starts_with("auth.")).count() >= 20);
+    assert!(catalogue.iter().filter(|id| id.starts_with("sessions.")).count() >= 8);
     assert_eq!(report.entries.len(), catalogue.len());
     assert_eq!(progress_lines.len(), catalogue.len());
     for entry in &report.entries {
@@ -110,10 +111,15 @@ async fn the_demo_passes_every_check_and_no_token_leaks() {
             if line.starts_with("> authorization:") {
                 assert!(line.contains("[redacted"), "{}: {line}", entry.check.id);
             }
+            // Session ids are credentials too: every one issued or sent is shown redacted.
+            if line.starts_with("> mcp-session-id:") || line.starts_with("< mcp-session-id:") {
+                assert!(line.contains("[redacted:session-"), "{}: {line}", entry.check.id);
+            }
         }
     }
     // The transcripts did carry the tokens' places: they show the redaction marker instead.
     assert!(report.render(Format::Json).contains("Bearer [redacted:alice]"));
+    assert!(report.render(Format::Json).contains("< mcp-session-id: [redacted:session-"));
     for format in [Format::Json, Format::Junit, Format::Markdown, Format::Sarif] {
         assert_no_token(&report.render(format), &tokens, &format!("{format:?} report"));
     }

@@ -13,6 +13,7 @@ use crate::identity::Identity;
 use crate::target::{Auth, Probe, Target};
 
 pub mod auth;
+pub mod sessions;
 pub mod transport;
 
 /// What every check runs with.
@@ -117,7 +118,7 @@ pub struct Module {
 
 /// Every module, in report order.
 pub fn all() -> Vec<Module> {
-    vec![transport::module(), auth::module()]
+    vec![transport::module(), auth::module(), sessions::module()]
 }
 
 /// Builds a module's cases: `function: "id", "title", "requirement", Severity;` each, where
