@@ -5,10 +5,9 @@
 //! kernel-facing step is one of those two tools'.
 //!
 //! What the process gets (SECURITY.md, "the gateway → local processes"):
-//! - new PID, IPC, UTS and cgroup namespaces; a new network namespace unless `network`; when
-//!   the gateway is root, bubblewrap sets up as root and `setpriv` (util-linux) takes the
-//!   process's own uid, clears groups, empties every capability set and sets `no_new_privs`;
-//!   otherwise a new user namespace with none nested inside (`--disable-userns`);
+//! - new user, PID, IPC, UTS and cgroup namespaces, and no further user namespace inside
+//!   (`--disable-userns`: the kernel surface of nested ones stays closed); a new network
+//!   namespace unless `network`;
 //! - read-only `/usr`, `/bin`, `/sbin`, `/lib*` and `/etc`, a minimal `/dev`, its own `/proc`,
 //!   a private `/tmp`; the executable file itself, read-only; each grant at its own path,
 //!   read-only unless `rw`; nothing else of the host (no `/home`, `/root`, `/srv`, `/var`, …);
@@ -189,16 +188,16 @@ pub(crate) fn command(
         bwrap.to_string_lossy().into_owned(),
     ]);
     let mut push = |parts: &[&str]| args.extend(parts.iter().map(|part| (*part).to_owned()));
-    push(&["--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid"]);
-    push(&["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]);
+    push(&["--die-with-parent", "--new-session", "--unshare-user", "--unshare-ipc", "--unshare-pid"]);
+    push(&["--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox", "--disable-userns"]);
     if !settings.network {
         push(&["--unshare-net"]);
     }
-    if uid.is_none() {
-        // Not root: an unprivileged user namespace, and none nested inside it.
-        let (own_uid, own_gid) = (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw());
-        push(&["--unshare-user", "--disable-userns", "--uid", &own_uid.to_string(), "--gid", &own_gid.to_string()]);
-    }
+    let (inside_uid, inside_gid) = match uid {
+        Some(uid) => (uid, sandbox.gid),
+        None => (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw()),
+    };
+    push(&["--uid", &inside_uid.to_string(), "--gid", &inside_gid.to_string()]);
     for dir in SYSTEM_DIRS {
         let path = Path::new(dir);
         match std::fs::symlink_metadata(path) {
@@ -243,22 +242,14 @@ pub(crate) fn command(
             push(&["--ro-bind", "/dev/null", &text]);
         }
     }
-    match uid {
-        // Root: bubblewrap builds the mounts as root (so a grant's or the executable's parent
-        // directories need not be open to the sandbox uid: inside, its own mount points are),
-        // then setpriv takes the uid, drops every capability and sets no_new_privs.
-        Some(uid) => {
-            let setpriv = find_tool("setpriv")?;
-            push(&["--chdir", &settings.cwd.to_string_lossy(), "--", &setpriv.to_string_lossy()]);
-            push(&[&format!("--reuid={uid}"), &format!("--regid={}", sandbox.gid), "--clear-groups"]);
-            push(&["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]);
-        }
-        None => push(&["--chdir", &settings.cwd.to_string_lossy(), "--cap-drop", "ALL", "--"]),
-    }
+    push(&["--chdir", &settings.cwd.to_string_lossy(), "--cap-drop", "ALL", "--"]);
     push(&[&executable]);
     args.extend(settings.args.iter().cloned());
     let mut command = tokio::process::Command::new(prlimit);
     command.args(args).env_clear().envs(env).current_dir("/");
+    if let Some(uid) = uid {
+        command.uid(uid).gid(sandbox.gid);
+    }
     Ok(command)
 }
 
@@ -329,13 +320,15 @@ mod tests {
             &["--cpu=60"],
             &["--nofile=256"],
             &["--die-with-parent"],
+            &["--unshare-user"],
             &["--unshare-pid"],
+            &["--disable-userns"],
             &["--unshare-net"],
-            &["--reuid=600001", "--regid=65534", "--clear-groups"],
-            &["--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"],
+            &["--uid", "600001", "--gid", "65534"],
             &["--ro-bind", "/etc", "/etc"],
             &["--tmpfs", "/tmp"],
             &["--proc", "/proc"],
+            &["--cap-drop", "ALL"],
         ] {
             assert!(has(&args, layer), "missing {layer:?} in {args:?}");
         }
