@@ -198,18 +198,6 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    /// The exchange of `probe` before any answer.
-    fn unanswered(probe: &Probe) -> Self {
-        Self {
-            id: probe.id.clone().unwrap_or(Value::Null),
-            status: None,
-            headers: Vec::new(),
-            frames: Vec::new(),
-            failure: None,
-            transcript: String::new(),
-        }
-    }
-
     /// Whether the body holds a JSON-RPC `result` for the request's id: acceptance is judged
     /// from the body, never from the status.
     pub fn accepted(&self) -> bool {
@@ -367,7 +355,14 @@ impl Target {
             transcript.push_str(&format!("> {name}: {}\n", self.shown(name, value)));
         }
         transcript.push_str(&format!("> {}\n", self.excerpt(&body)));
-        let mut exchange = Exchange::unanswered(&probe);
+        let mut exchange = Exchange {
+            id: probe.id.clone().unwrap_or(Value::Null),
+            status: None,
+            headers: Vec::new(),
+            frames: Vec::new(),
+            failure: None,
+            transcript: String::new(),
+        };
         match tokio::time::timeout(self.config.timeout, raw_exchange(&authority, head.into_bytes(), body)).await {
             Err(_) => exchange.failure = Some("timed out".into()),
             Ok(Err(error)) => exchange.failure = Some(error.to_string()),
@@ -456,7 +451,14 @@ impl Target {
         if probe.http_method == reqwest::Method::POST {
             request = request.body(body);
         }
-        let mut exchange = Exchange::unanswered(&probe);
+        let mut exchange = Exchange {
+            id: probe.id.clone().unwrap_or(Value::Null),
+            status: None,
+            headers: Vec::new(),
+            frames: Vec::new(),
+            failure: None,
+            transcript: String::new(),
+        };
         match request.send().await {
             Err(error) => {
                 exchange.failure = Some(describe(&error));

@@ -462,7 +462,7 @@ impl UpstreamClient {
     pub fn id(&self) -> &str {
         match &self.link {
             Link::Http(inner) => &inner.id,
-            Link::Stdio(link) => &link.settings.id,
+            Link::Stdio(link) => &link.id,
         }
     }
 
@@ -470,14 +470,14 @@ impl UpstreamClient {
     pub fn url(&self) -> &url::Url {
         match &self.link {
             Link::Http(inner) => &inner.url,
-            Link::Stdio(link) => &link.settings.url,
+            Link::Stdio(link) => &link.url,
         }
     }
 
     fn limits(&self) -> &UpstreamLimits {
         match &self.link {
             Link::Http(inner) => &inner.limits,
-            Link::Stdio(link) => &link.settings.limits,
+            Link::Stdio(link) => &link.limits,
         }
     }
 

@@ -28,8 +28,8 @@ use super::health::Health;
 use super::http::Body;
 use super::legacy::GATEWAY_PARTITION;
 use super::{
-    Era, ProtocolChoice, UpstreamError, UpstreamInfo, client_info, discovered, instructions, legacy_params, lock,
-    modern_params,
+    Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, client_info, discovered, instructions,
+    legacy_params, lock, modern_params,
 };
 use crate::config::{Confinement, SandboxSettings, UpstreamSettings};
 use crate::launch::LaunchSpec;
@@ -59,8 +59,11 @@ struct Slot {
 
 /// The state of one stdio upstream.
 pub(super) struct StdioLink {
-    /// Its id, URL (`stdio:<id>`), protocol choice, limits and launch.
-    pub(super) settings: UpstreamSettings,
+    pub(super) id: String,
+    pub(super) url: url::Url,
+    protocol: ProtocolChoice,
+    pub(super) limits: UpstreamLimits,
+    settings: UpstreamSettings,
     identities: SandboxIdentities,
     protected: Vec<PathBuf>,
     /// The approved launch digest (`None`: nothing may start).
@@ -76,7 +79,7 @@ pub(super) struct StdioLink {
 
 impl std::fmt::Debug for StdioLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StdioLink").field("id", &self.settings.id).finish_non_exhaustive()
+        f.debug_struct("StdioLink").field("id", &self.id).finish_non_exhaustive()
     }
 }
 
@@ -90,6 +93,10 @@ impl StdioLink {
             return Err(UpstreamError::Unavailable("not a stdio upstream".into()));
         }
         Ok(Self {
+            id: settings.id.clone(),
+            url: settings.url.clone(),
+            protocol: settings.protocol,
+            limits: settings.limits.clone(),
             settings: settings.clone(),
             identities,
             protected,
@@ -174,35 +181,32 @@ impl StdioLink {
         if let Some(dead) = current.take() {
             self.retire(&dead).await;
         }
-        match self.start(&key, capabilities).await {
-            Ok(process) => {
-                *current = Some(process.clone());
-                self.start_reaper();
-                Ok(process)
-            }
+        let started = self.launch(&key).await;
+        let process = match started {
+            Ok(process) => process,
             Err(error) => {
                 drop(current);
                 lock(&self.slots).remove(&key);
-                Err(error)
+                return Err(error);
             }
-        }
-    }
-
-    /// A new process for `key`, launched and, on the 2025 wire, initialized.
-    async fn start(self: &Arc<Self>, key: &str, capabilities: Option<&Value>) -> Result<Arc<Process>, UpstreamError> {
-        let process = self.launch(key).await?;
+        };
         let era = lock(&self.info).as_ref().map(|info| info.era.clone());
         if let Some(Era::Legacy(version)) = era {
             let versions = [version.as_str()];
-            let handshake = tokio::time::timeout(
-                self.settings.limits.connect_timeout,
-                initialize(&process, &versions, capabilities),
-            );
-            if let Err(error) = handshake.await.unwrap_or(Err(UpstreamError::Timeout)) {
-                self.retire(&process).await;
-                return Err(error);
+            let handshake =
+                tokio::time::timeout(self.limits.connect_timeout, initialize(&process, &versions, capabilities));
+            match handshake.await.unwrap_or(Err(UpstreamError::Timeout)) {
+                Ok(_) => {}
+                Err(error) => {
+                    self.retire(&process).await;
+                    drop(current);
+                    lock(&self.slots).remove(&key);
+                    return Err(error);
+                }
             }
         }
+        *current = Some(process.clone());
+        self.start_reaper();
         Ok(process)
     }
 
@@ -230,12 +234,12 @@ impl StdioLink {
             None => return Err(UpstreamError::Unavailable("not a stdio upstream".into())),
         };
         if digest != approved {
-            tracing::warn!(upstream = %self.settings.id, "the launch changed since it was approved (command, arguments, grants, limits or the executable's bytes): not started");
+            tracing::warn!(upstream = %self.id, "the launch changed since it was approved (command, arguments, grants, limits or the executable's bytes): not started");
             self.launch_changed.notify_one();
             return Err(UpstreamError::Refused("the launch changed since it was approved".into()));
         }
         if spec.settings.confinement == Confinement::None {
-            tracing::warn!(upstream = %self.settings.id, "starting a stdio server WITHOUT CONFINEMENT (confinement = \"none\"): it runs with the gateway's access");
+            tracing::warn!(upstream = %self.id, "starting a stdio server WITHOUT CONFINEMENT (confinement = \"none\"): it runs with the gateway's access");
         }
         let env = sandbox::environment(&spec, &|name| std::env::var(name).ok())
             .map_err(|error| UpstreamError::Unavailable(error.to_string()))?;
@@ -251,8 +255,8 @@ impl StdioLink {
                 Process::start(
                     command,
                     StartOptions {
-                        upstream: self.settings.id.clone(),
-                        max_line_bytes: self.settings.limits.max_response_bytes,
+                        upstream: self.id.clone(),
+                        max_line_bytes: self.limits.max_response_bytes,
                         changes: (key == GATEWAY_PARTITION).then(|| self.changes.clone()),
                         relay_messages: !spec.settings.shared,
                         uid,
@@ -292,7 +296,7 @@ impl StdioLink {
                     if stale && let Some(process) = current.take() {
                         drop(current);
                         lock(&link.slots).remove(&key);
-                        tracing::info!(upstream = %link.settings.id, "stopping an idle stdio server");
+                        tracing::info!(upstream = %link.id, "stopping an idle stdio server");
                         link.retire(&process).await;
                     }
                 }
@@ -312,7 +316,7 @@ impl StdioLink {
         let discover = || async {
             let params = modern_params(Map::new(), None)?;
             let body = tokio::time::timeout(
-                self.settings.limits.connect_timeout,
+                self.limits.connect_timeout,
                 process.request("server/discover", params, None, None),
             )
             .await
@@ -324,7 +328,7 @@ impl StdioLink {
                 }
             }
         };
-        let info = match self.settings.protocol {
+        let info = match self.protocol {
             ProtocolChoice::Modern => discover().await?,
             ProtocolChoice::Legacy => self.legacy_connect(&process).await?,
             ProtocolChoice::Auto => match discover().await {
@@ -340,7 +344,7 @@ impl StdioLink {
 
     async fn legacy_connect(&self, process: &Process) -> Result<UpstreamInfo, UpstreamError> {
         let handshake = initialize(process, palisade_wire::LEGACY_VERSIONS, None);
-        let (version, result) = tokio::time::timeout(self.settings.limits.connect_timeout, handshake)
+        let (version, result) = tokio::time::timeout(self.limits.connect_timeout, handshake)
             .await
             .unwrap_or(Err(UpstreamError::Timeout))?;
         Ok(UpstreamInfo {
@@ -371,9 +375,8 @@ impl StdioLink {
             let process = self.process(partition, capabilities).await?;
             process.request(method, params, notifications, cancel).await
         };
-        let outcome = tokio::time::timeout(self.settings.limits.request_timeout, run)
-            .await
-            .unwrap_or(Err(UpstreamError::Timeout));
+        let outcome =
+            tokio::time::timeout(self.limits.request_timeout, run).await.unwrap_or(Err(UpstreamError::Timeout));
         match &outcome {
             Ok(_) => self.health.success(),
             Err(error) if error.is_upstream_failure() => self.health.failure(error.to_string()),
