@@ -57,6 +57,10 @@ pub struct VerifyArgs {
     /// Least milliseconds between the starts of two requests.
     #[arg(long, default_value_t = 10)]
     pub min_interval_ms: u64,
+    /// Runs only the named modules (repeatable; default every module): `transport`, `auth`,
+    /// `sessions`, `handles`, `tasks`, `listen`, `state`, `killswitch`, `pinning`.
+    #[arg(long = "module", value_name = "NAME")]
+    pub modules: Vec<String>,
     /// Per-request timeout in seconds (1–120).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
     pub timeout_secs: u64,
@@ -97,6 +101,9 @@ pub enum Refusal {
     /// An identity could not be used.
     #[error(transparent)]
     Identity(#[from] IdentityError),
+    /// `--module` named no module of the verifier.
+    #[error("unknown module {0:?}; the modules are: {1}")]
+    UnknownModule(String, String),
     /// The baseline could not be read.
     #[error("{0}")]
     Baseline(String),
@@ -146,7 +153,7 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     };
     let target = Target::new(config, redactor.clone()).map_err(|error| Refusal::Client(error.to_string()))?;
     let ctx = Context::new(target, identities, args.allow_mutations);
-    let cases: Vec<modules::Case> = modules::all().into_iter().flat_map(|module| module.cases).collect();
+    let cases = selected_cases(&args.modules)?;
     let mut finished: Vec<(usize, Check, Outcome)> = Vec::with_capacity(cases.len());
     let mut running = futures::stream::iter(cases.iter().enumerate())
         .map(|(i, case)| {
@@ -162,6 +169,21 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     finished.sort_by_key(|(i, _, _)| *i);
     let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
     Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone()))
+}
+
+/// The cases of the modules `names` (every module when empty), in report order; an unknown
+/// name is refused before anything is sent.
+pub fn selected_cases(names: &[String]) -> Result<Vec<modules::Case>, Refusal> {
+    let all = modules::all();
+    if let Some(unknown) = names.iter().find(|name| !all.iter().any(|module| module.name == name.as_str())) {
+        let known: Vec<&str> = all.iter().map(|module| module.name).collect();
+        return Err(Refusal::UnknownModule(unknown.clone(), known.join(", ")));
+    }
+    Ok(all
+        .into_iter()
+        .filter(|module| names.is_empty() || names.iter().any(|name| name == module.name))
+        .flat_map(|module| module.cases)
+        .collect())
 }
 
 /// `palisade verify`: progress lines on stderr, the summary table on stdout, the report file;
@@ -214,5 +236,16 @@ mod tests {
             VerifyArgs::parse_from(["http://127.0.0.1:1/mcp", "--format", "json"]).is_err(),
             "--format needs --output"
         );
+    }
+
+    #[test]
+    fn module_selection_keeps_report_order_and_refuses_unknown_names() {
+        let every = selected_cases(&[]).unwrap();
+        assert_eq!(every.len(), modules::all().into_iter().map(|module| module.cases.len()).sum::<usize>());
+        let auth = selected_cases(&["auth".into()]).unwrap();
+        assert!(!auth.is_empty() && auth.iter().all(|case| case.check.id.starts_with("auth.")));
+        let two = selected_cases(&["sessions".into(), "transport".into()]).unwrap();
+        assert!(two.first().unwrap().check.id.starts_with("transport."), "report order, not argument order");
+        assert!(matches!(selected_cases(&["handle".into()]), Err(Refusal::UnknownModule(..))));
     }
 }

@@ -13,7 +13,13 @@ use crate::identity::Identity;
 use crate::target::{Auth, Probe, Target};
 
 pub mod auth;
+pub mod handles;
+pub mod killswitch;
+pub mod listen;
+pub mod pinning;
 pub mod sessions;
+pub mod state;
+pub mod tasks;
 pub mod transport;
 
 /// What every check runs with.
@@ -118,7 +124,17 @@ pub struct Module {
 
 /// Every module, in report order.
 pub fn all() -> Vec<Module> {
-    vec![transport::module(), auth::module(), sessions::module()]
+    vec![
+        transport::module(),
+        auth::module(),
+        sessions::module(),
+        handles::module(),
+        tasks::module(),
+        listen::module(),
+        state::module(),
+        killswitch::module(),
+        pinning::module(),
+    ]
 }
 
 /// Builds a module's cases: `function: "id", "title", "requirement", Severity;` each, where
