@@ -25,7 +25,21 @@ fn test_tools() -> PathBuf {
              scripts/test installs (Node 22 at bin/node, npm packages in npm/node_modules, a Python venv with mcp)"
         )
     });
-    std::fs::canonicalize(&tools).unwrap_or_else(|error| panic!("PALISADE_TEST_TOOLS {tools:?}: {error}"))
+    let tools = std::fs::canonicalize(&tools).unwrap_or_else(|error| panic!("PALISADE_TEST_TOOLS {tools:?}: {error}"));
+    // The confined servers run as sandbox uids of their own: the folder must be reachable by
+    // any uid, which a checkout under a private (0700) directory is not. Say so plainly.
+    for dir in tools.ancestors() {
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir).unwrap().permissions());
+        assert!(
+            mode & 0o001 != 0,
+            "PALISADE_TEST_TOOLS {} is not reachable by the sandbox uids: {} is mode {:04o} (give every uid search \
+             permission, e.g. chmod o+x, or install the tools elsewhere)",
+            tools.display(),
+            dir.display(),
+            mode & 0o7777
+        );
+    }
+    tools
 }
 
 fn node_modules() -> PathBuf {

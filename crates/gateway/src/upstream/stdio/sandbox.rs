@@ -63,6 +63,21 @@ pub enum SandboxError {
     /// Every sandbox uid is in use.
     #[error("every sandbox uid is in use")]
     NoUid,
+    /// The sandbox uid could not reach a path the sandbox needs (bubblewrap binds it as that uid).
+    #[error(
+        "{path} is not reachable by the sandbox uid {uid} (gid {gid}): {blocker}; make every directory on the way \
+         searchable by it (POSIX ACLs are not consulted), or move the file"
+    )]
+    Unreachable {
+        /// The executable, grant or working directory.
+        path: String,
+        /// The sandbox uid.
+        uid: u32,
+        /// The sandbox gid.
+        gid: u32,
+        /// The first directory or file that stops it, with its mode and owner.
+        blocker: String,
+    },
 }
 
 /// The uids handed to running processes: one each, so the kernel's per-uid process count
@@ -154,6 +169,51 @@ pub(crate) fn environment(
     Ok(env)
 }
 
+/// Whether `uid`/`gid` (no supplementary groups: the process has none) may do `want` (`0o1`
+/// search or execute, `0o4` read, `0o2` write, combined) on a file of `meta`, by its mode bits.
+fn permits(meta: &std::fs::Metadata, uid: u32, gid: u32, want: u32) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    let mode = meta.mode();
+    let bits = if meta.uid() == uid {
+        mode >> 6
+    } else if meta.gid() == gid {
+        mode >> 3
+    } else {
+        mode
+    };
+    bits & want == want
+}
+
+/// Checks that the sandbox uid can reach `path` (search on every directory above it) and do
+/// `want` on it, so a process that could not start says why instead of dying in bubblewrap.
+fn reachable(path: &Path, uid: u32, gid: u32, want: u32) -> Result<(), SandboxError> {
+    use std::os::unix::fs::MetadataExt as _;
+    let unreachable = |blocker: &Path, meta: &std::fs::Metadata| SandboxError::Unreachable {
+        path: path.display().to_string(),
+        uid,
+        gid,
+        blocker: format!(
+            "{} is mode {:04o}, owner {}:{}",
+            blocker.display(),
+            meta.mode() & 0o7777,
+            meta.uid(),
+            meta.gid()
+        ),
+    };
+    let missing = || SandboxError::Grant(path.display().to_string());
+    for dir in path.ancestors().skip(1) {
+        let meta = std::fs::metadata(dir).map_err(|_| missing())?;
+        if !permits(&meta, uid, gid, 0o1) {
+            return Err(unreachable(dir, &meta));
+        }
+    }
+    let meta = std::fs::metadata(path).map_err(|_| missing())?;
+    if !permits(&meta, uid, gid, want) {
+        return Err(unreachable(path, &meta));
+    }
+    Ok(())
+}
+
 fn find_tool(name: &'static str) -> Result<PathBuf, SandboxError> {
     TOOL_DIRS.iter().map(|dir| Path::new(dir).join(name)).find(|path| path.is_file()).ok_or(SandboxError::Missing(name))
 }
@@ -197,6 +257,14 @@ pub(crate) fn command(
         Some(uid) => (uid, sandbox.gid),
         None => (rustix::process::getuid().as_raw(), rustix::process::getgid().as_raw()),
     };
+    // As root, bubblewrap runs as the sandbox uid: what it binds must be reachable by that uid.
+    if uid.is_some() {
+        reachable(&spec.executable, inside_uid, inside_gid, 0o5)?;
+        reachable(&settings.cwd, inside_uid, inside_gid, 0o1).or_else(|error| {
+            // The default working directory is the sandbox's private /tmp, not the host's.
+            if settings.cwd == Path::new("/tmp") { Ok(()) } else { Err(error) }
+        })?;
+    }
     push(&["--uid", &inside_uid.to_string(), "--gid", &inside_gid.to_string()]);
     for dir in SYSTEM_DIRS {
         let path = Path::new(dir);
@@ -221,6 +289,9 @@ pub(crate) fn command(
             std::fs::canonicalize(&grant.path).map_err(|_| SandboxError::Grant(grant.path.display().to_string()))?;
         if !real.is_dir() {
             return Err(SandboxError::Grant(grant.path.display().to_string()));
+        }
+        if uid.is_some() {
+            reachable(&real, inside_uid, inside_gid, if grant.rw { 0o3 } else { 0o1 })?;
         }
         if let Some(inside) = protected.iter().find(|p| p.starts_with(&real) || real.starts_with(p)) {
             return Err(SandboxError::ExposesProtected {
@@ -308,6 +379,8 @@ mod tests {
             return;
         }
         let dir = tempfile::tempdir().unwrap();
+        // The sandbox uid must reach a grant: a temporary directory is 0700 until opened up.
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let grant = dir.path().join("data");
         std::fs::create_dir(&grant).unwrap();
         let grants = vec![Grant { path: grant.clone(), rw: false }];
@@ -347,9 +420,10 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
-        std::fs::create_dir_all(data.join("inner")).unwrap();
+        std::fs::create_dir_all(data.join("inner").join("deeper")).unwrap();
         let protected = vec![data.join("inner")];
-        for grant in [data.clone(), data.join("inner"), data.join("inner")] {
+        // Above the protected directory, the directory itself, and inside it.
+        for grant in [data.clone(), data.join("inner"), data.join("inner").join("deeper")] {
             let grants = vec![Grant { path: grant, rw: true }];
             let refused =
                 command(&spec(grants, false, Confinement::Bubblewrap), &SANDBOX, None, &protected, Vec::new());
@@ -365,6 +439,41 @@ mod tests {
         )
         .unwrap();
         assert!(has(&args(&built), &["--ro-bind", "/dev/null", "/etc/hostname"]));
+    }
+
+    #[test]
+    fn what_the_sandbox_uid_cannot_reach_is_named_before_anything_starts() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let closed = dir.path().join("closed");
+        let grant = closed.join("data");
+        std::fs::create_dir_all(&grant).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let me = rustix::process::getuid().as_raw();
+        let other = if me == 600_001 { 600_002 } else { 600_001 };
+        // The owner passes through its own 0700 directory; another uid is stopped there, by name.
+        assert_eq!(reachable(&grant, me, u32::MAX, 0o1), Ok(()));
+        match reachable(&grant, other, 65_534, 0o1) {
+            Err(SandboxError::Unreachable { blocker, uid, .. }) => {
+                assert_eq!(uid, other);
+                assert!(blocker.starts_with(&format!("{} is mode 0700", closed.display())), "{blocker}");
+            }
+            unexpected => panic!("{unexpected:?}"),
+        }
+        // Opened for search but not for writing: a read-only grant passes, a writable one does not.
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o711)).unwrap();
+        std::fs::set_permissions(&grant, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(reachable(&grant, other, 65_534, 0o1), Ok(()));
+        assert!(matches!(reachable(&grant, other, 65_534, 0o3), Err(SandboxError::Unreachable { .. })));
+        assert!(matches!(reachable(&grant.join("missing"), other, 65_534, 0o1), Err(SandboxError::Grant(_))));
+        if find_tool("bwrap").is_ok() && find_tool("prlimit").is_ok() {
+            std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+            let grants = vec![Grant { path: grant.clone(), rw: false }];
+            let refused =
+                command(&spec(grants, false, Confinement::Bubblewrap), &SANDBOX, Some(other), &[], Vec::new());
+            assert!(matches!(refused, Err(SandboxError::Unreachable { .. })), "{refused:?}");
+        }
     }
 
     #[test]
