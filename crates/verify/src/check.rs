@@ -1,6 +1,7 @@
 //! What a check is (a stable id, a requirement, a severity), the five verdicts, and one check's
 //! outcome; plus the rule every negative case follows: its positive control must be accepted
-//! first, judged from the JSON-RPC body, or the case is inconclusive.
+//! first, judged from the JSON-RPC body, or the case is inconclusive; a refusal in a shape the
+//! operator's refusal map does not list is a warning.
 
 use serde::{Deserialize, Serialize};
 
@@ -108,7 +109,14 @@ pub fn paired(check: &Check, control: &Exchange, negative: &Exchange, judgement:
         return Outcome::new(check, Verdict::Inconclusive, detail).with(&[control, negative]);
     }
     let (verdict, detail) = match judgement {
-        Judgement::Refused => (Verdict::Pass, format!("refused ({}); the control was accepted", negative.summary())),
+        Judgement::Refused => match &negative.unlisted_refusal {
+            // The operator's map says how this server refuses; this refusal is not one of those.
+            Some(shape) => (
+                Verdict::Warning,
+                format!("refused, but as {shape}, which the refusal map does not list for this server"),
+            ),
+            None => (Verdict::Pass, format!("refused ({}); the control was accepted", negative.summary())),
+        },
         Judgement::RefusedOddly(why) => (odd, why),
         Judgement::Accepted(why) => (Verdict::Fail, why),
     };
@@ -129,6 +137,7 @@ mod tests {
             frames: vec![frame],
             failure: None,
             transcript: format!("#{id}"),
+            unlisted_refusal: None,
         }
     }
 
@@ -147,6 +156,11 @@ mod tests {
         let odd = Judgement::RefusedOddly("400".into());
         assert_eq!(paired(&CHECK, &served, &negative, odd.clone(), Verdict::Warning).verdict, Verdict::Warning);
         assert_eq!(paired(&CHECK, &served, &negative, odd, Verdict::Fail).verdict, Verdict::Fail);
+        let mut unlisted = negative.clone();
+        unlisted.unlisted_refusal = Some("HTTP 403, error -32600".into());
+        let outcome = paired(&CHECK, &served, &unlisted, Judgement::Refused, Verdict::Fail);
+        assert_eq!(outcome.verdict, Verdict::Warning, "a refusal the map does not list");
+        assert!(outcome.detail.contains("HTTP 403, error -32600"), "{}", outcome.detail);
         let accepted = Judgement::Accepted("served".into());
         assert_eq!(paired(&CHECK, &served, &served, accepted, Verdict::Warning).verdict, Verdict::Fail);
     }

@@ -6,6 +6,8 @@
 pub mod check;
 pub mod identity;
 pub mod modules;
+pub mod progress;
+pub mod refusals;
 pub mod report;
 pub mod target;
 
@@ -57,6 +59,10 @@ pub struct VerifyArgs {
     /// Least milliseconds between the starts of two requests.
     #[arg(long, default_value_t = 10)]
     pub min_interval_ms: u64,
+    /// What this server's refusals look like (TOML: `[[refusal]]` tables of `status`, `code`,
+    /// `tool_error`): a negative case refused in a shape not listed is a WARNING, not a PASS.
+    #[arg(long, value_name = "FILE")]
+    pub refusals: Option<PathBuf>,
     /// Runs only the named modules (repeatable; default every module): `transport`, `auth`,
     /// `sessions`, `handles`, `tasks`, `listen`, `state`, `killswitch`, `pinning`.
     #[arg(long = "module", value_name = "NAME")]
@@ -64,6 +70,25 @@ pub struct VerifyArgs {
     /// Per-request timeout in seconds (1–120).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
     pub timeout_secs: u64,
+    /// Makes the operator's fixture upstream change a tool definition (pinning module): run
+    /// without a shell, split on white space, `{tool}` replaced by the tool's name as the target
+    /// lists it, `{state}` by `changed` (serve a changed definition) or `original` (serve the
+    /// original again; always run at the end). Without it the pinning checks are not testable.
+    #[arg(long, value_name = "CMD")]
+    pub change_upstream_command: Option<String>,
+    /// How long the target may take to notice a changed definition, in seconds (1–120).
+    #[arg(long, default_value_t = modules::pinning::DEFAULT_WAIT_SECS, value_parser = clap::value_parser!(u64).range(1..=120))]
+    pub pin_wait_secs: u64,
+    /// Sets a kill-switch target to DISABLE (killswitch module): run without a shell, split on
+    /// white space, `{target}` replaced by the target as `kind:name` (`tool:product_get`,
+    /// `prompt:…`, `resource:<uri>`); it must exit 0 within 10 s. Exit 2 means it cannot flip
+    /// targets of that kind (those checks are not testable). Needs `--enable-command`.
+    #[arg(long, value_name = "CMD", requires = "enable_command")]
+    pub disable_command: Option<String>,
+    /// Sets a kill-switch target back to ENABLE, like `--disable-command`; run after every
+    /// disable, whatever the verdict. Without both the killswitch checks are not testable.
+    #[arg(long, value_name = "CMD", requires = "disable_command")]
+    pub enable_command: Option<String>,
 }
 
 #[derive(clap::Parser)]
@@ -104,6 +129,9 @@ pub enum Refusal {
     /// `--module` named no module of the verifier.
     #[error("unknown module {0:?}; the modules are: {1}")]
     UnknownModule(String, String),
+    /// The refusal map could not be used.
+    #[error("{0}")]
+    Refusals(String),
     /// The baseline could not be read.
     #[error("{0}")]
     Baseline(String),
@@ -150,47 +178,70 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
         timeout: Duration::from_secs(args.timeout_secs),
         concurrency: usize::from(args.concurrency),
         min_interval: Duration::from_millis(args.min_interval_ms),
+        refusals: args.refusals.as_deref().map(refusals::RefusalMap::load).transpose().map_err(Refusal::Refusals)?,
     };
     let target = Target::new(config, redactor.clone()).map_err(|error| Refusal::Client(error.to_string()))?;
-    let ctx = Context::new(target, identities, args.allow_mutations);
-    let cases = selected_cases(&args.modules)?;
-    let mut finished: Vec<(usize, Check, Outcome)> = Vec::with_capacity(cases.len());
-    let mut running = futures::stream::iter(cases.iter().enumerate())
-        .map(|(i, case)| {
-            let ctx = &ctx;
-            async move { (i, case.check, (case.run)(ctx, case.check).await) }
-        })
-        .buffer_unordered(usize::from(args.concurrency));
-    while let Some((i, check, mut outcome)) = running.next().await {
-        outcome.detail = redactor.redact(&outcome.detail);
-        progress(&check, &outcome);
-        finished.push((i, check, outcome));
+    let pinning = modules::pinning::Options::new(args.change_upstream_command.as_deref(), args.pin_wait_secs);
+    let killswitch = modules::killswitch::Switch::new(args.disable_command.clone(), args.enable_command.clone());
+    let ctx = Context::new(target, identities, args.allow_mutations, pinning, killswitch);
+    let modules = selected_modules(&args.modules)?;
+    // Report order is module order; the shared modules run together, then each exclusive one
+    // alone (its flips must not reach another module's checks).
+    let mut numbered = Vec::new();
+    for module in &modules {
+        for case in &module.cases {
+            numbered.push((numbered.len(), module.exclusive.then_some(module.name), *case));
+        }
+    }
+    let mut batches: Vec<Vec<(usize, modules::Case)>> = Vec::new();
+    batches.push(numbered.iter().filter(|(_, alone, _)| alone.is_none()).map(|(i, _, case)| (*i, *case)).collect());
+    for module in modules.iter().filter(|module| module.exclusive) {
+        let alone = Some(module.name);
+        batches.push(numbered.iter().filter(|(_, a, _)| *a == alone).map(|(i, _, case)| (*i, *case)).collect());
+    }
+    let mut finished: Vec<(usize, Check, Outcome)> = Vec::with_capacity(numbered.len());
+    for batch in batches {
+        let mut running = futures::stream::iter(batch)
+            .map(|(i, case)| {
+                let ctx = &ctx;
+                async move { (i, case.check, (case.run)(ctx, case.check).await) }
+            })
+            .buffer_unordered(usize::from(args.concurrency));
+        while let Some((i, check, mut outcome)) = running.next().await {
+            outcome.detail = redactor.redact(&outcome.detail);
+            progress(&check, &outcome);
+            finished.push((i, check, outcome));
+        }
     }
     finished.sort_by_key(|(i, _, _)| *i);
     let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
     Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone()))
 }
 
-/// The cases of the modules `names` (every module when empty), in report order; an unknown
-/// name is refused before anything is sent.
-pub fn selected_cases(names: &[String]) -> Result<Vec<modules::Case>, Refusal> {
+/// The modules `names` (every module when empty), in report order; an unknown name is refused
+/// before anything is sent.
+pub fn selected_modules(names: &[String]) -> Result<Vec<modules::Module>, Refusal> {
     let all = modules::all();
     if let Some(unknown) = names.iter().find(|name| !all.iter().any(|module| module.name == name.as_str())) {
         let known: Vec<&str> = all.iter().map(|module| module.name).collect();
         return Err(Refusal::UnknownModule(unknown.clone(), known.join(", ")));
     }
-    Ok(all
-        .into_iter()
-        .filter(|module| names.is_empty() || names.iter().any(|name| name == module.name))
-        .flat_map(|module| module.cases)
-        .collect())
+    Ok(all.into_iter().filter(|module| names.is_empty() || names.iter().any(|name| name == module.name)).collect())
 }
 
-/// `palisade verify`: progress lines on stderr, the summary table on stdout, the report file;
-/// exit 0 when nothing unbaselined FAILs, 1 otherwise, 2 when the run is refused.
+/// The cases of [`selected_modules`], in report order.
+pub fn selected_cases(names: &[String]) -> Result<Vec<modules::Case>, Refusal> {
+    Ok(selected_modules(names)?.into_iter().flat_map(|module| module.cases).collect())
+}
+
+/// `palisade verify`: a progress bar (a terminal) or progress lines on stderr, the summary table
+/// on stdout, the report file; exit 0 when nothing unbaselined FAILs, 1 otherwise, 2 when the
+/// run is refused.
 pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let mut progress = |check: &Check, outcome: &Outcome| eprintln!("{}", report::progress_line(check, outcome));
-    let report = match verify(&args, &mut progress).await {
+    let display = progress::Progress::new(selected_cases(&args.modules).map_or(0, |cases| cases.len()));
+    let result = verify(&args, &mut |check: &Check, outcome: &Outcome| display.finished(check, outcome)).await;
+    display.finish();
+    let report = match result {
         Ok(report) => report,
         Err(refusal) => {
             eprintln!("error: {refusal}");

@@ -34,6 +34,8 @@ pub struct TargetConfig {
     pub concurrency: usize,
     /// Least time between the starts of two requests.
     pub min_interval: Duration,
+    /// The operator's map of what this server's refusals look like (`--refusals`), if given.
+    pub refusals: Option<crate::refusals::RefusalMap>,
 }
 
 /// What a probe authenticates with.
@@ -195,6 +197,9 @@ pub struct Exchange {
     pub failure: Option<String>,
     /// The redacted transcript.
     pub transcript: String,
+    /// When the operator gave a refusal map and this answer is a refusal of a shape it does not
+    /// list: that shape, described (a negative case refused so is a WARNING, not a PASS).
+    pub unlisted_refusal: Option<String>,
 }
 
 impl Exchange {
@@ -202,6 +207,12 @@ impl Exchange {
     /// from the body, never from the status.
     pub fn accepted(&self) -> bool {
         self.frames.iter().any(|frame| frame.get("result").is_some() && frame.get("id") == Some(&self.id))
+    }
+
+    /// Whether the answer refuses: no `result` for the request's id, or a tool result with
+    /// `isError: true`.
+    pub fn is_refusal(&self) -> bool {
+        !self.accepted() || self.result().and_then(|r| r.get("isError")) == Some(&Value::Bool(true))
     }
 
     /// The result for the request's id.
@@ -307,6 +318,17 @@ impl Target {
         self.exchange(probe).await
     }
 
+    /// Notes on `exchange` a refusal of a shape the operator's refusal map does not list.
+    fn mapped(&self, mut exchange: Exchange) -> Exchange {
+        if let Some(map) = &self.config.refusals
+            && exchange.status.is_some()
+            && exchange.is_refusal()
+        {
+            exchange.unlisted_refusal = map.unlisted(&exchange);
+        }
+        exchange
+    }
+
     /// Waits for this request's start slot (the minimum interval after the previous one).
     async fn pace(&self) {
         let wait = {
@@ -362,6 +384,7 @@ impl Target {
             frames: Vec::new(),
             failure: None,
             transcript: String::new(),
+            unlisted_refusal: None,
         };
         match tokio::time::timeout(self.config.timeout, raw_exchange(&authority, head.into_bytes(), body)).await {
             Err(_) => exchange.failure = Some("timed out".into()),
@@ -385,7 +408,7 @@ impl Target {
             transcript.push_str(&format!("< ({failure})\n"));
         }
         exchange.transcript = self.redactor.redact(&transcript);
-        exchange
+        self.mapped(exchange)
     }
 
     /// A header value as a transcript shows it: redacted *before* it is shortened (a cut
@@ -430,6 +453,111 @@ impl Target {
         (status, bytes, self.redactor.redact(&transcript))
     }
 
+    /// Like [`send`](Self::send), for an answer that may be a long-lived stream
+    /// (`subscriptions/listen`, a GET stream): the body is read until `window` has passed since
+    /// the request started, `max_frames` JSON-RPC messages have arrived, the body ends or 1 MiB
+    /// was read; then the connection is dropped (HTTP's way to end a stream). The concurrency
+    /// permit is held until the answer's head arrives, not while the stream is read, so a check
+    /// can act while it listens.
+    pub async fn send_stream(&self, mut probe: Probe, window: Duration, max_frames: usize) -> Exchange {
+        if probe.id.is_none() {
+            probe.id = Some(self.next_id());
+        }
+        let headers = probe.all_headers();
+        let body = probe.body.clone().unwrap_or_else(|| probe.frame().to_string().into_bytes());
+        let mut transcript = format!(
+            "> {} {} (a stream, read for at most {} ms)\n",
+            probe.http_method,
+            self.config.url,
+            window.as_millis()
+        );
+        for (name, value) in &headers {
+            transcript.push_str(&format!("> {name}: {}\n", self.shown(name, value)));
+        }
+        transcript.push_str(&format!("> {}\n", self.excerpt(&body)));
+        let mut request = self.http.request(probe.http_method.clone(), self.config.url.clone());
+        for (name, value) in &headers {
+            request = request.header(name.as_str(), value.as_str());
+        }
+        if probe.http_method == reqwest::Method::POST {
+            request = request.body(body);
+        }
+        let mut exchange = Exchange {
+            id: probe.id.clone().unwrap_or(Value::Null),
+            status: None,
+            headers: Vec::new(),
+            frames: Vec::new(),
+            failure: None,
+            transcript: String::new(),
+            unlisted_refusal: None,
+        };
+        let deadline = Instant::now() + window;
+        let answer = {
+            let _permit = self.permits.acquire().await;
+            self.pace().await;
+            tokio::time::timeout_at(deadline, request.send()).await
+        };
+        match answer {
+            Err(_) => exchange.failure = Some("no answer within the window".into()),
+            Ok(Err(error)) => exchange.failure = Some(describe(&error)),
+            Ok(Ok(response)) => {
+                exchange.status = Some(response.status().as_u16());
+                exchange.headers = response
+                    .headers()
+                    .iter()
+                    .map(|(name, value)| {
+                        (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned())
+                    })
+                    .collect();
+                if let Some(session) = exchange.header("mcp-session-id").filter(|id| id.len() >= 8) {
+                    self.redactor.add(session, "session-issued");
+                }
+                let content_type = exchange.header("content-type").unwrap_or_default().to_ascii_lowercase();
+                let streaming = content_type.starts_with("text/event-stream");
+                let mut bytes = Vec::new();
+                let mut chunks = response.bytes_stream();
+                let mut ended = "the window ended; the stream was dropped";
+                loop {
+                    match tokio::time::timeout_at(deadline, chunks.next()).await {
+                        Err(_) => break,
+                        Ok(None) => {
+                            ended = "the stream ended";
+                            break;
+                        }
+                        Ok(Some(Err(error))) => {
+                            exchange.failure = Some(format!("body broke off: {}", describe(&error)));
+                            ended = "the stream broke off";
+                            break;
+                        }
+                        Ok(Some(Ok(chunk))) => {
+                            bytes.extend_from_slice(&chunk);
+                            if bytes.len() > MAX_ANSWER_BYTES {
+                                bytes.truncate(MAX_ANSWER_BYTES);
+                                exchange.failure = Some("answer cut off at 1 MiB".into());
+                                break;
+                            }
+                            if streaming && parse_body(&content_type, &bytes).len() >= max_frames {
+                                ended = "enough messages were read; the stream was dropped";
+                                break;
+                            }
+                        }
+                    }
+                }
+                exchange.frames = parse_body(&content_type, &bytes);
+                transcript.push_str(&format!("< HTTP {}\n", exchange.status.unwrap_or_default()));
+                for (name, value) in &exchange.headers {
+                    transcript.push_str(&format!("< {name}: {}\n", self.shown(name, value)));
+                }
+                transcript.push_str(&format!("< {}\n< ({ended})\n", self.excerpt(&bytes)));
+            }
+        }
+        if let Some(failure) = &exchange.failure {
+            transcript.push_str(&format!("< ({failure})\n"));
+        }
+        exchange.transcript = self.redactor.redact(&transcript);
+        self.mapped(exchange)
+    }
+
     async fn exchange(&self, probe: Probe) -> Exchange {
         let headers = probe.all_headers();
         let body = probe.body.clone().unwrap_or_else(|| probe.frame().to_string().into_bytes());
@@ -458,6 +586,7 @@ impl Target {
             frames: Vec::new(),
             failure: None,
             transcript: String::new(),
+            unlisted_refusal: None,
         };
         match request.send().await {
             Err(error) => {
@@ -492,7 +621,7 @@ impl Target {
             transcript.push_str(&format!("< ({failure})\n"));
         }
         exchange.transcript = self.redactor.redact(&transcript);
-        exchange
+        self.mapped(exchange)
     }
 }
 
@@ -681,6 +810,7 @@ mod tests {
             frames,
             failure: None,
             transcript: String::new(),
+            unlisted_refusal: None,
         };
         assert!(exchange(vec![json!({ "jsonrpc": "2.0", "id": 7, "result": {} })]).accepted());
         assert!(!exchange(vec![json!({ "jsonrpc": "2.0", "id": 8, "result": {} })]).accepted());

@@ -19,6 +19,7 @@ use crate::target::{Auth, Exchange, Probe};
 pub fn module() -> Module {
     Module {
         name: "auth",
+        exclusive: false,
         cases: cases! {
             challenge: "auth.challenge.resource_metadata", "No token: 401 with a Bearer challenge naming resource_metadata",
                 "authorization §Protected Resource Metadata; RFC 9728 §5.1; RFC 6750 §3", Critical;

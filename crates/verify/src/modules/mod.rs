@@ -31,13 +31,23 @@ pub struct Context {
     pub identities: Vec<Identity>,
     /// Whether the operator allowed calls with side effects.
     pub allow_mutations: bool,
+    /// The gateway pinning options (`--change-upstream-command`, `--pin-wait-secs`).
+    pub pinning: pinning::Options,
+    /// How the operator flips a kill-switch target (`--disable-command`, `--enable-command`).
+    pub killswitch: killswitch::Switch,
     named: OnceCell<Option<Probe>>,
 }
 
 impl Context {
     /// A context for one run.
-    pub fn new(target: Target, identities: Vec<Identity>, allow_mutations: bool) -> Self {
-        Self { target, identities, allow_mutations, named: OnceCell::new() }
+    pub fn new(
+        target: Target,
+        identities: Vec<Identity>,
+        allow_mutations: bool,
+        pinning: pinning::Options,
+        killswitch: killswitch::Switch,
+    ) -> Self {
+        Self { target, identities, allow_mutations, pinning, killswitch, named: OnceCell::new() }
     }
 
     /// The first identity's bearer authentication.
@@ -118,6 +128,10 @@ impl std::fmt::Debug for Case {
 pub struct Module {
     /// The module's name (the first label of its check ids).
     pub name: &'static str,
+    /// Whether its checks change what the target serves to everyone (a kill-switch target
+    /// flipped, an upstream's definition changed): such a module runs after every other one,
+    /// alone, so no other check sees the change.
+    pub exclusive: bool,
     /// Its cases, in report order.
     pub cases: Vec<Case>,
 }

@@ -28,6 +28,7 @@ const MIN_REDACTED_ID: usize = 8;
 pub fn module() -> Module {
     Module {
         name: "sessions",
+        exclusive: false,
         cases: cases! {
             open: "sessions.open", "initialize on 2025-11-25 issues a session id its owner can use",
                 "2025-11-25 transports §Session Management; seed 004 (2025-era wire)", Low;

@@ -14,6 +14,7 @@ use crate::target::{Auth, Exchange, Probe};
 pub fn module() -> Module {
     Module {
         name: "transport",
+        exclusive: false,
         cases: cases! {
             host_foreign: "transport.host.foreign", "A Host the server does not serve is refused (DNS rebinding)",
                 "streamable-http §Security: validate Host/Origin; conformance dns-rebinding-protection", High;

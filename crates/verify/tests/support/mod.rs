@@ -134,3 +134,11 @@ pub fn assert_no_token(text: &str, tokens: &[String], what: &str) {
         }
     }
 }
+
+/// Writes an identity file whose subject is not its name (two identities of one subject).
+pub fn identity_of(scratch: &Scratch, name: &str, subject: &str, token: &str, tenant: &str, client: &str) -> PathBuf {
+    let text = format!(
+        "name = \"{name}\"\ntoken = \"{token}\"\ntenant = \"{tenant}\"\nclient = \"{client}\"\nsubject = \"{subject}\"\n"
+    );
+    scratch.file(&format!("{name}.toml"), &text)
+}
