@@ -253,8 +253,23 @@ fn after(mut outcome: Outcome, before: &[Exchange]) -> Outcome {
 
 // ----- the acknowledgement ------------------------------------------------------------------
 
+/// The positive control of the acknowledgement checks: the first identity's `tools/list` on
+/// the 2026-07-28 wire is served; `Err` (inconclusive) when it is not — a server that does not
+/// speak this revision cannot be judged on its listen streams.
+async fn control(ctx: &Context, check: &Check) -> Result<Exchange, Outcome> {
+    let control = ctx.target.send(ctx.base()).await;
+    if control.accepted() {
+        return Ok(control);
+    }
+    let detail = format!("positive control not accepted (tools/list: {}): nothing to compare with", control.summary());
+    Err(Outcome::new(check, Verdict::Inconclusive, detail).with(&[&control]))
+}
+
 /// Two concurrent listens with ids `a` and `b`: each acknowledged first with its own id.
 async fn two_ids(ctx: &Context, check: Check, a: Value, b: Value) -> Outcome {
+    if let Err(outcome) = control(ctx, &check).await {
+        return outcome;
+    }
     let (one, two) = tokio::join!(
         first(ctx, listen(plain(), ctx.auth(), false).id(a)),
         first(ctx, listen(plain(), ctx.auth(), false).id(b))
@@ -309,6 +324,9 @@ fn asks(value: &Value) -> bool {
 }
 
 async fn subset(ctx: &Context, check: Check) -> Outcome {
+    if let Err(outcome) = control(ctx, &check).await {
+        return outcome;
+    }
     let (tools, nothing) =
         tokio::join!(first(ctx, listen(plain(), ctx.auth(), false)), first(ctx, listen(json!({}), ctx.auth(), false)));
     if tools.error_code() == Some(-32601) {
