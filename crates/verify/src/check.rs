@@ -130,15 +130,7 @@ mod tests {
     use super::*;
 
     fn exchange(id: i64, frame: Value, status: u16) -> Exchange {
-        Exchange {
-            id: json!(id),
-            status: Some(status),
-            headers: Vec::new(),
-            frames: vec![frame],
-            failure: None,
-            transcript: format!("#{id}"),
-            unlisted_refusal: None,
-        }
+        Exchange { transcript: format!("#{id}"), ..Exchange::answered(json!(id), status, vec![frame]) }
     }
 
     const CHECK: Check = Check { id: "test.case", title: "t", requirement: "r", severity: Severity::High };

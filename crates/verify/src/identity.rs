@@ -215,16 +215,48 @@ impl Redactor {
     /// `text` with every token replaced.
     pub fn redact(&self, text: &str) -> String {
         let mut text = text.to_owned();
-        let added = self.added.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        let added = self.added.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut secrets: Vec<&(String, String)> = self.secrets.iter().chain(added.iter()).collect();
         secrets.sort_by_key(|(secret, _)| std::cmp::Reverse(secret.len()));
-        for (secret, name) in secrets {
+        for (secret, name) in &secrets {
             if text.contains(secret.as_str()) {
                 text = text.replace(secret.as_str(), &format!("[redacted:{name}]"));
             }
         }
+        // A transcript shortens long bodies and header values (ending them with `…`), and a
+        // secret cut there is no longer whole: any run of its first PREFIX_REDACTED or more
+        // characters goes too.
+        if text.contains('…') {
+            for (secret, name) in &secrets {
+                text = redact_prefixes(&text, secret, name);
+            }
+        }
         text
     }
+}
+
+/// How many leading characters of a secret, seen without the rest, are still redacted.
+const PREFIX_REDACTED: usize = 12;
+
+/// `text` with every run of `secret`'s first [`PREFIX_REDACTED`] characters or more replaced.
+fn redact_prefixes(text: &str, secret: &str, name: &str) -> String {
+    let Some(head) = secret.get(..PREFIX_REDACTED).filter(|_| secret.len() > PREFIX_REDACTED) else {
+        return text.to_owned();
+    };
+    if !text.contains(head) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(head) {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let matched = tail.bytes().zip(secret.bytes()).take_while(|(a, b)| a == b).count();
+        out.push_str(&format!("[redacted:{name}]"));
+        rest = &tail[matched..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// A secret and, when it is dot-separated (a JWT), each segment of 16 characters or more: a
@@ -254,6 +286,21 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("palisade-verify-identity-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_secret_cut_short_in_a_transcript_is_redacted_too() {
+        let redactor = Redactor::new(&[]);
+        let id = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345";
+        redactor.add(id, "task-alice");
+        let text = format!("full {id} and cut ABCDEFGHIJKLMN… (900 bytes) and short ABCDEFGHIJK");
+        assert_eq!(
+            redactor.redact(&text),
+            "full [redacted:task-alice] and cut [redacted:task-alice]… (900 bytes) and short ABCDEFGHIJK"
+        );
+        // Cut in a header value too (also shortened with `…`).
+        assert_eq!(redactor.redact("< location: /x?id=ABCDEFGHIJKLMNOP…"), "< location: /x?id=[redacted:task-alice]…");
+        assert_eq!(redactor.redact("nothing here"), "nothing here");
     }
 
     #[test]

@@ -82,15 +82,7 @@ mod tests {
     use super::*;
 
     fn exchange(status: u16, frame: serde_json::Value) -> Exchange {
-        Exchange {
-            id: json!(1),
-            status: Some(status),
-            headers: Vec::new(),
-            frames: vec![frame],
-            failure: None,
-            transcript: String::new(),
-            unlisted_refusal: None,
-        }
+        Exchange::answered(json!(1), status, vec![frame])
     }
 
     #[test]

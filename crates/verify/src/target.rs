@@ -203,6 +203,24 @@ pub struct Exchange {
 }
 
 impl Exchange {
+    /// An exchange of a request with `id` answered with `status` and `frames` (no headers).
+    pub fn answered(id: Value, status: u16, frames: Vec<Value>) -> Self {
+        Self { status: Some(status), frames, ..Self::unanswered(id) }
+    }
+
+    /// An exchange of a request with `id` that has no answer yet.
+    pub fn unanswered(id: Value) -> Self {
+        Self {
+            id,
+            status: None,
+            headers: Vec::new(),
+            frames: Vec::new(),
+            failure: None,
+            transcript: String::new(),
+            unlisted_refusal: None,
+        }
+    }
+
     /// Whether the body holds a JSON-RPC `result` for the request's id: acceptance is judged
     /// from the body, never from the status.
     pub fn accepted(&self) -> bool {
@@ -377,15 +395,7 @@ impl Target {
             transcript.push_str(&format!("> {name}: {}\n", self.shown(name, value)));
         }
         transcript.push_str(&format!("> {}\n", self.excerpt(&body)));
-        let mut exchange = Exchange {
-            id: probe.id.clone().unwrap_or(Value::Null),
-            status: None,
-            headers: Vec::new(),
-            frames: Vec::new(),
-            failure: None,
-            transcript: String::new(),
-            unlisted_refusal: None,
-        };
+        let mut exchange = Exchange::unanswered(probe.id.clone().unwrap_or(Value::Null));
         match tokio::time::timeout(self.config.timeout, raw_exchange(&authority, head.into_bytes(), body)).await {
             Err(_) => exchange.failure = Some("timed out".into()),
             Ok(Err(error)) => exchange.failure = Some(error.to_string()),
@@ -463,34 +473,9 @@ impl Target {
         if probe.id.is_none() {
             probe.id = Some(self.next_id());
         }
-        let headers = probe.all_headers();
-        let body = probe.body.clone().unwrap_or_else(|| probe.frame().to_string().into_bytes());
-        let mut transcript = format!(
-            "> {} {} (a stream, read for at most {} ms)\n",
-            probe.http_method,
-            self.config.url,
-            window.as_millis()
-        );
-        for (name, value) in &headers {
-            transcript.push_str(&format!("> {name}: {}\n", self.shown(name, value)));
-        }
-        transcript.push_str(&format!("> {}\n", self.excerpt(&body)));
-        let mut request = self.http.request(probe.http_method.clone(), self.config.url.clone());
-        for (name, value) in &headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        if probe.http_method == reqwest::Method::POST {
-            request = request.body(body);
-        }
-        let mut exchange = Exchange {
-            id: probe.id.clone().unwrap_or(Value::Null),
-            status: None,
-            headers: Vec::new(),
-            frames: Vec::new(),
-            failure: None,
-            transcript: String::new(),
-            unlisted_refusal: None,
-        };
+        let note = format!(" (a stream, read for at most {} ms)", window.as_millis());
+        let (request, mut transcript) = self.request(&probe, &note);
+        let mut exchange = Exchange::unanswered(probe.id.clone().unwrap_or(Value::Null));
         let deadline = Instant::now() + window;
         let answer = {
             let _permit = self.permits.acquire().await;
@@ -558,7 +543,9 @@ impl Target {
         self.mapped(exchange)
     }
 
-    async fn exchange(&self, probe: Probe) -> Exchange {
+    /// The HTTP request of `probe` and the start of its transcript (`note` after the request
+    /// line); a query parameter's value is never shown.
+    fn request(&self, probe: &Probe, note: &str) -> (reqwest::RequestBuilder, String) {
         let headers = probe.all_headers();
         let body = probe.body.clone().unwrap_or_else(|| probe.frame().to_string().into_bytes());
         let mut url = self.config.url.clone();
@@ -567,7 +554,7 @@ impl Target {
             url.query_pairs_mut().append_pair(name, value);
             shown_url.query_pairs_mut().append_pair(name, "[redacted]");
         }
-        let mut transcript = format!("> {} {}\n", probe.http_method, shown_url);
+        let mut transcript = format!("> {} {}{note}\n", probe.http_method, shown_url);
         for (name, value) in &headers {
             transcript.push_str(&format!("> {name}: {}\n", self.shown(name, value)));
         }
@@ -579,15 +566,12 @@ impl Target {
         if probe.http_method == reqwest::Method::POST {
             request = request.body(body);
         }
-        let mut exchange = Exchange {
-            id: probe.id.clone().unwrap_or(Value::Null),
-            status: None,
-            headers: Vec::new(),
-            frames: Vec::new(),
-            failure: None,
-            transcript: String::new(),
-            unlisted_refusal: None,
-        };
+        (request, transcript)
+    }
+
+    async fn exchange(&self, probe: Probe) -> Exchange {
+        let (request, mut transcript) = self.request(&probe, "");
+        let mut exchange = Exchange::unanswered(probe.id.clone().unwrap_or(Value::Null));
         match request.send().await {
             Err(error) => {
                 exchange.failure = Some(describe(&error));
@@ -803,15 +787,7 @@ mod tests {
 
     #[test]
     fn acceptance_is_a_result_for_the_request_id() {
-        let exchange = |frames: Vec<Value>| Exchange {
-            id: json!(7),
-            status: Some(200),
-            headers: Vec::new(),
-            frames,
-            failure: None,
-            transcript: String::new(),
-            unlisted_refusal: None,
-        };
+        let exchange = |frames: Vec<Value>| Exchange::answered(json!(7), 200, frames);
         assert!(exchange(vec![json!({ "jsonrpc": "2.0", "id": 7, "result": {} })]).accepted());
         assert!(!exchange(vec![json!({ "jsonrpc": "2.0", "id": 8, "result": {} })]).accepted());
         let refused = exchange(vec![json!({ "jsonrpc": "2.0", "id": null, "error": { "code": -32600 } })]);

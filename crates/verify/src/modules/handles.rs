@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 
 use crate::check::{Check, Judgement, Outcome, Verdict, paired};
 use crate::identity::Identity;
-use crate::modules::{Context, Module, cases};
+use crate::modules::{Context, Module, cases, estimated_bits};
 use crate::target::{Auth, Exchange, Probe};
 
 /// The handles module.
@@ -374,24 +374,8 @@ fn redact_handle(ctx: &Context, value: &str, name: &str, exchanges: &mut [&mut E
         ctx.target.redactor().add(value, name);
     }
     for exchange in exchanges {
-        exchange.transcript = scrub(&ctx.target.redactor().redact(&exchange.transcript), value, name);
+        exchange.transcript = ctx.target.redactor().redact(&exchange.transcript);
     }
-}
-
-/// A transcript body is cut after a fixed length: a handle cut there is no longer whole, so
-/// the redactor cannot match it. Replaces a prefix of `value` (8 characters or more) that ends
-/// where the body was cut.
-fn scrub(transcript: &str, value: &str, name: &str) -> String {
-    let chars: Vec<char> = value.chars().collect();
-    let mut text = transcript.to_owned();
-    for length in (MIN_REDACTED..chars.len()).rev() {
-        let prefix: String = chars[..length].iter().collect();
-        let cut = format!("{prefix}…");
-        if text.contains(&cut) {
-            text = text.replace(&cut, &format!("[redacted:{name}]…"));
-        }
-    }
-    text
 }
 
 fn name_of(ctx: &Context, i: usize) -> String {
@@ -813,27 +797,6 @@ impl Alphabet {
     }
 }
 
-/// An estimate of a handle's entropy in bits: length × log2(alphabet size), a UUID counted as
-/// its 122 random bits, `=` padding not counted.
-fn entropy_bits(samples: &[&str]) -> f64 {
-    let Some(first) = samples.first() else { return 0.0 };
-    let uuid = |s: &str| {
-        s.len() == 36
-            && s.char_indices()
-                .all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
-    };
-    if samples.iter().all(|sample| uuid(sample)) {
-        return 122.0;
-    }
-    let trimmed: Vec<&str> = samples.iter().map(|sample| sample.trim_end_matches('=')).collect();
-    let size = Alphabet::of(&trimmed).chars.len();
-    let length = first.trim_end_matches('=').chars().count();
-    if size < 2 {
-        return 0.0;
-    }
-    length as f64 * (size as f64).log2()
-}
-
 /// The near misses of a handle.
 #[derive(Debug, Clone, Copy)]
 enum NearMiss {
@@ -1213,7 +1176,7 @@ async fn distinct(ctx: &Context, check: Check) -> Outcome {
 
 async fn entropy(ctx: &Context, check: Check) -> Outcome {
     let (_, first, second) = ready!(two(ctx, &check).await);
-    let bits = entropy_bits(&[&first.value, &second.value]);
+    let bits = estimated_bits(&first.value).min(estimated_bits(&second.value));
     let length = first.value.chars().count();
     let size = Alphabet::of(&[&first.value, &second.value]).chars.len();
     let (verdict, detail) = if bits >= 128.0 {
@@ -1454,21 +1417,6 @@ mod tests {
     }
 
     #[test]
-    fn entropy_is_length_times_the_alphabet_bits() {
-        // 43 base64url characters: 256 bits (or 43 × log2(62) ≈ 256 without '-' and '_').
-        assert!((entropy_bits(&[HANDLE]) - 43.0 * 6.0).abs() < 0.01);
-        assert!(entropy_bits(&["SgHyNgItGjNOOSHNGjOmqFs2XBn3tSP5Nqw45tiAg1g"]) > 250.0);
-        // 32 hex digits: 128 bits; 16: 64.
-        assert!((entropy_bits(&["0123456789abcdef0123456789abcdef"]) - 128.0).abs() < 0.01);
-        assert!((entropy_bits(&["0123456789abcdef"]) - 64.0).abs() < 0.01);
-        // A UUID carries 122 random bits; a counter almost none.
-        assert!((entropy_bits(&["0b7c3a52-8d2e-4f0a-9c1b-2e5d6f7a8b9c"]) - 122.0).abs() < 0.01);
-        assert!(entropy_bits(&["basket-1"]) < 128.0);
-        assert!(entropy_bits(&["7"]) < 4.0);
-        assert_eq!(entropy_bits(&[]), 0.0);
-    }
-
-    #[test]
     fn tool_names_split_into_words() {
         assert_eq!(name_words("basket_create"), ["basket", "create"]);
         assert_eq!(name_words("createBasket"), ["create", "basket"]);
@@ -1514,25 +1462,8 @@ mod tests {
     }
 
     #[test]
-    fn a_handle_cut_at_the_end_of_a_transcript_body_is_scrubbed() {
-        let transcript = format!("< {{\"basket\":\"{}… (900 bytes)", &HANDLE[..20]);
-        let scrubbed = scrub(&transcript, HANDLE, "handle-alice");
-        assert!(!scrubbed.contains(&HANDLE[..12]), "{scrubbed}");
-        assert!(scrubbed.contains("[redacted:handle-alice]…"));
-        assert_eq!(scrub("nothing here", HANDLE, "x"), "nothing here");
-    }
-
-    #[test]
     fn refusals_include_tool_errors() {
-        let exchange = |frame: Value, status: u16| Exchange {
-            id: json!(1),
-            status: Some(status),
-            headers: Vec::new(),
-            frames: vec![frame],
-            failure: None,
-            transcript: String::new(),
-            unlisted_refusal: None,
-        };
+        let exchange = |frame: Value, status: u16| Exchange::answered(json!(1), status, vec![frame]);
         let ok = exchange(json!({ "id": 1, "result": { "structuredContent": { "items": [] } } }), 200);
         let tool_error = exchange(json!({ "id": 1, "result": { "isError": true, "content": [] } }), 200);
         let rpc_error = exchange(json!({ "id": 1, "error": { "code": -32602, "message": "m" } }), 400);

@@ -943,15 +943,7 @@ mod tests {
 
     #[test]
     fn unlisted_operations_must_be_json_rpc_errors() {
-        let exchange = |status: u16, frame: Value| Exchange {
-            id: json!(3),
-            status: Some(status),
-            headers: Vec::new(),
-            frames: vec![frame],
-            failure: None,
-            transcript: String::new(),
-            unlisted_refusal: None,
-        };
+        let exchange = |status: u16, frame: Value| Exchange::answered(json!(3), status, vec![frame]);
         let refused = exchange(400, json!({ "jsonrpc": "2.0", "id": 3, "error": { "code": -32602 } }));
         assert_eq!(unlisted_judgement(&refused, "x", None).0, Judgement::Refused);
         assert!(matches!(unlisted_judgement(&refused, "x", Some(-32601)).0, Judgement::RefusedOddly(_)));

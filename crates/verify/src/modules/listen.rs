@@ -513,7 +513,7 @@ async fn create_task(ctx: &Context, owner: usize) -> Result<Task, (String, Vec<E
         if let Some(id) = id {
             let who = ctx.identities.get(owner).map_or("owner", |identity| identity.name.as_str());
             ctx.target.redactor().add(&id, &format!("task-{who}"));
-            crate::modules::state::scrub(&mut made, &id, &format!("task-{who}"));
+            crate::modules::state::redact(ctx, &mut made);
             return Ok(Task { id, owner, made });
         }
     }
@@ -875,15 +875,7 @@ mod tests {
     use super::*;
 
     fn exchange(id: Value, frames: Vec<Value>, status: u16) -> Exchange {
-        Exchange {
-            id,
-            status: Some(status),
-            headers: Vec::new(),
-            frames,
-            failure: None,
-            transcript: String::new(),
-            unlisted_refusal: None,
-        }
+        Exchange::answered(id, status, frames)
     }
 
     fn ack_frame(id: Value, honoured: Value) -> Value {

@@ -102,6 +102,37 @@ impl Context {
     }
 }
 
+/// An upper estimate of the bits of entropy of an id: its length times the bits of the
+/// smallest common alphabet holding all its characters (a version-4 UUID: 122 bits).
+pub(crate) fn estimated_bits(id: &str) -> f64 {
+    let bytes = id.as_bytes();
+    let uuid = bytes.len() == 36
+        && bytes.iter().enumerate().all(
+            |(i, b)| {
+                if matches!(i, 8 | 13 | 18 | 23) { *b == b'-' } else { b.is_ascii_hexdigit() }
+            },
+        );
+    if uuid {
+        return if bytes.get(14) == Some(&b'4') { 122.0 } else { 128.0 };
+    }
+    let alphabet: f64 = if bytes.iter().all(u8::is_ascii_digit) {
+        10.0
+    } else if bytes.iter().all(u8::is_ascii_hexdigit)
+        && (bytes.iter().all(|b| !b.is_ascii_uppercase()) || bytes.iter().all(|b| !b.is_ascii_lowercase()))
+    {
+        16.0
+    } else if bytes.iter().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase()) {
+        36.0
+    } else if bytes.iter().all(u8::is_ascii_alphanumeric) {
+        62.0
+    } else if bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+' | b'/' | b'=')) {
+        64.0
+    } else {
+        95.0
+    };
+    bytes.len() as f64 * alphabet.log2()
+}
+
 /// A check's future.
 pub type CaseFuture<'a> = Pin<Box<dyn Future<Output = Outcome> + Send + 'a>>;
 
@@ -174,3 +205,22 @@ macro_rules! cases {
     };
 }
 pub(crate) use cases;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entropy_is_estimated_from_length_and_alphabet() {
+        // 43 base64url characters: 258 bits; 32 hex digits: 128; 16: 64.
+        assert!((estimated_bits("7l6Z_lBxVy-7BBB24QZBI78W2n0HIu4i7PFaKBDNCfE") - 258.0).abs() < 0.01);
+        assert_eq!(estimated_bits("0123456789abcdef0123456789abcdef"), 128.0);
+        assert_eq!(estimated_bits("0123456789abcdef"), 64.0);
+        // A version-4 UUID carries 122 random bits; a counter or a short name almost none.
+        assert_eq!(estimated_bits("550e8400-e29b-41d4-a716-446655440000"), 122.0);
+        assert!(estimated_bits("12345") < 20.0);
+        assert!(estimated_bits("task-42") < 128.0);
+        assert!(estimated_bits("7") < 4.0);
+        assert_eq!(estimated_bits(""), 0.0);
+    }
+}

@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 
 use crate::check::{Check, Judgement, Outcome, Verdict, paired};
 use crate::identity::Identity;
-use crate::modules::{Context, Module, cases};
+use crate::modules::{Context, Module, cases, estimated_bits};
 use crate::target::{Auth, Exchange, Probe, meta};
 
 /// The extension's identifier.
@@ -182,34 +182,14 @@ const NEEDS_MUTATIONS: &str = "needs --allow-mutations: the case creates a task 
 // Redaction
 
 /// Adds a task id to the run's redactor and redacts what was written before it was known.
-/// A transcript cut short in the middle of the id (a body excerpt ends at a fixed length) keeps
-/// no piece of it either: any run of 8 or more of its leading characters is replaced too.
 fn redact_id(ctx: &Context, id: &str, name: &str, exchanges: &mut [&mut Exchange]) {
     if id.len() < MIN_REDACTED_ID {
         return;
     }
     ctx.target.redactor().add(id, name);
     for exchange in exchanges.iter_mut() {
-        let redacted = ctx.target.redactor().redact(&exchange.transcript);
-        exchange.transcript = scrub_prefixes(&redacted, id, name);
+        exchange.transcript = ctx.target.redactor().redact(&exchange.transcript);
     }
-}
-
-/// `text` with every occurrence of a prefix of `id` (8 characters or more) replaced by the
-/// redaction marker.
-fn scrub_prefixes(text: &str, id: &str, name: &str) -> String {
-    let Some(head) = id.get(..MIN_REDACTED_ID) else { return text.to_owned() };
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find(head) {
-        out.push_str(&rest[..at]);
-        let tail = &rest[at..];
-        let matched = tail.bytes().zip(id.bytes()).take_while(|(a, b)| a == b).count();
-        out.push_str(&format!("[redacted:{name}]"));
-        rest = &tail[matched..];
-    }
-    out.push_str(rest);
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1291,37 +1271,6 @@ async fn create_flat(ctx: &Context, check: Check) -> Outcome {
     outcome
 }
 
-/// An upper estimate of the bits of entropy of an id: its length times the bits of the
-/// smallest common alphabet holding all its characters (a version-4 UUID: 122 bits).
-pub fn estimated_bits(id: &str) -> f64 {
-    let bytes = id.as_bytes();
-    let uuid = bytes.len() == 36
-        && bytes.iter().enumerate().all(
-            |(i, b)| {
-                if matches!(i, 8 | 13 | 18 | 23) { *b == b'-' } else { b.is_ascii_hexdigit() }
-            },
-        );
-    if uuid {
-        return if bytes.get(14) == Some(&b'4') { 122.0 } else { 128.0 };
-    }
-    let alphabet: f64 = if bytes.iter().all(u8::is_ascii_digit) {
-        10.0
-    } else if bytes.iter().all(u8::is_ascii_hexdigit)
-        && (bytes.iter().all(|b| !b.is_ascii_uppercase()) || bytes.iter().all(|b| !b.is_ascii_lowercase()))
-    {
-        16.0
-    } else if bytes.iter().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase()) {
-        36.0
-    } else if bytes.iter().all(u8::is_ascii_alphanumeric) {
-        62.0
-    } else if bytes.iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'+' | b'/' | b'=')) {
-        64.0
-    } else {
-        95.0
-    };
-    bytes.len() as f64 * alphabet.log2()
-}
-
 /// The length of the common prefix of two ids.
 fn common_prefix(a: &str, b: &str) -> usize {
     a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
@@ -1379,21 +1328,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entropy_is_estimated_from_length_and_alphabet() {
-        assert!(estimated_bits("7l6Z_lBxVy-7BBB24QZBI78W2n0HIu4i7PFaKBDNCfE") > 250.0);
-        assert_eq!(estimated_bits("550e8400-e29b-41d4-a716-446655440000"), 122.0);
-        assert!(estimated_bits("12345") < 20.0);
-        assert_eq!(estimated_bits("0123456789abcdef0123456789abcdef"), 128.0);
-        assert!(estimated_bits("task-42") < 128.0);
+    fn sequential_ids_share_a_prefix() {
         assert_eq!(common_prefix("task-41", "task-42"), 6);
     }
 
     #[test]
-    fn a_cut_task_id_is_scrubbed_and_the_flat_result_is_judged() {
+    fn the_flat_create_result_is_judged() {
         let id = "ABCDEFGHIJKLMNOPQRSTUVWXYZ012345";
-        let text = format!("full {id} and cut ABCDEFGHIJKL… (900 bytes) and short ABCDEFG");
-        let scrubbed = scrub_prefixes(&text, id, "task-alice");
-        assert_eq!(scrubbed, "full [redacted:task-alice] and cut [redacted:task-alice]… (900 bytes) and short ABCDEFG");
         let good = json!({ "resultType": "task", "taskId": id, "status": "working", "createdAt": "t", "lastUpdatedAt": "t", "ttlMs": null });
         assert!(create_problems(&good).is_empty());
         let mut bad = good.clone();
