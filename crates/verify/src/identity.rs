@@ -1,5 +1,6 @@
-//! Identity files (TOML): who the verifier calls as, and how it gets each token (inline, a file
-//! or a command's stdout); and the redactor every transcript and report passes through, so no
+//! Identity files (TOML): who the verifier calls as, and how it gets each token (inline, a file,
+//! a command's stdout, or the client credentials grant at an authorization server); and the
+//! redactor every transcript and report passes through, so no
 //! token ever reaches an output.
 
 use std::path::{Path, PathBuf};
@@ -81,6 +82,7 @@ struct IdentityFile {
     token: Option<String>,
     token_file: Option<PathBuf>,
     token_command: Option<Vec<String>>,
+    client_credentials: Option<crate::grant::ClientCredentials>,
     tenant: Option<String>,
     client: Option<String>,
     subject: Option<String>,
@@ -95,8 +97,10 @@ impl std::fmt::Debug for IdentityFile {
 }
 
 impl Identity {
-    /// Reads an identity file; a relative `token_file` is relative to the file's directory.
-    pub fn load(path: &Path) -> Result<Self, IdentityError> {
+    /// Reads an identity file and gets its token; a relative `token_file` or
+    /// `client_credentials.client_secret_file` is relative to the file's directory, and a
+    /// client credentials grant asks for a token for `target` (RFC 8707) within `timeout`.
+    pub async fn load(path: &Path, target: &url::Url, timeout: std::time::Duration) -> Result<Self, IdentityError> {
         let read = |message: String| IdentityError::Read { path: path.to_owned(), message };
         let invalid = |message: String| IdentityError::Invalid { path: path.to_owned(), message };
         let text = std::fs::read_to_string(path).map_err(|error| read(error.to_string()))?;
@@ -105,19 +109,30 @@ impl Identity {
         if file.name.trim().is_empty() {
             return Err(invalid("`name` must not be empty".into()));
         }
-        let sources = [file.token.is_some(), file.token_file.is_some(), file.token_command.is_some()];
-        let token = match (file.token, file.token_file, file.token_command) {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let sources = [
+            file.token.is_some(),
+            file.token_file.is_some(),
+            file.token_command.is_some(),
+            file.client_credentials.is_some(),
+        ];
+        let token = match (file.token, file.token_file, file.token_command, file.client_credentials) {
             _ if sources.iter().filter(|given| **given).count() != 1 => {
-                return Err(invalid("exactly one of `token`, `token_file`, `token_command` is required".into()));
+                return Err(invalid(
+                    "exactly one of `token`, `token_file`, `token_command`, `[client_credentials]` is required".into(),
+                ));
             }
-            (Some(token), _, _) => token,
-            (_, Some(file), _) => {
-                let file = if file.is_relative() { path.parent().unwrap_or(Path::new(".")).join(file) } else { file };
+            (Some(token), ..) => token,
+            (_, Some(file), ..) => {
+                let file = if file.is_relative() { dir.join(file) } else { file };
                 std::fs::read_to_string(&file)
                     .map_err(|error| invalid(format!("token_file {}: {error}", file.display())))?
             }
-            (_, _, Some(command)) => run_token_command(&command).map_err(invalid)?,
-            (None, None, None) => return Err(invalid("no token".into())),
+            (_, _, Some(command), _) => run_token_command(&command).map_err(invalid)?,
+            (_, _, _, Some(grant)) => {
+                crate::grant::client_credentials(&grant, dir, target, timeout).await.map_err(invalid)?
+            }
+            (None, None, None, None) => return Err(invalid("no token".into())),
         };
         let token = Token::new(token);
         if token.expose().is_empty() || token.expose().chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -303,16 +318,24 @@ mod tests {
         assert_eq!(redactor.redact("nothing here"), "nothing here");
     }
 
-    #[test]
-    fn each_token_source_loads_and_debug_hides_the_token() {
+    fn target() -> url::Url {
+        url::Url::parse("http://127.0.0.1:9/mcp").unwrap()
+    }
+
+    async fn load(path: &Path) -> Result<Identity, IdentityError> {
+        Identity::load(path, &target(), std::time::Duration::from_secs(5)).await
+    }
+
+    #[tokio::test]
+    async fn each_token_source_loads_and_debug_hides_the_token() {
         let dir = temp_dir("sources");
         let inline = write(&dir, "a.toml", "name = \"a\"\ntoken = \"tok-inline-1\"\ntenant = \"t1\"\n");
         write(&dir, "b.token", "tok-file-2\n");
         let file = write(&dir, "b.toml", "name = \"b\"\ntoken_file = \"b.token\"\n");
         let command = write(&dir, "c.toml", "name = \"c\"\ntoken_command = [\"echo\", \"tok-cmd-3\"]\n");
-        let a = Identity::load(&inline).unwrap();
-        let b = Identity::load(&file).unwrap();
-        let c = Identity::load(&command).unwrap();
+        let a = load(&inline).await.unwrap();
+        let b = load(&file).await.unwrap();
+        let c = load(&command).await.unwrap();
         assert_eq!((a.token.expose(), a.tenant.as_deref()), ("tok-inline-1", Some("t1")));
         assert_eq!(b.token.expose(), "tok-file-2");
         assert_eq!(c.token.expose(), "tok-cmd-3");
@@ -320,18 +343,99 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
-    #[test]
-    fn bad_files_are_refused_without_quoting_the_token() {
+    #[tokio::test]
+    async fn bad_files_are_refused_without_quoting_the_token() {
         let dir = temp_dir("bad");
         let two = write(&dir, "two.toml", "name = \"a\"\ntoken = \"tok-secret-9\"\ntoken_file = \"x\"\n");
         let typo = write(&dir, "typo.toml", "name = \"a\"\ntoken = \"tok-secret-9\"\ntennant = \"x\"\n");
         let none = write(&dir, "none.toml", "name = \"a\"\n");
         let failing = write(&dir, "fail.toml", "name = \"a\"\ntoken_command = [\"false\"]\n");
         for path in [two, typo, none, failing] {
-            let error = Identity::load(&path).unwrap_err().to_string();
+            let error = load(&path).await.unwrap_err().to_string();
             assert!(!error.contains("tok-secret-9"), "{error}");
             assert!(error.contains("identity file"), "{error}");
         }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A token endpoint that checks the grant as RFC 6749 §4.4 and RFC 8707 want it, answering
+    /// `answer` (status, body) when they hold and 400 `invalid_request` otherwise.
+    async fn token_endpoint(answer: (u16, &'static str)) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use axum::http::{HeaderMap, StatusCode};
+        use base64::Engine as _;
+        use base64::engine::general_purpose::STANDARD;
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let app = axum::Router::new().route(
+            "/token",
+            axum::routing::post(move |headers: HeaderMap, body: String| {
+                let log = log.clone();
+                async move {
+                    let basic =
+                        headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+                    log.lock().unwrap().push(format!("{basic} {body}"));
+                    // "client:id" / "s&cret" form-encoded, then joined and base64-encoded.
+                    let expected_basic = format!("Basic {}", STANDARD.encode("client%3Aid:s%26cret"));
+                    let expected_body =
+                        "grant_type=client_credentials&resource=http%3A%2F%2F127.0.0.1%3A9%2Fmcp&scope=shop%3Aread";
+                    if basic != expected_basic || body != expected_body {
+                        return (StatusCode::BAD_REQUEST, r#"{"error":"invalid_request"}"#.to_owned());
+                    }
+                    (StatusCode::from_u16(answer.0).unwrap(), answer.1.to_owned())
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (format!("http://{address}/token"), seen)
+    }
+
+    fn grant_file(dir: &Path, name: &str, token_url: &str) -> PathBuf {
+        write(dir, "secret", "s&cret\n");
+        let text = format!(
+            "name = \"{name}\"\n[client_credentials]\ntoken_url = \"{token_url}\"\nclient_id = \"client:id\"\n\
+             client_secret_file = \"secret\"\nscope = \"shop:read\"\n"
+        );
+        write(dir, &format!("{name}.toml"), &text)
+    }
+
+    #[tokio::test]
+    async fn a_client_credentials_grant_asks_for_the_target_and_fails_closed() {
+        let dir = temp_dir("grant");
+        let (url, seen) =
+            token_endpoint((200, r#"{"access_token":"tok-granted-7","token_type":"Bearer","expires_in":60}"#)).await;
+        let identity = load(&grant_file(&dir, "ok", &url)).await.unwrap();
+        assert_eq!(identity.token.expose(), "tok-granted-7");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+        // Refused by the server, another token type, no token: errors that carry no secret.
+        for (answer, expected) in [
+            ((401, r#"{"error":"invalid_client","error_description":"s&cret is wrong"}"#), "HTTP 401 (invalid_client)"),
+            ((200, r#"{"access_token":"tok-dpop-8","token_type":"DPoP"}"#), "of type DPoP, not Bearer"),
+            ((200, r#"{"token_type":"Bearer"}"#), "has no access_token"),
+            ((200, "not json"), "not a JSON token response"),
+        ] {
+            let (url, _) = token_endpoint(answer).await;
+            let error = load(&grant_file(&dir, "bad", &url)).await.unwrap_err().to_string();
+            assert!(error.contains(expected), "{error}");
+            assert!(!error.contains("s&cret") && !error.contains("tok-"), "{error}");
+        }
+        // The secret never goes to a plain-http endpoint off loopback: refused before sending.
+        let error = load(&grant_file(&dir, "remote", "http://auth.example.com/token")).await.unwrap_err().to_string();
+        assert!(error.contains("must be https://"), "{error}");
+        // The secret is the file's, trimmed, and both or neither secret source is refused.
+        let both = write(
+            &dir,
+            "both.toml",
+            "name = \"b\"\n[client_credentials]\ntoken_url = \"https://a/t\"\nclient_id = \"c\"\nclient_secret = \"x\"\nclient_secret_file = \"secret\"\n",
+        );
+        assert!(load(&both).await.unwrap_err().to_string().contains("exactly one of `client_secret`"));
+        let also_token = write(
+            &dir,
+            "tok.toml",
+            "name = \"t\"\ntoken = \"tok-9\"\n[client_credentials]\ntoken_url = \"https://a/t\"\nclient_id = \"c\"\n",
+        );
+        assert!(load(&also_token).await.unwrap_err().to_string().contains("exactly one of"));
         std::fs::remove_dir_all(dir).unwrap();
     }
 

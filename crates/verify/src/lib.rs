@@ -4,6 +4,7 @@
 //! `--target-host`), and the run ([`verify`]): every module's checks, bounded, then a report.
 
 pub mod check;
+pub mod grant;
 pub mod identity;
 pub mod modules;
 pub mod progress;
@@ -31,7 +32,9 @@ use crate::target::{Target, TargetConfig};
 pub struct VerifyArgs {
     /// The MCP endpoint to verify, e.g. `http://127.0.0.1:8080/mcp`.
     pub url: String,
-    /// An identity file (TOML: `name`, and `token`, `token_file` or `token_command`; optional
+    /// An identity file (TOML: `name`, and `token`, `token_file`, `token_command` or a
+    /// `[client_credentials]` table (`token_url`, `client_id`, `client_secret` or
+    /// `client_secret_file`, `scope`, `resource`); optional
     /// `tenant`, `client`, `subject`, `expired_token`, `other_resource_token`). At least two.
     #[arg(long = "identity", value_name = "FILE")]
     pub identities: Vec<PathBuf>,
@@ -166,7 +169,10 @@ pub fn check_gates(args: &VerifyArgs) -> Result<url::Url, Refusal> {
 /// returns the report; `progress` sees each check as it finishes.
 pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcome) + Send)) -> Result<Report, Refusal> {
     let url = check_gates(args)?;
-    let identities = args.identities.iter().map(|path| Identity::load(path)).collect::<Result<Vec<_>, _>>()?;
+    let mut identities = Vec::with_capacity(args.identities.len());
+    for path in &args.identities {
+        identities.push(Identity::load(path, &url, Duration::from_secs(args.timeout_secs)).await?);
+    }
     identity::check_identities(&identities)?;
     let baseline = match &args.baseline {
         Some(path) => Baseline::load(path).map_err(Refusal::Baseline)?,
