@@ -9,23 +9,31 @@
 //! order; a DISABLE committed before that transaction makes the redemption, and so the order,
 //! fail. Orders need that database ([`Orders`]); without it checkout answers "unavailable".
 //!
-//! Baskets live in this process's memory (the demo's own application data); their handles live
-//! in Palisade's store. After a restart the handles still resolve to nothing: the loader finds no
-//! basket, so the call is refused like any other stale handle.
+//! Baskets live in the store the server is configured with ([`BasketStore`]: the table
+//! `demo_baskets` in SQLite or PostgreSQL, through the demo's own pool), keyed by tenant and
+//! basket id; their handles live in Palisade's store. So every instance sharing the store sees
+//! every basket, and a basket outlives a restart as long as its handle does. Every change is one
+//! statement or one transaction; when the store cannot be used the call is refused
+//! ("temporarily unavailable") and nothing is written. [`app`] keeps its baskets in a private
+//! in-memory SQLite database, for callers that configure no store.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::time::Duration;
 
 use palisade_killswitch::CommitFence;
 use palisade_killswitch::authority::{RedeemError, redeem_commit_token};
 use palisade_server::{
-    App, CallToolResult, Content, Effect, GetPromptResult, HandleObject, HandlePolicy, HandleType, InputRequired,
-    Outcome, PromptArgument, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef,
-    TaskSupport, ToolDef,
+    App, CallToolResult, Content, Effect, GetPromptResult, HandleError, HandleObject, HandlePolicy, HandleType,
+    InputRequired, Outcome, PromptArgument, PromptDef, PromptMessage, ProtocolError, RequestContext, ResourceContents,
+    ResourceDef, TaskSupport, ToolDef,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
 use sqlx::SqlitePool;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 /// Arguments of `product_get`; its input schema is generated from this type.
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -62,30 +70,301 @@ pub const BASKET: &str = "basket";
 struct Basket {
     owner: String,
     client: String,
-    generation: u64,
+    generation: i64,
     items: BTreeMap<String, u32>,
 }
 
-/// Baskets by (tenant, basket id): a basket id never crosses tenants.
-#[derive(Default)]
-struct Baskets(Mutex<HashMap<(String, String), Basket>>);
+/// How long a SQLite statement waits for another connection's (or instance's) write lock.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a call waits for a pooled connection before it is refused.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections per pool: the demo's statements are short.
+const POOL_CONNECTIONS: u32 = 4;
+/// The PostgreSQL advisory lock that serializes creating the table when instances start at once.
+const SCHEMA_LOCK: i64 = 0x6465_6d6f_6261_736b;
 
-impl Baskets {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Basket>> {
-        // A panic while holding the lock cannot leave a basket half-written (every update is one
-        // insert), so a poisoned lock is still consistent.
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS demo_baskets (
+    tenant TEXT NOT NULL,
+    basket_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    client TEXT NOT NULL,
+    generation BIGINT NOT NULL,
+    items TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    PRIMARY KEY (tenant, basket_id)
+)";
+const CREATE_INDEX: &str = "CREATE INDEX IF NOT EXISTS demo_baskets_owner ON demo_baskets (tenant, owner, client)";
+const SELECT_BASKET: &str =
+    "SELECT owner, client, generation, items FROM demo_baskets WHERE tenant = $1 AND basket_id = $2";
+const INSERT_BASKET: &str = "INSERT INTO demo_baskets (tenant, basket_id, owner, client, generation, items, created_ms)
+    VALUES ($1, $2, $3, $4, $5, $6, $7)";
+const UPDATE_ITEMS: &str = "UPDATE demo_baskets SET items = $3 WHERE tenant = $1 AND basket_id = $2";
+const DELETE_BASKET: &str = "DELETE FROM demo_baskets WHERE tenant = $1 AND basket_id = $2";
+const SELECT_MINE: &str = "SELECT items FROM demo_baskets WHERE tenant = $1 AND owner = $2 AND client = $3
+    ORDER BY created_ms, basket_id";
+
+#[derive(Clone)]
+enum BasketDb {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to whichever pool the store uses (the SQL is the same on both).
+macro_rules! on_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            BasketDb::Sqlite($pool) => $body,
+            BasketDb::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// In one transaction `$transaction` (already holding the row's write lock, or about to take it
+/// with `$select`): reads the basket's items, adds `$quantity` of `$sku`, writes them back.
+macro_rules! add_in_transaction {
+    ($transaction:ident, $select:expr, $tenant:expr, $basket_id:expr, $sku:expr, $quantity:expr) => {{
+        let items: Option<String> =
+            sqlx::query_scalar($select).bind($tenant).bind($basket_id).fetch_optional(&mut *$transaction).await?;
+        let Some(items) = items else { return Ok(None) };
+        let mut items = parse_items(&items)?;
+        let entry = items.entry($sku.to_owned()).or_insert(0);
+        *entry = entry.saturating_add($quantity).min(999);
+        sqlx::query(UPDATE_ITEMS)
+            .bind($tenant)
+            .bind($basket_id)
+            .bind(items_text(&items)?)
+            .execute(&mut *$transaction)
+            .await?;
+        $transaction.commit().await?;
+        Ok(Some(items))
+    }};
+}
+
+/// Where the demo keeps its baskets: the table `demo_baskets` (created if missing) in SQLite or
+/// PostgreSQL, keyed by (tenant, basket id), so a basket id never crosses tenants. Clones share
+/// the pool.
+#[derive(Clone)]
+pub struct BasketStore {
+    db: BasketDb,
+}
+
+impl std::fmt::Debug for BasketStore {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let backend = match self.db {
+            BasketDb::Sqlite(_) => "sqlite",
+            BasketDb::Postgres(_) => "postgres",
+        };
+        formatter.debug_struct("BasketStore").field("backend", &backend).finish_non_exhaustive()
     }
+}
+
+impl BasketStore {
+    /// Opens the store at `url` (the server's `store`: `sqlite:<path>`, `sqlite::memory:`, or
+    /// `postgres://…`) with a pool of its own, creating the table if missing. File databases use
+    /// WAL and a 5 s busy timeout, so instances sharing the file wait for each other's writes.
+    pub async fn open(url: &str) -> Result<Self, sqlx::Error> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pool = PgPoolOptions::new()
+                .max_connections(POOL_CONNECTIONS)
+                .acquire_timeout(ACQUIRE_TIMEOUT)
+                .connect(url)
+                .await?;
+            return Self::from_postgres(pool).await;
+        }
+        if !url.starts_with("sqlite:") {
+            return Err(sqlx::Error::Configuration("the basket store needs a sqlite: or postgres:// URL".into()));
+        }
+        if is_in_memory(url) {
+            let store = Self::memory();
+            store.create_schema().await?;
+            return Ok(store);
+        }
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .busy_timeout(SQLITE_BUSY_TIMEOUT)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(POOL_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await?;
+        Self::from_sqlite(pool).await
+    }
+
+    /// Uses `pool` (a SQLite database), creating the table if missing.
+    pub async fn from_sqlite(pool: SqlitePool) -> Result<Self, sqlx::Error> {
+        let store = Self { db: BasketDb::Sqlite(pool) };
+        store.create_schema().await?;
+        Ok(store)
+    }
+
+    /// Uses `pool` (a PostgreSQL database, its `search_path` choosing the schema), creating the
+    /// table if missing.
+    pub async fn from_postgres(pool: PgPool) -> Result<Self, sqlx::Error> {
+        let store = Self { db: BasketDb::Postgres(pool) };
+        store.create_schema().await?;
+        Ok(store)
+    }
+
+    /// A private in-memory SQLite database that lives as long as this store (and its clones): one
+    /// connection, opened on first use (which creates the table), never closed by the pool.
+    pub fn memory() -> Self {
+        let options = SqliteConnectOptions::new().in_memory(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(0)
+            .idle_timeout(None)
+            .max_lifetime(None)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_connect(|connection, _| {
+                Box::pin(async move {
+                    sqlx::query(CREATE_TABLE).execute(&mut *connection).await?;
+                    sqlx::query(CREATE_INDEX).execute(&mut *connection).await?;
+                    Ok(())
+                })
+            })
+            .connect_lazy_with(options);
+        Self { db: BasketDb::Sqlite(pool) }
+    }
+
+    async fn create_schema(&self) -> Result<(), sqlx::Error> {
+        match &self.db {
+            BasketDb::Sqlite(pool) => {
+                let mut transaction = pool.begin_with("BEGIN IMMEDIATE").await?;
+                sqlx::query(CREATE_TABLE).execute(&mut *transaction).await?;
+                sqlx::query(CREATE_INDEX).execute(&mut *transaction).await?;
+                transaction.commit().await
+            }
+            BasketDb::Postgres(pool) => {
+                // Concurrent `CREATE TABLE IF NOT EXISTS` can collide in PostgreSQL's catalogue:
+                // instances starting together take turns.
+                let mut transaction = pool.begin().await?;
+                sqlx::query("SELECT pg_advisory_xact_lock($1)").bind(SCHEMA_LOCK).execute(&mut *transaction).await?;
+                sqlx::query(CREATE_TABLE).execute(&mut *transaction).await?;
+                sqlx::query(CREATE_INDEX).execute(&mut *transaction).await?;
+                transaction.commit().await
+            }
+        }
+    }
+
+    /// The basket `basket_id` of `tenant`, if there is one.
+    async fn get(&self, tenant: &str, basket_id: &str) -> Result<Option<Basket>, sqlx::Error> {
+        let row: Option<(String, String, i64, String)> = on_pool!(&self.db, pool => sqlx::query_as(SELECT_BASKET).bind(tenant).bind(basket_id).fetch_optional(pool).await)?;
+        row.map(|(owner, client, generation, items)| {
+            Ok(Basket { owner, client, generation, items: parse_items(&items)? })
+        })
+        .transpose()
+    }
+
+    /// Records a new, empty basket (one statement).
+    async fn insert(&self, tenant: &str, basket_id: &str, basket: &Basket) -> Result<(), sqlx::Error> {
+        let now_ms = palisade_base::clock::Clock::now_ms(&palisade_base::clock::SystemClock);
+        let items = items_text(&basket.items)?;
+        on_pool!(&self.db, pool => sqlx::query(INSERT_BASKET)
+            .bind(tenant)
+            .bind(basket_id)
+            .bind(&basket.owner)
+            .bind(&basket.client)
+            .bind(basket.generation)
+            .bind(&items)
+            .bind(now_ms)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+    }
+
+    /// Adds `quantity` of `sku` to the basket (at most 999 of a product), in one transaction
+    /// holding the row's write lock: concurrent adds on any instance are never lost. `None`: no
+    /// such basket.
+    async fn add_item(
+        &self,
+        tenant: &str,
+        basket_id: &str,
+        sku: &str,
+        quantity: u32,
+    ) -> Result<Option<BTreeMap<String, u32>>, sqlx::Error> {
+        match &self.db {
+            BasketDb::Sqlite(pool) => {
+                // IMMEDIATE: the write lock before the read, so no other writer slips in between.
+                let mut transaction = pool.begin_with("BEGIN IMMEDIATE").await?;
+                add_in_transaction!(
+                    transaction,
+                    "SELECT items FROM demo_baskets WHERE tenant = $1 AND basket_id = $2",
+                    tenant,
+                    basket_id,
+                    sku,
+                    quantity
+                )
+            }
+            BasketDb::Postgres(pool) => {
+                let mut transaction = pool.begin().await?;
+                add_in_transaction!(
+                    transaction,
+                    "SELECT items FROM demo_baskets WHERE tenant = $1 AND basket_id = $2 FOR UPDATE",
+                    tenant,
+                    basket_id,
+                    sku,
+                    quantity
+                )
+            }
+        }
+    }
+
+    /// Removes the basket (one statement).
+    async fn remove(&self, tenant: &str, basket_id: &str) -> Result<(), sqlx::Error> {
+        on_pool!(&self.db, pool => sqlx::query(DELETE_BASKET).bind(tenant).bind(basket_id).execute(pool).await.map(|_| ()))
+    }
+
+    /// The items of every basket of `owner` through `client` in `tenant`, oldest first.
+    async fn items_of(
+        &self,
+        tenant: &str,
+        owner: &str,
+        client: &str,
+    ) -> Result<Vec<BTreeMap<String, u32>>, sqlx::Error> {
+        let rows: Vec<String> = on_pool!(&self.db, pool => sqlx::query_scalar(SELECT_MINE)
+            .bind(tenant)
+            .bind(owner)
+            .bind(client)
+            .fetch_all(pool)
+            .await)?;
+        rows.iter().map(|items| parse_items(items)).collect()
+    }
+}
+
+fn is_in_memory(url: &str) -> bool {
+    url == "sqlite::memory:" || url.contains("mode=memory")
+}
+
+/// A basket's items as stored: a JSON object of SKU to quantity.
+fn parse_items(text: &str) -> Result<BTreeMap<String, u32>, sqlx::Error> {
+    serde_json::from_str(text).map_err(|error| sqlx::Error::Decode(Box::new(error)))
+}
+
+fn items_text(items: &BTreeMap<String, u32>) -> Result<String, sqlx::Error> {
+    serde_json::to_string(items).map_err(|error| sqlx::Error::Encode(Box::new(error)))
+}
+
+/// A store failure: logged, and the call refused (fail closed).
+fn unavailable(error: sqlx::Error) -> ProtocolError {
+    tracing::error!(%error, "basket store unavailable");
+    ProtocolError::Unavailable
+}
+
+/// The items of the basket behind the call's resolved handle, as the loader read them.
+fn resolved_items(ctx: &RequestContext) -> Result<BTreeMap<String, u32>, ProtocolError> {
+    let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
+    serde_json::from_value(handle.object["items"].clone()).map_err(|_| ProtocolError::Internal)
 }
 
 fn owner_of(ctx_principal: &palisade_server::auth::VerifiedPrincipal) -> String {
     format!("{}#{}", ctx_principal.issuer(), ctx_principal.subject())
 }
 
-fn basket_json(basket: &Basket) -> Value {
+fn basket_json(items: &BTreeMap<String, u32>) -> Value {
     let mut total = 0u64;
-    let items: Vec<Value> = basket
-        .items
+    let items: Vec<Value> = items
         .iter()
         .map(|(sku, quantity)| {
             let price = CATALOGUE.iter().find(|p| p.sku == sku).map_or(0, |p| p.price_cents);
@@ -96,18 +375,22 @@ fn basket_json(basket: &Basket) -> Value {
     json!({ "items": items, "totalCents": total })
 }
 
-fn basket_type(baskets: Arc<Baskets>) -> HandleType {
-    let loader_baskets = baskets.clone();
+fn basket_type(baskets: BasketStore) -> HandleType {
     HandleType::new(
         BASKET,
         move |tenant: String, basket_id: String| {
-            let baskets = loader_baskets.clone();
+            let baskets = baskets.clone();
             async move {
-                let guard = baskets.lock();
-                Ok(guard.get(&(tenant, basket_id.clone())).map(|basket| HandleObject {
+                let basket = baskets.get(&tenant, &basket_id).await.map_err(|error| {
+                    tracing::error!(%error, "basket store unavailable");
+                    HandleError::Unavailable
+                })?;
+                // The items travel with the object, so the checkout's confirmation (synchronous)
+                // and `basket_view` show what this resolution read.
+                Ok(basket.map(|basket| HandleObject {
                     object_ref: basket_id,
                     version: basket.generation.to_string(),
-                    value: json!({ "owner": basket.owner, "client": basket.client }),
+                    value: json!({ "owner": basket.owner, "client": basket.client, "items": basket.items }),
                 }))
             }
         },
@@ -128,7 +411,7 @@ fn basket_type(baskets: Arc<Baskets>) -> HandleType {
 
 /// `orders_export`: asks for confirmation (the task waits in `input_required`), then exports the
 /// caller's baskets one by one, reporting progress in the task's status message.
-async fn export_baskets(ctx: &RequestContext, baskets: &Baskets) -> ToolResult {
+async fn export_baskets(ctx: &RequestContext, baskets: &BasketStore) -> ToolResult {
     match ctx.input_response("confirm") {
         None => {
             let schema = json!({ "type": "object", "properties": { "confirm": { "type": "boolean" } }, "required": ["confirm"] });
@@ -147,16 +430,8 @@ async fn export_baskets(ctx: &RequestContext, baskets: &Baskets) -> ToolResult {
     let owner = owner_of(ctx.principal());
     let client = ctx.principal().client_id().unwrap_or_default();
     // The owner rule of the basket handles: the same user, through the client that made it.
-    let mine: Vec<Value> = {
-        let guard = baskets.lock();
-        guard
-            .iter()
-            .filter(|((basket_tenant, _), basket)| {
-                *basket_tenant == tenant && basket.owner == owner && basket.client == client
-            })
-            .map(|(_, basket)| basket_json(basket))
-            .collect()
-    };
+    let mine: Vec<Value> =
+        baskets.items_of(&tenant, &owner, client).await.map_err(unavailable)?.iter().map(basket_json).collect();
     let total = mine.len();
     for done in 0..=total {
         ctx.set_task_status(&format!("exported {done} of {total} baskets")).await;
@@ -301,7 +576,7 @@ struct PlacedOrder {
     total_cents: u64,
 }
 
-async fn checkout(ctx: RequestContext, baskets: Arc<Baskets>, orders: Option<Orders>) -> ToolResult {
+async fn checkout(ctx: RequestContext, baskets: BasketStore, orders: Option<Orders>) -> ToolResult {
     let Some(orders) = orders else {
         tracing::warn!("basket_checkout needs the order database shared with the disable authority");
         return Err(ProtocolError::Unavailable);
@@ -310,11 +585,8 @@ async fn checkout(ctx: RequestContext, baskets: Arc<Baskets>, orders: Option<Ord
     let tenant = tenant_of(&ctx)?;
     let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
     let basket_ref = handle.object_ref.clone();
-    let summary = {
-        let guard = baskets.lock();
-        let basket = guard.get(&(tenant.clone(), basket_ref.clone())).ok_or(ProtocolError::Internal)?;
-        basket_json(basket)
-    };
+    let basket = baskets.get(&tenant, &basket_ref).await.map_err(unavailable)?.ok_or(ProtocolError::Internal)?;
+    let summary = basket_json(&basket.items);
     if summary["items"].as_array().is_none_or(Vec::is_empty) {
         return Ok(Outcome::Complete(CallToolResult::error("the basket is empty")));
     }
@@ -334,8 +606,11 @@ async fn checkout(ctx: RequestContext, baskets: Arc<Baskets>, orders: Option<Ord
         hook().await;
     }
     orders.commit(&fence, &order).await?;
-    // The basket is consumed: its handle no longer resolves.
-    baskets.lock().remove(&(tenant, basket_ref));
+    // The basket is consumed: its handle no longer resolves. The order is placed already, so a
+    // store failure here is logged, not answered (the handle is revoked below all the same).
+    if let Err(error) = baskets.remove(&tenant, &basket_ref).await {
+        tracing::error!(%error, "basket not removed after checkout");
+    }
     if let Err(error) = ctx.revoke_handle("basket", "checked out").await {
         tracing::warn!(%error, "basket handle not revoked after checkout");
     }
@@ -345,13 +620,10 @@ async fn checkout(ctx: RequestContext, baskets: Arc<Baskets>, orders: Option<Ord
 }
 
 /// The confirmation question of a checkout: every item with its quantity and price, and the
-/// total the order will charge.
-fn checkout_summary(ctx: &RequestContext, baskets: &Baskets) -> Result<String, ProtocolError> {
-    let tenant = tenant_of(ctx)?;
-    let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
-    let guard = baskets.lock();
-    let basket = guard.get(&(tenant, handle.object_ref.clone())).ok_or(ProtocolError::Internal)?;
-    let summary = basket_json(basket);
+/// total the order will charge (the basket as this call's handle resolution read it).
+fn checkout_summary(ctx: &RequestContext) -> Result<String, ProtocolError> {
+    tenant_of(ctx)?;
+    let summary = basket_json(&resolved_items(ctx)?);
     let items: Vec<String> = summary["items"]
         .as_array()
         .map(Vec::as_slice)
@@ -370,9 +642,9 @@ fn euros(cents: &Value) -> String {
     format!("EUR {}.{:02}", cents / 100, cents % 100)
 }
 
-/// Before an in-memory basket change: the kill switch's second phase, when the server runs one.
-/// Baskets live in memory, so there is no transaction to redeem the fence in; the check still
-/// refuses a change the authority disabled since dispatch.
+/// Before a basket change: the kill switch's second phase, when the server runs one. Baskets do
+/// not live in the authority's database, so there is no transaction to redeem the fence in; the
+/// check still refuses a change the authority disabled since dispatch.
 async fn check_before_change(ctx: &RequestContext) -> Result<(), ProtocolError> {
     if ctx.has_kill_switch() {
         ctx.pre_side_effect().await?;
@@ -380,16 +652,22 @@ async fn check_before_change(ctx: &RequestContext) -> Result<(), ProtocolError> 
     Ok(())
 }
 
-/// The demo application, without an order database (checkout answers "unavailable").
+/// The demo application, without an order database (checkout answers "unavailable"), its
+/// baskets in a private in-memory database ([`BasketStore::memory`]).
 pub fn app() -> App {
     app_with_orders(None)
 }
 
-/// The demo application, recording orders in `orders`.
+/// The demo application, recording orders in `orders`, its baskets in a private in-memory
+/// database ([`BasketStore::memory`]).
 pub fn app_with_orders(orders: Option<Orders>) -> App {
-    let baskets = Arc::new(Baskets::default());
-    let (create, add, view, export, pay, summary) =
-        (baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone());
+    app_with_store(BasketStore::memory(), orders)
+}
+
+/// The demo application, its baskets in `baskets` (the store every instance shares), recording
+/// orders in `orders`.
+pub fn app_with_store(baskets: BasketStore, orders: Option<Orders>) -> App {
+    let (create, add, export, pay) = (baskets.clone(), baskets.clone(), baskets.clone(), baskets.clone());
     App::builder("palisade-demo-shop", env!("CARGO_PKG_VERSION"))
         .instructions(
             "A small tea shop. Search the catalogue, look up products, read the shop's policies. \
@@ -418,11 +696,15 @@ pub fn app_with_orders(orders: Option<Orders>) -> App {
                             generation: 1,
                             items: BTreeMap::new(),
                         };
-                        baskets.lock().insert((tenant.clone(), basket_id.clone()), basket);
+                        baskets.insert(&tenant, &basket_id, &basket).await.map_err(unavailable)?;
                         match ctx.mint_handle(BASKET, &basket_id, "1", &[SCOPE_BASKET]).await {
                             Ok(handle) => Ok(Outcome::Complete(CallToolResult::structured(json!({ "basket": handle })))),
                             Err(error) => {
-                                baskets.lock().remove(&(tenant, basket_id));
+                                // No handle names it: the basket goes (a failure leaves an
+                                // unreachable row, logged).
+                                if let Err(error) = baskets.remove(&tenant, &basket_id).await {
+                                    tracing::error!(%error, "basket without a handle not removed");
+                                }
                                 Err(error.into())
                             }
                         }
@@ -445,11 +727,12 @@ pub fn app_with_orders(orders: Option<Orders>) -> App {
                         let tenant = tenant_of(&ctx)?;
                         let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
                         check_before_change(&ctx).await?;
-                        let mut guard = baskets.lock();
-                        let basket = guard.get_mut(&(tenant, handle.object_ref.clone())).ok_or(ProtocolError::Internal)?;
-                        let quantity = basket.items.entry(args.sku).or_insert(0);
-                        *quantity = quantity.saturating_add(args.quantity).min(999);
-                        Ok(Outcome::Complete(CallToolResult::structured(basket_json(basket))))
+                        let items = baskets
+                            .add_item(&tenant, &handle.object_ref, &args.sku, args.quantity)
+                            .await
+                            .map_err(unavailable)?
+                            .ok_or(ProtocolError::Internal)?;
+                        Ok(Outcome::Complete(CallToolResult::structured(basket_json(&items))))
                     }
                 }),
         )
@@ -460,15 +743,11 @@ pub fn app_with_orders(orders: Option<Orders>) -> App {
                 .effect(Effect::ReadOnly)
                 .scopes(&[SCOPE_BASKET])
                 .handle_argument("basket", BASKET, SCOPE_BASKET)
-                .handler(move |ctx, _| {
-                    let baskets = view.clone();
-                    async move {
-                        let tenant = tenant_of(&ctx)?;
-                        let handle = ctx.handle("basket").ok_or(ProtocolError::Internal)?;
-                        let guard = baskets.lock();
-                        let basket = guard.get(&(tenant, handle.object_ref.clone())).ok_or(ProtocolError::Internal)?;
-                        Ok(Outcome::Complete(CallToolResult::structured(basket_json(basket))))
-                    }
+                // The basket as this call's handle resolution read it from the store.
+                .handler(move |ctx, _| async move {
+                    tenant_of(&ctx)?;
+                    let items = resolved_items(&ctx)?;
+                    Ok(Outcome::Complete(CallToolResult::structured(basket_json(&items))))
                 }),
         )
         .tool(
@@ -482,7 +761,7 @@ pub fn app_with_orders(orders: Option<Orders>) -> App {
                 .scopes(&[SCOPE_BASKET])
                 .handle_argument("basket", BASKET, SCOPE_BASKET)
                 // A financial effect: the user confirms this basket's items and total first.
-                .confirm_with(move |ctx, _| checkout_summary(ctx, &summary))
+                .confirm_with(|ctx, _| checkout_summary(ctx))
                 .handler(move |ctx, _| checkout(ctx, pay.clone(), orders.clone())),
         )
         .tool(
@@ -574,4 +853,58 @@ pub fn app_with_orders(orders: Option<Orders>) -> App {
         )
         .build()
         .expect("the demo shop's definitions are valid")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn empty(owner: &str) -> Basket {
+        Basket { owner: owner.into(), client: "it".into(), generation: 1, items: BTreeMap::new() }
+    }
+
+    #[tokio::test]
+    async fn a_basket_id_never_crosses_tenants() {
+        let store = BasketStore::memory();
+        store.insert("acme", "b1", &empty("alice")).await.unwrap();
+        assert!(store.get("globex", "b1").await.unwrap().is_none(), "another tenant does not see it");
+        assert!(store.add_item("globex", "b1", "TEA-001", 2).await.unwrap().is_none());
+        assert!(store.get("acme", "b1").await.unwrap().unwrap().items.is_empty(), "and cannot fill it");
+        // The same id in another tenant is another basket.
+        store.insert("globex", "b1", &empty("bob")).await.unwrap();
+        store.add_item("globex", "b1", "TEA-001", 2).await.unwrap().unwrap();
+        assert!(store.get("acme", "b1").await.unwrap().unwrap().items.is_empty());
+        assert_eq!(store.get("globex", "b1").await.unwrap().unwrap().owner, "bob");
+        // A second basket with an id already used in the tenant is refused, the first unchanged.
+        assert!(store.insert("acme", "b1", &empty("mallory")).await.is_err());
+        assert_eq!(store.get("acme", "b1").await.unwrap().unwrap().owner, "alice");
+        assert_eq!(store.items_of("acme", "alice", "it").await.unwrap().len(), 1);
+        assert!(store.items_of("acme", "bob", "it").await.unwrap().is_empty());
+        assert!(store.items_of("acme", "alice", "other-client").await.unwrap().is_empty());
+        store.remove("acme", "b1").await.unwrap();
+        assert!(store.get("acme", "b1").await.unwrap().is_none());
+        assert!(store.get("globex", "b1").await.unwrap().is_some(), "removing one tenant's basket leaves the other's");
+    }
+
+    #[tokio::test]
+    async fn quantities_add_up_and_stop_at_999() {
+        let store = BasketStore::memory();
+        store.insert("acme", "b1", &empty("alice")).await.unwrap();
+        store.add_item("acme", "b1", "TEA-001", 99).await.unwrap();
+        let items = store.add_item("acme", "b1", "TEA-002", 1).await.unwrap().unwrap();
+        assert_eq!(items, BTreeMap::from([("TEA-001".to_owned(), 99), ("TEA-002".to_owned(), 1)]));
+        for _ in 0..10 {
+            store.add_item("acme", "b1", "TEA-001", 99).await.unwrap();
+        }
+        assert_eq!(store.get("acme", "b1").await.unwrap().unwrap().items["TEA-001"], 999);
+    }
+
+    #[tokio::test]
+    async fn open_refuses_an_unknown_scheme() {
+        let error = BasketStore::open("mysql://root:hunter2@db/shop").await.unwrap_err();
+        assert!(matches!(error, sqlx::Error::Configuration(_)), "{error:?}");
+        assert!(!format!("{error} {error:?}").contains("hunter2"));
+    }
 }

@@ -813,6 +813,13 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
             }
             (gateway.build_app().await.context("building the gateway's registry")?, Some(gateway))
         }
+        // The demo's baskets live in the configured store, so every instance sharing it sees them.
+        (None, Some(AppName::Demo)) => {
+            let baskets = palisade_apps::demo::BasketStore::open(&settings.store)
+                .await
+                .context("opening the demo's basket table in the store")?;
+            (palisade_apps::demo::app_with_store(baskets, orders), None)
+        }
         (None, Some(app_name)) => (app_name.build_with_orders(orders), None),
         (None, None) => anyhow::bail!("no application to serve"),
     };
