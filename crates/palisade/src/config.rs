@@ -45,6 +45,8 @@ pub struct RawConfig {
     /// File holding the 32-byte server secret (64 hex characters). Default
     /// `<data_dir>/server-secret`, generated on first run.
     pub secret_file: Option<PathBuf>,
+    /// Redis or Valkey through which instances fan their server events out to each other.
+    pub events_redis: Option<String>,
     /// Limits.
     #[serde(default)]
     pub limits: RawLimits,
@@ -375,6 +377,8 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// Canonical resource URI.
     pub public_url: String,
+    /// The Redis or Valkey URL of the event fan-out between instances, when configured.
+    pub events_redis: Option<String>,
     /// Data directory.
     pub data_dir: PathBuf,
     /// Store URL.
@@ -968,6 +972,8 @@ options! {
         .env("PALISADE_STORE", set!(text store)).flag("store", set!(text store)).described("`sqlite:<data_dir>/palisade.db`");
     SECRET_FILE = opt("secret_file", Kind::Path, "File holding the 32-byte server secret (64 hex characters), generated on first run.")
         .env("PALISADE_SECRET_FILE", set!(path secret_file)).described("`<data_dir>/server-secret`");
+    EVENTS_REDIS = opt("events_redis", Kind::Text, "A Redis or Valkey URL (`redis://…`, `rediss://…`) through which instances sharing a store hand each other their server events (list changes, resource updates, task changes, revocations) for their listen streams, on a channel named by `public_url`. Unset: events reach only the instance that raised them.")
+        .env("PALISADE_EVENTS_REDIS", set!(text events_redis));
     LIMITS_MAX_BODY_BYTES = opt("limits.max_body_bytes", Kind::Integer, "Largest request body (HTTP) or line (stdio), in bytes (1024–67108864).")
         .env("PALISADE_MAX_BODY_BYTES", set!(usize limits.max_body_bytes)).flag("max-body-bytes", set!(usize limits.max_body_bytes)).default("1048576");
     LIMITS_REQUEST_TIMEOUT_SECS = opt("limits.request_timeout_secs", Kind::Integer, "Per-request timeout in seconds (1–600).")
@@ -1240,6 +1246,14 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         }
     };
     let public_url = raw.public_url.unwrap_or_else(|| format!("http://{listen}/mcp"));
+    let events_redis = match raw.events_redis {
+        None => None,
+        // The URL may carry a password: the error names the key, never the value.
+        Some(url) => match url::Url::parse(&url) {
+            Ok(parsed) if matches!(parsed.scheme(), "redis" | "rediss") && parsed.host_str().is_some() => Some(url),
+            _ => return Err(bad(EVENTS_REDIS.key, "must be a redis:// or rediss:// URL with a host")),
+        },
+    };
     let parsed = url::Url::parse(&public_url).map_err(|_| bad(PUBLIC_URL.key, "must be an absolute URL"))?;
     if parsed.fragment().is_some() || !matches!(parsed.scheme(), "http" | "https") {
         return Err(bad(PUBLIC_URL.key, "must be an http(s) URL without a fragment"));
@@ -1389,6 +1403,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         listen,
         metrics_listen,
         public_url,
+        events_redis,
         data_dir,
         store,
         secret_file,
@@ -1501,6 +1516,7 @@ mod tests {
             ("store = \"mysql://x\"", "store"),
             ("unknown_key = 1", "unknown_key"),
             ("public_url = \"http://x/mcp#frag\"", "public_url"),
+            ("events_redis = \"http://cache:6379\"", "events_redis"),
             ("[handles]\nretention_secs = 1", "handles.retention_secs"),
             (
                 "[handles.policies.basket]\nttl_secs = 0\nallowed_scopes = [\"a\"]\nmax_scopes = 1\npolicy_version = 1",

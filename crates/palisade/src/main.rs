@@ -8,6 +8,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod config;
+mod events_bridge;
 mod gateway_cli;
 mod killswitch_cli;
 mod telemetry;
@@ -852,6 +853,11 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let server = Arc::new(builder.build().context("assembling the server")?);
     if let Some(gateway) = &gateway {
         gateway.spawn(server.clone(), server.shutdown_token().clone());
+    }
+    if let Some(url) = &settings.events_redis {
+        events_bridge::start(server.events().clone(), url, &settings.public_url, server.shutdown_token().clone())
+            .await
+            .context("starting the event fan-out (events_redis)")?;
     }
     let session_purge = spawn_session_purge(sessions_store, once_store, &server);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.

@@ -1,12 +1,18 @@
 //! Server-side events that listen streams deliver or end on: list changes, resource updates,
 //! task changes, revocations and handle-policy changes.
 //!
-//! The bus is in-process today; fan-out across instances plugs in behind the same type.
+//! The bus is in-process; instances sharing a store fan their events out to each other through
+//! a bridge (the `palisade` binary's `events_redis`), which reads [`EventBus::subscribe_local`]
+//! (only what this instance raised, so nothing echoes back) and injects what other instances
+//! raised with [`EventBus::publish_remote`]. Every event is a hint: a listen stream re-reads and
+//! re-authorizes what it delivers for its own caller.
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 /// One server event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ServerEvent {
     /// The tool list changed.
     ToolsListChanged,
@@ -49,18 +55,33 @@ pub enum ServerEvent {
 #[derive(Clone)]
 pub struct EventBus {
     sender: broadcast::Sender<ServerEvent>,
+    /// What this instance raised, for a bridge to other instances.
+    local: broadcast::Sender<ServerEvent>,
 }
 
 impl EventBus {
     /// A bus whose subscribers may lag `capacity` events before they are cut off.
     pub fn new(capacity: usize) -> Self {
         let (sender, _) = broadcast::channel(capacity.max(1));
-        Self { sender }
+        let (local, _) = broadcast::channel(capacity.max(1));
+        Self { sender, local }
     }
 
-    /// Publishes an event (no-op when nobody listens).
+    /// Publishes an event raised on this instance (no-op when nobody listens).
     pub fn publish(&self, event: ServerEvent) {
+        let _ = self.local.send(event.clone());
         let _ = self.sender.send(event);
+    }
+
+    /// Publishes an event another instance raised (from a bridge): delivered to this instance's
+    /// streams, never handed back to a bridge.
+    pub fn publish_remote(&self, event: ServerEvent) {
+        let _ = self.sender.send(event);
+    }
+
+    /// The events raised on this instance from now on (for a bridge to other instances).
+    pub fn subscribe_local(&self) -> broadcast::Receiver<ServerEvent> {
+        self.local.subscribe()
     }
 
     /// Announces that the tool list changed.
@@ -90,5 +111,39 @@ impl EventBus {
 
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<ServerEvent> {
         self.sender.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remote_events_reach_streams_but_never_the_bridge() {
+        let bus = EventBus::new(8);
+        let mut streams = bus.subscribe();
+        let mut bridge = bus.subscribe_local();
+        bus.publish_remote(ServerEvent::PromptsListChanged);
+        bus.tools_list_changed();
+        assert_eq!(streams.try_recv().unwrap(), ServerEvent::PromptsListChanged);
+        assert_eq!(streams.try_recv().unwrap(), ServerEvent::ToolsListChanged);
+        assert_eq!(bridge.try_recv().unwrap(), ServerEvent::ToolsListChanged, "only what this instance raised");
+        assert!(bridge.try_recv().is_err());
+    }
+
+    #[test]
+    fn events_cross_the_wire_as_tagged_json() {
+        let events = [
+            ServerEvent::ResourceUpdated { uri: "test://r".into() },
+            ServerEvent::TaskChanged { digest: [7; 32] },
+            ServerEvent::PrincipalRevoked { issuer: "i".into(), subject: "s".into(), tenant: None },
+            ServerEvent::HandlePoliciesChanged,
+        ];
+        for event in events {
+            let text = serde_json::to_string(&event).unwrap();
+            assert_eq!(serde_json::from_str::<ServerEvent>(&text).unwrap(), event, "{text}");
+        }
+        assert_eq!(serde_json::to_string(&ServerEvent::ToolsListChanged).unwrap(), r#"{"kind":"tools_list_changed"}"#);
+        assert!(serde_json::from_str::<ServerEvent>(r#"{"kind":"nothing"}"#).is_err());
     }
 }

@@ -6,6 +6,7 @@
 mod audit_log;
 mod auth;
 mod dev_authorization;
+mod events_bridge;
 mod gateway_boundary;
 mod gateway_pins;
 mod gateway_stdio;

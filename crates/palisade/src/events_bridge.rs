@@ -1,0 +1,216 @@
+//! Fans server events out between instances through Redis or Valkey pub/sub (`events_redis`):
+//! what this instance raises ([`EventBus::subscribe_local`]) is published on the deployment's
+//! channel, and what other instances publish there is handed to this instance's listen streams
+//! ([`EventBus::publish_remote`]), where each stream re-reads and re-authorizes what it delivers
+//! for its own caller, as for a local event.
+//!
+//! Pub/sub, not a log: an event is a hint that something changed, so one missed while a
+//! connection is down costs a client a refresh, never authority (the state itself is in the
+//! shared store). The channel is named by a digest of the deployment's `public_url`, which every
+//! instance of one deployment shares, so two deployments on one Redis never hear each other.
+//! Messages are bounded and parsed strictly; one that is not a well-formed event is dropped.
+
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use palisade_server::events::{EventBus, ServerEvent};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+/// The largest message accepted from the channel.
+const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// Longest wait between two reconnection attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// One message on the channel.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Message {
+    /// The publishing instance (random per process): an instance ignores its own messages.
+    origin: String,
+    event: ServerEvent,
+}
+
+/// The bridge's channel for the deployment whose canonical URL is `public_url`.
+fn channel(public_url: &str) -> String {
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, public_url.as_bytes());
+    let hex: String = digest.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("palisade:events:{hex}")
+}
+
+/// Connects (a failure here refuses the start: the operator asked for the bridge) and runs the
+/// bridge until `shutdown`.
+pub async fn start(bus: EventBus, url: &str, public_url: &str, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let client = redis::Client::open(url).map_err(|_| anyhow::anyhow!("events_redis is not a valid Redis URL"))?;
+    let mut origin = [0u8; 16];
+    aws_lc_rs::rand::fill(&mut origin).map_err(|_| anyhow::anyhow!("no randomness for the instance id"))?;
+    let origin: String = origin.iter().map(|b| format!("{b:02x}")).collect();
+    let channel = channel(public_url);
+    let publisher = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|error| anyhow::anyhow!("events_redis: cannot connect: {}", error.kind_text()))?;
+    let mut subscriber = client
+        .get_async_pubsub()
+        .await
+        .map_err(|error| anyhow::anyhow!("events_redis: cannot connect: {}", error.kind_text()))?;
+    subscriber
+        .subscribe(&channel)
+        .await
+        .map_err(|error| anyhow::anyhow!("events_redis: cannot subscribe: {}", error.kind_text()))?;
+    tracing::info!(channel = %channel, "server events fan out through Redis");
+    tokio::spawn(publish_loop(
+        bus.clone(),
+        client.clone(),
+        publisher,
+        channel.clone(),
+        origin.clone(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(subscribe_loop(bus, client, subscriber, channel, origin, shutdown));
+    Ok(())
+}
+
+/// The kind of a Redis error, without its detail (which may quote a URL with a password).
+trait KindText {
+    fn kind_text(&self) -> String;
+}
+
+impl KindText for redis::RedisError {
+    fn kind_text(&self) -> String {
+        format!("{:?}", self.kind())
+    }
+}
+
+async fn publish_loop(
+    bus: EventBus,
+    client: redis::Client,
+    mut connection: redis::aio::MultiplexedConnection,
+    channel: String,
+    origin: String,
+    shutdown: CancellationToken,
+) {
+    let mut events = bus.subscribe_local();
+    loop {
+        let event = tokio::select! {
+            () = shutdown.cancelled() => return,
+            event = events.recv() => event,
+        };
+        let event = match event {
+            Ok(event) => event,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                tracing::warn!(
+                    missed,
+                    "server events raised faster than they could be published: some did not reach other instances"
+                );
+                continue;
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        let Ok(payload) = serde_json::to_string(&Message { origin: origin.clone(), event }) else { continue };
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let sent: redis::RedisResult<i64> =
+                redis::cmd("PUBLISH").arg(&channel).arg(&payload).query_async(&mut connection).await;
+            match sent {
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::warn!(error = %error.kind_text(), "publishing a server event failed; reconnecting");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    if let Ok(fresh) = client.get_multiplexed_async_connection().await {
+                        connection = fresh;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn subscribe_loop(
+    bus: EventBus,
+    client: redis::Client,
+    mut subscriber: redis::aio::PubSub,
+    channel: String,
+    origin: String,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        {
+            let mut messages = subscriber.on_message();
+            loop {
+                let message = tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    message = messages.next() => message,
+                };
+                let Some(message) = message else { break };
+                backoff = Duration::from_millis(200);
+                if let Some(event) = parse(message.get_payload_bytes(), &origin) {
+                    bus.publish_remote(event);
+                }
+            }
+        }
+        tracing::warn!(
+            "the server event subscription was lost; reconnecting (events of other instances are missed meanwhile)"
+        );
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+            let Ok(mut fresh) = client.get_async_pubsub().await else { continue };
+            if fresh.subscribe(&channel).await.is_ok() {
+                subscriber = fresh;
+                tracing::info!("the server event subscription is back");
+                break;
+            }
+        }
+    }
+}
+
+/// The event of a channel message from another instance; `None` for one of this instance's,
+/// an oversized one, or one that is not a well-formed event.
+fn parse(payload: &[u8], own_origin: &str) -> Option<ServerEvent> {
+    if payload.len() > MAX_MESSAGE_BYTES {
+        tracing::debug!(bytes = payload.len(), "an oversized message on the event channel was dropped");
+        return None;
+    }
+    let Ok(message) = serde_json::from_slice::<Message>(payload) else {
+        tracing::debug!("a message on the event channel that is not a server event was dropped");
+        return None;
+    };
+    (message.origin != own_origin).then_some(message.event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_well_formed_events_of_other_instances_are_taken() {
+        let own = "aa".repeat(16);
+        let other = Message { origin: "bb".repeat(16), event: ServerEvent::PromptsListChanged };
+        let text = serde_json::to_vec(&other).unwrap();
+        assert_eq!(parse(&text, &own), Some(ServerEvent::PromptsListChanged));
+        let mine = serde_json::to_vec(&Message { origin: own.clone(), event: ServerEvent::ToolsListChanged }).unwrap();
+        assert_eq!(parse(&mine, &own), None, "an instance's own event is already delivered locally");
+        assert_eq!(parse(b"not json", &own), None);
+        assert_eq!(parse(br#"{"origin":"x","event":{"kind":"unknown"}}"#, &own), None);
+        assert_eq!(parse(br#"{"origin":"x","event":{"kind":"tools_list_changed"},"extra":1}"#, &own), None);
+        let huge = format!(r#"{{"origin":"x","event":{{"kind":"resource_updated","uri":"{}"}}}}"#, "u".repeat(70_000));
+        assert_eq!(parse(huge.as_bytes(), &own), None);
+    }
+
+    #[test]
+    fn each_deployment_has_its_own_channel() {
+        let a = channel("https://a.example.com/mcp");
+        assert_eq!(a, channel("https://a.example.com/mcp"));
+        assert_ne!(a, channel("https://b.example.com/mcp"));
+        assert!(a.starts_with("palisade:events:") && a.len() == "palisade:events:".len() + 32);
+    }
+}
