@@ -405,15 +405,26 @@ impl Target {
                     exchange.headers = response_headers;
                     let content_type = exchange.header("content-type").unwrap_or_default().to_ascii_lowercase();
                     exchange.frames = parse_body(&content_type, &body);
-                    transcript.push_str(&format!("< HTTP {status}\n"));
-                    for (name, value) in &exchange.headers {
-                        transcript.push_str(&format!("< {name}: {}\n", self.shown(name, value)));
-                    }
-                    transcript.push_str(&format!("< {}\n", self.excerpt(&body)));
+                    self.write_answer(&mut transcript, &exchange, &body);
                 }
                 None => exchange.failure = Some("the answer is not HTTP/1.1".into()),
             },
         }
+        self.finish(exchange, transcript)
+    }
+
+    /// Appends an answer's status, headers and body excerpt to `transcript`.
+    fn write_answer(&self, transcript: &mut String, exchange: &Exchange, body: &[u8]) {
+        transcript.push_str(&format!("< HTTP {}\n", exchange.status.unwrap_or_default()));
+        for (name, value) in &exchange.headers {
+            transcript.push_str(&format!("< {name}: {}\n", self.shown(name, value)));
+        }
+        transcript.push_str(&format!("< {}\n", self.excerpt(body)));
+    }
+
+    /// The exchange with its failure noted, its transcript redacted and its refusal shape
+    /// checked against the operator's map.
+    fn finish(&self, mut exchange: Exchange, mut transcript: String) -> Exchange {
         if let Some(failure) = &exchange.failure {
             transcript.push_str(&format!("< ({failure})\n"));
         }
@@ -529,18 +540,11 @@ impl Target {
                     }
                 }
                 exchange.frames = parse_body(&content_type, &bytes);
-                transcript.push_str(&format!("< HTTP {}\n", exchange.status.unwrap_or_default()));
-                for (name, value) in &exchange.headers {
-                    transcript.push_str(&format!("< {name}: {}\n", self.shown(name, value)));
-                }
-                transcript.push_str(&format!("< {}\n< ({ended})\n", self.excerpt(&bytes)));
+                self.write_answer(&mut transcript, &exchange, &bytes);
+                transcript.push_str(&format!("< ({ended})\n"));
             }
         }
-        if let Some(failure) = &exchange.failure {
-            transcript.push_str(&format!("< ({failure})\n"));
-        }
-        exchange.transcript = self.redactor.redact(&transcript);
-        self.mapped(exchange)
+        self.finish(exchange, transcript)
     }
 
     /// The HTTP request of `probe` and the start of its transcript (`note` after the request
@@ -594,18 +598,10 @@ impl Target {
                 exchange.failure = failure;
                 let content_type = exchange.header("content-type").unwrap_or_default().to_ascii_lowercase();
                 exchange.frames = parse_body(&content_type, &bytes);
-                transcript.push_str(&format!("< HTTP {}\n", exchange.status.unwrap_or_default()));
-                for (name, value) in &exchange.headers {
-                    transcript.push_str(&format!("< {name}: {}\n", self.shown(name, value)));
-                }
-                transcript.push_str(&format!("< {}\n", self.excerpt(&bytes)));
+                self.write_answer(&mut transcript, &exchange, &bytes);
             }
         }
-        if let Some(failure) = &exchange.failure {
-            transcript.push_str(&format!("< ({failure})\n"));
-        }
-        exchange.transcript = self.redactor.redact(&transcript);
-        self.mapped(exchange)
+        self.finish(exchange, transcript)
     }
 }
 

@@ -646,6 +646,14 @@ fn other_tenant(ctx: &Context) -> Option<usize> {
     find_identity(ctx, |first, other| differs(first.tenant.as_ref(), other.tenant.as_ref()))
 }
 
+/// Why a case that needs any other caller is not testable.
+const NO_OTHER_CALLER: &str = "no identity of another subject or tenant (the identity files' `subject`, `tenant`)";
+
+/// An identity of another subject, else of another tenant.
+fn other_caller(ctx: &Context) -> Option<usize> {
+    other_subject(ctx).or_else(|| other_tenant(ctx))
+}
+
 /// Which tools a role case uses.
 #[derive(Debug, Clone, Copy)]
 enum Role {
@@ -938,11 +946,8 @@ async fn other_position(ctx: &Context, check: Check) -> Outcome {
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let Some(other) = other_subject(ctx).or_else(|| other_tenant(ctx)) else {
-        return not_testable(
-            &check,
-            "no identity of another subject or tenant (the identity files' `subject`, `tenant`)",
-        );
+    let Some(other) = other_caller(ctx) else {
+        return not_testable(&check, NO_OTHER_CALLER);
     };
     let (surface, mine) = ready!(setup(ctx, &check).await);
     let Some((tool, position)) = surface.two_handles.first().cloned() else {
@@ -1089,11 +1094,8 @@ async fn no_echo(ctx: &Context, check: Check) -> Outcome {
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let Some(other) = other_subject(ctx).or_else(|| other_tenant(ctx)) else {
-        return not_testable(
-            &check,
-            "no identity of another subject or tenant (the identity files' `subject`, `tenant`)",
-        );
+    let Some(other) = other_caller(ctx) else {
+        return not_testable(&check, NO_OTHER_CALLER);
     };
     let (surface, minted) = ready!(setup(ctx, &check).await);
     let Some(tool) = surface.read.first().cloned() else {
@@ -1256,11 +1258,8 @@ async fn revoke_other(ctx: &Context, check: Check) -> Outcome {
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let Some(other) = other_subject(ctx).or_else(|| other_tenant(ctx)) else {
-        return not_testable(
-            &check,
-            "no identity of another subject or tenant (the identity files' `subject`, `tenant`)",
-        );
+    let Some(other) = other_caller(ctx) else {
+        return not_testable(&check, NO_OTHER_CALLER);
     };
     let (surface, minted) = ready!(setup(ctx, &check).await);
     let Some(step) = surface.revoke.clone() else {
