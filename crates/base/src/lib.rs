@@ -1,5 +1,6 @@
 //! Palisade's leaf utilities, shared by every other crate: the one clock ([`clock`]), RFC 3339
-//! timestamps ([`time`]), lower-case hex ([`hex`]) and RFC 8785 canonical JSON ([`canonical`]).
+//! timestamps ([`time`]), lower-case hex ([`hex`]), RFC 8785 canonical JSON ([`canonical`]) and the
+//! RFC 9162 Merkle tree shape ([`merkle`]).
 //!
 //! **Architecture Invariant:** this crate knows no HTTP, no MCP and no storage; it depends on
 //! nothing of the workspace. `std::time::SystemTime::now` is read in [`clock::SystemClock`] only
@@ -8,4 +9,5 @@
 pub mod canonical;
 pub mod clock;
 pub mod hex;
+pub mod merkle;
 pub mod time;

@@ -149,25 +149,9 @@ pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
     sha256(&[&[1_u8], left, right])
 }
 
-/// The largest power of two strictly below `n` (n ≥ 2).
-fn split(n: usize) -> usize {
-    let mut k = 1;
-    while k << 1 < n {
-        k <<= 1;
-    }
-    k
-}
-
 /// RFC 9162 MTH over leaf hashes (`None` for an empty list: a batch is never empty).
 pub fn tree_root(leaves: &[Hash]) -> Option<Hash> {
-    match leaves {
-        [] => None,
-        [leaf] => Some(*leaf),
-        _ => {
-            let k = split(leaves.len());
-            Some(node_hash(&tree_root(&leaves[..k])?, &tree_root(&leaves[k..])?))
-        }
-    }
+    palisade_base::merkle::tree_root(leaves, &node_hash)
 }
 
 /// RFC 9162 §2.1.3.1 PATH(index, leaves): the inclusion path, leaf level first.
@@ -181,7 +165,7 @@ fn collect_path(leaves: &[Hash], index: usize, path: &mut Vec<Hash>) {
     if leaves.len() <= 1 || index >= leaves.len() {
         return;
     }
-    let k = split(leaves.len());
+    let k = palisade_base::merkle::split(leaves.len());
     if index < k {
         collect_path(&leaves[..k], index, path);
         path.extend(tree_root(&leaves[k..]));
@@ -203,7 +187,7 @@ fn fill_paths(leaves: &[Hash], offset: usize, paths: &mut [Vec<Hash>]) -> Option
         [] => None,
         [leaf] => Some(*leaf),
         _ => {
-            let k = split(leaves.len());
+            let k = palisade_base::merkle::split(leaves.len());
             let left = fill_paths(&leaves[..k], offset, paths)?;
             let right = fill_paths(&leaves[k..], offset + k, paths)?;
             for path in paths.get_mut(offset..offset + k).into_iter().flatten() {

@@ -89,6 +89,12 @@ pub struct RawAudit {
     /// How often the HTTP transport's aggregated refusals are written to the audit log, in
     /// seconds. Default 10.
     pub transport_refusal_interval_secs: Option<u64>,
+    /// The instance's local audit segment directory. Default `<data_dir>/audit-segment`.
+    pub segment_dir: Option<PathBuf>,
+    /// `process` (default) or `power`.
+    pub durability: Option<String>,
+    /// How often a checkpoint is signed (when anything changed), in seconds. Default 1.
+    pub checkpoint_interval_secs: Option<u64>,
 }
 
 /// `[telemetry]`. Collector credentials are never read from the file: see
@@ -405,6 +411,12 @@ pub struct Settings {
     pub max_listen_filter_entries: usize,
     /// Interval of the aggregated transport refusal records.
     pub transport_refusal_interval_secs: u64,
+    /// The local audit segment directory.
+    pub audit_segment_dir: PathBuf,
+    /// Whether an audit append waits for `fdatasync`.
+    pub audit_durability: palisade_store::segment::Durability,
+    /// Interval of the checkpoint signer.
+    pub audit_checkpoint_interval_secs: u64,
     /// Extra hosts.
     pub allowed_hosts: Vec<String>,
     /// Extra origins.
@@ -1078,6 +1090,12 @@ options! {
         .env("PALISADE_TELEMETRY_CONTINUE_INCOMING_TRACES", set!(bool telemetry.continue_incoming_traces)).default("true");
     AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS = opt("audit.transport_refusal_interval_secs", Kind::Integer, "How often refusals made before the pipeline (transport limits, Host/Origin) are written to the audit log, aggregated, in seconds (1–3600).")
         .env("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS", set!(u64 audit.transport_refusal_interval_secs)).default("10");
+    AUDIT_SEGMENT_DIR = opt("audit.segment_dir", Kind::Path, "This instance's local audit segment: the request path writes its own audit chain here before a handler runs, and a shipper moves the records into the store in batches. One per instance (never shared); unshipped records are shipped at the next start.")
+        .env("PALISADE_AUDIT_SEGMENT_DIR", set!(path audit.segment_dir)).described("`<data_dir>/audit-segment`");
+    AUDIT_DURABILITY = opt("audit.durability", Kind::Text, "When an audit record counts as written: `process` (written to the segment file: survives the process being killed) or `power` (also `fdatasync`ed, group-committed: survives a power loss).")
+        .env("PALISADE_AUDIT_DURABILITY", set!(text audit.durability)).default("process");
+    AUDIT_CHECKPOINT_INTERVAL_SECS = opt("audit.checkpoint_interval_secs", Kind::Integer, "How often one instance signs a checkpoint over every audit chain's head, when any changed, in seconds (1–3600): records newer than the last checkpoint are the window in which a deleted tail goes unnoticed.")
+        .env("PALISADE_AUDIT_CHECKPOINT_INTERVAL_SECS", set!(u64 audit.checkpoint_interval_secs)).default("1");
 }
 
 /// Applies the `PALISADE_*` environment variables of [`OPTIONS`] over the file, in their order.
@@ -1195,7 +1213,12 @@ impl Settings {
     /// visible system directory is masked).
     pub fn protect_from_stdio_upstreams(&mut self, config_file: Option<&std::path::Path>) {
         let Some(gateway) = self.gateway.as_mut() else { return };
-        let mut paths = vec![self.data_dir.clone(), self.secret_file.clone(), self.handle_subject_key_file.clone()];
+        let mut paths = vec![
+            self.data_dir.clone(),
+            self.secret_file.clone(),
+            self.handle_subject_key_file.clone(),
+            self.audit_segment_dir.clone(),
+        ];
         paths.extend(config_file.map(std::path::Path::to_path_buf));
         if let KillSwitchMode::Authority(authority) = &self.killswitch.mode {
             paths.extend([authority.client_key.clone(), authority.target_key_file.clone()]);
@@ -1299,6 +1322,15 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         bounded(raw.limits.max_listen_filter_entries, 100, LIMITS_MAX_LISTEN_FILTER_ENTRIES.key, 10_000)?;
     let transport_refusal_interval_secs =
         seconds(raw.audit.transport_refusal_interval_secs, 10, AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS.key, 3600)?;
+    let audit_checkpoint_interval_secs =
+        seconds(raw.audit.checkpoint_interval_secs, 1, AUDIT_CHECKPOINT_INTERVAL_SECS.key, 3600)?;
+    let audit_durability = match raw.audit.durability.as_deref().unwrap_or("process") {
+        "process" => palisade_store::segment::Durability::Process,
+        "power" => palisade_store::segment::Durability::Power,
+        other => {
+            return Err(bad(AUDIT_DURABILITY.key, format!("unknown durability `{other}`; expected process or power")));
+        }
+    };
     let default_mode = if matches!(app, AppChoice::Demo | AppChoice::Gateway) { "bearer" } else { "none" };
     let auth_mode = match raw.auth.mode.as_deref().unwrap_or(default_mode) {
         "bearer" => AuthMode::Bearer,
@@ -1376,6 +1408,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         return Err(bad(LISTEN.key, "an unauthenticated server may listen on loopback addresses only"));
     }
     let handle_subject_key_file = raw.handles.subject_key_file.unwrap_or_else(|| data_dir.join("handle-subject-key"));
+    let audit_segment_dir = raw.audit.segment_dir.unwrap_or_else(|| data_dir.join("audit-segment"));
     let retention_secs = raw.handles.retention_secs.unwrap_or(86_400);
     if !(60..=365 * 86_400).contains(&retention_secs) {
         return Err(bad(HANDLES_RETENTION_SECS.key, "must be between 60 and 31536000"));
@@ -1417,6 +1450,9 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         max_streams_per_principal,
         max_listen_filter_entries,
         transport_refusal_interval_secs,
+        audit_segment_dir,
+        audit_durability,
+        audit_checkpoint_interval_secs,
         allowed_hosts: raw.http.allowed_hosts,
         allowed_origins: raw.http.allowed_origins,
         auth_mode,
@@ -1496,6 +1532,8 @@ mod tests {
             ("[limits]\nmax_listen_filter_entries = 100000", "limits.max_listen_filter_entries"),
             ("[audit]\ntransport_refusal_interval_secs = 0", "audit.transport_refusal_interval_secs"),
             ("[audit]\ntransport_refusal_interval_secs = 86400", "audit.transport_refusal_interval_secs"),
+            ("[audit]\ncheckpoint_interval_secs = 0", "audit.checkpoint_interval_secs"),
+            ("[audit]\ndurability = \"always\"", "audit.durability"),
             ("[audit]\nretention = 1", "retention"),
             ("[auth]\nleeway_secs = 3600", "auth.leeway_secs"),
             ("[auth]\nmode = \"magic\"", "auth.mode"),

@@ -447,12 +447,47 @@ fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
 async fn audit_verify(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let settings = settings(config, None)?;
     prepare_sqlite_dir(&settings)?;
+    // The checkpoint key is derived from the deployment's server secret; verifying never creates
+    // one (a new secret would only make every checkpoint look forged).
+    let text = std::fs::read_to_string(&settings.secret_file).with_context(|| {
+        format!(
+            "reading the server secret {} (checkpoints are verified with the key derived from it)",
+            settings.secret_file.display()
+        )
+    })?;
+    let secret = ServerSecret::from_bytes(parse_key_hex(&text).ok_or_else(|| {
+        anyhow::anyhow!("{}: the server secret must be 64 hex characters (32 bytes)", settings.secret_file.display())
+    })?);
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-    let report = store.verify_chain().await.context("reading the audit log")?;
+    let key = secret.audit_checkpoint_key().verifying();
+    let report = palisade_store::verify_log(store.as_ref(), &key).await.context("reading the audit log")?;
+    let chains = &report.chains;
+    let checkpoints = match &report.last {
+        Some(last) => format!(
+            "{} checkpoints, the last #{} signed {} covering {} records (body SHA-256 {})",
+            report.checkpoints,
+            last.seq,
+            palisade_base::time::format_rfc3339_ms(i64::try_from(last.at_ms).unwrap_or(i64::MAX)),
+            last.records,
+            last.hash
+        ),
+        None => "no checkpoint yet".to_owned(),
+    };
     #[allow(clippy::print_stdout)]
-    match &report.first_break {
-        None => println!("audit log intact: {} records", report.records),
-        Some(broken) => println!("audit log BROKEN: {broken:?} ({} records read)", report.records),
+    {
+        if let Some(broken) = &report.checkpoint_break {
+            println!("audit checkpoints BROKEN at checkpoint #{}: {}", broken.seq, broken.reason);
+        }
+        match &chains.first_break {
+            Some(broken) => println!("audit log BROKEN: {broken} ({} records read)", chains.records),
+            None if report.is_intact() => {
+                println!("audit log intact: {} records in {} chains; {checkpoints}", chains.records, chains.chains)
+            }
+            None => println!(
+                "audit chains walk clean: {} records in {} chains; {checkpoints}",
+                chains.records, chains.chains
+            ),
+        }
     }
     Ok(if report.is_intact() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -788,6 +823,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let secret = ServerSecret::from_bytes(load_or_create_key(&settings.secret_file, "the server secret")?);
     let subject_key = subject_key_bytes(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let (audit_writer, checkpointer) = start_audit(&settings, &store, &secret).await?;
     // The gateway lists its upstreams (and pins what they list) before the kill switch starts:
     // the registry the switch must cover is what the gateway serves.
     let gateway = match &settings.gateway {
@@ -845,6 +881,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         .sessions(sessions_store.clone())
         .once_store(once_store.clone())
         .audit(store)
+        .audit_writer(audit_writer)
         .handles(handles.clone())
         .tasks(tasks.clone());
     if let Some(runtime) = &kill_switch {
@@ -877,6 +914,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
             .await
             .context("stdio transport")?;
         server.flush_audit().await;
+        checkpointer.shutdown().await;
         return Ok(ExitCode::SUCCESS);
     }
     let listener = palisade_server::http::bind(&server, settings.listen).await?;
@@ -903,7 +941,30 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     maintenance.abort();
     session_purge.abort();
     server.flush_audit().await;
+    checkpointer.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The request path's audit writer on this instance's segment (recovering and shipping what an
+/// earlier run left), and the checkpoint signer, which takes its turn under the writer's chain id.
+async fn start_audit(
+    settings: &Settings,
+    store: &Arc<dyn palisade_store::Store>,
+    secret: &ServerSecret,
+) -> anyhow::Result<(Arc<palisade_store::AuditWriter>, palisade_store::Checkpointer)> {
+    let mut segment = palisade_store::segment::SegmentConfig::new(&settings.audit_segment_dir);
+    segment.durability = settings.audit_durability;
+    let writer = palisade_store::AuditWriter::with_segment(store.clone(), segment, Default::default())
+        .await
+        .with_context(|| format!("opening the audit segment {}", settings.audit_segment_dir.display()))?;
+    let holder = writer.chain().unwrap_or_default().to_owned();
+    let checkpointer = palisade_store::Checkpointer::spawn(
+        store.clone(),
+        secret.audit_checkpoint_key(),
+        holder,
+        std::time::Duration::from_secs(settings.audit_checkpoint_interval_secs),
+    );
+    Ok((Arc::new(writer), checkpointer))
 }
 
 /// Deletes dead 2025-era sessions and expired single-use records every five minutes, in bounded

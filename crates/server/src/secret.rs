@@ -33,6 +33,17 @@ impl ServerSecret {
         secret
     }
 
+    /// The deployment's audit checkpoint key: an Ed25519 key whose seed is
+    /// HMAC(HMAC(secret, "palisade/audit-checkpoint/v1"), "ed25519 seed"). Every instance of the
+    /// deployment derives the same key (they share the secret), so whichever holds the signer
+    /// lease signs, and `palisade audit verify` checks with the same derivation.
+    pub fn audit_checkpoint_key(&self) -> palisade_store::CheckpointKey {
+        let seed = hmac::sign(&self.derive("palisade/audit-checkpoint/v1"), b"ed25519 seed");
+        let mut bytes = Zeroizing::new([0u8; 32]);
+        bytes.copy_from_slice(seed.as_ref());
+        palisade_store::CheckpointKey::from_seed(*bytes)
+    }
+
     /// An HMAC-SHA256 key for one purpose, derived as HMAC(secret, label).
     pub fn derive(&self, label: &str) -> hmac::Key {
         let root = hmac::Key::new(hmac::HMAC_SHA256, &self.0);

@@ -96,6 +96,9 @@ pub enum BuildError {
         /// Which part.
         part: &'static str,
     },
+    /// An audit writer without the audit store it ships into (readiness is the store's).
+    #[error("an audit writer was given without its audit store (ServerBuilder::audit)")]
+    AuditWriterWithoutStore,
     /// A published snapshot's handle types do not fit the operator's handle policies.
     #[error("handle types: {0}")]
     HandlePolicy(String),
@@ -112,6 +115,7 @@ pub struct ServerBuilder {
     secret: ServerSecret,
     clock: Option<Arc<dyn Clock>>,
     audit: Option<Arc<dyn AuditStore>>,
+    audit_writer: Option<Arc<AuditWriter>>,
     once: Option<Arc<dyn OnceStore>>,
     handles: Option<Arc<HandleService>>,
     tasks: Option<Arc<TaskService>>,
@@ -134,6 +138,7 @@ impl Server {
             secret,
             clock: None,
             audit: None,
+            audit_writer: None,
             once: None,
             handles: None,
             tasks: None,
@@ -144,10 +149,19 @@ impl Server {
 }
 
 impl ServerBuilder {
-    /// Records every decision in `store`'s hash-chained audit log (group commit); the store's
+    /// Records every decision in `store`'s hash-chained audit log (group commit on a chain of
+    /// this server's, unless [`audit_writer`](Self::audit_writer) gives the writer); the store's
     /// health is also what `/readyz` reports. Task workers record theirs there too.
     pub fn audit(mut self, store: Arc<dyn AuditStore>) -> Self {
         self.audit = Some(store);
+        self
+    }
+
+    /// The writer every decision goes through, e.g. one on this instance's local segment
+    /// ([`AuditWriter::with_segment`]) shipping into the [`audit`](Self::audit) store. Needs
+    /// `audit` too.
+    pub fn audit_writer(mut self, writer: Arc<AuditWriter>) -> Self {
+        self.audit_writer = Some(writer);
         self
     }
 
@@ -207,6 +221,7 @@ impl ServerBuilder {
             secret,
             clock,
             audit,
+            audit_writer,
             once,
             handles,
             tasks,
@@ -247,8 +262,12 @@ impl ServerBuilder {
             Some((switch, release)) => Some(KillSwitchStage::new(switch, release, &app)?),
             None => None,
         };
-        let writer =
-            audit.as_ref().map(|store| Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default())));
+        if audit_writer.is_some() && audit.is_none() {
+            return Err(BuildError::AuditWriterWithoutStore);
+        }
+        let writer = audit_writer.or_else(|| {
+            audit.as_ref().map(|store| Arc::new(AuditWriter::new(store.clone(), AuditWriterConfig::default())))
+        });
         let recorder = Arc::new(Recorder {
             writer: writer.clone(),
             digester: PrincipalDigester::new(secret.derive("palisade/audit-digest/v1")),

@@ -90,6 +90,11 @@ impl StoreError {
         StoreError::Unavailable { during, source: None }
     }
 
+    /// `Unavailable` caused by a file-system error (the audit segment).
+    pub(crate) fn from_io(during: &'static str, error: std::io::Error) -> Self {
+        StoreError::Unavailable { during, source: Some(Arc::new(error)) }
+    }
+
     /// `Corrupt` without an underlying driver error.
     pub(crate) fn corrupt(what: impl Into<String>) -> Self {
         StoreError::Corrupt { what: what.into(), source: None }

@@ -1,15 +1,18 @@
-//! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]) and explicit
+//! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]: one chain per
+//! writer, signed [checkpoints](checkpoint) over every chain's head) and explicit
 //! application handles ([`HandleStore`]), durable tasks ([`TaskStore`]), 2025-era session state
 //! ([`SessionStore`]), single-use records ([`OnceStore`]) and a gateway's pins of upstream
 //! definitions with their review decisions ([`PinStore`]) on SQLite and PostgreSQL, group commit
-//! in front of the log ([`AuditWriter`]), and [`open_store`] choosing a backend from a URL
-//! ([`Store`] is every trait at once).
+//! the request path's writer in front of the log ([`AuditWriter`]: an instance's local
+//! [segment](segment) file and its shipper, or group commit), and [`open_store`] choosing a
+//! backend from a URL ([`Store`] is every trait at once).
 //!
-//! **Architecture Invariant:** the audit log is one chain. Record `seq` stores
-//! `hash = SHA-256(prev_hash || canonical JSON of the record)`; appenders in any number of tasks,
-//! processes or instances serialize on the chain head (`BEGIN IMMEDIATE` on SQLite, a locked head
-//! row on PostgreSQL), so the chain never forks and verification finds edits, deletions and
-//! reorderings.
+//! **Architecture Invariant:** every audit chain has exactly one writer. Record `seq` of a chain
+//! stores `hash = SHA-256(prev_hash || canonical JSON of the record)`; the writer links its own
+//! records and the store checks each shipped batch (linked, continuing the stored head), so
+//! writers in any number of processes or instances share no row, lock or sequence, no chain forks,
+//! and verification finds edits, deletions and reorderings — and, against the signed
+//! checkpoints, truncation and chains that disappeared.
 //!
 //! **API Boundary:** nothing outside this crate sees SQL or sqlx; errors are [`StoreError`] with
 //! fixed texts (never SQL, never a connection string). Any error from an append means nothing of
@@ -28,7 +31,9 @@ macro_rules! audit_columns {
     };
 }
 
+mod audit_sql;
 mod chain;
+pub mod checkpoint;
 #[doc(hidden)]
 pub mod conformance;
 mod error;
@@ -37,6 +42,7 @@ mod once;
 mod pins;
 mod postgres;
 mod record;
+pub mod segment;
 mod sessions;
 mod sqlite;
 mod sqlite_sync;
@@ -44,7 +50,11 @@ mod store;
 mod tasks;
 mod writer;
 
-pub use chain::{ChainBreak, ChainBreakKind, ChainReport};
+pub use chain::{
+    ChainBreak, ChainBreakKind, ChainHead, ChainReport, CheckpointedHeads, LEGACY_CHAIN, is_chain_id, link,
+    new_chain_id,
+};
+pub use checkpoint::{CheckpointKey, Checkpointer, LogReport, StoredCheckpoint, verify_log};
 pub use error::{ErrorSource, StoreError};
 pub use handles::{
     HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_FIELD_BYTES, MAX_HANDLE_LIST, MAX_HANDLE_SCOPES,
@@ -65,7 +75,7 @@ pub use sessions::{
 pub use sqlite::SqliteStore;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture};
 pub use tasks::{MAX_TASK_HISTORY, TaskRow, TaskStatus, TaskStore};
-pub use writer::{AuditWriter, AuditWriterConfig, BlockingAppend};
+pub use writer::{AuditWriter, AuditWriterConfig};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.

@@ -1,9 +1,7 @@
-//! `PostgresStore`: the shared audit backend for N stateless instances. Appends lock the one
-//! chain-head row (`SELECT … FOR UPDATE`), so appenders on every instance serialize on it and the
-//! chain never forks; a batch goes in as one `INSERT … SELECT FROM UNNEST(…)`.
+//! `PostgresStore`: the shared backend for N stateless instances. Each instance ships its own
+//! audit chain (rows keyed by chain and seq, a head row per chain), so no two instances write the
+//! same audit row or wait on each other's locks.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -11,17 +9,17 @@ use std::time::Duration;
 use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
-use crate::chain::{self, AuditRow, Head, decode_row};
+use crate::audit_sql::OwnChain;
 use crate::handles::{Bind, SummaryRow, decode_summary, revoke_statement, sql};
 use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
-use crate::store::{MAX_RECENT, StoreFuture};
+use crate::store::StoreFuture;
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, AuditStore, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, LiveSession,
-    MAX_HANDLE_LIST, MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner,
-    SessionStore, StoreError, StoredAuditRecord,
+    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, LiveSession, MAX_HANDLE_LIST,
+    MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner, SessionStore,
+    StoreError, StoredAuditRecord,
 };
 
 /// A `$n` statement as it is (PostgreSQL's own placeholders).
@@ -32,21 +30,6 @@ macro_rules! pg_sql {
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
-
-const SELECT_HEAD: &str = "SELECT last_seq, last_hash FROM audit_chain_head WHERE id = 1";
-const LOCK_HEAD: &str = "SELECT last_seq, last_hash FROM audit_chain_head WHERE id = 1 FOR UPDATE";
-const INSERT_RECORDS: &str = concat!(
-    "INSERT INTO audit_log (",
-    audit_columns!(),
-    ") SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
-     $8::text[], $9::text[], $10::text[], $11::text[], $12::int8[], $13::text[], $14::bytea[], $15::bytea[])"
-);
-const UPDATE_HEAD: &str = "UPDATE audit_chain_head SET last_seq = $1, last_hash = $2 WHERE id = 1";
-const SELECT_PAGE: &str =
-    concat!("SELECT ", audit_columns!(), " FROM audit_log WHERE seq > $1 AND seq <= $2 ORDER BY seq LIMIT $3");
-const SELECT_RECENT: &str = concat!("SELECT ", audit_columns!(), " FROM audit_log ORDER BY seq DESC LIMIT $1");
-const SELECT_HEAD_AND_MAX: &str =
-    "SELECT (SELECT last_seq FROM audit_chain_head WHERE id = 1), (SELECT max(seq) FROM audit_log)";
 
 /// Pool settings for a [`PostgresStore`].
 #[derive(Debug, Clone)]
@@ -74,6 +57,8 @@ pub struct PostgresStore {
     pool: PgPool,
     /// The handle lookup's own connections; `None` when `max_connections` leaves no room.
     lookups: Option<LookupConnections>,
+    /// The chain of [`AuditStore::append_batch`](crate::AuditStore::append_batch).
+    own: OwnChain,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -111,158 +96,23 @@ impl PostgresStore {
             .acquire_timeout(options.acquire_timeout)
             .connect_lazy_with(connect.clone());
         let lookups = (lookups > 0).then(|| LookupConnections::new(connect, lookups as usize, options.acquire_timeout));
-        Ok(PostgresStore { pool, lookups })
+        Ok(PostgresStore { pool, lookups, own: OwnChain::default() })
     }
 
     async fn ping_inner(&self) -> Result<(), StoreError> {
-        read_head(&self.pool, "ping").await.map(|_| ())
-    }
-
-    async fn append_inner(&self, records: Vec<AuditRecord>) -> Result<(), StoreError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        // Validate before taking the lock.
-        for record in &records {
-            record.validate()?;
-        }
-        let during = "append";
-        let sqlx_error = |error| StoreError::from_sqlx(during, error);
-        let mut transaction = self.pool.begin().await.map_err(sqlx_error)?;
-        // Held until commit: every appender, on every instance, waits here for the previous one.
-        let (seq, hash): (i64, Vec<u8>) = sqlx::query_as(LOCK_HEAD)
-            .fetch_optional(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?
-            .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
-        let (rows, head) = chain::link(Head::from_columns(seq, &hash)?, records)?;
-
-        let count = rows.len();
-        let mut columns = Columns::with_capacity(count);
-        for row in rows {
-            columns.seq.push(row.seq);
-            columns.at_ms.push(row.at_ms);
-            columns.trace_id.push(row.record.trace_id);
-            columns.stage.push(row.record.stage);
-            columns.decision.push(row.decision.to_owned());
-            columns.operation.push(row.record.operation);
-            columns.principal_digest.push(row.record.principal_digest);
-            columns.tenant_digest.push(row.record.tenant_digest);
-            columns.client_digest.push(row.record.client_digest);
-            columns.scopes.push(row.scopes_json);
-            columns.policy_version.push(row.record.policy_version);
-            columns.code.push(row.record.code);
-            columns.detail.push(row.record.detail);
-            columns.prev_hash.push(row.prev_hash.to_vec());
-            columns.hash.push(row.hash.to_vec());
-        }
-        sqlx::query(INSERT_RECORDS)
-            .bind(columns.seq)
-            .bind(columns.at_ms)
-            .bind(columns.trace_id)
-            .bind(columns.stage)
-            .bind(columns.decision)
-            .bind(columns.operation)
-            .bind(columns.principal_digest)
-            .bind(columns.tenant_digest)
-            .bind(columns.client_digest)
-            .bind(columns.scopes)
-            .bind(columns.policy_version)
-            .bind(columns.code)
-            .bind(columns.detail)
-            .bind(columns.prev_hash)
-            .bind(columns.hash)
-            .execute(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-        sqlx::query(UPDATE_HEAD)
-            .bind(head.seq)
-            .bind(head.hash.to_vec())
-            .execute(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-        transaction.commit().await.map_err(sqlx_error)
-    }
-
-    async fn verify_inner(&self) -> Result<ChainReport, StoreError> {
-        let during = "verify";
-        let head = read_head(&self.pool, during).await?;
-        let verifier = chain::walk(head, |after_seq, up_to_seq, limit| async move {
-            sqlx::query_as(SELECT_PAGE)
-                .bind(after_seq)
-                .bind(up_to_seq)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(|error| StoreError::from_sqlx(during, error))
-        })
-        .await?;
-        let (head_seq_now, max_seq_now): (i64, Option<i64>) = sqlx::query_as(SELECT_HEAD_AND_MAX)
+        sqlx::query_scalar::<_, String>(crate::audit_sql::sql::PING)
             .fetch_one(&self.pool)
             .await
-            .map_err(|error| StoreError::from_sqlx(during, error))?;
-        Ok(verifier.finish(head_seq_now, max_seq_now))
+            .map(|_| ())
+            .map_err(|error| StoreError::from_sqlx("ping", error))
     }
 
-    async fn recent_inner(&self, limit: u32) -> Result<Vec<StoredAuditRecord>, StoreError> {
-        let rows: Vec<AuditRow> = sqlx::query_as(SELECT_RECENT)
-            .bind(i64::from(limit.min(MAX_RECENT)))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|error| StoreError::from_sqlx("recent", error))?;
-        rows.into_iter().map(decode_row).collect()
-    }
-}
-
-/// A batch in column form, one array per `UNNEST` argument.
-#[derive(Default)]
-struct Columns {
-    seq: Vec<i64>,
-    at_ms: Vec<i64>,
-    trace_id: Vec<String>,
-    stage: Vec<String>,
-    decision: Vec<String>,
-    operation: Vec<String>,
-    principal_digest: Vec<Option<String>>,
-    tenant_digest: Vec<Option<String>>,
-    client_digest: Vec<Option<String>>,
-    scopes: Vec<String>,
-    policy_version: Vec<Option<String>>,
-    code: Vec<Option<i64>>,
-    detail: Vec<Option<String>>,
-    prev_hash: Vec<Vec<u8>>,
-    hash: Vec<Vec<u8>>,
-}
-
-impl Columns {
-    fn with_capacity(count: usize) -> Self {
-        Columns {
-            seq: Vec::with_capacity(count),
-            at_ms: Vec::with_capacity(count),
-            trace_id: Vec::with_capacity(count),
-            stage: Vec::with_capacity(count),
-            decision: Vec::with_capacity(count),
-            operation: Vec::with_capacity(count),
-            principal_digest: Vec::with_capacity(count),
-            tenant_digest: Vec::with_capacity(count),
-            client_digest: Vec::with_capacity(count),
-            scopes: Vec::with_capacity(count),
-            policy_version: Vec::with_capacity(count),
-            code: Vec::with_capacity(count),
-            detail: Vec::with_capacity(count),
-            prev_hash: Vec::with_capacity(count),
-            hash: Vec::with_capacity(count),
+    async fn close_inner(&self) {
+        if let Some(lookups) = &self.lookups {
+            lookups.close().await;
         }
+        self.pool.close().await;
     }
-}
-
-async fn read_head(pool: &PgPool, during: &'static str) -> Result<Head, StoreError> {
-    let (seq, hash): (i64, Vec<u8>) = sqlx::query_as(SELECT_HEAD)
-        .fetch_optional(pool)
-        .await
-        .map_err(|error| StoreError::from_sqlx(during, error))?
-        .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
-    Head::from_columns(seq, &hash)
 }
 
 crate::handles::impl_handle_store!(
@@ -471,32 +321,16 @@ fn unhex(text: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-impl AuditStore for PostgresStore {
-    fn append_batch(&self, records: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
-        Box::pin(self.append_inner(records))
-    }
-
-    fn verify_chain(&self) -> StoreFuture<'_, ChainReport> {
-        Box::pin(self.verify_inner())
-    }
-
-    fn recent(&self, limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
-        Box::pin(self.recent_inner(limit))
-    }
-
-    fn ping(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.ping_inner())
-    }
-
-    fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            if let Some(lookups) = &self.lookups {
-                lookups.close().await;
-            }
-            self.pool.close().await;
-        })
-    }
-}
+crate::audit_sql::impl_audit_store!(
+    store: PostgresStore,
+    begin: begin_write,
+    writer: pool,
+    reader: pool,
+    sql: pg_sql,
+    marker: '$',
+    own: own,
+    close: close_inner
+);
 
 crate::sessions::impl_session_store!(
     store: PostgresStore,

@@ -241,9 +241,11 @@ pub fn chain_hash(prev_hash: &[u8; 32], record: &AuditRecord) -> [u8; 32] {
     hash
 }
 
-/// A record as stored: its place in the chain and the hashes that link it.
+/// A record as stored: its chain, its place in it and the hashes that link it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredAuditRecord {
+    /// The chain (its writer's id: 32 lowercase hex characters).
+    pub chain: String,
     /// Position in the chain, from 1, without gaps.
     pub seq: u64,
     /// The record.

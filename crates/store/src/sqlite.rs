@@ -1,30 +1,37 @@
-//! `SqliteStore`: the embedded audit backend. One file in WAL mode; one writer connection per
-//! store and `BEGIN IMMEDIATE`, so appenders in this process queue on the pool and appenders in
-//! other processes wait on SQLite's write lock (busy_timeout) instead of forking the chain.
+//! `SqliteStore`: the embedded backend. One file in WAL mode; one writer connection per store and
+//! `BEGIN IMMEDIATE`, so writers in this process queue on the pool and writers in other processes
+//! wait on SQLite's write lock (busy_timeout).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
-use crate::chain::{self, AuditRow, Head, decode_row};
+use crate::audit_sql::OwnChain;
 use crate::handles::{Bind, SummaryRow, decode_summary, revoke_statement, sql};
 use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
 use crate::sqlite_sync::SyncSqlite;
-use crate::store::{MAX_RECENT, StoreFuture};
+use crate::store::StoreFuture;
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, AuditStore, BlockingAppend, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle,
-    LiveSession, MAX_HANDLE_LIST, MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector,
-    SessionOwner, SessionStore, StoreError, StoredAuditRecord,
+    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, LiveSession, MAX_HANDLE_LIST,
+    MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner, SessionStore,
+    StoreError, StoredAuditRecord,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+/// A shared `$n` statement rewritten to SQLite's `?n`, once per call site.
+macro_rules! sqlite_sql {
+    ($statement:expr) => {{
+        static STATEMENT: OnceLock<String> = OnceLock::new();
+        // Built only from the shared constant statements: safe to send as SQL.
+        sqlx::AssertSqlSafe(STATEMENT.get_or_init(|| $statement.replace('$', "?")).as_str())
+    }};
+}
 
 /// How long a writer waits for another process's write lock before giving up (`Unavailable`).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,17 +39,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 /// Read connections for a file database: handle lookups, verify and recent run beside the writer.
 const READERS: u32 = 4;
-
-/// Most rows per INSERT statement (15 parameters each; SQLite allows 32766 per statement).
-const INSERT_CHUNK: usize = 64;
-
-const SELECT_HEAD: &str = "SELECT last_seq, last_hash FROM audit_chain_head WHERE id = 1";
-const UPDATE_HEAD: &str = "UPDATE audit_chain_head SET last_seq = ?1, last_hash = ?2 WHERE id = 1";
-const SELECT_PAGE: &str =
-    concat!("SELECT ", audit_columns!(), " FROM audit_log WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3");
-const SELECT_RECENT: &str = concat!("SELECT ", audit_columns!(), " FROM audit_log ORDER BY seq DESC LIMIT ?1");
-const SELECT_HEAD_AND_MAX: &str =
-    "SELECT (SELECT last_seq FROM audit_chain_head WHERE id = 1), (SELECT max(seq) FROM audit_log)";
 
 /// The SQLite audit store.
 pub struct SqliteStore {
@@ -54,6 +50,8 @@ pub struct SqliteStore {
     /// Audit appends and handle lookups without sqlx's worker thread; `None` for an in-memory
     /// database (see [`crate::sqlite_sync`]).
     sync: Option<Arc<SyncSqlite>>,
+    /// The chain of [`AuditStore::append_batch`].
+    own: OwnChain,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -110,138 +108,26 @@ impl SqliteStore {
         };
         let sync =
             if in_memory { None } else { Some(Arc::new(SyncSqlite::open(options.get_filename(), BUSY_TIMEOUT)?)) };
-        let store = SqliteStore { writer, reader, sync };
+        let store = SqliteStore { writer, reader, sync, own: OwnChain::default() };
         store.ping_inner().await?;
         Ok(store)
     }
 
     async fn ping_inner(&self) -> Result<(), StoreError> {
-        read_head(&self.reader, "ping").await.map(|_| ())
-    }
-
-    async fn append_inner(&self, records: Vec<AuditRecord>) -> Result<(), StoreError> {
-        if records.is_empty() {
-            return Ok(());
-        }
-        if let Some(sync) = &self.sync {
-            let sync = sync.clone();
-            return tokio::task::spawn_blocking(move || sync.append(records))
-                .await
-                .unwrap_or_else(|_| Err(StoreError::unavailable("append")));
-        }
-        // Validate before taking the write lock.
-        for record in &records {
-            record.validate()?;
-        }
-        let during = "append";
-        let sqlx_error = |error| StoreError::from_sqlx(during, error);
-        // IMMEDIATE takes the write lock before reading the head, so no other process can link
-        // onto the same head between our read and our commit.
-        let mut transaction = self.writer.begin_with("BEGIN IMMEDIATE").await.map_err(sqlx_error)?;
-        let (seq, hash): (i64, Vec<u8>) = sqlx::query_as(SELECT_HEAD)
-            .fetch_optional(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?
-            .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
-        let (rows, head) = chain::link(Head::from_columns(seq, &hash)?, records)?;
-        // Multi-row INSERTs: one statement per chunk instead of one per record, since every
-        // statement is a round trip to sqlx's SQLite worker thread.
-        let mut rows = rows.into_iter().peekable();
-        while rows.peek().is_some() {
-            let chunk: Vec<_> = rows.by_ref().take(INSERT_CHUNK).collect();
-            let mut query = sqlx::query(insert_statement(chunk.len()));
-            for row in chunk {
-                query = query
-                    .bind(row.seq)
-                    .bind(row.at_ms)
-                    .bind(row.record.trace_id)
-                    .bind(row.record.stage)
-                    .bind(row.decision)
-                    .bind(row.record.operation)
-                    .bind(row.record.principal_digest)
-                    .bind(row.record.tenant_digest)
-                    .bind(row.record.client_digest)
-                    .bind(row.scopes_json)
-                    .bind(row.record.policy_version)
-                    .bind(row.record.code)
-                    .bind(row.record.detail)
-                    .bind(row.prev_hash.to_vec())
-                    .bind(row.hash.to_vec());
-            }
-            query.execute(&mut *transaction).await.map_err(sqlx_error)?;
-        }
-        sqlx::query(UPDATE_HEAD)
-            .bind(head.seq)
-            .bind(head.hash.to_vec())
-            .execute(&mut *transaction)
-            .await
-            .map_err(sqlx_error)?;
-        transaction.commit().await.map_err(sqlx_error)
-    }
-
-    async fn verify_inner(&self) -> Result<ChainReport, StoreError> {
-        let during = "verify";
-        let head = read_head(&self.reader, during).await?;
-        let verifier = chain::walk(head, |after_seq, up_to_seq, limit| async move {
-            sqlx::query_as(SELECT_PAGE)
-                .bind(after_seq)
-                .bind(up_to_seq)
-                .bind(limit)
-                .fetch_all(&self.reader)
-                .await
-                .map_err(|error| StoreError::from_sqlx(during, error))
-        })
-        .await?;
-        let (head_seq_now, max_seq_now): (i64, Option<i64>) = sqlx::query_as(SELECT_HEAD_AND_MAX)
+        sqlx::query_scalar::<_, String>(sqlite_sql!(crate::audit_sql::sql::PING))
             .fetch_one(&self.reader)
             .await
-            .map_err(|error| StoreError::from_sqlx(during, error))?;
-        Ok(verifier.finish(head_seq_now, max_seq_now))
+            .map(|_| ())
+            .map_err(|error| StoreError::from_sqlx("ping", error))
     }
 
-    async fn recent_inner(&self, limit: u32) -> Result<Vec<StoredAuditRecord>, StoreError> {
-        let rows: Vec<AuditRow> = sqlx::query_as(SELECT_RECENT)
-            .bind(i64::from(limit.min(MAX_RECENT)))
-            .fetch_all(&self.reader)
-            .await
-            .map_err(|error| StoreError::from_sqlx("recent", error))?;
-        rows.into_iter().map(decode_row).collect()
+    async fn close_inner(&self) {
+        if let Some(sync) = &self.sync {
+            sync.close();
+        }
+        self.writer.close().await;
+        self.reader.close().await;
     }
-}
-
-async fn read_head(pool: &SqlitePool, during: &'static str) -> Result<Head, StoreError> {
-    let (seq, hash): (i64, Vec<u8>) = sqlx::query_as(SELECT_HEAD)
-        .fetch_optional(pool)
-        .await
-        .map_err(|error| StoreError::from_sqlx(during, error))?
-        .ok_or_else(|| StoreError::corrupt("the chain head row is missing"))?;
-    Head::from_columns(seq, &hash)
-}
-
-/// `INSERT INTO audit_log (…) VALUES (?, …), …` for `rows` rows (1..=INSERT_CHUNK), built once
-/// per size; sqlx then caches each as a prepared statement.
-fn insert_statement(rows: usize) -> sqlx::AssertSqlSafe<&'static str> {
-    static STATEMENTS: OnceLock<Vec<String>> = OnceLock::new();
-    let statements = STATEMENTS.get_or_init(|| {
-        let row = format!("({})", vec!["?"; 15].join(", "));
-        (1..=INSERT_CHUNK)
-            .map(|count| {
-                format!("INSERT INTO audit_log ({}) VALUES {}", audit_columns!(), vec![row.as_str(); count].join(", "))
-            })
-            .collect()
-    });
-    let index = rows.clamp(1, INSERT_CHUNK) - 1;
-    // Only ever built above from constants: safe to send as SQL.
-    sqlx::AssertSqlSafe(statements[index].as_str())
-}
-
-/// A shared `$n` statement rewritten to SQLite's `?n`, once per call site.
-macro_rules! sqlite_sql {
-    ($statement:expr) => {{
-        static STATEMENT: OnceLock<String> = OnceLock::new();
-        // Built only from the shared constant statements: safe to send as SQL.
-        sqlx::AssertSqlSafe(STATEMENT.get_or_init(|| $statement.replace('$', "?")).as_str())
-    }};
 }
 
 crate::handles::impl_handle_store!(
@@ -302,37 +188,16 @@ fn is_in_memory(path_or_url: &str) -> bool {
     database == ":memory:" || params.split('&').any(|param| param == "mode=memory")
 }
 
-impl AuditStore for SqliteStore {
-    fn append_batch(&self, records: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
-        Box::pin(self.append_inner(records))
-    }
-
-    fn blocking_append(&self) -> Option<Arc<dyn BlockingAppend>> {
-        self.sync.clone().map(|sync| sync as Arc<dyn BlockingAppend>)
-    }
-
-    fn verify_chain(&self) -> StoreFuture<'_, ChainReport> {
-        Box::pin(self.verify_inner())
-    }
-
-    fn recent(&self, limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
-        Box::pin(self.recent_inner(limit))
-    }
-
-    fn ping(&self) -> StoreFuture<'_, ()> {
-        Box::pin(self.ping_inner())
-    }
-
-    fn close(&self) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            if let Some(sync) = &self.sync {
-                sync.close();
-            }
-            self.writer.close().await;
-            self.reader.close().await;
-        })
-    }
-}
+crate::audit_sql::impl_audit_store!(
+    store: SqliteStore,
+    begin: begin_write,
+    writer: writer,
+    reader: reader,
+    sql: sqlite_sql,
+    marker: '?',
+    own: own,
+    close: close_inner
+);
 
 crate::sessions::impl_session_store!(
     store: SqliteStore,
@@ -369,6 +234,8 @@ mod tests {
         assert!(is_in_memory(":memory:"));
         assert!(!is_in_memory("memory.db"));
     }
+
+    use crate::AuditStore as _;
 
     #[tokio::test]
     async fn in_memory_store_survives_idle_and_round_trips() {

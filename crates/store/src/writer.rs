@@ -1,65 +1,49 @@
-//! `AuditWriter`: group commit in front of any `AuditStore`. Concurrent appends queue up while a
-//! batch commits and go out together as the next batch: one transaction (one fsync) per batch,
-//! not per call, and each caller is answered only once its batch is durable.
+//! `AuditWriter`: what the request path appends audit records through, in one of two modes.
 //!
-//! The batches are committed by a Tokio task through the store's async `append_batch`, or, when
-//! the store offers a [`BlockingAppend`] (file-backed SQLite), by a dedicated thread that runs the
-//! whole transaction itself: one wake-up per batch instead of one per statement. With a blocking
-//! appender, an append on a quiet writer (no other append in flight, none begun within
-//! [`QUIET_GAP`]) first asks it to commit the record at once on the caller's thread, which it
-//! does only when that means no waiting (no other commit running, the database's write lock
-//! free): this spares a quiet server two thread wake-ups per request. Under load everything goes
-//! through the thread, so that runtime threads go on serving requests while a batch commits
-//! (inline commits under load measured slower, BENCHMARKS.md).
+//! - **Segment** ([`AuditWriter::with_segment`], what `palisade serve` runs): the record goes to
+//!   the instance's own chain in its local [segment](crate::segment) file — one `write(2)`, or
+//!   also a group-committed `fdatasync` under [`Durability::Power`](crate::segment::Durability) —
+//!   and the caller is answered; a shipper task moves what was written into the store in large
+//!   batches (one transaction each, keyed by chain and seq, so shipping again is harmless). The
+//!   request path shares nothing with other writers: no database round trip, row or lock.
+//! - **Direct** ([`AuditWriter::new`], for a store without a local directory, e.g. in memory):
+//!   group commit. Concurrent appends queue while a batch commits and go out together as the next
+//!   batch, one transaction on the store handle's own chain, each caller answered once its batch
+//!   is durable.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::segment::{self, ChainShipper, SegmentConfig, SegmentLog};
 use crate::{AuditRecord, AuditStore, StoreError};
-
-/// An append commits inline only if no other append began within this long before it (and none
-/// is in flight): about four single-record commits on a file database.
-const QUIET_GAP: Duration = Duration::from_micros(250);
 
 /// Tuning for an [`AuditWriter`].
 #[derive(Debug, Clone)]
 pub struct AuditWriterConfig {
-    /// Records that may wait in the queue; further appends wait for room (backpressure).
+    /// Records that may wait in the queue (direct mode); further appends wait for room.
     pub queue_capacity: usize,
-    /// Most records in one batch (one `append_batch` call).
+    /// Most records in one batch (one `append_batch` call, direct mode).
     pub max_batch: usize,
-    /// How long a caller waits for its record's batch to commit before it gets
+    /// How long a caller waits for its record's batch to commit (direct mode) before it gets
     /// [`StoreError::Unavailable`]. The batch may still commit after that (the answer was
     /// already "failed", so the request was refused: fail closed, at worst an extra record).
     pub commit_timeout: Duration,
+    /// How long the shipper waits after the first of a burst of appends before it ships
+    /// (segment mode): longer means larger batches and fewer store transactions.
+    pub ship_delay: Duration,
 }
 
 impl Default for AuditWriterConfig {
     fn default() -> Self {
-        AuditWriterConfig { queue_capacity: 8192, max_batch: 512, commit_timeout: Duration::from_secs(5) }
-    }
-}
-
-/// A backend that appends a batch synchronously, on the calling thread, with the same contract as
-/// [`AuditStore::append_batch`]: all records linked and committed, or none. The
-/// [`AuditWriter`] calls it from a thread of its own.
-pub trait BlockingAppend: Send + Sync + 'static {
-    /// Appends `records` in order as one transaction.
-    fn append_blocking(&self, records: Vec<AuditRecord>) -> Result<(), StoreError>;
-
-    /// Appends `record` as a transaction of its own right now, on the calling thread (an async
-    /// task's), but only if nothing has to be waited for: no other append of this appender is
-    /// running and the store's write lock is free. Otherwise hands the record back untouched
-    /// (`Err`), and the writer queues it. The default never commits inline.
-    // The declined record is handed back by value (it came in by value); boxing it would cost an
-    // allocation per append to shrink a return value.
-    #[allow(clippy::result_large_err)]
-    fn try_append_now(&self, record: AuditRecord) -> Result<Result<(), StoreError>, AuditRecord> {
-        Err(record)
+        AuditWriterConfig {
+            queue_capacity: 8192,
+            max_batch: 512,
+            commit_timeout: Duration::from_secs(5),
+            ship_delay: Duration::from_millis(5),
+        }
     }
 }
 
@@ -76,164 +60,210 @@ enum Job {
     Stop,
 }
 
-enum Background {
-    Task(JoinHandle<()>),
-    Thread(oneshot::Receiver<()>),
+enum Mode {
+    Direct {
+        queue: mpsc::Sender<Job>,
+        commit_timeout: Duration,
+        task: Mutex<Option<JoinHandle<()>>>,
+    },
+    Segment {
+        log: Arc<SegmentLog>,
+        closed: std::sync::atomic::AtomicBool,
+        stop: watch::Sender<bool>,
+        task: Mutex<Option<JoinHandle<()>>>,
+    },
 }
 
-/// Group commit in front of an [`AuditStore`]. Cheap to share behind an `Arc`.
+/// The request path's audit writer. Cheap to share behind an `Arc`.
 ///
-/// **Invariant:** [`append`](AuditWriter::append) returns `Ok` only after the batch holding its
-/// record committed; if that batch fails, every caller in it gets the error.
+/// **Invariant:** [`append`](AuditWriter::append) returns `Ok` only once its record is durable
+/// (in the segment file, or committed in the store in direct mode); on any error the record may
+/// be missing and the caller refuses the request.
 pub struct AuditWriter {
-    queue: mpsc::Sender<Job>,
-    /// The blocking appender, for inline commits; `None` in the task mode.
-    inline: Option<Arc<dyn BlockingAppend>>,
-    /// Set by [`shutdown`](AuditWriter::shutdown): no inline commit after it began.
-    closing: AtomicBool,
-    /// Appends between their start and their answer.
-    in_flight: AtomicUsize,
-    /// When the latest append began, in nanoseconds since `epoch`.
-    last_start: AtomicU64,
-    epoch: std::time::Instant,
-    commit_timeout: Duration,
-    background: Mutex<Option<Background>>,
+    mode: Mode,
 }
 
 impl std::fmt::Debug for AuditWriter {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("AuditWriter")
-            .field("queued", &(self.queue.max_capacity() - self.queue.capacity()))
-            .finish()
+        match &self.mode {
+            Mode::Direct { queue, .. } => formatter
+                .debug_struct("AuditWriter")
+                .field("queued", &(queue.max_capacity() - queue.capacity()))
+                .finish(),
+            Mode::Segment { log, .. } => formatter
+                .debug_struct("AuditWriter")
+                .field("chain", &log.chain())
+                .field("backlog", &log.backlog_bytes())
+                .finish(),
+        }
     }
 }
 
 impl AuditWriter {
-    /// Starts what drains the queue into `store`: a thread when the store offers a
-    /// [`BlockingAppend`], else a Tokio task. Call inside a Tokio runtime.
+    /// Direct mode: group commit into `store` from a Tokio task. Call inside a Tokio runtime.
     pub fn new(store: Arc<dyn AuditStore>, config: AuditWriterConfig) -> Self {
         let max_batch = config.max_batch.max(1);
         let (queue, receiver) = mpsc::channel(config.queue_capacity.max(1));
-        let mut inline = store.blocking_append();
-        let background = match inline.clone() {
-            Some(appender) => {
-                let (ended, thread_ended) = oneshot::channel();
-                let spawned = std::thread::Builder::new().name("palisade-audit".into()).spawn(move || {
-                    run_blocking(appender.as_ref(), receiver, max_batch);
-                    let _ = ended.send(());
-                });
-                if let Err(error) = spawned {
-                    // No thread: the receiver is gone with the closure, so every append fails
-                    // with `Closed` (fail closed, inline commits included) and the error is in
-                    // the log.
-                    tracing::error!(%error, "could not start the audit writer thread");
-                    inline = None;
-                }
-                Background::Thread(thread_ended)
-            }
-            None => Background::Task(tokio::spawn(run(store, receiver, max_batch, config.commit_timeout))),
-        };
+        let task = tokio::spawn(run(store, receiver, max_batch, config.commit_timeout));
         AuditWriter {
-            queue,
-            inline,
-            closing: AtomicBool::new(false),
-            in_flight: AtomicUsize::new(0),
-            last_start: AtomicU64::new(0),
-            epoch: std::time::Instant::now(),
-            commit_timeout: config.commit_timeout,
-            background: Mutex::new(Some(background)),
+            mode: Mode::Direct { queue, commit_timeout: config.commit_timeout, task: Mutex::new(Some(task)) },
         }
     }
 
-    /// Appends `record` and resolves once the batch containing it committed. Fails with
-    /// [`StoreError::InvalidRecord`] (nothing queued) for a record the store would refuse, with the
-    /// batch's error if the store failed, with [`StoreError::Unavailable`] when the commit takes
-    /// longer than the configured timeout, and with [`StoreError::Closed`] after shutdown.
-    /// An inline commit (quiet writer, see the module docs) runs synchronously and is not timed:
-    /// it waits for no lock (zero busy timeout), only for its own few writes.
-    ///
-    /// Dropping the future after the record was queued does not withdraw it.
+    /// Segment mode: opens (recovering) the segment directory and starts the shipper, which first
+    /// ships whatever an earlier run left unshipped. Fails if the directory cannot be used or a
+    /// segment file is damaged (the server does not start: fail closed). Call inside a Tokio runtime.
+    pub async fn with_segment(
+        store: Arc<dyn AuditStore>,
+        segment: SegmentConfig,
+        config: AuditWriterConfig,
+    ) -> Result<Self, StoreError> {
+        let logs = segment::open(&segment, store.as_ref()).await?;
+        let live = logs.iter().find(|log| log.is_live()).cloned().ok_or(StoreError::Closed)?;
+        tracing::info!(chain = %live.chain(), recovered = logs.len() - 1, "audit segment open");
+        let (stop, stopped) = watch::channel(false);
+        let shippers = logs.into_iter().map(ChainShipper::new).collect();
+        let task = tokio::spawn(ship_loop(store, shippers, live.clone(), stopped, config.ship_delay));
+        Ok(AuditWriter {
+            mode: Mode::Segment {
+                log: live,
+                closed: std::sync::atomic::AtomicBool::new(false),
+                stop,
+                task: Mutex::new(Some(task)),
+            },
+        })
+    }
+
+    /// The chain this writer appends to, in segment mode.
+    pub fn chain(&self) -> Option<&str> {
+        match &self.mode {
+            Mode::Segment { log, .. } => Some(log.chain()),
+            Mode::Direct { .. } => None,
+        }
+    }
+
+    /// Appends `record`: `Ok` once it is durable (see the type's invariant). A record that breaks
+    /// [`AuditRecord::validate`] fails alone.
     pub async fn append(&self, record: AuditRecord) -> Result<(), StoreError> {
         record.validate()?;
-        // Counted only where inline commits exist (the task mode needs no shared counter).
-        let in_flight = self.inline.is_some().then(|| InFlight::enter(&self.in_flight));
-        // Inline only on a quiet writer, with nothing queued (a queued record should not wait
-        // behind later ones), when the appender can commit without waiting; any order of
-        // records is a valid chain.
-        let record = match &self.inline {
-            Some(appender)
-                if in_flight.as_ref().is_some_and(|counted| self.quiet(counted.alone))
-                    && !self.closing.load(Ordering::SeqCst)
-                    && self.queue.capacity() == self.queue.max_capacity() =>
-            {
-                match appender.try_append_now(record) {
-                    Ok(result) => return result,
-                    Err(record) => record,
+        match &self.mode {
+            Mode::Segment { log, closed, .. } => {
+                if closed.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(StoreError::Closed);
+                }
+                log.append(&record).await
+            }
+            Mode::Direct { queue, commit_timeout, .. } => {
+                let (done, answer) = oneshot::channel();
+                queue.send(Job::Append(Pending { record, done })).await.map_err(|_| StoreError::Closed)?;
+                match tokio::time::timeout(*commit_timeout, answer).await {
+                    Ok(answer) => answer.unwrap_or(Err(StoreError::Closed)),
+                    Err(_) => Err(StoreError::unavailable("append (commit timed out)")),
                 }
             }
-            _ => record,
-        };
-        let (done, answer) = oneshot::channel();
-        self.queue.send(Job::Append(Pending { record, done })).await.map_err(|_| StoreError::Closed)?;
-        match tokio::time::timeout(self.commit_timeout, answer).await {
-            Ok(answer) => answer.unwrap_or(Err(StoreError::Closed)),
-            Err(_) => Err(StoreError::unavailable("append (commit timed out)")),
         }
     }
 
-    /// Notes an append's start; true when it is alone and the previous one began at least
-    /// [`QUIET_GAP`] ago (or this is the first).
-    fn quiet(&self, alone: bool) -> bool {
-        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
-        let previous = self.last_start.swap(now, Ordering::SeqCst);
-        let gap = u64::try_from(QUIET_GAP.as_nanos()).unwrap_or(u64::MAX);
-        alone && (previous == 0 || now.saturating_sub(previous) >= gap)
-    }
-
-    /// Stops accepting appends, commits everything already queued (answering its callers), and
-    /// waits for the background task or thread to end. Later appends fail with
-    /// [`StoreError::Closed`]. Calling it again returns at once.
+    /// Refuses further appends, commits (direct) or ships (segment: for up to 5 s; what is left
+    /// stays in the segment for the next start) what was written, and ends the background task.
     pub async fn shutdown(&self) {
-        self.closing.store(true, Ordering::SeqCst);
-        let background = match self.background.lock() {
-            Ok(mut guard) => guard.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
+        let task = match &self.mode {
+            Mode::Direct { queue, task, .. } => {
+                let _ = queue.send(Job::Stop).await;
+                take(task)
+            }
+            Mode::Segment { closed, stop, task, .. } => {
+                closed.store(true, std::sync::atomic::Ordering::SeqCst);
+                let _ = stop.send(true);
+                take(task)
+            }
         };
-        let Some(background) = background else { return };
-        // Fails only when the queue is already closed (the background ended).
-        let _ = self.queue.send(Job::Stop).await;
-        match background {
-            Background::Task(task) => {
-                if let Err(error) = task.await {
-                    tracing::error!(%error, "audit writer task ended abnormally");
-                }
-            }
-            Background::Thread(ended) => {
-                if ended.await.is_err() {
-                    tracing::error!("audit writer thread ended abnormally");
-                }
-            }
+        if let Some(task) = task
+            && let Err(error) = task.await
+        {
+            tracing::error!(%error, "audit writer task ended abnormally");
         }
     }
 }
 
-/// Counts an append in flight until dropped (also when the caller drops the future).
-struct InFlight<'a> {
-    counter: &'a AtomicUsize,
-    /// No other append was in flight when this one began.
-    alone: bool,
-}
-
-impl<'a> InFlight<'a> {
-    fn enter(counter: &'a AtomicUsize) -> Self {
-        InFlight { counter, alone: counter.fetch_add(1, Ordering::SeqCst) == 0 }
+fn take(task: &Mutex<Option<JoinHandle<()>>>) -> Option<JoinHandle<()>> {
+    match task.lock() {
+        Ok(mut guard) => guard.take(),
+        Err(poisoned) => poisoned.into_inner().take(),
     }
 }
 
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.counter.fetch_sub(1, Ordering::SeqCst);
+/// Ships every chain's segment until stopped: after each burst of appends (waiting `delay` to
+/// gather more), at least every second, and backing off while the store fails. A final pass
+/// runs on stop.
+async fn ship_loop(
+    store: Arc<dyn AuditStore>,
+    mut shippers: Vec<ChainShipper>,
+    live: Arc<SegmentLog>,
+    mut stopped: watch::Receiver<bool>,
+    delay: Duration,
+) {
+    let mut backoff = Duration::from_millis(50);
+    let mut failing = false;
+    loop {
+        let stopping = *stopped.borrow();
+        let mut failed = false;
+        let mut index = 0;
+        while index < shippers.len() {
+            let pass = shippers[index].ship_available(store.as_ref());
+            let result = if stopping {
+                tokio::time::timeout(Duration::from_secs(5), pass)
+                    .await
+                    .unwrap_or_else(|_| Err(StoreError::unavailable("ship (shutting down)")))
+            } else {
+                pass.await
+            };
+            match result {
+                Ok(true) => {
+                    tracing::info!(chain = %shippers[index].log().chain(), "recovered audit chain shipped and removed");
+                    shippers.remove(index);
+                    continue;
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    failed = true;
+                    if !failing {
+                        tracing::error!(%error, chain = %shippers[index].log().chain(), "shipping the audit segment failed; records stay in the segment and are shipped once the store takes them");
+                    }
+                }
+            }
+            index += 1;
+        }
+        if stopping {
+            if failed {
+                tracing::warn!(
+                    backlog = live.backlog_bytes(),
+                    "audit records left unshipped at shutdown; they are shipped at the next start"
+                );
+            }
+            return;
+        }
+        if failed != failing {
+            if !failed {
+                tracing::info!("shipping the audit segment works again");
+            }
+            failing = failed;
+        }
+        let wait = if failed {
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+            backoff
+        } else {
+            backoff = Duration::from_millis(50);
+            Duration::from_secs(1)
+        };
+        tokio::select! {
+            _ = live.appended(wait) => {
+                if !failed {
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            _ = stopped.changed() => {}
+        }
     }
 }
 
@@ -244,7 +274,6 @@ async fn run(
     commit_timeout: Duration,
 ) {
     let mut jobs = Vec::with_capacity(max_batch);
-    // 0 only once the queue is closed and drained; a dropped writer closes it as well.
     while receiver.recv_many(&mut jobs, max_batch).await > 0 {
         let (records, waiters) = take_batch(&mut jobs, &mut receiver);
         if records.is_empty() {
@@ -259,22 +288,8 @@ async fn run(
     }
 }
 
-fn run_blocking(appender: &dyn BlockingAppend, mut receiver: mpsc::Receiver<Job>, max_batch: usize) {
-    let mut jobs = Vec::with_capacity(max_batch);
-    while receiver.blocking_recv_many(&mut jobs, max_batch) > 0 {
-        let (records, waiters) = take_batch(&mut jobs, &mut receiver);
-        if records.is_empty() {
-            continue;
-        }
-        let count = records.len();
-        answer(waiters, count, appender.append_blocking(records));
-    }
-}
-
 type Waiter = oneshot::Sender<Result<(), StoreError>>;
 
-/// Splits received jobs into one batch and its callers; a stop closes the queue (what is already
-/// in it still arrives and is committed).
 fn take_batch(jobs: &mut Vec<Job>, receiver: &mut mpsc::Receiver<Job>) -> (Vec<AuditRecord>, Vec<Waiter>) {
     let mut records = Vec::with_capacity(jobs.len());
     let mut waiters = Vec::with_capacity(jobs.len());
@@ -290,14 +305,12 @@ fn take_batch(jobs: &mut Vec<Job>, receiver: &mut mpsc::Receiver<Job>) -> (Vec<A
     (records, waiters)
 }
 
-/// Answers each caller of a batch with the batch's result.
 fn answer(waiters: Vec<Waiter>, count: usize, result: Result<(), StoreError>) {
     match &result {
         Ok(()) => tracing::trace!(records = count, "audit batch committed"),
         Err(error) => tracing::warn!(%error, records = count, "audit batch failed; its callers fail closed"),
     }
     for waiter in waiters {
-        // A caller that stopped waiting is fine: its record's fate is the batch's.
         let _ = waiter.send(result.clone());
     }
 }
@@ -305,10 +318,12 @@ fn answer(waiters: Vec<Waiter>, count: usize, result: Result<(), StoreError>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::segment::SegmentConfig;
     use crate::store::StoreFuture;
-    use crate::{ChainReport, Decision, StoredAuditRecord};
+    use crate::{ChainHead, ChainReport, CheckpointedHeads, Decision, StoredAuditRecord, StoredCheckpoint};
     use std::future::Future;
     use std::pin::Pin;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use tokio::sync::Semaphore;
 
     /// Records every batch; optionally fails; optionally holds the first batch until released.
@@ -319,19 +334,13 @@ mod tests {
         batches: Mutex<Vec<Vec<AuditRecord>>>,
         fail: AtomicBool,
         gate: Option<Arc<Semaphore>>,
-        /// Offered as the store's blocking append (thread mode); then the async path must not run.
-        blocking: Option<Arc<BlockingFake>>,
-    }
-
-    impl FakeStore {
-        fn blocking(fake: Arc<BlockingFake>) -> Arc<Self> {
-            Arc::new(FakeStore { blocking: Some(fake), ..FakeStore::default() })
-        }
     }
 
     impl AuditStore for FakeStore {
+        fn ship(&self, _chain: &str, _records: Vec<StoredAuditRecord>) -> StoreFuture<'_, ()> {
+            Box::pin(async { Err(StoreError::unavailable("ship")) })
+        }
         fn append_batch(&self, records: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
-            assert!(self.blocking.is_none(), "the writer used the async path of a store that offers a blocking one");
             self.entered.lock().unwrap().push(records.len());
             Box::pin(async move {
                 if let Some(gate) = &self.gate {
@@ -344,14 +353,29 @@ mod tests {
                 Ok(())
             })
         }
-        fn blocking_append(&self) -> Option<Arc<dyn BlockingAppend>> {
-            self.blocking.clone().map(|fake| fake as Arc<dyn BlockingAppend>)
+        fn chain_heads(&self) -> StoreFuture<'_, Vec<ChainHead>> {
+            Box::pin(async { Ok(Vec::new()) })
         }
-        fn verify_chain(&self) -> StoreFuture<'_, ChainReport> {
+        fn chain_head(&self, _chain: &str) -> StoreFuture<'_, Option<ChainHead>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn verify_chain_against(&self, _: CheckpointedHeads) -> StoreFuture<'_, ChainReport> {
             Box::pin(async { Err(StoreError::unavailable("verify")) })
         }
         fn recent(&self, _limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
             Box::pin(async { Ok(Vec::new()) })
+        }
+        fn claim_checkpointer(&self, _: &str, _: i64, _: i64) -> StoreFuture<'_, bool> {
+            Box::pin(async { Ok(false) })
+        }
+        fn add_checkpoint(&self, _: StoredCheckpoint, _: Vec<ChainHead>) -> StoreFuture<'_, bool> {
+            Box::pin(async { Ok(false) })
+        }
+        fn checkpoints(&self, _: u64, _: u32) -> StoreFuture<'_, Vec<StoredCheckpoint>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn latest_checkpoint(&self) -> StoreFuture<'_, Option<StoredCheckpoint>> {
+            Box::pin(async { Ok(None) })
         }
         fn ping(&self) -> StoreFuture<'_, ()> {
             Box::pin(async { Ok(()) })
@@ -379,7 +403,10 @@ mod tests {
     }
 
     fn queued(writer: &AuditWriter) -> usize {
-        writer.queue.max_capacity() - writer.queue.capacity()
+        match &writer.mode {
+            Mode::Direct { queue, .. } => queue.max_capacity() - queue.capacity(),
+            Mode::Segment { .. } => 0,
+        }
     }
 
     /// Waits until the first batch entered the store (`entered` records batch sizes as they
@@ -504,158 +531,67 @@ mod tests {
         assert!(matches!(writer.append(record(0)).await, Err(StoreError::Unavailable { .. })));
     }
 
-    /// The thread mode: a backend whose appends are synchronous, optionally held at a gate.
-    #[derive(Debug, Default)]
-    struct BlockingFake {
-        entered: Mutex<Vec<usize>>,
-        batches: Mutex<Vec<Vec<AuditRecord>>>,
-        fail: AtomicBool,
-        /// While `true`, appends wait (a closed gate).
-        gate: (Mutex<bool>, std::sync::Condvar),
-        threads: Mutex<Vec<String>>,
-        /// Whether `try_append_now` commits (else it hands the record back, as when busy).
-        inline_free: AtomicBool,
-    }
-
-    impl BlockingAppend for BlockingFake {
-        fn append_blocking(&self, records: Vec<AuditRecord>) -> Result<(), StoreError> {
-            self.entered.lock().unwrap().push(records.len());
-            self.threads.lock().unwrap().push(std::thread::current().name().unwrap_or("").to_owned());
-            let (closed, opened) = &self.gate;
-            let mut closed = closed.lock().unwrap();
-            while *closed {
-                closed = opened.wait(closed).unwrap();
-            }
-            if self.fail.load(Ordering::SeqCst) {
-                return Err(StoreError::unavailable("append"));
-            }
-            self.batches.lock().unwrap().push(records);
-            Ok(())
-        }
-
-        fn try_append_now(&self, record: AuditRecord) -> Result<Result<(), StoreError>, AuditRecord> {
-            if !self.inline_free.load(Ordering::SeqCst) {
-                return Err(record);
-            }
-            self.threads.lock().unwrap().push(std::thread::current().name().unwrap_or("").to_owned());
-            self.batches.lock().unwrap().push(vec![record]);
-            Ok(Ok(()))
-        }
-    }
-
-    impl BlockingFake {
-        fn open_gate(&self) {
-            *self.gate.0.lock().unwrap() = false;
-            self.gate.1.notify_all();
-        }
-    }
-
-    fn thread_mode(gate_closed: bool) -> (Arc<BlockingFake>, Arc<AuditWriter>) {
-        let fake = Arc::new(BlockingFake::default());
-        *fake.gate.0.lock().unwrap() = gate_closed;
-        let writer = Arc::new(AuditWriter::new(FakeStore::blocking(fake.clone()), AuditWriterConfig::default()));
-        (fake, writer)
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn thread_mode_groups_appends_queued_during_a_commit_on_its_own_thread() {
-        let (fake, writer) = thread_mode(true);
-        let first = spawn_appends(&writer, 0..=0);
-        assert_eq!(wait_until_first_batch_blocks(&fake.entered, &writer, 1).await, 1);
-        let rest = spawn_appends(&writer, 1..=40);
-        wait_until_first_batch_blocks(&fake.entered, &writer, 41).await;
-        fake.open_gate();
-        for task in first {
-            task.await.unwrap().unwrap();
-        }
-        for task in rest {
-            task.await.unwrap().unwrap();
-        }
-        let sizes: Vec<usize> = fake.batches.lock().unwrap().iter().map(Vec::len).collect();
-        assert_eq!(sizes, vec![1, 40]);
-        assert!(fake.threads.lock().unwrap().iter().all(|name| name == "palisade-audit"));
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn thread_mode_fails_every_caller_of_a_failed_batch() {
-        let (fake, writer) = thread_mode(false);
-        fake.fail.store(true, Ordering::SeqCst);
-        let tasks = spawn_appends(&writer, 0..=29);
-        for task in tasks {
-            assert!(matches!(task.await.unwrap(), Err(StoreError::Unavailable { .. })));
-        }
-        assert!(fake.batches.lock().unwrap().is_empty());
-        fake.fail.store(false, Ordering::SeqCst);
-        writer.append(record(99)).await.unwrap();
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn thread_mode_shutdown_flushes_what_was_queued_then_refuses() {
-        let (fake, writer) = thread_mode(true);
-        let tasks = spawn_appends(&writer, 0..=9);
-        wait_until_first_batch_blocks(&fake.entered, &writer, 10).await;
-        let shutdown = tokio::spawn({
-            let writer = writer.clone();
-            async move { writer.shutdown().await }
-        });
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!shutdown.is_finished(), "shutdown returned while a batch was still committing");
-        fake.open_gate();
-        shutdown.await.unwrap();
-        for task in tasks {
-            task.await.unwrap().unwrap();
-        }
-        assert_eq!(fake.batches.lock().unwrap().iter().map(Vec::len).sum::<usize>(), 10);
-        assert!(matches!(writer.append(record(11)).await, Err(StoreError::Closed)));
-        writer.shutdown().await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn thread_mode_caller_gives_up_after_the_commit_timeout() {
-        let fake = Arc::new(BlockingFake::default());
-        *fake.gate.0.lock().unwrap() = true;
-        let config = AuditWriterConfig { commit_timeout: Duration::from_millis(100), ..AuditWriterConfig::default() };
-        let writer = AuditWriter::new(FakeStore::blocking(fake.clone()), config);
-        assert!(matches!(writer.append(record(0)).await, Err(StoreError::Unavailable { .. })));
-        fake.open_gate();
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn thread_mode_commits_inline_when_nothing_waits_and_never_after_shutdown() {
-        let (fake, writer) = thread_mode(false);
-        fake.inline_free.store(true, Ordering::SeqCst);
-        writer.append(record(1)).await.unwrap();
-        assert_eq!(fake.batches.lock().unwrap().len(), 1);
-        assert!(fake.entered.lock().unwrap().is_empty(), "the writer thread committed it");
-        assert!(fake.threads.lock().unwrap().iter().all(|name| name != "palisade-audit"));
-        // The appender declines (busy): the record goes through the queue and the thread.
-        fake.inline_free.store(false, Ordering::SeqCst);
-        writer.append(record(2)).await.unwrap();
-        assert_eq!(*fake.entered.lock().unwrap(), vec![1]);
-        fake.inline_free.store(true, Ordering::SeqCst);
-        writer.shutdown().await;
-        assert!(matches!(writer.append(record(3)).await, Err(StoreError::Closed)));
-        assert_eq!(fake.batches.lock().unwrap().len(), 2);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn thread_mode_does_not_commit_inline_past_queued_records() {
-        let (fake, writer) = thread_mode(true);
-        let first = spawn_appends(&writer, 0..=0);
-        wait_until_first_batch_blocks(&fake.entered, &writer, 1).await;
-        let queued_before = spawn_appends(&writer, 1..=5);
-        wait_until_first_batch_blocks(&fake.entered, &writer, 6).await;
-        // Free to commit inline, but five records wait in the queue: this one queues behind them.
-        fake.inline_free.store(true, Ordering::SeqCst);
-        let late = spawn_appends(&writer, 6..=6);
-        tokio::time::timeout(Duration::from_secs(10), wait_until_first_batch_blocks(&fake.entered, &writer, 7))
+    #[tokio::test]
+    async fn the_segment_mode_answers_once_written_and_ships_in_the_background() {
+        let dir = std::env::temp_dir().join(format!("palisade-writer-segment-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Arc::new(crate::SqliteStore::open("sqlite::memory:").await.unwrap());
+        let writer = AuditWriter::with_segment(store.clone(), SegmentConfig::new(&dir), AuditWriterConfig::default())
             .await
-            .expect("the late record was not queued");
-        fake.open_gate();
-        for task in first.into_iter().chain(queued_before).chain(late) {
-            task.await.unwrap().unwrap();
+            .unwrap();
+        let chain = writer.chain().unwrap().to_owned();
+        for n in 0..25 {
+            writer.append(record(n)).await.unwrap();
         }
-        let sizes: Vec<usize> = fake.batches.lock().unwrap().iter().map(Vec::len).collect();
-        assert_eq!(sizes, vec![1, 6]);
+        let mut bad = record(99);
+        bad.detail = Some("nul\0".into());
+        assert!(matches!(writer.append(bad).await, Err(StoreError::InvalidRecord { .. })));
+        // Shipped within moments, without any further append.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while store.chain_head(&chain).await.unwrap().map(|head| head.seq) != Some(25) {
+            assert!(std::time::Instant::now() < deadline, "not shipped");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        writer.shutdown().await;
+        assert!(matches!(writer.append(record(26)).await, Err(StoreError::Closed)));
+        let report = store.verify_chain().await.unwrap();
+        assert!(report.is_intact() && report.records == 25, "{report:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn the_segment_mode_refuses_appends_once_the_backlog_is_full() {
+        let dir = std::env::temp_dir().join(format!("palisade-writer-backlog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Arc::new(crate::SqliteStore::open("sqlite::memory:").await.unwrap());
+        let mut segment = SegmentConfig::new(&dir);
+        segment.max_backlog_bytes = 2000;
+        let writer = AuditWriter::with_segment(store.clone(), segment, AuditWriterConfig::default()).await.unwrap();
+        // The store goes away: nothing ships, the backlog grows until appends are refused.
+        store.close().await;
+        let mut refused = None;
+        for n in 0..100 {
+            if let Err(error) = writer.append(record(n)).await {
+                refused = Some((n, error));
+                break;
+            }
+        }
+        let (n, error) = refused.expect("appends never refused");
+        assert!(n > 2, "refused too early: {n}");
+        assert!(error.to_string().contains("unavailable"), "{error}");
+        writer.shutdown().await;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_segment_directory_refuses_the_start() {
+        let file = std::env::temp_dir().join(format!("palisade-writer-not-a-dir-{}", std::process::id()));
+        std::fs::write(&file, b"x").unwrap();
+        let store = Arc::new(crate::SqliteStore::open("sqlite::memory:").await.unwrap());
+        let result =
+            AuditWriter::with_segment(store, SegmentConfig::new(file.join("segment")), AuditWriterConfig::default())
+                .await;
+        assert!(matches!(result, Err(StoreError::Unavailable { .. })), "{result:?}");
+        let _ = std::fs::remove_file(&file);
     }
 }

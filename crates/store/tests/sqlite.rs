@@ -147,3 +147,40 @@ async fn a_file_that_is_not_a_database_is_refused() {
     assert!(matches!(result, Err(StoreError::Corrupt { .. } | StoreError::Migration { .. })), "{result:?}");
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+/// A log written by the single global chain (schema before migration 0009, the records of
+/// `audit-log-before-rfc8785.sql`, hashes computed outside this code base) becomes the chain
+/// `00…0` when the store opens, verifies unchanged, and new appends go to a chain of their own.
+#[tokio::test]
+async fn the_single_chain_log_migrates_into_a_chain_of_its_own() {
+    const OLD_LOG: &str = include_str!("../../palisade/tests/it/fixtures/audit-log-before-rfc8785.sql");
+    let directory = unique_directory();
+    // Migrations 1–8 exactly as shipped, applied the way the store applies them.
+    let old = directory.join("migrations");
+    std::fs::create_dir_all(&old).expect("create");
+    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite")).expect("migrations") {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|name| name.to_str()).unwrap_or_default().to_owned();
+        if name.as_str() < "0009" {
+            std::fs::copy(&path, old.join(&name)).expect("copy");
+        }
+    }
+    let path = directory.join("audit.db");
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.expect("connect");
+    sqlx::migrate::Migrator::new(old.as_path()).await.expect("migrator").run(&pool).await.expect("old migrations");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(OLD_LOG)).execute(&pool).await.expect("the old log");
+    pool.close().await;
+
+    let store = SqliteStore::open(path.to_str().expect("utf-8 path")).await.expect("open and migrate");
+    let report = palisade_store::AuditStore::verify_chain(&store).await.expect("verify");
+    assert!(report.is_intact(), "{report:?}");
+    assert_eq!((report.records, report.chains), (3, 1));
+    let heads = palisade_store::AuditStore::chain_heads(&store).await.expect("heads");
+    assert_eq!((heads[0].chain.as_str(), heads[0].seq), (palisade_store::LEGACY_CHAIN, 3));
+    palisade_store::AuditStore::append_batch(&store, vec![sample_record(1)]).await.expect("append");
+    let report = palisade_store::AuditStore::verify_chain(&store).await.expect("verify");
+    assert_eq!((report.records, report.chains, report.first_break), (4, 2, None));
+    palisade_store::AuditStore::close(&store).await;
+    let _ = std::fs::remove_dir_all(&directory);
+}

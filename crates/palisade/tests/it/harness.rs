@@ -86,6 +86,14 @@ impl Palisade {
         self.child.try_wait().expect("wait").is_none()
     }
 
+    /// Kills the process with SIGKILL (no shutdown of any kind) and hands back its data
+    /// directory, kept for a restart.
+    pub fn kill_keeping_data(mut self) -> TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::replace(&mut self.data_dir, TempDir(std::path::PathBuf::new()))
+    }
+
     /// Sends SIGTERM and waits for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let pid = self.child.id().to_string();
