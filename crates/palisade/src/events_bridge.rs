@@ -9,11 +9,17 @@
 //! shared store). The channel is named by a digest of the deployment's `public_url`, which every
 //! instance of one deployment shares, so two deployments on one Redis never hear each other.
 //! Messages are bounded and parsed strictly; one that is not a well-formed event is dropped.
+//!
+//! The same connections carry the deployment's answer channel ([`crate::answer_relay`]): a
+//! client's answer to a server request, relayed to the instance that sent the request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use aws_lc_rs::hmac;
 use futures::StreamExt as _;
 use palisade_server::events::{EventBus, ServerEvent};
+use palisade_server::server::Server;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -39,13 +45,20 @@ fn channel(public_url: &str) -> String {
 }
 
 /// Connects (a failure here refuses the start: the operator asked for the bridge) and runs the
-/// bridge until `shutdown`.
-pub async fn start(bus: EventBus, url: &str, public_url: &str, shutdown: CancellationToken) -> anyhow::Result<()> {
+/// bridge, and the answer relay keyed by `relay_key`, until `shutdown`.
+pub async fn start(
+    server: Arc<Server>,
+    relay_key: hmac::Key,
+    url: &str,
+    public_url: &str,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let bus = server.events().clone();
     let client = redis::Client::open(url).map_err(|_| anyhow::anyhow!("events_redis is not a valid Redis URL"))?;
     let mut origin = [0u8; 16];
     aws_lc_rs::rand::fill(&mut origin).map_err(|_| anyhow::anyhow!("no randomness for the instance id"))?;
     let origin: String = origin.iter().map(|b| format!("{b:02x}")).collect();
-    let channel = channel(public_url);
+    let channels = Channels::new(public_url);
     let publisher = client
         .get_multiplexed_async_connection()
         .await
@@ -54,21 +67,69 @@ pub async fn start(bus: EventBus, url: &str, public_url: &str, shutdown: Cancell
         .get_async_pubsub()
         .await
         .map_err(|error| anyhow::anyhow!("events_redis: cannot connect: {}", error.kind_text()))?;
-    subscriber
-        .subscribe(&channel)
+    channels
+        .subscribe(&mut subscriber)
         .await
         .map_err(|error| anyhow::anyhow!("events_redis: cannot subscribe: {}", error.kind_text()))?;
-    tracing::info!(channel = %channel, "server events fan out through Redis");
+    tracing::info!(channel = %channels.events, answers = %channels.answers, "server events and client answers fan out through Redis");
+    crate::answer_relay::start(
+        &server,
+        relay_key.clone(),
+        origin.clone(),
+        client.clone(),
+        publisher.clone(),
+        channels.answers.clone(),
+        shutdown.clone(),
+    );
     tokio::spawn(publish_loop(
-        bus.clone(),
+        bus,
         client.clone(),
         publisher,
-        channel.clone(),
+        channels.events.clone(),
         origin.clone(),
         shutdown.clone(),
     ));
-    tokio::spawn(subscribe_loop(bus, client, subscriber, channel, origin, shutdown));
+    let receiver = Receiver { server, relay_key, origin, channels };
+    tokio::spawn(subscribe_loop(receiver, client, subscriber, shutdown));
     Ok(())
+}
+
+/// The deployment's two channels.
+#[derive(Clone)]
+struct Channels {
+    events: String,
+    answers: String,
+}
+
+impl Channels {
+    fn new(public_url: &str) -> Self {
+        let events = channel(public_url);
+        let answers = crate::answer_relay::channel(&events);
+        Self { events, answers }
+    }
+
+    async fn subscribe(&self, subscriber: &mut redis::aio::PubSub) -> redis::RedisResult<()> {
+        subscriber.subscribe(&self.events).await?;
+        subscriber.subscribe(&self.answers).await
+    }
+}
+
+/// What the subscriber hands heard messages to.
+struct Receiver {
+    server: Arc<Server>,
+    relay_key: hmac::Key,
+    origin: String,
+    channels: Channels,
+}
+
+impl Receiver {
+    fn take(&self, channel: &str, payload: &[u8]) {
+        if channel == self.channels.answers {
+            crate::answer_relay::receive(&self.server, &self.relay_key, &self.origin, payload);
+        } else if let Some(event) = parse(payload, &self.origin) {
+            self.server.events().publish_remote(event);
+        }
+    }
 }
 
 /// The kind of a Redis error, without its detail (which may quote a URL with a password).
@@ -131,11 +192,9 @@ async fn publish_loop(
 }
 
 async fn subscribe_loop(
-    bus: EventBus,
+    receiver: Receiver,
     client: redis::Client,
     mut subscriber: redis::aio::PubSub,
-    channel: String,
-    origin: String,
     shutdown: CancellationToken,
 ) {
     let mut backoff = Duration::from_millis(200);
@@ -149,13 +208,11 @@ async fn subscribe_loop(
                 };
                 let Some(message) = message else { break };
                 backoff = Duration::from_millis(200);
-                if let Some(event) = parse(message.get_payload_bytes(), &origin) {
-                    bus.publish_remote(event);
-                }
+                receiver.take(message.get_channel_name(), message.get_payload_bytes());
             }
         }
         tracing::warn!(
-            "the server event subscription was lost; reconnecting (events of other instances are missed meanwhile)"
+            "the server event subscription was lost; reconnecting (events and answers of other instances are missed meanwhile)"
         );
         loop {
             tokio::select! {
@@ -164,7 +221,7 @@ async fn subscribe_loop(
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
             let Ok(mut fresh) = client.get_async_pubsub().await else { continue };
-            if fresh.subscribe(&channel).await.is_ok() {
+            if receiver.channels.subscribe(&mut fresh).await.is_ok() {
                 subscriber = fresh;
                 tracing::info!("the server event subscription is back");
                 break;

@@ -7,6 +7,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+mod answer_relay;
 mod config;
 mod events_bridge;
 mod gateway_cli;
@@ -877,6 +878,9 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     ));
     let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
     let once_store: Arc<dyn palisade_store::OnceStore> = store.clone();
+    // Authenticates answers relayed between instances (events_redis); derived before the
+    // secret moves into the server.
+    let relay_key = secret.derive(answer_relay::ANSWER_RELAY_KEY_LABEL);
     let mut builder = Server::builder(app, config, authenticator, secret)
         .sessions(sessions_store.clone())
         .once_store(once_store.clone())
@@ -892,7 +896,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         gateway.spawn(server.clone(), server.shutdown_token().clone());
     }
     if let Some(url) = &settings.events_redis {
-        events_bridge::start(server.events().clone(), url, &settings.public_url, server.shutdown_token().clone())
+        events_bridge::start(server.clone(), relay_key, url, &settings.public_url, server.shutdown_token().clone())
             .await
             .context("starting the event fan-out (events_redis)")?;
     }

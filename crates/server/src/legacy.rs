@@ -13,7 +13,9 @@
 //!   admitted by [`Server::admit_session`] (authenticate, then bind).
 //!
 //! Live SSE streams and unanswered server requests are held by the instance that opened them;
-//! session state itself is in the store, so any instance serves any other request.
+//! session state itself is in the store, so any instance serves any other request. An answer
+//! admitted on an instance that holds no request for it goes to the session service's
+//! [`crate::sessions::AnswerRelay`] when there is one (answered 202 once handed over).
 
 use std::sync::Arc;
 
@@ -37,7 +39,7 @@ use crate::method::Method;
 use crate::pipeline::TransportHeaders;
 use crate::reply::Reply;
 use crate::server::Server;
-use crate::sessions::SessionId;
+use crate::sessions::{Delivery, SessionId};
 
 /// Keys of 2026-07-28 results that the 2025-era wire does not know.
 const MODERN_ONLY_RESULT_KEYS: &[&str] = &["resultType", "ttlMs", "cacheScope"];
@@ -268,11 +270,13 @@ async fn client_answer(
         Err(reply) => return json_response(reply),
     };
     let id = message.get("id").and_then(Value::as_str).map(str::to_owned);
-    let delivered = match (id, server.sessions()) {
-        (Some(id), Some(service)) => service.pending().resolve(admitted.digest, &id, Value::Object(message)),
-        _ => false,
+    // Not waited for here: another instance of the deployment may hold the request (its
+    // client's POST landed on this one); with a relay, it carries the answer there.
+    let delivery = match (id, server.sessions()) {
+        (Some(id), Some(service)) => service.pending().deliver(admitted.digest, &id, message),
+        _ => Delivery::Nowhere,
     };
-    if delivered {
+    if delivery != Delivery::Nowhere {
         StatusCode::ACCEPTED.into_response()
     } else {
         let error = ProtocolError::InvalidRequest("no request of this session is waiting for that answer");

@@ -24,6 +24,7 @@ const REQUESTS: &str = "palisade_requests_total";
 const DECISIONS: &str = "palisade_decisions_total";
 const TRANSPORT_REFUSALS: &str = "palisade_transport_refusals_total";
 const DURATION: &str = "palisade_request_duration_seconds";
+const RELAY_DROPPED: &str = "palisade_answer_relay_dropped_total";
 
 /// The pipeline's stages, whose decision counters are kept as handles once first used. A stage
 /// not listed here is still counted (through the recorder's own registry, a hashed lookup).
@@ -75,6 +76,7 @@ impl Default for Metrics {
         describe(REQUESTS, "MCP requests answered, by outcome.");
         describe(DECISIONS, "Pipeline decisions, by stage and decision.");
         describe(TRANSPORT_REFUSALS, "Requests the HTTP transport refused before the pipeline, by reason.");
+        describe(RELAY_DROPPED, "Messages on the answer relay channel dropped undelivered, by reason.");
         recorder.describe_histogram(
             KeyName::from_const_str(DURATION),
             None,
@@ -135,6 +137,13 @@ impl Metrics {
         self.transport_refusals[reason.index()].increment(1);
     }
 
+    /// Counts one message from the answer relay channel that was dropped (oversized,
+    /// malformed, or not authenticated); rare, so looked up in the recorder each time.
+    pub fn observe_relay_drop(&self, reason: &'static str) {
+        let key = Key::from_parts(RELAY_DROPPED, vec![Label::from_static_parts("reason", reason)]);
+        self.recorder.register_counter(&key, &METADATA).increment(1);
+    }
+
     /// The text exposition.
     pub fn render(&self) -> String {
         self.handle.render()
@@ -154,7 +163,9 @@ mod tests {
         metrics.observe_decision("authenticate", "deny");
         metrics.observe_decision("a stage of tomorrow", "allow");
         metrics.observe_transport_refusal(Reason::Origin);
+        metrics.observe_relay_drop("forged");
         let text = metrics.render();
+        assert!(text.contains("palisade_answer_relay_dropped_total{reason=\"forged\"} 1"), "{text}");
         assert!(text.contains("palisade_requests_total{outcome=\"ok\"} 1"), "{text}");
         assert!(text.contains("palisade_requests_total{outcome=\"error\"} 1"), "{text}");
         assert!(text.contains("palisade_decisions_total{stage=\"authenticate\",decision=\"deny\"} 2"), "{text}");

@@ -12,14 +12,14 @@
 //!   server-to-client requests awaiting their answer are per instance ([`PendingRequests`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use aws_lc_rs::hmac;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_store::{LiveSession, NewSession, SessionOwner, SessionStore};
 use palisade_wire::ProtocolError;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
 use crate::auth::VerifiedPrincipal;
@@ -180,11 +180,48 @@ fn to_i64(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
+/// The label of the HMAC key ([`crate::secret::ServerSecret::derive`]) that authenticates
+/// answers relayed between the instances of one deployment.
+pub const ANSWER_RELAY_KEY_LABEL: &str = "palisade/answer-relay/v1";
+
+/// A client's answer that no request on this instance waits for, admitted here for its
+/// session (same principal as today's checks), to be carried to the instance that sent the
+/// request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayedAnswer {
+    /// SHA-256 of the session id the answer was admitted for.
+    pub session: [u8; 32],
+    /// The server request's id.
+    pub id: String,
+    /// The client's whole JSON-RPC response.
+    pub answer: Map<String, Value>,
+}
+
+/// Carries answers to the other instances of a deployment.
+pub trait AnswerRelay: Send + Sync {
+    /// Hands `answer` over; `false` when it cannot be (too large to relay, queue full).
+    fn forward(&self, answer: RelayedAnswer) -> bool;
+}
+
+/// Where a client's answer went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// To a request of this instance.
+    Local,
+    /// To the relay, for the instance that sent the request.
+    Relayed,
+    /// Nowhere: no request here, and no relay (or the relay refused it).
+    Nowhere,
+}
+
 /// Server-to-client requests (sampling, elicitation, roots) sent on a POST's SSE stream and not
 /// yet answered, keyed by session digest and request id: an answer counts only when it arrives
 /// for the same session (and so from the same principal).
 #[derive(Default)]
-pub struct PendingRequests(Mutex<HashMap<PendingKey, oneshot::Sender<Value>>>);
+pub struct PendingRequests {
+    waiting: Mutex<HashMap<PendingKey, oneshot::Sender<Value>>>,
+    relay: OnceLock<Arc<dyn AnswerRelay>>,
+}
 
 /// Session digest and request id.
 type PendingKey = ([u8; 32], String);
@@ -197,19 +234,38 @@ impl PendingRequests {
         aws_lc_rs::rand::fill(&mut bytes).map_err(|_| ProtocolError::Unavailable)?;
         let id: String = format!("palisade-{}", palisade_base::hex::hex(&bytes));
         let (tx, rx) = oneshot::channel();
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).insert((session, id.clone()), tx);
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner).insert((session, id.clone()), tx);
         Ok((id, rx))
     }
 
-    /// Delivers a client's answer; `false` when no request of that session has that id.
+    /// Delivers a client's answer to a request of this instance; `false` when no request of
+    /// that session has that id here. A relay's receiving side calls this for answers that
+    /// another instance admitted.
     pub fn resolve(&self, session: [u8; 32], id: &str, answer: Value) -> bool {
-        let sender = self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&(session, id.to_owned()));
+        let sender = self.waiting.lock().unwrap_or_else(PoisonError::into_inner).remove(&(session, id.to_owned()));
         sender.is_some_and(|sender| sender.send(answer).is_ok())
+    }
+
+    /// Delivers an answer admitted on this instance: to its request here, else to the relay.
+    pub fn deliver(&self, session: [u8; 32], id: &str, answer: Map<String, Value>) -> Delivery {
+        let sender = self.waiting.lock().unwrap_or_else(PoisonError::into_inner).remove(&(session, id.to_owned()));
+        if let Some(sender) = sender {
+            return if sender.send(Value::Object(answer)).is_ok() { Delivery::Local } else { Delivery::Nowhere };
+        }
+        match self.relay.get() {
+            Some(relay) if relay.forward(RelayedAnswer { session, id: id.to_owned(), answer }) => Delivery::Relayed,
+            _ => Delivery::Nowhere,
+        }
+    }
+
+    /// Sets where answers for requests of other instances go (once; `false` if already set).
+    pub fn set_relay(&self, relay: Arc<dyn AnswerRelay>) -> bool {
+        self.relay.set(relay).is_ok()
     }
 
     /// Forgets a request (answered, timed out or cancelled).
     pub fn forget(&self, session: [u8; 32], id: &str) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&(session, id.to_owned()));
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner).remove(&(session, id.to_owned()));
     }
 }
 
@@ -235,5 +291,35 @@ mod tests {
         assert!(pending.resolve([1; 32], &id, Value::Bool(true)));
         assert_eq!(rx.try_recv().ok(), Some(Value::Bool(true)));
         assert!(!pending.resolve([1; 32], &id, Value::Null), "an answer is taken once");
+    }
+
+    struct Recorder(Mutex<Vec<RelayedAnswer>>, bool);
+
+    impl AnswerRelay for Recorder {
+        fn forward(&self, answer: RelayedAnswer) -> bool {
+            self.0.lock().unwrap().push(answer);
+            self.1
+        }
+    }
+
+    #[test]
+    fn an_answer_no_request_here_waits_for_goes_to_the_relay() {
+        let pending = PendingRequests::default();
+        let answer = |n: i64| serde_json::from_value::<Map<String, Value>>(serde_json::json!({ "n": n })).unwrap();
+        assert_eq!(pending.deliver([1; 32], "x", answer(0)), Delivery::Nowhere, "no relay: as before");
+        let (id, mut rx) = pending.register([1; 32]).expect("register");
+        let relay = Arc::new(Recorder(Mutex::new(Vec::new()), true));
+        assert!(pending.set_relay(relay.clone()));
+        assert!(!pending.set_relay(relay.clone()), "set once");
+        assert_eq!(pending.deliver([1; 32], &id, answer(1)), Delivery::Local);
+        assert_eq!(rx.try_recv().ok(), Some(Value::Object(answer(1))));
+        assert_eq!(pending.deliver([2; 32], "other", answer(2)), Delivery::Relayed);
+        assert_eq!(
+            *relay.0.lock().unwrap(),
+            vec![RelayedAnswer { session: [2; 32], id: "other".into(), answer: answer(2) }]
+        );
+        let refusing = PendingRequests::default();
+        assert!(refusing.set_relay(Arc::new(Recorder(Mutex::new(Vec::new()), false))));
+        assert_eq!(refusing.deliver([2; 32], "other", answer(3)), Delivery::Nowhere);
     }
 }

@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod answer_relay;
 mod audit_log;
 mod auth;
 mod dev_authorization;
