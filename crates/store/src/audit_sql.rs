@@ -43,7 +43,8 @@ pub(crate) mod sql {
 pub(crate) const INSERT_CHUNK: usize = 64;
 
 /// `INSERT INTO audit_log (chain_id, …) VALUES (…), … ON CONFLICT DO NOTHING` for `rows` rows
-/// (1..=[`INSERT_CHUNK`]) with `marker` placeholders (`$` or `?`), built once per size.
+/// (1..=[`INSERT_CHUNK`]) with `marker` placeholders (`$n`, or SQLite's anonymous `?`), built
+/// once per size.
 pub(crate) fn insert_statement(rows: usize, marker: char) -> sqlx::AssertSqlSafe<&'static str> {
     static DOLLAR: OnceLock<Vec<String>> = OnceLock::new();
     static QUESTION: OnceLock<Vec<String>> = OnceLock::new();
@@ -53,8 +54,14 @@ pub(crate) fn insert_statement(rows: usize, marker: char) -> sqlx::AssertSqlSafe
             .map(|count| {
                 let values: Vec<String> = (0..count)
                     .map(|row| {
-                        let params: Vec<String> =
-                            (1..=16).map(|column| format!("{marker}{}", row * 16 + column)).collect();
+                        // SQLite gets anonymous `?`s: for numbered ones sqlx looks each name up
+                        // (`sqlite3_bind_parameter_name`, a linear scan), quadratic in the row count
+                        // (measured at 14 % of the server's CPU with 64-row statements).
+                        let params: Vec<String> = (1..=16)
+                            .map(
+                                |column| if marker == '$' { format!("${}", row * 16 + column) } else { "?".to_owned() },
+                            )
+                            .collect();
                         format!("({})", params.join(", "))
                     })
                     .collect();

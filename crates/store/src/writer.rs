@@ -42,7 +42,7 @@ impl Default for AuditWriterConfig {
             queue_capacity: 8192,
             max_batch: 512,
             commit_timeout: Duration::from_secs(5),
-            ship_delay: Duration::from_millis(5),
+            ship_delay: Duration::from_millis(20),
         }
     }
 }
