@@ -15,7 +15,6 @@
 //! request ids are random and each is answered once.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_lc_rs::hmac;
 use palisade_server::server::Server;
@@ -35,8 +34,6 @@ pub const MAX_ANSWER_BYTES: usize = 256 * 1024;
 const MAX_MESSAGE_BYTES: usize = 2 * MAX_ANSWER_BYTES + 1024;
 /// Answers waiting for the publisher; with the queue full the POST is refused, not held.
 const QUEUE: usize = 256;
-/// Longest wait between two reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Request ids this server mints: `palisade-` and 32 lowercase hex digits.
 const REQUEST_ID_PREFIX: &str = "palisade-";
 
@@ -212,24 +209,10 @@ async fn publish_loop(
             message = messages.recv() => message,
         };
         let Some(message) = message else { return };
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            let sent: redis::RedisResult<i64> =
-                redis::cmd("PUBLISH").arg(&channel).arg(&message).query_async(&mut connection).await;
-            match sent {
-                Ok(_) => break,
-                Err(error) => {
-                    tracing::warn!(error = ?error.kind(), "relaying a client answer failed; reconnecting");
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    if let Ok(fresh) = client.get_multiplexed_async_connection().await {
-                        connection = fresh;
-                    }
-                }
-            }
+        if !crate::events_bridge::publish(&client, &mut connection, &channel, &message, &shutdown, "a client answer")
+            .await
+        {
+            return;
         }
     }
 }

@@ -169,24 +169,35 @@ async fn publish_loop(
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
         let Ok(payload) = serde_json::to_string(&Message { origin: origin.clone(), event }) else { continue };
-        let mut backoff = Duration::from_millis(200);
-        loop {
-            let sent: redis::RedisResult<i64> =
-                redis::cmd("PUBLISH").arg(&channel).arg(&payload).query_async(&mut connection).await;
-            match sent {
-                Ok(_) => break,
-                Err(error) => {
-                    tracing::warn!(error = %error.kind_text(), "publishing a server event failed; reconnecting");
-                    tokio::select! {
-                        () = shutdown.cancelled() => return,
-                        () = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                    if let Ok(fresh) = client.get_multiplexed_async_connection().await {
-                        connection = fresh;
-                    }
-                }
-            }
+        if !publish(&client, &mut connection, &channel, &payload, &shutdown, "a server event").await {
+            return;
+        }
+    }
+}
+
+/// Publishes `payload` on `channel`, reconnecting with backoff until it is sent (`true`) or the
+/// bridge shuts down (`false`). `what` names the message in the log.
+pub(crate) async fn publish(
+    client: &redis::Client,
+    connection: &mut redis::aio::MultiplexedConnection,
+    channel: &str,
+    payload: &str,
+    shutdown: &CancellationToken,
+    what: &str,
+) -> bool {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let sent: redis::RedisResult<i64> =
+            redis::cmd("PUBLISH").arg(channel).arg(payload).query_async(connection).await;
+        let Err(error) = sent else { return true };
+        tracing::warn!(error = %error.kind_text(), "publishing {what} failed; reconnecting");
+        tokio::select! {
+            () = shutdown.cancelled() => return false,
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+        if let Ok(fresh) = client.get_multiplexed_async_connection().await {
+            *connection = fresh;
         }
     }
 }
