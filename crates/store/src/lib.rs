@@ -1,9 +1,10 @@
 //! Durable storage behind traits: the hash-chained audit log ([`AuditStore`]: one chain per
 //! writer, signed [checkpoints](checkpoint) over every chain's head) and explicit
 //! application handles ([`HandleStore`]), durable tasks ([`TaskStore`]), 2025-era session state
-//! ([`SessionStore`]), single-use records ([`OnceStore`]) and a gateway's pins of upstream
-//! definitions with their review decisions ([`PinStore`]) on SQLite and PostgreSQL, group commit
-//! the request path's writer in front of the log ([`AuditWriter`]: an instance's local
+//! ([`SessionStore`]), single-use records ([`OnceStore`]), a gateway's pins of upstream
+//! definitions with their review decisions ([`PinStore`]) and the ledger of delegated
+//! capabilities with its single-use approvals ([`DelegationStore`]) on SQLite and PostgreSQL,
+//! group commit the request path's writer in front of the log ([`AuditWriter`]: an instance's local
 //! [segment](segment) file and its shipper, or group commit), and [`open_store`] choosing a
 //! backend from a URL ([`Store`] is every trait at once).
 //!
@@ -36,6 +37,7 @@ mod chain;
 pub mod checkpoint;
 #[doc(hidden)]
 pub mod conformance;
+mod delegations;
 mod error;
 mod handles;
 mod once;
@@ -55,6 +57,10 @@ pub use chain::{
     new_chain_id,
 };
 pub use checkpoint::{CheckpointKey, Checkpointer, LogReport, StoredCheckpoint, verify_log};
+pub use delegations::{
+    DelegationRow, DelegationStore, MAX_DELEGATION_AGENT_BYTES, MAX_DELEGATION_BODY_BYTES, MAX_DELEGATION_DEPTH,
+    MAX_DELEGATION_LIST, MintRefusal, NewDelegation,
+};
 pub use error::{ErrorSource, StoreError};
 pub use handles::{
     HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_FIELD_BYTES, MAX_HANDLE_LIST, MAX_HANDLE_SCOPES,
@@ -79,9 +85,9 @@ pub use writer::{AuditWriter, AuditWriterConfig};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.
-pub trait Store: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore {}
+pub trait Store: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore + DelegationStore {}
 
-impl<T: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore> Store for T {}
+impl<T: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore + DelegationStore> Store for T {}
 
 /// Opens the store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
 /// `postgres://…` / `postgresql://…` (see [`PostgresStore::connect`]). Migrates and checks

@@ -353,3 +353,12 @@ crate::pins::impl_pin_store!(
     reader: pool,
     sql: pg_sql
 );
+
+crate::delegations::impl_delegation_store!(
+    store: PostgresStore,
+    begin: begin_write,
+    writer: pool,
+    reader: pool,
+    sql: pg_sql,
+    parent_sql: crate::delegations::sql::PARENT_FOR_UPDATE
+);

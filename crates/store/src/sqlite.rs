@@ -221,6 +221,15 @@ crate::pins::impl_pin_store!(
     sql: sqlite_sql
 );
 
+crate::delegations::impl_delegation_store!(
+    store: SqliteStore,
+    begin: begin_write,
+    writer: writer,
+    reader: reader,
+    sql: sqlite_sql,
+    parent_sql: sqlite_sql!(crate::delegations::sql::PARENT)
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;
