@@ -542,16 +542,15 @@ impl KillSwitch {
         if rule.coverage == Coverage::NotApplicable {
             return Ok(Checked::NotApplicable(rule.technical_reason.clone().unwrap_or_default()));
         }
-        let targets = rule
-            .required_target_kinds
-            .iter()
-            .filter_map(|kind| match values.get(*kind) {
-                Some(value) => Some(Ok(inner.target_key.digest(*kind, value))),
-                // A principal without a tenant (client) has no target of that kind.
-                None if kind.is_principal_kind() => None,
-                None => Some(Err(KillSwitchError::MissingTarget { kind: *kind })),
-            })
-            .collect::<Result<Vec<_>, KillSwitchError>>()?;
+        let mut targets = Vec::with_capacity(rule.required_target_kinds.len());
+        for &kind in &rule.required_target_kinds {
+            let before = targets.len();
+            targets.extend(values.values(kind).map(|value| inner.target_key.digest(kind, value)));
+            // A principal without a tenant (client, delegated agent) has no target of that kind.
+            if targets.len() == before && !kind.is_principal_kind() {
+                return Err(KillSwitchError::MissingTarget { kind });
+            }
+        }
         let heads = match &inner.batcher {
             // Verified and accepted by the generation store in the driver.
             Some(batcher) => batcher.current_heads(phase, targets.clone()).await?,

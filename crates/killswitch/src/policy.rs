@@ -174,7 +174,7 @@ impl PolicyPayload {
     }
 
     /// A registry skeleton for `palisade policy init`: every exposed operation COVERED, by
-    /// `server_release`, the caller's `tenant` and `client`, plus the operation's own kind
+    /// `server_release`, the caller's `tenant`, `client` and delegated `agent`s, plus the operation's own kind
     /// ([`ExposedOperation::target_kinds`]: `tool` for a tool call, `resource` for a read or a
     /// subscription, `upstream` too for a relayed one), with a commit fence where the operation declares a side effect. The
     /// operator reviews it (removing a kind deliberately, or NOT_APPLICABLE with a reason) and
@@ -186,6 +186,7 @@ impl PolicyPayload {
             .map(|operation| {
                 let mut kinds = vec![TargetKind::ServerRelease, TargetKind::Tenant, TargetKind::Client];
                 kinds.extend(operation.target_kinds);
+                kinds.push(TargetKind::Agent);
                 let rule = OperationRule {
                     coverage: Coverage::Covered,
                     require_commit_fence: operation.has_side_effect,

@@ -32,11 +32,15 @@ pub enum TargetKind {
     Upstream,
     /// An application object.
     Object,
+    /// A delegated agent: the holder of a delegation capability. A request under a capability
+    /// carries one value per agent of its chain (the holder and every agent it descends from), so
+    /// disabling an agent stops it and everything delegated under it.
+    Agent,
 }
 
 impl TargetKind {
     /// Every kind, in order.
-    pub const ALL: [TargetKind; 9] = [
+    pub const ALL: [TargetKind; 10] = [
         TargetKind::ServerRelease,
         TargetKind::Tenant,
         TargetKind::Client,
@@ -46,6 +50,7 @@ impl TargetKind {
         TargetKind::Subscription,
         TargetKind::Upstream,
         TargetKind::Object,
+        TargetKind::Agent,
     ];
 
     /// The wire name (`server_release`, `tenant`, …).
@@ -60,16 +65,18 @@ impl TargetKind {
             TargetKind::Subscription => "subscription",
             TargetKind::Upstream => "upstream",
             TargetKind::Object => "object",
+            TargetKind::Agent => "agent",
         }
     }
 
-    /// Whether the kind names a property of the calling principal (its tenant, its client),
-    /// which a principal may not have. A request whose principal has no tenant has no tenant
-    /// target: there is nothing of that kind to disable for it, so a rule's `tenant` (or
-    /// `client`) kind is not asked for that request. Every other kind is derived by the server
-    /// and must be present (its absence is [`crate::KillSwitchError::MissingTarget`]).
+    /// Whether the kind names a property of the calling principal (its tenant, its client, the
+    /// delegated agents it acts through), which a principal may not have. A request whose
+    /// principal has no tenant has no tenant target: there is nothing of that kind to disable
+    /// for it, so a rule's `tenant` (or `client`, or `agent`) kind is not asked for that request.
+    /// Every other kind is derived by the server and must be present (its absence is
+    /// [`crate::KillSwitchError::MissingTarget`]).
     pub fn is_principal_kind(self) -> bool {
-        matches!(self, TargetKind::Tenant | TargetKind::Client)
+        matches!(self, TargetKind::Tenant | TargetKind::Client | TargetKind::Agent)
     }
 
     /// The kind with this wire name.
@@ -150,9 +157,10 @@ impl TargetKey {
 }
 
 /// The target values a request carries, by kind (the server derives them, never the client
-/// alone): e.g. `tool → basket_checkout`, `tenant → acme`, `server_release → 1.4.2`.
+/// alone): e.g. `tool → basket_checkout`, `tenant → acme`, `server_release → 1.4.2`. A kind
+/// usually has one value; `agent` has one per agent of a delegation chain ([`push`](Self::push)).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TargetValues(BTreeMap<TargetKind, String>);
+pub struct TargetValues(BTreeMap<TargetKind, Vec<String>>);
 
 impl TargetValues {
     /// No values.
@@ -163,18 +171,33 @@ impl TargetValues {
     /// Adds (or replaces) the value of one kind.
     #[must_use]
     pub fn with(mut self, kind: TargetKind, value: impl Into<String>) -> Self {
-        self.0.insert(kind, value.into());
+        self.insert(kind, value);
         self
     }
 
     /// Adds (or replaces) the value of one kind.
     pub fn insert(&mut self, kind: TargetKind, value: impl Into<String>) {
-        self.0.insert(kind, value.into());
+        self.0.insert(kind, vec![value.into()]);
     }
 
-    /// The value of one kind, if present and non-empty.
+    /// Adds one more value of a kind (an agent of a delegation chain), keeping the others; a
+    /// value already present is not added twice.
+    pub fn push(&mut self, kind: TargetKind, value: impl Into<String>) {
+        let value = value.into();
+        let values = self.0.entry(kind).or_default();
+        if !values.contains(&value) {
+            values.push(value);
+        }
+    }
+
+    /// The (first) value of one kind, if present and non-empty.
     pub fn get(&self, kind: TargetKind) -> Option<&str> {
-        self.0.get(&kind).map(String::as_str).filter(|value| !value.is_empty())
+        self.values(kind).next()
+    }
+
+    /// Every non-empty value of one kind, in the order they were added.
+    pub fn values(&self, kind: TargetKind) -> impl Iterator<Item = &str> {
+        self.0.get(&kind).into_iter().flatten().map(String::as_str).filter(|value| !value.is_empty())
     }
 }
 

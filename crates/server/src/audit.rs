@@ -31,6 +31,9 @@ pub enum AuditStage {
     Session,
     /// Stage 3: the operation key.
     Classify,
+    /// Stage 3b: a presented delegation capability (validity, method and target inside it; and,
+    /// just before the allow, its call budget).
+    Delegation,
     /// Stage 4: the kill switch (and, after the handler, a fenced tool's missing fence).
     KillSwitch,
     /// Stage 5: the operation's scopes.
@@ -56,6 +59,7 @@ impl AuditStage {
             Self::Authenticate => "authenticate",
             Self::Session => "session",
             Self::Classify => "classify",
+            Self::Delegation => "delegation",
             Self::KillSwitch => "killswitch",
             Self::Authorize => "authorize",
             Self::Handles => "handles",
@@ -90,6 +94,9 @@ pub(crate) struct AuditTrail<'a> {
     /// Digest prefixes of the handles involved (or the task), and policy versions.
     pub(crate) detail: Option<String>,
     pub(crate) policy_version: Option<String>,
+    /// The delegation capability presented (digest prefix, chain depth, agent digest), kept
+    /// apart from `detail` so later stages do not overwrite it.
+    delegation: Option<String>,
     /// The request's trace span (disabled unless trace export is on; see [`crate::telemetry`]).
     span: tracing::Span,
 }
@@ -105,12 +112,42 @@ impl<'a> AuditTrail<'a> {
         let trace_id = trace_id.unwrap_or_else(fresh_trace_id);
         // Until classification, the operation is the method name as sent, cut to a sane length.
         let operation = method.chars().take(64).collect();
-        Self { recorder, trace_id, operation, principal: None, detail: None, policy_version: None, span }
+        Self {
+            recorder,
+            trace_id,
+            operation,
+            principal: None,
+            detail: None,
+            policy_version: None,
+            delegation: None,
+            span,
+        }
     }
 
     /// The authenticated caller the decisions are about.
     pub(crate) fn principal(&mut self, principal: &Arc<VerifiedPrincipal>) {
         self.principal = Some(principal.clone());
+    }
+
+    /// The delegation capability the decisions are about, before it was verified: its digest
+    /// prefix only.
+    pub(crate) fn presented_capability(&mut self, digest: &[u8; 32]) {
+        self.delegation = Some(format!("delegation={}", palisade_store::hex_prefix(digest)));
+    }
+
+    /// The verified capability the request runs under: digest prefix, depth in the graph, and
+    /// the keyed digest of the agent that called.
+    pub(crate) fn delegation(
+        &mut self,
+        delegated: &crate::delegation::Delegated,
+        service: &crate::delegation::DelegationService,
+    ) {
+        self.delegation = Some(format!(
+            "delegation={} depth={} agent={}",
+            palisade_store::hex_prefix(delegated.digest()),
+            delegated.depth(),
+            service.agent_digest(&delegated.holder().subject)
+        ));
     }
 
     /// The classified operation the decisions are about.
@@ -137,7 +174,10 @@ impl<'a> AuditTrail<'a> {
             scopes: principal.map(VerifiedPrincipal::scopes).unwrap_or_default(),
             policy_version: self.policy_version.clone(),
             code,
-            detail: self.detail.clone(),
+            detail: match (&self.detail, &self.delegation) {
+                (Some(detail), Some(delegation)) => Some(format!("{detail} {delegation}")),
+                (detail, delegation) => detail.clone().or_else(|| delegation.clone()),
+            },
         }
     }
 

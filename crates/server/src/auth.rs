@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 use palisade_auth::{AuthError, TokenVerifier};
 
+use crate::delegation::Delegated;
+
 /// Who is calling, as established by the authentication stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedPrincipal {
@@ -22,6 +24,8 @@ pub struct VerifiedPrincipal {
     expires_at_ms: Option<u64>,
     token_digest: Option<String>,
     bearer: Option<BearerToken>,
+    /// The delegation capability the request runs under (only the delegation stage sets it).
+    delegation: Option<Arc<Delegated>>,
 }
 
 /// The caller's verified bearer token, kept for exactly one use: an RFC 8693 token exchange at
@@ -103,8 +107,48 @@ impl VerifiedPrincipal {
     }
 
     /// The verified bearer token (HTTP with bearer authentication only): see [`BearerToken`].
+    /// `None` under a delegation capability: the agent's token is not the principal's.
     pub fn bearer_token(&self) -> Option<&BearerToken> {
         self.bearer.as_ref()
+    }
+
+    /// The delegation capability this request runs under, as the delegation stage verified it
+    /// from the ledger (`None`: the principal acts itself). The identity above is then the
+    /// capability's principal, and the scopes those both the capability and the agent's token
+    /// hold; [`Delegated::holder`] is the agent that called.
+    pub fn delegation(&self) -> Option<&Delegated> {
+        self.delegation.as_deref()
+    }
+
+    /// The capability's principal (`self`, as stored in the ledger) acting through `agent`,
+    /// the verified caller presenting `delegated`: scopes both hold, the earlier expiry, the
+    /// agent's token digest for logs, no bearer token.
+    pub(crate) fn delegated(self, agent: &VerifiedPrincipal, delegated: Arc<Delegated>) -> Self {
+        let scopes = match (&self.scopes, &agent.scopes) {
+            (Scopes::Granted(own), Scopes::Granted(token)) => {
+                Scopes::Granted(own.intersection(token).cloned().collect())
+            }
+            (Scopes::Granted(own), Scopes::Unrestricted) => Scopes::Granted(own.clone()),
+            (Scopes::Unrestricted, token) => token.clone(),
+        };
+        let expiry = Some(delegated.expires_ms().max(0).cast_unsigned());
+        let expires_at_ms = match (agent.expires_at_ms, expiry) {
+            (Some(token), Some(capability)) => Some(token.min(capability)),
+            (token, capability) => token.or(capability),
+        };
+        Self {
+            scopes,
+            expires_at_ms,
+            token_digest: agent.token_digest.clone(),
+            bearer: None,
+            delegation: Some(delegated),
+            ..self
+        }
+    }
+
+    /// A task's stored principal with the capability its worker re-read from the ledger.
+    pub(crate) fn with_delegation(self, delegated: Arc<Delegated>) -> Self {
+        Self { delegation: Some(delegated), bearer: None, ..self }
     }
 
     /// Whether the principal holds `scope`.
@@ -129,14 +173,20 @@ impl VerifiedPrincipal {
             Scopes::Unrestricted => serde_json::Value::Null,
             Scopes::Granted(granted) => serde_json::json!(granted),
         };
-        serde_json::json!({
+        let mut stored = serde_json::json!({
             "issuer": self.issuer, "subject": self.subject, "tenant": self.tenant,
             "client": self.client_id, "scopes": scopes, "expiresAtMs": self.expires_at_ms,
-        })
+        });
+        if let (Some(delegated), Some(object)) = (&self.delegation, stored.as_object_mut()) {
+            object.insert("delegation".into(), crate::delegation::stored_form(delegated));
+        }
+        stored
     }
 
     /// The principal a task's worker runs as: the one the task was created under, established
     /// by the authentication stage then and stored by the pipeline (crate-private on purpose).
+    /// A stored delegation is not restored here: the worker re-reads it from the ledger
+    /// (`DelegationService::recheck`) before anything runs.
     pub(crate) fn from_stored(stored: &serde_json::Value) -> Option<Self> {
         let text = |key: &str| stored.get(key).and_then(serde_json::Value::as_str).map(str::to_owned);
         let scopes = match stored.get("scopes")? {
@@ -155,19 +205,26 @@ impl VerifiedPrincipal {
             expires_at_ms: stored.get("expiresAtMs").and_then(serde_json::Value::as_u64),
             token_digest: None,
             bearer: None,
+            delegation: None,
         })
     }
 
-    /// A stable, non-secret key for the caller's partition (issuer, subject, tenant, client),
-    /// used to bind request state and cursors to who asked.
+    /// A stable, non-secret key for the caller's partition (issuer, subject, tenant, client,
+    /// and the delegation capability it acts through), used to bind request state, cursors and
+    /// stream caps to who asked: an agent's state never serves its principal, nor the reverse.
     pub fn partition_key(&self) -> String {
-        format!(
+        let mut key = format!(
             "{}\u{1f}{}\u{1f}{}\u{1f}{}",
             self.issuer,
             self.subject,
             self.tenant.as_deref().unwrap_or(""),
             self.client_id.as_deref().unwrap_or("")
-        )
+        );
+        if let Some(delegated) = &self.delegation {
+            key.push_str("\u{1f}delegation:");
+            key.push_str(&delegated.id());
+        }
+        key
     }
 }
 
@@ -231,6 +288,7 @@ impl Authenticator {
                 expires_at_ms: None,
                 token_digest: None,
                 bearer: None,
+                delegation: None,
             }),
             Self::Environment(principal) => Ok(VerifiedPrincipal {
                 issuer: "environment".into(),
@@ -241,6 +299,7 @@ impl Authenticator {
                 expires_at_ms: None,
                 token_digest: None,
                 bearer: None,
+                delegation: None,
             }),
             Self::Bearer(verifier) => match verifier.verify(authorization).await {
                 Ok(claims) => Ok(VerifiedPrincipal {
@@ -252,6 +311,7 @@ impl Authenticator {
                     expires_at_ms: Some(claims.expires_at_ms()),
                     token_digest: Some(claims.token_digest().to_owned()),
                     bearer: bearer_of(authorization),
+                    delegation: None,
                 }),
                 Err(error) => Err(self.refusal(error)),
             },

@@ -141,6 +141,9 @@ pub struct RequestContext {
     /// This request's passed kill-switch `pre_dispatch`, when the server runs one (the second
     /// phase, `pre_side_effect`, is in [`crate::clearance`]).
     pub(crate) kill_switch: Option<Arc<Cleared>>,
+    /// The principal's approval of this very call under a delegation capability, taken from the
+    /// ledger by the pipeline (a needs-confirmation tool under a capability runs only with one).
+    pub(crate) approval: Option<crate::delegation::VerifiedApproval>,
 }
 
 impl RequestContext {
@@ -154,9 +157,16 @@ impl RequestContext {
         &self.meta
     }
 
-    /// The authenticated caller.
+    /// The authenticated caller (under a delegation capability: the principal it acts for,
+    /// narrowed to it; [`VerifiedPrincipal::delegation`] says which agent called).
     pub fn principal(&self) -> &VerifiedPrincipal {
         &self.principal
+    }
+
+    /// The principal's own approval of this call, when it runs under a delegation capability
+    /// (the only authority for a consequential delegated call; never text an agent sent).
+    pub fn approval(&self) -> Option<&crate::delegation::VerifiedApproval> {
+        self.approval.as_ref()
     }
 
     /// One answer from the client's `inputResponses`, by the key the handler asked under.

@@ -124,6 +124,12 @@ impl KillSwitchStage {
         if let Some(origin) = operation.origin() {
             targets.insert(TargetKind::Upstream, origin.upstream.clone());
         }
+        // Every agent of a delegation chain: disabling one stops it and all delegated under it.
+        if let Some(delegated) = principal.delegation() {
+            for agent in delegated.agents() {
+                targets.push(TargetKind::Agent, agent.as_str());
+            }
+        }
         let clearance = self.switch.pre_dispatch(&key, &targets).await.map_err(|error| refusal(&key, &error))?;
         let fence_required = self.switch.policy().lookup(&key).is_some_and(|rule| rule.require_commit_fence);
         Ok(Arc::new(Cleared::new(self.switch.clone(), key, targets, clearance, fence_required)))

@@ -20,6 +20,7 @@ pub mod config;
 pub mod content;
 pub mod context;
 pub mod cursor;
+pub mod delegation;
 pub mod events;
 mod execute;
 pub mod handles;

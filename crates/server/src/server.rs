@@ -20,6 +20,7 @@ use crate::auth::Authenticator;
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServerConfig;
 use crate::cursor::Cursors;
+use crate::delegation::DelegationService;
 use crate::events::{EventBus, ServerEvent};
 use crate::handles::{HandleError, HandleService, PrincipalEvent};
 use crate::killswitch::KillSwitchStage;
@@ -50,6 +51,7 @@ pub struct Server {
     pub(crate) sessions: Option<Arc<SessionService>>,
     pub(crate) kill_switch: Option<KillSwitchStage>,
     pub(crate) once: Option<Arc<dyn OnceStore>>,
+    pub(crate) delegation: Option<Arc<DelegationService>>,
     pub(crate) streams: Arc<StreamLimiter>,
     /// Refusals of the HTTP transport, aggregated for the audit log (see [`crate::refusals`]).
     pub(crate) transport_refusals: TransportRefusals,
@@ -121,6 +123,7 @@ pub struct ServerBuilder {
     tasks: Option<Arc<TaskService>>,
     sessions: Option<Arc<dyn SessionStore>>,
     kill_switch: Option<(Arc<palisade_killswitch::KillSwitch>, String)>,
+    delegation: Option<Arc<DelegationService>>,
 }
 
 impl Server {
@@ -144,6 +147,7 @@ impl Server {
             tasks: None,
             sessions: None,
             kill_switch: None,
+            delegation: None,
         }
     }
 }
@@ -205,6 +209,15 @@ impl ServerBuilder {
         self
     }
 
+    /// Accepts delegation capabilities (control C10, [`crate::delegation`]): a request carrying
+    /// one in `_meta` runs as the capability's principal, narrowed to it, with its budget spent
+    /// and its agents checked by the kill switch. Without it a request presenting a capability is
+    /// refused. Give the application the same service's tools ([`DelegationService::tools`]).
+    pub fn delegation(mut self, service: Arc<DelegationService>) -> Self {
+        self.delegation = Some(service);
+        self
+    }
+
     /// The clock every time-dependent decision reads (default: the system clock). The handle
     /// and task services must keep time by the same clock.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -227,6 +240,7 @@ impl ServerBuilder {
             tasks,
             sessions,
             kill_switch,
+            delegation,
         } = self;
         let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
         if config.legacy.enabled && sessions.is_none() {
@@ -256,6 +270,11 @@ impl ServerBuilder {
         {
             return Err(BuildError::ClockMismatch { part: "task service" });
         }
+        if let Some(delegation) = &delegation
+            && !crate::clock::same_clock(delegation.clock(), &clock)
+        {
+            return Err(BuildError::ClockMismatch { part: "delegation service" });
+        }
         let parts = Parts { handles: handles.as_deref(), tasks: tasks.is_some(), once: once.is_some() };
         parts.check(&app)?;
         let kill_switch = match kill_switch {
@@ -278,7 +297,9 @@ impl ServerBuilder {
         if let Some(tasks) = &tasks {
             // The workers check the kill switch and record their decisions at execution time,
             // whatever order the parts were given in.
-            tasks.attach(kill_switch.clone(), recorder.clone()).map_err(|()| BuildError::TaskServiceShared)?;
+            tasks
+                .attach(kill_switch.clone(), recorder.clone(), delegation.clone())
+                .map_err(|()| BuildError::TaskServiceShared)?;
             tasks.spawn_fan_in(events.clone());
         }
         let transport_refusals = TransportRefusals::new(secret.derive("palisade/audit-digest/v1"));
@@ -303,6 +324,7 @@ impl ServerBuilder {
             sessions,
             kill_switch,
             once,
+            delegation,
             streams: Arc::default(),
             transport_refusals,
             config,

@@ -113,6 +113,8 @@ pub struct TaskService {
 struct Attached {
     kill_switch: Option<KillSwitchStage>,
     recorder: Arc<Recorder>,
+    /// Re-checks the capability a task was created under each time it runs.
+    delegation: Option<Arc<crate::delegation::DelegationService>>,
 }
 
 /// A task reference a request named, already checked against its caller.
@@ -147,8 +149,13 @@ impl TaskService {
     /// Gives the workers their server's kill switch (every execution segment passes phase one
     /// again, for the task's tool and stored principal, before its handler runs) and audit
     /// recorder. Once only: `Err` when the service already belongs to a server.
-    pub(crate) fn attach(&self, kill_switch: Option<KillSwitchStage>, recorder: Arc<Recorder>) -> Result<(), ()> {
-        self.server.set(Attached { kill_switch, recorder }).map_err(|_| ())
+    pub(crate) fn attach(
+        &self,
+        kill_switch: Option<KillSwitchStage>,
+        recorder: Arc<Recorder>,
+        delegation: Option<Arc<crate::delegation::DelegationService>>,
+    ) -> Result<(), ()> {
+        self.server.set(Attached { kill_switch, recorder, delegation }).map_err(|_| ())
     }
 
     fn now_ms(&self) -> i64 {
@@ -160,13 +167,19 @@ impl TaskService {
     }
 
     /// The partition a principal's tasks live in. Callers without a tenant or client (loopback,
-    /// stdio) share the `(none)` value for it.
+    /// stdio) share the `(none)` value for it. A principal acting through a delegation
+    /// capability has the capability's own partition: an agent sees only the tasks created under
+    /// the capability it presents, never the principal's others.
     pub(crate) fn owner(&self, principal: &VerifiedPrincipal) -> HandleOwner {
         let part = |value: Option<&str>| value.filter(|v| !v.is_empty()).unwrap_or("(none)").to_owned();
+        let mut client = part(principal.client_id());
+        if let Some(delegated) = principal.delegation() {
+            client = format!("{client}#delegation:{}", delegated.id());
+        }
         HandleOwner {
             subject_key: self.subject_key.subject_digest(principal.issuer(), principal.subject()),
             tenant: part(principal.tenant()),
-            client: part(principal.client_id()),
+            client,
         }
     }
 
@@ -510,10 +523,25 @@ impl TaskService {
         // segment passes the same cleared-handler sequence as a request (crate::execute): phase
         // one, the allow made durable, the handler, the fence check.
         let operation = OperationKey::tool_call(&row.tool).with_origin(tool.origin.clone());
+        // A task created under a delegation capability runs only while that capability (and
+        // every ancestor) is still live: read from the ledger again, never from the row alone.
+        let principal = match crate::delegation::stored_delegation(&execution.principal) {
+            None => principal,
+            Some((digest, holder)) => {
+                let Some(service) = &attached.delegation else { return failed(ProtocolError::Unavailable) };
+                match service.recheck(principal, digest, &holder).await {
+                    Ok(principal) => principal,
+                    Err(error) => return failed(error),
+                }
+            }
+        };
         let principal = Arc::new(principal);
         let mut trail = AuditTrail::new(&attached.recorder, &row.tool);
         trail.principal(&principal);
         trail.operation(&operation);
+        if let (Some(delegated), Some(service)) = (principal.delegation(), &attached.delegation) {
+            trail.delegation(delegated, service);
+        }
         let task = format!("task={}", palisade_store::hex_prefix(&row.digest));
         trail.detail = Some(match operation.origin() {
             Some(origin) => format!("{} {task}", origin.audit_detail),
@@ -551,6 +579,7 @@ impl TaskService {
             resolved: Arc::new(BTreeMap::new()),
             task: Some(Arc::new(TaskProgress { service: self.clone(), digest: row.digest })),
             kill_switch: cleared.clone(),
+            approval: None,
         };
         let handler = tool.handler.clone();
         let work =

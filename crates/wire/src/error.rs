@@ -23,6 +23,10 @@ pub mod codes {
     pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
     /// The operation is switched off by the operator's disable authority (kill switch).
     pub const OPERATION_DISABLED: i64 = -32030;
+    /// A delegation capability does not allow the request (Palisade's delegation, control C10).
+    pub const DELEGATION_REFUSED: i64 = -32031;
+    /// A consequential call under a delegation capability needs the principal's own approval.
+    pub const APPROVAL_REQUIRED: i64 = -32032;
 }
 
 /// Every error the protocol layer reports to a client.
@@ -137,6 +141,26 @@ pub enum ProtocolError {
     /// no operator detail (target, reason) on purpose.
     #[error("operation disabled")]
     OperationDisabled,
+    /// A delegation capability does not allow this request (HTTP 403): it is not valid for this
+    /// caller (unknown, revoked, expired, held by another agent — one answer for all), the method,
+    /// tool, resource or prompt is outside it, or its call budget is spent. `reason` is one fixed
+    /// sentence.
+    #[error("outside the delegated capability")]
+    DelegationRefused {
+        /// Why, as a fixed sentence (never a value from the request).
+        reason: &'static str,
+    },
+    /// A consequential tool called under a delegation capability needs an approval of exactly
+    /// this call from the principal's own client (HTTP 403); the data names what to approve.
+    #[error("the principal's approval is required")]
+    ApprovalRequired {
+        /// The capability's public id (SHA-256 of the reference, hex).
+        capability: String,
+        /// The tool.
+        tool: String,
+        /// SHA-256 (hex) of the call's RFC 8785 canonical arguments.
+        arguments_sha256: String,
+    },
     /// The request did not finish within its time limit.
     #[error("request timed out")]
     Timeout,
@@ -178,6 +202,8 @@ impl ProtocolError {
             Self::MissingCapability { .. } => codes::MISSING_REQUIRED_CLIENT_CAPABILITY,
             Self::UnsupportedVersion { .. } => codes::UNSUPPORTED_PROTOCOL_VERSION,
             Self::OperationDisabled => codes::OPERATION_DISABLED,
+            Self::DelegationRefused { .. } => codes::DELEGATION_REFUSED,
+            Self::ApprovalRequired { .. } => codes::APPROVAL_REQUIRED,
             Self::Timeout | Self::Internal | Self::Unavailable => codes::INTERNAL_ERROR,
         }
     }
@@ -194,7 +220,10 @@ impl ProtocolError {
             Self::TooManyStreams => 429,
             Self::HeadersTooLarge => 431,
             Self::Unauthenticated => 401,
-            Self::InsufficientScope { .. } | Self::OperationDisabled => 403,
+            Self::InsufficientScope { .. }
+            | Self::OperationDisabled
+            | Self::DelegationRefused { .. }
+            | Self::ApprovalRequired { .. } => 403,
             Self::Unavailable => 503,
             Self::MethodNotFound { .. } | Self::SessionNotFound => 404,
             Self::InvalidMeta(_)
@@ -218,6 +247,10 @@ impl ProtocolError {
             Self::ResourceNotFound { uri } => Some(json!({ "uri": uri })),
             Self::MissingCapability { required } => Some(json!({ "requiredCapabilities": required })),
             Self::InsufficientScope { required } => Some(json!({ "requiredScopes": required })),
+            Self::DelegationRefused { reason } => Some(json!({ "reason": reason })),
+            Self::ApprovalRequired { capability, tool, arguments_sha256 } => {
+                Some(json!({ "capability": capability, "tool": tool, "argumentsSha256": arguments_sha256 }))
+            }
             Self::UnsupportedVersion { requested } => {
                 Some(json!({ "supported": crate::SUPPORTED_VERSIONS, "requested": requested }))
             }

@@ -350,13 +350,14 @@ fn skeleton_sign_and_load_round_trip() {
     assert!(skeleton.operations.values().all(|rule| rule.coverage == Coverage::Covered), "fail-safe default");
     assert!(skeleton.operations[CHECKOUT].require_commit_fence);
     // Every rule asks for the targets an operator can name for any request: the release, the
-    // caller's tenant and client; plus the operation's own entry.
-    use TargetKind::{Client, Resource, ServerRelease, Tenant, Tool};
-    assert_eq!(skeleton.operations[CHECKOUT].required_target_kinds, vec![ServerRelease, Tenant, Client, Tool]);
-    assert_eq!(skeleton.operations[TOOLS_LIST].required_target_kinds, vec![ServerRelease, Tenant, Client]);
+    // caller's tenant and client, the delegated agents it acts through; plus the operation's
+    // own entry.
+    use TargetKind::{Agent, Client, Resource, ServerRelease, Tenant, Tool};
+    assert_eq!(skeleton.operations[CHECKOUT].required_target_kinds, vec![ServerRelease, Tenant, Client, Tool, Agent]);
+    assert_eq!(skeleton.operations[TOOLS_LIST].required_target_kinds, vec![ServerRelease, Tenant, Client, Agent]);
     assert_eq!(
         skeleton.operations["resources/read:shop://policy"].required_target_kinds,
-        vec![ServerRelease, Tenant, Client, Resource]
+        vec![ServerRelease, Tenant, Client, Resource, Agent]
     );
     let json = serde_json::to_vec_pretty(&skeleton).unwrap();
     let envelope = sign_policy(&json, &kit.root_key, now_ms()).unwrap();

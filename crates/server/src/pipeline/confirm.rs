@@ -32,6 +32,16 @@ impl Server {
         audit: &AuditTrail<'_>,
     ) -> Result<Option<Value>, ProtocolError> {
         const KEY: &str = "palisade.confirm";
+        // Under a delegation capability the caller is an agent: its own "yes" (or any text it
+        // sends) is not the user's. Only an approval the principal's own client recorded for
+        // exactly this call counts, taken once.
+        if let Some(capability) = ctx.principal.delegation() {
+            let Some(service) = &self.delegation else { return Err(ProtocolError::Unavailable) };
+            let sent = params.get("arguments").and_then(Value::as_object).cloned().unwrap_or_default();
+            // A refusal is on the record as the dispatch's, with the capability's prefix.
+            ctx.approval = Some(service.take_approval(capability, &tool.name, &sent).await?);
+            return Ok(None);
+        }
         let envelope = ctx.request_state.take();
         let confirmed = envelope.as_ref().and_then(|s| s.get("confirmed")).and_then(Value::as_bool);
         let shown = envelope.as_ref().and_then(|s| s.get("s")).and_then(Value::as_str).map(str::to_owned);

@@ -48,6 +48,20 @@ impl Server {
         for argument in declared {
             let raw = params.get("arguments").and_then(|a| a.get(&argument.name)).and_then(Value::as_str);
             let outcome = match raw {
+                // Under a delegation capability only the handles it lists: the same one answer.
+                Some(raw)
+                    if principal.delegation().is_some_and(|capability| {
+                        !capability.grant().allows_handle(&crate::handles::handle_digest(raw))
+                    }) =>
+                {
+                    let prefix = crate::handles::handle_digest(raw);
+                    details.push(format!(
+                        "{}={} outside-capability",
+                        argument.name,
+                        palisade_store::hex_prefix(&prefix)
+                    ));
+                    Err(HandleError::Denied)
+                }
                 Some(raw) => {
                     let prefix = crate::handles::handle_digest(raw);
                     details.push(format!("{}={}", argument.name, palisade_store::hex_prefix(&prefix)));

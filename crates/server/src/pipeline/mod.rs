@@ -8,6 +8,7 @@
 //! | 2 | authenticate   | `auth.rs`                    | a `VerifiedPrincipal`                   |
 //! | 2b| session        | `pipeline/session.rs`        | the session's `_meta` (2025-era wire)   |
 //! | 3 | classify       | `pipeline/classify.rs`       | the `OperationKey`                      |
+//! | 3b| delegation     | `pipeline/delegation.rs`     | the principal acted for (C10)           |
 //! | 4 | kill switch    | `execute.rs` (`clear`)       | the clearance (`Cleared`)               |
 //! | 5 | authorize      | `pipeline/authorize.rs`      | (the scopes checked)                    |
 //! | 6 | handles        | `pipeline/handles.rs`        | the resolved handles                    |
@@ -24,6 +25,7 @@
 mod authorize;
 mod classify;
 mod confirm;
+mod delegation;
 mod dispatch;
 mod envelope;
 mod handles;
@@ -48,11 +50,12 @@ pub use envelope::TransportHeaders;
 pub(crate) use session::LegacyWire;
 
 /// The stage names in path order, as ARCHITECTURE.md lists them (checked by the tidy test).
-pub const STAGES: [&str; 10] = [
+pub const STAGES: [&str; 11] = [
     "envelope",
     "authenticate",
     "session",
     "classify",
+    "delegation",
     "kill switch",
     "authorize",
     "handles",
@@ -158,6 +161,13 @@ impl Server {
             Err(error) => return audit.refuse(&id, AuditStage::Classify, &error, None).await,
         };
         audit.operation(&operation);
+        // 3b. delegation: a presented capability is resolved once the operation is known (it must
+        //     lie inside the capability) and before the kill switch, which checks every agent of
+        //     its chain; from here on the principal is the one the capability acts for, narrowed.
+        let principal = match self.delegation_stage(&operation, principal, &request.params, audit).await {
+            Ok(principal) => principal,
+            Err(error) => return audit.refuse(&id, AuditStage::Delegation, &error, None).await,
+        };
         // 4. kill switch: first among the decisions about the operation, so a disabled
         //    operation costs nothing further and reveals nothing about scopes or handles.
         let cleared = match crate::execute::clear(self.kill_switch.as_ref(), &operation, &principal, audit).await {
@@ -176,6 +186,11 @@ impl Server {
             Ok(resolved) => resolved,
             Err(error) => return audit.refuse(&id, AuditStage::Handles, &error, None).await,
         };
+        // 6b. the capability's call budget, spent last: a request any check above refused
+        //     costs nothing.
+        if let Err(error) = self.spend_delegation(&operation, &principal).await {
+            return audit.refuse(&id, AuditStage::Delegation, &error, None).await;
+        }
         // 7. audit: the allow decision is durable before any handler runs; if it cannot be
         //    recorded the request is refused (fail closed). `Allowed` is the proof.
         let stage = if resolved.is_empty() { AuditStage::Authorize } else { AuditStage::Handles };
@@ -198,6 +213,7 @@ impl Server {
             resolved: Arc::new(resolved),
             task: None,
             kill_switch: cleared.clone(),
+            approval: None,
         };
         let mut new_session = None;
         let result = match method {

@@ -101,8 +101,11 @@ pub async fn wait_until(what: &str, mut ready: impl FnMut() -> bool) {
 /// Sends one 2026-07-28 request over HTTP with the routing headers it needs and returns the HTTP
 /// status and the JSON body.
 pub async fn rpc(url: &str, token: Option<&str>, method: &str, mut params: Value, capabilities: Value) -> (u16, Value) {
-    params["_meta"] = json!({ "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": capabilities });
+    // Keys the caller put in `_meta` (a delegation capability, …) stay; the protocol's are set.
+    let mut meta = params.get("_meta").cloned().filter(Value::is_object).unwrap_or_else(|| json!({}));
+    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    meta["io.modelcontextprotocol/clientCapabilities"] = capabilities;
+    params["_meta"] = meta;
     let name = match method {
         "tools/call" | "prompts/get" => params["name"].as_str().map(str::to_owned),
         "tasks/get" | "tasks/update" | "tasks/cancel" => params["taskId"].as_str().map(str::to_owned),

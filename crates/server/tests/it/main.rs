@@ -8,6 +8,7 @@
 mod builder;
 mod cancellation;
 mod common;
+mod delegation;
 mod handles;
 mod hardening;
 mod killswitch;

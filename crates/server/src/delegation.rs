@@ -1,0 +1,998 @@
+//! Delegation (control C10, seed 004): a sub-agent acts for a user under a bounded capability
+//! that can only narrow along the delegation graph.
+//!
+//! - **The ledger is the authority.** A capability is a row of the store's delegation ledger
+//!   ([`palisade_store::DelegationStore`]): root, parent, the principal it acts for (never changing
+//!   along a chain), the holder agent (its token's issuer, subject and client), the [`Grant`]
+//!   (tools, resources and prompts by exposed name or `prefix*` pattern, scopes, handle digests),
+//!   expiry, depth and a call budget. What an agent holds is an opaque reference (`pcap_` + 32
+//!   random bytes, base64url); only its SHA-256 is stored and it is bound to the holder.
+//! - **Minting only narrows** ([`DelegationService::mint`], the `palisade_delegate` tool): every
+//!   bound within the parent's (tools ⊆, resources ⊆, prompts ⊆, scopes ⊆, handles ⊆, expiry ≤,
+//!   depth < the configured maximum, budget ≤ what the parent has left — reserved from it in the
+//!   store's transaction). Every edge is a ledger row and an audit record.
+//! - **Enforced in the request path** (`pipeline/delegation.rs`): a request presenting a reference
+//!   in `_meta` under [`CAPABILITY_META_KEY`] beside the agent's own token runs as the capability's
+//!   principal with the intersection of the token's and the capability's scopes; the chain is read
+//!   in one statement and every ancestor must be live; the target must be inside the grant; the
+//!   kill switch gets one `agent` target per agent of the chain; a call is spent from the budget
+//!   atomically before the allow.
+//! - **Approvals bind to the operation.** A needs-confirmation tool under a capability runs only
+//!   with an approval the principal's own client recorded for exactly that call
+//!   ([`approval_key`]: SHA-256 over capability id, tool, RFC 8785 arguments, holder), taken once.
+//!   Text an agent sends ("the user approved") is never an approval: it can only be [`Evidence`].
+//!
+//! **Architecture Invariant:** a [`Delegated`] value exists only on a principal the delegation
+//! stage (or a task's re-check) built from the ledger; nothing a client sends constructs one.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lc_rs::hmac;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use palisade_base::hex::hex;
+use palisade_store::{DelegationRow, DelegationStore, MintRefusal, NewDelegation};
+use palisade_wire::ProtocolError;
+use serde_json::{Map, Value, json};
+
+use crate::auth::VerifiedPrincipal;
+use crate::clock::Clock;
+use crate::handles::sha256;
+use crate::registry::ToolDef;
+use crate::secret::{ServerSecret, fill_random};
+use crate::{CallToolResult, Outcome};
+
+/// The `_meta` key a request carries its capability reference under.
+pub const CAPABILITY_META_KEY: &str = "dev.palisade/capability";
+/// The tool that mints a capability (a root from the principal's own client, a child from an
+/// agent presenting its capability).
+pub const DELEGATE_TOOL: &str = "palisade_delegate";
+/// The tool that revokes a capability and, with it, everything minted under it.
+pub const REVOKE_TOOL: &str = "palisade_delegation_revoke";
+/// The tool the principal's own client records an approval of one concrete delegated call with.
+pub const APPROVE_TOOL: &str = "palisade_delegation_approve";
+
+const REFERENCE_PREFIX: &str = "pcap_";
+/// Most entries of each list of a grant.
+pub const MAX_GRANT_ENTRIES: usize = 64;
+/// Longest entry of a grant, agent id or client id.
+pub const MAX_GRANT_ENTRY_BYTES: usize = 256;
+
+/// The fixed refusal texts of the delegation stage.
+pub(crate) mod refusal {
+    pub const NOT_VALID: &str = "the capability is not valid for this caller";
+    pub const NOT_ACCEPTED: &str = "this server does not accept delegation capabilities";
+    pub const METHOD: &str = "this method is not available under a delegation capability";
+    pub const TARGET: &str = "the tool, resource or prompt is outside the capability";
+    pub const BUDGET: &str = "the capability's call budget is spent";
+    pub const APPROVE_DELEGATED: &str = "approvals come from the principal's own client, never under a capability";
+}
+
+/// Limits of the delegation service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DelegationConfig {
+    /// Deepest chain (a root is depth 0; its child 1). Default 3.
+    pub max_depth: u32,
+    /// Largest call budget of a root capability. Default 1000.
+    pub max_calls: i64,
+    /// Longest lifetime of a capability. Default 1 h.
+    pub max_lifetime: Duration,
+    /// How long a recorded approval stays usable. Default 10 min.
+    pub approval_ttl: Duration,
+}
+
+impl Default for DelegationConfig {
+    fn default() -> Self {
+        Self {
+            max_depth: 3,
+            max_calls: 1000,
+            max_lifetime: Duration::from_secs(3600),
+            approval_ttl: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What a capability allows: tools, resources and prompts by exposed name, or by a pattern
+/// ending in `*` (a prefix); scopes; and the handles it may use (SHA-256 hex of each handle).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    /// Tool names or `prefix*` patterns.
+    pub tools: BTreeSet<String>,
+    /// Resource URIs (or templates, as registered) or `prefix*` patterns.
+    pub resources: BTreeSet<String>,
+    /// Prompt names or `prefix*` patterns.
+    pub prompts: BTreeSet<String>,
+    /// OAuth scopes.
+    pub scopes: BTreeSet<String>,
+    /// SHA-256 (lowercase hex) of each handle the holder may present.
+    pub handles: BTreeSet<String>,
+}
+
+/// Whether a grant entry (`name` or `prefix*`) covers `name` (or a narrower entry).
+fn covers(entry: &str, other: &str) -> bool {
+    match entry.strip_suffix('*') {
+        Some(prefix) => other.starts_with(prefix),
+        None => entry == other,
+    }
+}
+
+fn all_covered(child: &BTreeSet<String>, parent: &BTreeSet<String>) -> bool {
+    child.iter().all(|entry| parent.iter().any(|allowed| covers(allowed, entry)))
+}
+
+impl Grant {
+    /// Whether the grant allows the tool `name`.
+    pub fn allows_tool(&self, name: &str) -> bool {
+        self.tools.iter().any(|entry| covers(entry, name))
+    }
+
+    /// Whether the grant allows the resource (registered URI or template) `uri`.
+    pub fn allows_resource(&self, uri: &str) -> bool {
+        self.resources.iter().any(|entry| covers(entry, uri))
+    }
+
+    /// Whether the grant allows the prompt `name`.
+    pub fn allows_prompt(&self, name: &str) -> bool {
+        self.prompts.iter().any(|entry| covers(entry, name))
+    }
+
+    /// Whether the grant allows the handle whose SHA-256 is `digest`.
+    pub fn allows_handle(&self, digest: &[u8; 32]) -> bool {
+        self.handles.contains(&hex(digest))
+    }
+
+    /// The first way `self` is wider than `parent`, or `None` if it is within it.
+    pub fn widens(&self, parent: &Grant) -> Option<&'static str> {
+        if !all_covered(&self.tools, &parent.tools) {
+            return Some("a tool is outside the parent capability");
+        }
+        if !all_covered(&self.resources, &parent.resources) {
+            return Some("a resource is outside the parent capability");
+        }
+        if !all_covered(&self.prompts, &parent.prompts) {
+            return Some("a prompt is outside the parent capability");
+        }
+        if !self.scopes.is_subset(&parent.scopes) {
+            return Some("a scope is outside the parent capability");
+        }
+        if !self.handles.is_subset(&parent.handles) {
+            return Some("a handle is outside the parent capability");
+        }
+        None
+    }
+
+    fn to_json(&self) -> Value {
+        json!({ "tools": self.tools, "resources": self.resources, "prompts": self.prompts,
+                "scopes": self.scopes, "handles": self.handles })
+    }
+
+    fn from_json(value: &Value) -> Option<Self> {
+        let set = |key: &str| -> Option<BTreeSet<String>> {
+            value.get(key)?.as_array()?.iter().map(|item| item.as_str().map(str::to_owned)).collect()
+        };
+        Some(Self {
+            tools: set("tools")?,
+            resources: set("resources")?,
+            prompts: set("prompts")?,
+            scopes: set("scopes")?,
+            handles: set("handles")?,
+        })
+    }
+}
+
+/// The agent a capability is bound to: its token's issuer, subject and client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// The issuer of the agent's token.
+    pub issuer: String,
+    /// The agent's subject (also its id for the kill switch: `agent:<subject>`).
+    pub subject: String,
+    /// The agent's OAuth client.
+    pub client: String,
+}
+
+impl Holder {
+    fn of(principal: &VerifiedPrincipal) -> Option<Self> {
+        Some(Self {
+            issuer: principal.issuer().to_owned(),
+            subject: principal.subject().to_owned(),
+            client: principal.client_id()?.to_owned(),
+        })
+    }
+
+    fn to_json(&self) -> Value {
+        json!({ "issuer": self.issuer, "subject": self.subject, "client": self.client })
+    }
+
+    fn from_json(value: &Value) -> Option<Self> {
+        let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+        Some(Self { issuer: text("issuer")?, subject: text("subject")?, client: text("client")? })
+    }
+}
+
+/// Verified delegated authority: the capability a request (or a task) runs under, as the
+/// delegation stage read it from the ledger. Only this module makes one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delegated {
+    digest: [u8; 32],
+    depth: u32,
+    agents: Vec<String>,
+    holder: Holder,
+    grant: Grant,
+    expires_ms: i64,
+}
+
+impl Delegated {
+    /// The capability's public id: SHA-256 of its reference, lowercase hex.
+    pub fn id(&self) -> String {
+        hex(&self.digest)
+    }
+
+    /// Its depth in the delegation graph (a root is 0).
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// The holder agent.
+    pub fn holder(&self) -> &Holder {
+        &self.holder
+    }
+
+    /// Every agent of the chain, the root's holder first and this capability's holder last.
+    pub fn agents(&self) -> &[String] {
+        &self.agents
+    }
+
+    /// What the capability allows.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// When it expires (Unix ms).
+    pub fn expires_ms(&self) -> i64 {
+        self.expires_ms
+    }
+
+    pub(crate) fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+}
+
+/// Something an agent *said* — "the user approved a customer export", a summary, a tool result
+/// it relays. It is evidence about the agent's message and nothing more: there is no way from
+/// `Evidence` to an approval or any other authority (only the pipeline makes a
+/// [`VerifiedApproval`], from the ledger).
+///
+/// ```compile_fail
+/// use palisade_server::delegation::{Evidence, VerifiedApproval};
+/// let claim = Evidence::from_agent("the user approved a customer export");
+/// let approval: VerifiedApproval = claim.into(); // no such conversion
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evidence(String);
+
+impl Evidence {
+    /// Wraps what an agent said.
+    pub fn from_agent(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+
+    /// The text, to show or log as what the agent claimed.
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An agent's proposal that more authority would help ("export the customers"): something to
+/// put before the principal, never something to act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposal {
+    /// The tool proposed.
+    pub tool: String,
+    /// Its proposed arguments.
+    pub arguments: Map<String, Value>,
+    /// Why, as the agent put it.
+    pub rationale: Evidence,
+}
+
+/// The principal's own approval of one concrete delegated call, taken from the ledger (once) by
+/// the pipeline before the handler runs; a handler sees it through
+/// [`RequestContext::approval`](crate::RequestContext::approval). No public constructor.
+///
+/// ```compile_fail
+/// use palisade_server::delegation::VerifiedApproval;
+/// let forged = VerifiedApproval { key: [0; 32] };
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedApproval {
+    key: [u8; 32],
+}
+
+impl VerifiedApproval {
+    /// The approval's key ([`approval_key`]), hex.
+    pub fn key(&self) -> String {
+        hex(&self.key)
+    }
+}
+
+/// SHA-256 over the capability id, the tool, the RFC 8785 canonical arguments and the holder
+/// (each length-prefixed): what an approval is keyed by, so it fits one call of one holder.
+pub fn approval_key(capability: &[u8; 32], tool: &str, arguments: &Map<String, Value>, holder: &Holder) -> [u8; 32] {
+    let canonical = palisade_base::canonical::canonical_bytes(&Value::Object(arguments.clone()));
+    let mut bytes = Vec::with_capacity(256 + canonical.len());
+    for part in [
+        &capability[..],
+        tool.as_bytes(),
+        &canonical,
+        holder.issuer.as_bytes(),
+        holder.subject.as_bytes(),
+        holder.client.as_bytes(),
+    ] {
+        bytes.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        bytes.extend_from_slice(part);
+    }
+    sha256(&bytes)
+}
+
+fn arguments_sha256(arguments: &Map<String, Value>) -> String {
+    hex(&sha256(&palisade_base::canonical::canonical_bytes(&Value::Object(arguments.clone()))))
+}
+
+/// What a caller asks [`DelegationService::mint`] for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MintRequest {
+    /// The agent that will hold the capability: its token's subject (the kill switch's agent id).
+    pub agent: String,
+    /// The agent's OAuth client (its token's `client_id`).
+    pub agent_client: String,
+    /// What it may do; raw handles are given in `handles` below, not here.
+    pub grant: Grant,
+    /// Raw handles the agent may present (stored as digests).
+    pub handles: Vec<String>,
+    /// Lifetime from now.
+    pub lifetime: Duration,
+    /// Call budget.
+    pub calls: i64,
+    /// The parent task this delegation serves, if any (recorded).
+    pub parent_task: Option<String>,
+}
+
+/// A minted capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Minted {
+    /// The reference to hand to the agent (`pcap_…`); shown once, never stored.
+    pub capability: String,
+    /// Its public id (SHA-256 of the reference, hex).
+    pub id: String,
+    /// Its depth.
+    pub depth: u32,
+    /// Expiry (Unix ms).
+    pub expires_ms: i64,
+    /// Call budget.
+    pub calls: i64,
+}
+
+/// Why a mint, revocation or approval was refused. Texts are fixed; none quotes a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DelegationError {
+    /// The request is malformed or widens the parent.
+    #[error("{0}")]
+    Refused(&'static str),
+    /// The store refused the edge (the parent's state).
+    #[error("{}", .0.reason())]
+    Ledger(MintRefusal),
+    /// The store could not be reached: nothing was done.
+    #[error("the delegation ledger is unavailable")]
+    Unavailable,
+}
+
+impl From<DelegationError> for ProtocolError {
+    fn from(error: DelegationError) -> Self {
+        match error {
+            DelegationError::Unavailable => ProtocolError::Unavailable,
+            other => ProtocolError::invalid_params(other.to_string()),
+        }
+    }
+}
+
+/// The delegation service: the ledger, the key principals are digested under, the limits and
+/// the clock. Share one per deployment's store; every instance must use the same secret.
+pub struct DelegationService {
+    store: Arc<dyn DelegationStore>,
+    key: hmac::Key,
+    config: DelegationConfig,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for DelegationService {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("DelegationService").field("config", &self.config).finish_non_exhaustive()
+    }
+}
+
+impl DelegationService {
+    /// A service over `store`, digesting principals under a key derived from `secret`.
+    pub fn new(
+        store: Arc<dyn DelegationStore>,
+        secret: &ServerSecret,
+        config: DelegationConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self { store, key: secret.derive("palisade/delegation/v1"), config, clock }
+    }
+
+    /// The limits.
+    pub fn config(&self) -> &DelegationConfig {
+        &self.config
+    }
+
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// The keyed digest of a principal's identity (issuer, subject, tenant, client): what the
+    /// ledger keys "the principal it acts for" by.
+    pub fn principal_key(&self, principal: &VerifiedPrincipal) -> [u8; 32] {
+        let mut context = hmac::Context::with_key(&self.key);
+        for part in [
+            principal.issuer(),
+            principal.subject(),
+            principal.tenant().unwrap_or(""),
+            principal.client_id().unwrap_or(""),
+        ] {
+            context.update(&(part.len() as u64).to_be_bytes());
+            context.update(part.as_bytes());
+        }
+        let mut out = [0u8; 32];
+        out.copy_from_slice(context.sign().as_ref());
+        out
+    }
+
+    /// The keyed digest of an agent id, as the audit log names agents (first 16 bytes, hex).
+    pub(crate) fn agent_digest(&self, agent: &str) -> String {
+        let tag = hmac::sign(&self.key, format!("agent\u{1f}{agent}").as_bytes());
+        hex(&tag.as_ref()[..16])
+    }
+
+    /// The delegation stage's lookup: the capability `reference` presented by `caller` (an
+    /// agent's own, non-delegated principal). Returns the principal the request runs as: the
+    /// capability's principal with the scopes both the capability and the agent's token hold.
+    /// Any problem with the capability is one answer ([`refusal::NOT_VALID`]); the detail is the
+    /// second value, for the audit record only.
+    pub(crate) async fn resolve(
+        &self,
+        reference: &str,
+        caller: &VerifiedPrincipal,
+    ) -> Result<VerifiedPrincipal, (ProtocolError, &'static str)> {
+        let not_valid = |why: &'static str| (ProtocolError::DelegationRefused { reason: refusal::NOT_VALID }, why);
+        let digest = parse_reference(reference).ok_or_else(|| not_valid("malformed reference"))?;
+        let chain = self.live_chain(&digest).await?;
+        let (leaf, body) = chain.last().ok_or_else(|| not_valid("unknown"))?;
+        let holder = Holder::from_json(&body["holder"]).ok_or_else(|| not_valid("corrupt row"))?;
+        if Holder::of(caller).as_ref() != Some(&holder) {
+            return Err(not_valid("another holder"));
+        }
+        let root =
+            body.get("principal").and_then(VerifiedPrincipal::from_stored).ok_or_else(|| not_valid("corrupt row"))?;
+        let grant = Grant::from_json(&body["grant"]).ok_or_else(|| not_valid("corrupt row"))?;
+        let delegated = Delegated {
+            digest,
+            depth: leaf.depth,
+            agents: agents_of(&chain),
+            holder,
+            grant,
+            expires_ms: leaf.expires_ms,
+        };
+        Ok(root.delegated(caller, Arc::new(delegated)))
+    }
+
+    /// The chain of `digest`, root first, each row with its parsed body; refused unless it is
+    /// complete (from a depth-0 root) and every row is live (not revoked, not expired).
+    async fn live_chain(
+        &self,
+        digest: &[u8; 32],
+    ) -> Result<Vec<(DelegationRow, Value)>, (ProtocolError, &'static str)> {
+        let not_valid = |why: &'static str| (ProtocolError::DelegationRefused { reason: refusal::NOT_VALID }, why);
+        let rows = self.store.delegation_chain(*digest).await.map_err(|error| {
+            tracing::error!(%error, "delegation ledger unavailable: refusing the delegated request");
+            (ProtocolError::Unavailable, "ledger unavailable")
+        })?;
+        let Some(leaf) = rows.last() else { return Err(not_valid("unknown")) };
+        if leaf.digest != *digest || rows[0].depth != 0 || rows.len() != leaf.depth as usize + 1 {
+            return Err(not_valid("incomplete chain"));
+        }
+        let now = self.clock.now_ms();
+        if rows.iter().any(|row| row.revoked_ms.is_some()) {
+            return Err(not_valid("revoked (it or an ancestor)"));
+        }
+        if rows.iter().any(|row| row.expires_ms <= now) {
+            return Err(not_valid("expired (it or an ancestor)"));
+        }
+        rows.into_iter()
+            .map(|row| {
+                let body: Value = serde_json::from_str(&row.body).map_err(|_| not_valid("corrupt row"))?;
+                Ok((row, body))
+            })
+            .collect()
+    }
+
+    /// Spends one call of the capability's budget before the allow (one store statement: never
+    /// negative under any concurrency, across instances).
+    pub(crate) async fn spend(&self, delegated: &Delegated) -> Result<(), ProtocolError> {
+        match self.store.spend_delegation_call(delegated.digest, self.clock.now_ms()).await {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(ProtocolError::DelegationRefused { reason: refusal::BUDGET }),
+            Err(error) => {
+                tracing::error!(%error, "delegation ledger unavailable: refusing the delegated call");
+                Err(ProtocolError::Unavailable)
+            }
+        }
+    }
+
+    /// A task's principal again, when its worker runs: the capability it was created under is
+    /// read from the ledger afresh (revoked, expired, or an ancestor revoked: refused).
+    pub(crate) async fn recheck(
+        &self,
+        stored: VerifiedPrincipal,
+        digest: [u8; 32],
+        holder: &Holder,
+    ) -> Result<VerifiedPrincipal, ProtocolError> {
+        let chain = self.live_chain(&digest).await.map_err(|(error, _)| error)?;
+        let (leaf, body) = chain.last().ok_or(ProtocolError::Internal)?;
+        if Holder::from_json(&body["holder"]).as_ref() != Some(holder) {
+            return Err(ProtocolError::DelegationRefused { reason: refusal::NOT_VALID });
+        }
+        let grant = Grant::from_json(&body["grant"]).ok_or(ProtocolError::Internal)?;
+        let delegated = Delegated {
+            digest,
+            depth: leaf.depth,
+            agents: agents_of(&chain),
+            holder: holder.clone(),
+            grant,
+            expires_ms: leaf.expires_ms,
+        };
+        Ok(stored.with_delegation(Arc::new(delegated)))
+    }
+
+    /// Mints a capability for `request.agent`. `minter` is the caller as the pipeline verified
+    /// it: the principal itself (a root), or an agent under its own capability (a child, which
+    /// must lie within it; the budget is reserved from it).
+    pub async fn mint(&self, minter: &VerifiedPrincipal, request: MintRequest) -> Result<Minted, DelegationError> {
+        let refused = DelegationError::Refused;
+        check_text(&request.agent).ok_or(refused("the agent id must be 1..=256 bytes without control characters"))?;
+        check_text(&request.agent_client)
+            .ok_or(refused("the agent client must be 1..=256 bytes without control characters"))?;
+        let mut grant = request.grant;
+        for list in [&grant.tools, &grant.resources, &grant.prompts] {
+            if list.len() > MAX_GRANT_ENTRIES || !list.iter().all(|entry| check_entry(entry)) {
+                return Err(refused(
+                    "each of tools, resources and prompts holds at most 64 names or prefix* patterns of 1..=256 bytes",
+                ));
+            }
+        }
+        if grant.scopes.len() > MAX_GRANT_ENTRIES
+            || !grant.scopes.iter().all(|s| check_text(s).is_some() && !s.contains(char::is_whitespace))
+        {
+            return Err(refused("scopes must be at most 64 scope tokens"));
+        }
+        if request.handles.len() > MAX_GRANT_ENTRIES || request.handles.iter().any(|h| h.is_empty() || h.len() > 512) {
+            return Err(refused("handles must be at most 64 handles"));
+        }
+        grant.handles = request.handles.iter().map(|handle| hex(&crate::handles::handle_digest(handle))).collect();
+        let lifetime_ms = i64::try_from(request.lifetime.as_millis()).unwrap_or(i64::MAX);
+        let max_ms = i64::try_from(self.config.max_lifetime.as_millis()).unwrap_or(i64::MAX);
+        if lifetime_ms <= 0 || lifetime_ms > max_ms {
+            return Err(refused("the lifetime must be positive and at most the configured maximum"));
+        }
+        if request.calls < 0 || request.calls > self.config.max_calls {
+            return Err(refused("the call budget must be 0..= the configured maximum"));
+        }
+        if let Some(task) = &request.parent_task
+            && check_text(task).is_none()
+        {
+            return Err(refused("the parent task id must be 1..=256 bytes without control characters"));
+        }
+        let now = self.clock.now_ms();
+        let (parent, principal, holder_issuer) = match minter.delegation() {
+            // A child: within the parent in every bound (the store checks depth, expiry and
+            // budget again in the transaction that reserves the budget).
+            Some(parent) => {
+                if let Some(why) = grant.widens(&parent.grant) {
+                    return Err(refused(why));
+                }
+                if now.saturating_add(lifetime_ms) > parent.expires_ms {
+                    return Err(DelegationError::Ledger(MintRefusal::OutlivesParent));
+                }
+                if parent.depth + 1 > self.config.max_depth {
+                    return Err(DelegationError::Ledger(MintRefusal::TooDeep));
+                }
+                (Some(parent.digest), minter.to_stored(), parent.holder.issuer.clone())
+            }
+            // A root: the principal delegates at most the scopes its own token holds.
+            None => {
+                if minter.client_id().is_none() {
+                    return Err(refused("delegating needs a principal with an OAuth client"));
+                }
+                if !grant.scopes.iter().all(|scope| minter.has_scope(scope)) {
+                    return Err(refused("a scope is outside the principal's own token"));
+                }
+                (None, minter.to_stored(), minter.issuer().to_owned())
+            }
+        };
+        let mut principal = principal;
+        // The stored principal is the identity the capability acts for; its scopes are the
+        // grant's (what any holder down the chain can have at most).
+        if let Some(object) = principal.as_object_mut() {
+            object.insert("scopes".into(), json!(grant.scopes));
+            object.remove("delegation");
+        }
+        let holder = Holder { issuer: holder_issuer, subject: request.agent.clone(), client: request.agent_client };
+        let mut raw = [0u8; 32];
+        fill_random(&mut raw).map_err(|_| DelegationError::Unavailable)?;
+        let capability = format!("{REFERENCE_PREFIX}{}", URL_SAFE_NO_PAD.encode(raw));
+        let digest = sha256(capability.as_bytes());
+        let body = json!({ "v": 1, "principal": principal, "holder": holder.to_json(), "grant": grant.to_json(),
+                           "parentTask": request.parent_task });
+        let new = NewDelegation {
+            digest,
+            parent,
+            principal_key: self.principal_key(minter),
+            agent: request.agent,
+            body: body.to_string(),
+            expires_ms: now.saturating_add(lifetime_ms),
+            calls: request.calls,
+            created_ms: now,
+        };
+        match self.store.mint_delegation(new, self.config.max_depth).await {
+            Ok(Ok(row)) => Ok(Minted {
+                capability,
+                id: hex(&row.digest),
+                depth: row.depth,
+                expires_ms: row.expires_ms,
+                calls: row.calls,
+            }),
+            Ok(Err(refusal)) => Err(DelegationError::Ledger(refusal)),
+            Err(error) => {
+                tracing::error!(%error, "delegation ledger unavailable: nothing minted");
+                Err(DelegationError::Unavailable)
+            }
+        }
+    }
+
+    /// Revokes the capability `id` (and so everything minted under it). The principal may revoke
+    /// any capability acting for it; an agent only its own capability or one minted under it.
+    pub async fn revoke(&self, by: &VerifiedPrincipal, id: &str) -> Result<bool, DelegationError> {
+        let refused = DelegationError::Refused("no such capability of yours");
+        let digest = parse_id(id).ok_or(refused.clone())?;
+        let chain = self.store.delegation_chain(digest).await.map_err(|_| DelegationError::Unavailable)?;
+        let Some(target) = chain.last().filter(|row| row.digest == digest) else { return Err(refused) };
+        let allowed = match by.delegation() {
+            Some(own) => chain.iter().any(|row| row.digest == own.digest),
+            None => target.principal_key == self.principal_key(by),
+        };
+        if !allowed {
+            return Err(refused);
+        }
+        self.store.revoke_delegation(digest, self.clock.now_ms()).await.map_err(|_| DelegationError::Unavailable)
+    }
+
+    /// Records the principal's approval of one concrete call under capability `id`. `by` must be
+    /// the principal itself on its own client (not under any capability).
+    pub async fn approve(
+        &self,
+        by: &VerifiedPrincipal,
+        id: &str,
+        tool: &str,
+        arguments: &Map<String, Value>,
+    ) -> Result<String, DelegationError> {
+        if by.delegation().is_some() {
+            return Err(DelegationError::Refused(refusal::APPROVE_DELEGATED));
+        }
+        let refused = DelegationError::Refused("no such capability of yours");
+        let digest = parse_id(id).ok_or(refused.clone())?;
+        let chain = self.store.delegation_chain(digest).await.map_err(|_| DelegationError::Unavailable)?;
+        let Some(row) = chain.last().filter(|row| row.digest == digest) else { return Err(refused) };
+        if row.principal_key != self.principal_key(by) {
+            return Err(refused);
+        }
+        let body: Value = serde_json::from_str(&row.body).map_err(|_| refused.clone())?;
+        let holder = Holder::from_json(&body["holder"]).ok_or(refused)?;
+        let key = approval_key(&digest, tool, arguments, &holder);
+        let ttl_ms = i64::try_from(self.config.approval_ttl.as_millis()).unwrap_or(i64::MAX);
+        let expires = self.clock.now_ms().saturating_add(ttl_ms).min(row.expires_ms);
+        self.store.put_approval(key, expires).await.map_err(|_| DelegationError::Unavailable)?;
+        Ok(hex(&key))
+    }
+
+    /// The approval of exactly this call, taken once; without one the call is refused with
+    /// what the principal would have to approve.
+    pub(crate) async fn take_approval(
+        &self,
+        delegated: &Delegated,
+        tool: &str,
+        arguments: &Map<String, Value>,
+    ) -> Result<VerifiedApproval, ProtocolError> {
+        let key = approval_key(&delegated.digest, tool, arguments, &delegated.holder);
+        match self.store.take_approval(key, self.clock.now_ms()).await {
+            Ok(true) => Ok(VerifiedApproval { key }),
+            Ok(false) => Err(ProtocolError::ApprovalRequired {
+                capability: delegated.id(),
+                tool: tool.to_owned(),
+                arguments_sha256: arguments_sha256(arguments),
+            }),
+            Err(error) => {
+                tracing::error!(%error, "delegation ledger unavailable: refusing the delegated call");
+                Err(ProtocolError::Unavailable)
+            }
+        }
+    }
+
+    /// The Palisade-provided tools: [`DELEGATE_TOOL`], [`REVOKE_TOOL`] and [`APPROVE_TOOL`]
+    /// (which needs the principal's confirmation on its own client). Add them to the
+    /// application (`AppBuilder::tool`) and give the server the same service
+    /// (`ServerBuilder::delegation`).
+    pub fn tools(self: &Arc<Self>) -> Vec<ToolDef> {
+        let string_list = json!({ "type": "array", "items": { "type": "string" }, "maxItems": MAX_GRANT_ENTRIES });
+        let minting = self.clone();
+        let delegate = ToolDef::new(DELEGATE_TOOL)
+            .description(
+                "Delegate part of your authority to another agent: a capability that can only narrow \
+                 (tools, resources, prompts, scopes, handles, lifetime, call budget). Returns the capability \
+                 reference to hand to that agent, which presents it in _meta under dev.palisade/capability.",
+            )
+            .input_schema(json!({
+                "type": "object",
+                "properties": {
+                    "agent": { "type": "string", "description": "the agent's token subject" },
+                    "agentClient": { "type": "string", "description": "the agent's OAuth client id" },
+                    "tools": string_list, "resources": string_list, "prompts": string_list,
+                    "scopes": string_list, "handles": string_list,
+                    "expiresInSeconds": { "type": "integer", "minimum": 1 },
+                    "calls": { "type": "integer", "minimum": 0 },
+                    "parentTask": { "type": "string" }
+                },
+                "required": ["agent", "agentClient", "expiresInSeconds", "calls"],
+                "additionalProperties": false
+            }))
+            .handler(move |ctx, args| {
+                let service = minting.clone();
+                async move {
+                    let list = |key: &str| -> BTreeSet<String> {
+                        args.get(key)
+                            .and_then(Value::as_array)
+                            .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                            .unwrap_or_default()
+                    };
+                    let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
+                    let request = MintRequest {
+                        agent: text("agent").unwrap_or_default(),
+                        agent_client: text("agentClient").unwrap_or_default(),
+                        grant: Grant {
+                            tools: list("tools"),
+                            resources: list("resources"),
+                            prompts: list("prompts"),
+                            scopes: list("scopes"),
+                            handles: BTreeSet::new(),
+                        },
+                        handles: list("handles").into_iter().collect(),
+                        lifetime: Duration::from_secs(
+                            args.get("expiresInSeconds").and_then(Value::as_u64).unwrap_or(0),
+                        ),
+                        calls: args.get("calls").and_then(Value::as_i64).unwrap_or(-1),
+                        parent_task: text("parentTask"),
+                    };
+                    second_phase(&ctx).await?;
+                    match service.mint(ctx.principal(), request).await {
+                        Ok(minted) => Ok(Outcome::Complete(CallToolResult::structured(json!({
+                            "capability": minted.capability, "id": minted.id, "depth": minted.depth,
+                            "expiresAtMs": minted.expires_ms, "calls": minted.calls
+                        })))),
+                        Err(DelegationError::Unavailable) => Err(ProtocolError::Unavailable),
+                        Err(refused) => Ok(Outcome::Complete(CallToolResult::error(refused.to_string()))),
+                    }
+                }
+            });
+        let revoking = self.clone();
+        let revoke = ToolDef::new(REVOKE_TOOL)
+            .description("Revoke a delegation capability by its id; everything minted under it stops at once.")
+            .input_schema(json!({
+                "type": "object", "properties": { "id": { "type": "string" } },
+                "required": ["id"], "additionalProperties": false
+            }))
+            .handler(move |ctx, args| {
+                let service = revoking.clone();
+                async move {
+                    let id = args.get("id").and_then(Value::as_str).unwrap_or_default();
+                    second_phase(&ctx).await?;
+                    match service.revoke(ctx.principal(), id).await {
+                        Ok(revoked) => Ok(Outcome::Complete(CallToolResult::structured(json!({ "revoked": revoked })))),
+                        Err(DelegationError::Unavailable) => Err(ProtocolError::Unavailable),
+                        Err(refused) => Ok(Outcome::Complete(CallToolResult::error(refused.to_string()))),
+                    }
+                }
+            });
+        let approving = self.clone();
+        let approve = ToolDef::new(APPROVE_TOOL)
+            .description(
+                "Approve one concrete call an agent wants to make under your delegation: exactly this tool \
+                 with exactly these arguments, once, for the next 10 minutes.",
+            )
+            .input_schema(json!({
+                "type": "object",
+                "properties": { "capability": { "type": "string" }, "tool": { "type": "string" },
+                                "arguments": { "type": "object" } },
+                "required": ["capability", "tool", "arguments"], "additionalProperties": false
+            }))
+            .confirm_with(|_ctx, args| {
+                let tool = args.get("tool").and_then(Value::as_str).unwrap_or_default();
+                let mut shown = args.get("arguments").cloned().unwrap_or(Value::Null).to_string();
+                if shown.len() > 400 {
+                    let cut = (0..=400).rev().find(|i| shown.is_char_boundary(*i)).unwrap_or(0);
+                    shown.truncate(cut);
+                    shown.push('…');
+                }
+                Ok(format!("Let the delegated agent call {tool} once with {shown}"))
+            })
+            .handler(move |ctx, args| {
+                let service = approving.clone();
+                async move {
+                    let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+                    let arguments = args.get("arguments").and_then(Value::as_object).cloned().unwrap_or_default();
+                    second_phase(&ctx).await?;
+                    match service.approve(ctx.principal(), &text("capability"), &text("tool"), &arguments).await {
+                        Ok(key) => Ok(Outcome::Complete(CallToolResult::structured(json!({ "approval": key })))),
+                        Err(DelegationError::Unavailable) => Err(ProtocolError::Unavailable),
+                        Err(refused) => Ok(Outcome::Complete(CallToolResult::error(refused.to_string()))),
+                    }
+                }
+            });
+        vec![delegate, revoke, approve]
+    }
+}
+
+/// The kill switch's second phase before a delegation tool writes the ledger (DISABLE since
+/// dispatch refuses the write). Its fence tokens are not redeemed in the ledger's transaction:
+/// the ledger lives in the store, not beside the authority.
+async fn second_phase(ctx: &crate::RequestContext) -> Result<(), ProtocolError> {
+    if ctx.has_kill_switch() {
+        ctx.pre_side_effect().await?;
+    }
+    Ok(())
+}
+
+/// The agent ids of a chain, root first (duplicates kept out).
+fn agents_of(chain: &[(DelegationRow, Value)]) -> Vec<String> {
+    let mut agents: Vec<String> = Vec::with_capacity(chain.len());
+    for (row, _) in chain {
+        if !agents.contains(&row.agent) {
+            agents.push(row.agent.clone());
+        }
+    }
+    agents
+}
+
+/// The digest of a well-formed reference (`pcap_` + 43 base64url characters).
+fn parse_reference(reference: &str) -> Option<[u8; 32]> {
+    let body = reference.strip_prefix(REFERENCE_PREFIX)?;
+    let raw = URL_SAFE_NO_PAD.decode(body).ok()?;
+    (raw.len() == 32 && body.len() == 43).then(|| sha256(reference.as_bytes()))
+}
+
+/// A capability id (64 lowercase hex digits) as bytes.
+fn parse_id(id: &str) -> Option<[u8; 32]> {
+    if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (index, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&id[index * 2..index * 2 + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// The id a stored principal's capability has, and its holder (a task created under one).
+pub(crate) fn stored_delegation(stored: &Value) -> Option<([u8; 32], Holder)> {
+    let delegation = stored.get("delegation")?;
+    Some((parse_id(delegation.get("id")?.as_str()?)?, Holder::from_json(delegation.get("holder")?)?))
+}
+
+/// The stored form of a principal's delegation (for a task's row).
+pub(crate) fn stored_form(delegated: &Delegated) -> Value {
+    json!({ "id": delegated.id(), "holder": delegated.holder.to_json() })
+}
+
+fn check_text(text: &str) -> Option<()> {
+    (!text.is_empty() && text.len() <= MAX_GRANT_ENTRY_BYTES && !text.chars().any(char::is_control)).then_some(())
+}
+
+/// A grant entry: a name, or a prefix followed by one `*` at the end.
+fn check_entry(entry: &str) -> bool {
+    check_text(entry).is_some() && !entry.trim_end_matches('*').contains('*') && entry.matches('*').count() <= 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(items: &[&str]) -> BTreeSet<String> {
+        items.iter().map(|item| (*item).to_owned()).collect()
+    }
+
+    #[test]
+    fn patterns_only_narrow() {
+        let parent = Grant { tools: set(&["read_*", "summarize"]), ..Grant::default() };
+        for within in [&["read_policy"][..], &["read_p*"], &["read_*"], &["summarize"], &[]] {
+            let child = Grant { tools: set(within), ..Grant::default() };
+            assert_eq!(child.widens(&parent), None, "{within:?}");
+        }
+        for wider in [&["export"][..], &["read*"], &["*"], &["summarize*"], &["read_policy", "export"]] {
+            let child = Grant { tools: set(wider), ..Grant::default() };
+            assert!(child.widens(&parent).is_some(), "{wider:?}");
+        }
+        assert!(parent.allows_tool("read_policy") && !parent.allows_tool("reader") && !parent.allows_tool("export"));
+    }
+
+    #[test]
+    fn every_list_is_checked() {
+        let parent = Grant {
+            tools: set(&["a"]),
+            resources: set(&["doc://north/*"]),
+            prompts: set(&["p"]),
+            scopes: set(&["read"]),
+            handles: set(&["00"]),
+        };
+        let widen: [fn(&mut Grant); 5] = [
+            |g| {
+                g.tools.insert("b".into());
+            },
+            |g| {
+                g.resources.insert("doc://south/1".into());
+            },
+            |g| {
+                g.prompts.insert("q".into());
+            },
+            |g| {
+                g.scopes.insert("write".into());
+            },
+            |g| {
+                g.handles.insert("11".into());
+            },
+        ];
+        for step in widen {
+            let mut child = parent.clone();
+            step(&mut child);
+            assert!(child.widens(&parent).is_some(), "{child:?}");
+        }
+        assert_eq!(parent.widens(&parent), None);
+    }
+
+    #[test]
+    fn entries_and_references_are_strict() {
+        assert!(check_entry("read_*") && check_entry("read"));
+        assert!(!check_entry("re*ad") && !check_entry("**") && !check_entry("") && !check_entry("a\nb"));
+        let mut raw = [7u8; 32];
+        raw[0] = 1;
+        let reference = format!("{REFERENCE_PREFIX}{}", URL_SAFE_NO_PAD.encode(raw));
+        assert!(parse_reference(&reference).is_some());
+        assert!(parse_reference(&reference[1..]).is_none());
+        assert!(parse_reference(&format!("{reference}A")).is_none());
+        assert_eq!(parse_id(&hex(&raw)), Some(raw));
+        assert_eq!(parse_id(&hex(&raw).to_uppercase()), None);
+    }
+
+    #[test]
+    fn an_approval_fits_one_call_of_one_holder() {
+        let holder = Holder { issuer: "i".into(), subject: "h".into(), client: "c".into() };
+        let args = |value: Value| value.as_object().cloned().unwrap();
+        let key = approval_key(&[1; 32], "export", &args(json!({ "a": 1, "b": [2] })), &holder);
+        // Key order does not matter (RFC 8785); anything else does.
+        assert_eq!(key, approval_key(&[1; 32], "export", &args(json!({ "b": [2], "a": 1 })), &holder));
+        assert_ne!(key, approval_key(&[2; 32], "export", &args(json!({ "a": 1, "b": [2] })), &holder));
+        assert_ne!(key, approval_key(&[1; 32], "exports", &args(json!({ "a": 1, "b": [2] })), &holder));
+        assert_ne!(key, approval_key(&[1; 32], "export", &args(json!({ "a": 2, "b": [2] })), &holder));
+        let other = Holder { subject: "g".into(), ..holder.clone() };
+        assert_ne!(key, approval_key(&[1; 32], "export", &args(json!({ "a": 1, "b": [2] })), &other));
+    }
+}
