@@ -71,6 +71,9 @@ pub struct RawConfig {
     /// The audit log.
     #[serde(default)]
     pub audit: RawAudit,
+    /// `[delegation]`
+    #[serde(default)]
+    pub delegation: RawDelegation,
     /// The gateway (`app = "gateway"`, `palisade gateway`): names.
     #[serde(default)]
     pub gateway: palisade_gateway::config::RawGateway,
@@ -95,6 +98,20 @@ pub struct RawAudit {
     pub durability: Option<String>,
     /// How often a checkpoint is signed (when anything changed), in seconds. Default 1.
     pub checkpoint_interval_secs: Option<u64>,
+}
+
+/// `[delegation]`
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDelegation {
+    /// Accept delegation capabilities and offer the delegation tools. Default false.
+    pub enabled: Option<bool>,
+    /// Deepest chain (a root is depth 0). Default 3.
+    pub max_depth: Option<u64>,
+    /// Largest call budget of a root capability. Default 1000.
+    pub max_calls: Option<u64>,
+    /// Longest lifetime of a capability, in seconds. Default 3600.
+    pub max_lifetime_secs: Option<u64>,
 }
 
 /// `[telemetry]`. Collector credentials are never read from the file: see
@@ -449,6 +466,8 @@ pub struct Settings {
     pub killswitch: KillSwitchSettings,
     /// The 2025-era session wire.
     pub legacy: LegacyConfig,
+    /// `[delegation]`: `Some` when enabled.
+    pub delegation: Option<palisade_server::delegation::DelegationConfig>,
     /// Trace export, when a collector is configured.
     pub telemetry: Option<TelemetrySettings>,
     /// The gateway's upstreams and pins (`app = "gateway"` only).
@@ -584,6 +603,33 @@ fn validate_telemetry(raw: RawTelemetry) -> Result<Option<TelemetrySettings>, Co
         sampling_ratio,
         headers: CollectorHeaders(headers),
         continue_incoming_traces: raw.continue_incoming_traces.unwrap_or(true),
+    }))
+}
+
+fn validate_delegation(
+    raw: RawDelegation,
+) -> Result<Option<palisade_server::delegation::DelegationConfig>, ConfigError> {
+    let defaults = palisade_server::delegation::DelegationConfig::default();
+    let depth = raw.max_depth.unwrap_or(u64::from(defaults.max_depth));
+    if !(1..=u64::from(palisade_store::MAX_DELEGATION_DEPTH)).contains(&depth) {
+        return Err(bad(DELEGATION_MAX_DEPTH.key, "must be between 1 and 16"));
+    }
+    let calls = raw.max_calls.unwrap_or(defaults.max_calls.cast_unsigned());
+    if !(1..=1_000_000).contains(&calls) {
+        return Err(bad(DELEGATION_MAX_CALLS.key, "must be between 1 and 1000000"));
+    }
+    let lifetime = raw.max_lifetime_secs.unwrap_or(defaults.max_lifetime.as_secs());
+    if !(60..=30 * 86_400).contains(&lifetime) {
+        return Err(bad(DELEGATION_MAX_LIFETIME_SECS.key, "must be between 60 and 2592000"));
+    }
+    if !raw.enabled.unwrap_or(false) {
+        return Ok(None);
+    }
+    Ok(Some(palisade_server::delegation::DelegationConfig {
+        max_depth: u32::try_from(depth).unwrap_or(3),
+        max_calls: i64::try_from(calls).unwrap_or(1000),
+        max_lifetime: Duration::from_secs(lifetime),
+        ..defaults
     }))
 }
 
@@ -1049,6 +1095,14 @@ options! {
     HANDLES_POLICIES_ALLOWED_SCOPES = opt("handles.policies.<type>.allowed_scopes", Kind::List, "Scopes a handle of this type may grant.");
     HANDLES_POLICIES_MAX_SCOPES = opt("handles.policies.<type>.max_scopes", Kind::Integer, "Most scopes per handle.");
     HANDLES_POLICIES_POLICY_VERSION = opt("handles.policies.<type>.policy_version", Kind::Integer, "The policy version; raising it invalidates older handles.");
+    DELEGATION_ENABLED = opt("delegation.enabled", Kind::Bool, "Accept delegation capabilities (a sub-agent acting for a user under a capability that only narrows) and offer the tools `palisade_delegate`, `palisade_delegation_revoke` and `palisade_delegation_approve`.")
+        .env("PALISADE_DELEGATION_ENABLED", set!(bool delegation.enabled)).default("false");
+    DELEGATION_MAX_DEPTH = opt("delegation.max_depth", Kind::Integer, "Deepest delegation chain (a root capability is depth 0), 1–16.")
+        .env("PALISADE_DELEGATION_MAX_DEPTH", set!(u64 delegation.max_depth)).default("3");
+    DELEGATION_MAX_CALLS = opt("delegation.max_calls", Kind::Integer, "Largest call budget of a root capability (a child's is reserved from its parent's), 1–1000000.")
+        .env("PALISADE_DELEGATION_MAX_CALLS", set!(u64 delegation.max_calls)).default("1000");
+    DELEGATION_MAX_LIFETIME_SECS = opt("delegation.max_lifetime_secs", Kind::Integer, "Longest lifetime of a capability in seconds (60–2592000); a child never outlives its parent.")
+        .env("PALISADE_DELEGATION_MAX_LIFETIME_SECS", set!(u64 delegation.max_lifetime_secs)).default("3600");
     LEGACY_ENABLED = opt("legacy.enabled", Kind::Bool, "Serve the 2025-era session wire (`initialize`, `Mcp-Session-Id`) beside 2026-07-28.")
         .default("true");
     LEGACY_VERSIONS = opt("legacy.versions", Kind::List, "The earlier revisions accepted, newest first.")
@@ -1428,8 +1482,10 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     }
     let legacy = validate_legacy(raw.legacy)?;
     let telemetry = validate_telemetry(raw.telemetry)?;
+    let delegation = validate_delegation(raw.delegation)?;
     Ok(Settings {
         legacy,
+        delegation,
         telemetry,
         gateway,
         app,
@@ -1874,6 +1930,7 @@ mod tests {
             "legacy",
             "telemetry",
             "audit",
+            "delegation",
             "gateway",
             "pins",
             "upstreams",
@@ -1895,6 +1952,7 @@ mod tests {
         file_keys.extend(fields::<RawLegacy>("legacy"));
         file_keys.extend(fields::<RawTelemetry>("telemetry"));
         file_keys.extend(fields::<RawAudit>("audit"));
+        file_keys.extend(fields::<RawDelegation>("delegation"));
         file_keys.sort();
         let mut table: Vec<String> =
             OPTIONS.iter().filter(|spec| spec.in_file).map(|spec| spec.key.to_owned()).collect();

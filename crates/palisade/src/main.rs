@@ -825,6 +825,17 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let subject_key = subject_key_bytes(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     let (audit_writer, checkpointer) = start_audit(&settings, &store, &secret).await?;
+    if settings.delegation.is_some() && settings.gateway.is_some() {
+        anyhow::bail!("delegation.enabled is not offered by the gateway yet: it serves the upstreams' tools only");
+    }
+    let delegation = settings.delegation.clone().map(|config| {
+        Arc::new(palisade_server::delegation::DelegationService::new(
+            store.clone(),
+            &secret,
+            config,
+            Arc::new(SystemClock),
+        ))
+    });
     // The gateway lists its upstreams (and pins what they list) before the kill switch starts:
     // the registry the switch must cover is what the gateway serves.
     let gateway = match &settings.gateway {
@@ -833,7 +844,10 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     };
     let initial = match (&gateway, app_name) {
         (Some((_, app)), _) => palisade_server::killswitch::exposed_operations(app),
-        (None, Some(app_name)) => palisade_server::killswitch::exposed_operations(&app_name.build()),
+        (None, Some(app_name)) => palisade_server::killswitch::exposed_operations(&with_delegation_tools(
+            app_name.build(),
+            delegation.as_ref(),
+        )?),
         (None, None) => Vec::new(),
     };
     let kill_switch = killswitch_cli::start(&settings, &initial).await?;
@@ -861,6 +875,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         (None, Some(app_name)) => (app_name.build_with_orders(orders), None),
         (None, None) => anyhow::bail!("no application to serve"),
     };
+    let app = if gateway.is_some() { app } else { with_delegation_tools(app, delegation.as_ref())? };
     let handles = HandleService::new(
         store.clone(),
         SubjectKey::from_bytes(&subject_key).map_err(anyhow::Error::msg)?,
@@ -877,6 +892,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         Arc::new(SystemClock),
     ));
     let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
+    let ledger: Arc<dyn palisade_store::DelegationStore> = store.clone();
     let once_store: Arc<dyn palisade_store::OnceStore> = store.clone();
     // Authenticates answers relayed between instances (events_redis); derived before the
     // secret moves into the server.
@@ -891,6 +907,9 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     if let Some(runtime) = &kill_switch {
         builder = builder.kill_switch(runtime.switch.clone(), runtime.server_release.clone());
     }
+    if let Some(delegation) = &delegation {
+        builder = builder.delegation(delegation.clone());
+    }
     let server = Arc::new(builder.build().context("assembling the server")?);
     if let Some(gateway) = &gateway {
         gateway.spawn(server.clone(), server.shutdown_token().clone());
@@ -900,7 +919,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
             .await
             .context("starting the event fan-out (events_redis)")?;
     }
-    let session_purge = spawn_session_purge(sessions_store, once_store, &server);
+    let session_purge = spawn_session_purge(sessions_store, once_store, ledger, &server);
     // Tasks left `working` by an instance that died are resumed or failed; expired ones purged.
     let maintenance = tasks.spawn_maintenance(
         server.app(),
@@ -949,6 +968,20 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
+/// `app` with the delegation tools (`palisade_delegate`, `…_revoke`, `…_approve`) when
+/// `[delegation]` is enabled.
+fn with_delegation_tools(
+    app: palisade_server::App,
+    delegation: Option<&Arc<palisade_server::delegation::DelegationService>>,
+) -> anyhow::Result<palisade_server::App> {
+    let Some(service) = delegation else { return Ok(app) };
+    let mut builder = app.into_builder();
+    for tool in service.tools() {
+        builder = builder.tool(tool);
+    }
+    builder.build().context("adding the delegation tools to the application")
+}
+
 /// The request path's audit writer on this instance's segment (recovering and shipping what an
 /// earlier run left), and the checkpoint signer, which takes its turn under the writer's chain id.
 async fn start_audit(
@@ -977,16 +1010,19 @@ async fn start_audit(
 fn spawn_session_purge(
     store: Arc<dyn palisade_store::SessionStore>,
     once: Arc<dyn palisade_store::OnceStore>,
+    ledger: Arc<dyn palisade_store::DelegationStore>,
     server: &Server,
 ) -> tokio::task::JoinHandle<()> {
     let (period, shutdown) = (std::time::Duration::from_secs(300), server.shutdown_token().clone());
     palisade_server::periodic::spawn_periodic("session purge", period, shutdown, move || {
-        let (store, once) = (store.clone(), once.clone());
+        let (store, once, ledger) = (store.clone(), once.clone(), ledger.clone());
         async move {
             let now = SystemClock.now_ms();
             // Up to ten batches of each per tick; the next tick picks up the rest.
             purge_in_batches("session", |limit| store.purge_sessions(now, limit)).await;
             purge_in_batches("single-use record", |limit| once.purge_once(now, limit)).await;
+            // Expired capabilities and approvals (a child never outlives its parent).
+            purge_in_batches("delegation", |limit| ledger.purge_delegations(now, limit)).await;
         }
     })
 }

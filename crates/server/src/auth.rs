@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use palisade_auth::{AuthError, TokenVerifier};
 
-use crate::delegation::Delegated;
+use crate::delegated::Delegated;
 
 /// Who is calling, as established by the authentication stage.
 #[derive(Debug, Clone, PartialEq, Eq)]

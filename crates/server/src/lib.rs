@@ -20,6 +20,7 @@ pub mod config;
 pub mod content;
 pub mod context;
 pub mod cursor;
+pub mod delegated;
 pub mod delegation;
 pub mod events;
 mod execute;

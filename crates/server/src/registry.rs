@@ -794,6 +794,12 @@ impl App {
         }
     }
 
+    /// A builder holding this application's definitions, to add more (every check of
+    /// [`AppBuilder::build`] runs again).
+    pub fn into_builder(self) -> AppBuilder {
+        AppBuilder { app: self }
+    }
+
     /// The tools, in registration order (which is also `tools/list` order).
     pub fn tools(&self) -> &[ToolDef] {
         &self.tools

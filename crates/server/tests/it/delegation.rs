@@ -48,7 +48,10 @@ fn app(runs: &Arc<Runs>, service: &Arc<DelegationService>) -> App {
                     let runs = read.clone();
                     async move {
                         runs.read.fetch_add(1, Ordering::SeqCst);
-                        Ok(Outcome::Complete(CallToolResult::text(format!("policy {}", args.get("doc").unwrap_or(&Value::Null)))))
+                        Ok(Outcome::Complete(CallToolResult::text(format!(
+                            "policy {}",
+                            args.get("doc").unwrap_or(&Value::Null)
+                        ))))
                     }
                 }),
         )
