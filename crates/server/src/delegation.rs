@@ -816,7 +816,7 @@ mod tests {
     fn entries_and_references_are_strict() {
         assert!(check_entry("read_*") && check_entry("read"));
         assert!(!check_entry("re*ad") && !check_entry("**") && !check_entry("") && !check_entry("a\nb"));
-        let mut raw = [7u8; 32];
+        let mut raw = [0xab_u8; 32];
         raw[0] = 1;
         let reference = format!("{REFERENCE_PREFIX}{}", URL_SAFE_NO_PAD.encode(raw));
         assert!(parse_reference(&reference).is_some());

@@ -230,11 +230,14 @@ macro_rules! impl_audit_store {
                             .map_err(|error| StoreError::from_sqlx(during, error))
                     },
                     || async move {
-                        let heads = self.heads_inner(during).await?;
+                        // Maxima first, heads second: a batch shipped between the two statements
+                        // moves its head in the same transaction as its records, so an honest
+                        // log never shows a record beyond the head read after it.
                         let maxima: Vec<(String, i64)> = sqlx::query_as($sql!(crate::audit_sql::sql::MAXIMA))
                             .fetch_all(&self.$reader)
                             .await
                             .map_err(|error| StoreError::from_sqlx(during, error))?;
+                        let heads = self.heads_inner(during).await?;
                         Ok((heads, maxima))
                     },
                 )

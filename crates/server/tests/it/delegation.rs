@@ -20,7 +20,10 @@ use palisade_server::clock::{Clock, SystemClock};
 use palisade_server::delegation::{CAPABILITY_META_KEY, DelegationConfig, DelegationService};
 use palisade_server::killswitch::exposed_operations;
 use palisade_server::secret::ServerSecret;
-use palisade_server::{App, CallToolResult, Effect, Outcome, Server, ServerConfig, ToolDef};
+use palisade_server::{
+    App, CallToolResult, Effect, InputRequired, Outcome, Server, ServerConfig, SubjectKey, TaskConfig, TaskService,
+    TaskSupport, ToolDef,
+};
 use palisade_store::{PostgresOptions, PostgresStore, SqliteStore, Store};
 use serde_json::{Value, json};
 
@@ -34,10 +37,12 @@ const RELEASE: &str = "delegation-test";
 struct Runs {
     read: AtomicUsize,
     export: AtomicUsize,
+    /// What each run of the task tool saw: the capability id it ran under, if any.
+    reviews: std::sync::Mutex<Vec<Option<String>>>,
 }
 
 fn app(runs: &Arc<Runs>, service: &Arc<DelegationService>) -> App {
-    let (read, export) = (runs.clone(), runs.clone());
+    let (read, export, review) = (runs.clone(), runs.clone(), runs.clone());
     let mut builder = App::builder("delegation-test", "0")
         .tool(
             ToolDef::new("read_policy")
@@ -72,6 +77,23 @@ fn app(runs: &Arc<Runs>, service: &Arc<DelegationService>) -> App {
                     }
                 }),
         );
+    // A task that asks for one input, then completes; each run records the capability it saw.
+    builder = builder.tool(
+        ToolDef::new("policy_review")
+            .scopes(&["policy:read"])
+            .effect(Effect::ReadOnly)
+            .task_support(TaskSupport::Required)
+            .handler(move |ctx, _| {
+                let runs = review.clone();
+                async move {
+                    runs.reviews.lock().unwrap().push(ctx.principal().delegation().map(|d| d.id()));
+                    if ctx.input_response("go").is_some() {
+                        return Ok(Outcome::Complete(CallToolResult::text("reviewed")));
+                    }
+                    Ok(Outcome::InputRequired(InputRequired::new().elicit("go", "Go on?", json!({ "type": "object" }))))
+                }
+            }),
+    );
     for tool in service.tools() {
         builder = builder.tool(tool);
     }
@@ -109,7 +131,9 @@ async fn deployment(backend: Backend, instances: usize) -> Deployment {
                 Backend::Sqlite => Arc::new(SqliteStore::open(path.to_str().unwrap()).await.unwrap()),
                 Backend::Postgres => {
                     let options =
-                        PostgresOptions { max_connections: 8, acquire_timeout: std::time::Duration::from_secs(5) };
+                        // 100 concurrent calls over two instances: enough connections that none waits out the
+                        // acquire timeout on a loaded machine (a timeout would be a 503: fail closed).
+                        PostgresOptions { max_connections: 24, acquire_timeout: std::time::Duration::from_secs(30) };
                     Arc::new(PostgresStore::connect_with(&url.unwrap(), options).await.unwrap())
                 }
             };
@@ -167,6 +191,12 @@ async fn deployment(backend: Backend, instances: usize) -> Deployment {
         .clock(clock.clone())
         .audit(store.clone())
         .once_store(store.clone())
+        .tasks(Arc::new(TaskService::new(
+            store.clone(),
+            SubjectKey::from_bytes(&[9u8; 32]).unwrap(),
+            TaskConfig::default(),
+            clock.clone(),
+        )))
         .delegation(service)
         .kill_switch(switch, RELEASE)
         .build()
@@ -441,6 +471,57 @@ async fn every_bound_only_narrows(backend: Backend) {
     assert_eq!(d.reads(), 0);
 }
 
+// ---- Tasks ---------------------------------------------------------------------------------------
+
+async fn a_task_keeps_its_capability(backend: Backend) {
+    let d = deployment(backend, 2).await;
+    let (alice, h) = (d.alice(), d.agent("helper-h"));
+    let (cap, id) = d.mint(&alice, None, root_for_h(&["policy_review"], &["policy:read"], 10)).await;
+    let tasks = json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } });
+    let params = json!({ "name": "policy_review", "arguments": {}, "_meta": { CAPABILITY_META_KEY: cap } });
+    let (_, created) = rpc(&d.instances[0].url, Some(&h), "tools/call", params, tasks.clone()).await;
+    let task = created["result"]["taskId"].as_str().unwrap_or_else(|| panic!("no task: {created}")).to_owned();
+    let on = |at: usize, token: &str, method: &str, capability: Option<&str>, extra: Value| {
+        let mut params = json!({ "taskId": task });
+        params.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        if let Some(capability) = capability {
+            params["_meta"] = json!({ CAPABILITY_META_KEY: capability });
+        }
+        let (url, token, method, tasks) =
+            (d.instances[at].url.clone(), token.to_owned(), method.to_owned(), tasks.clone());
+        async move { rpc(&url, Some(&token), &method, params, tasks).await.1 }
+    };
+    let mut status = Value::Null;
+    for _ in 0..300 {
+        status = on(1, &h, "tasks/get", Some(&cap), json!({})).await;
+        if status["result"]["status"] == "input_required" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(status["result"]["status"], "input_required", "{status}");
+    // The task lives in the capability's own partition: neither the principal nor the agent
+    // without the capability can see it.
+    for (who, token, capability) in [("alice", &alice, None), ("h without the capability", &h, None)] {
+        let body = on(0, token, "tasks/get", capability, json!({})).await;
+        assert_eq!(body["error"]["code"], -32602, "{who}: {body}");
+    }
+    let body = on(1, &h, "tasks/update", Some(&cap), json!({ "inputResponses": { "go": {} } })).await;
+    assert!(body.get("error").is_none(), "{body}");
+    for _ in 0..300 {
+        status = on(0, &h, "tasks/get", Some(&cap), json!({})).await;
+        if status["result"]["status"] == "completed" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(status["result"]["status"], "completed", "{status}");
+    // Every run of the worker (the task row holds only the capability's id) ran under the
+    // capability it read from the ledger again.
+    let seen: Vec<_> = d.instances.iter().flat_map(|i| i.runs.reviews.lock().unwrap().clone()).collect();
+    assert_eq!(seen, vec![Some(id.clone()), Some(id)], "{seen:?}");
+}
+
 // ---- Budgets, revocation, kill switch ----------------------------------------------------------
 
 async fn a_budget_holds_across_two_instances(backend: Backend) {
@@ -552,8 +633,9 @@ async fn a_capability_sent_to_a_server_without_delegation_is_refused() {
         Authenticator::Bearer(Arc::new(verifier)),
         ServerSecret::random(),
     )
-    .clock(clock)
-    .once_store(store)
+    .clock(clock.clone())
+    .once_store(store.clone())
+    .tasks(Arc::new(TaskService::new(store, SubjectKey::from_bytes(&[9u8; 32]).unwrap(), TaskConfig::default(), clock)))
     .build()
     .unwrap();
     let url = crate::common::serve_on_loopback(&Arc::new(server)).await;
@@ -571,4 +653,5 @@ crate::on_both_backends!(
     every_bound_only_narrows,
     a_budget_holds_across_two_instances,
     revocation_cascades_and_agents_can_be_killed,
+    a_task_keeps_its_capability,
 );
