@@ -80,6 +80,11 @@ enum Command {
         #[command(subcommand)]
         command: HandlesCommand,
     },
+    /// Delegation capabilities (the ledger): list them, revoke one and everything under it.
+    Delegation {
+        #[command(subcommand)]
+        command: DelegationCommand,
+    },
     /// Kill-switch keys.
     Keys {
         #[command(subcommand)]
@@ -97,6 +102,36 @@ enum Command {
     },
     /// Verify any MCP server adversarially with two or more identities (a client only).
     Verify(palisade_verify::VerifyArgs),
+}
+
+#[derive(Subcommand)]
+enum DelegationCommand {
+    /// List capabilities, newest first: ids (SHA-256 of the reference), parent, depth, agent,
+    /// budget and state — never a reference.
+    List {
+        /// Only capabilities held by this agent (its token's subject).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Most rows to read.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Configuration file (store URL).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Revoke one capability by id; everything minted under it is refused from its next request
+    /// on. Recorded in the audit log with the reason.
+    Revoke {
+        /// The capability id `delegation list` shows (64 hex characters).
+        #[arg(long)]
+        id: String,
+        /// Why (recorded).
+        #[arg(long)]
+        reason: String,
+        /// Configuration file (store URL).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -296,6 +331,12 @@ fn main() -> ExitCode {
                 handles_list(config.as_deref(), issuer, &subject, limit).await
             }
             Command::Handles { command: HandlesCommand::Revoke(args) } => handles_revoke(args).await,
+            Command::Delegation { command: DelegationCommand::List { agent, limit, config } } => {
+                delegation_list(config.as_deref(), agent.as_deref(), limit).await
+            }
+            Command::Delegation { command: DelegationCommand::Revoke { id, reason, config } } => {
+                delegation_revoke(config.as_deref(), &id, &reason).await
+            }
             Command::Keys { command } => killswitch_cli::keys(command),
             Command::Policy { command } => killswitch_cli::policy(command).await,
             Command::Authority { command } => killswitch_cli::authority(command).await,
@@ -594,6 +635,71 @@ async fn handles_revoke(args: RevokeArgs) -> anyhow::Result<ExitCode> {
         println!("revoked {count} handle(s) (receipt {})", args.receipt);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn delegation_list(config: Option<&Path>, agent: Option<&str>, limit: u32) -> anyhow::Result<ExitCode> {
+    let settings = settings(config, None)?;
+    prepare_sqlite_dir(&settings)?;
+    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let rows = store.delegations(None, limit).await.context("listing capabilities")?;
+    let hex = |digest: &[u8; 32]| palisade_base::hex::hex(digest);
+    #[allow(clippy::print_stdout)]
+    for row in rows.iter().filter(|row| agent.is_none_or(|agent| row.agent == agent)) {
+        let parent = row.parent.as_ref().map_or_else(|| "-".to_owned(), hex);
+        let state = match row.revoked_ms {
+            Some(at) => format!("revoked at {at}"),
+            None => format!("expires at {}", row.expires_ms),
+        };
+        println!(
+            "{} parent={parent} depth={} agent={} calls={}/{} created={} {state}",
+            hex(&row.digest),
+            row.depth,
+            row.agent,
+            row.remaining,
+            row.calls,
+            row.created_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn delegation_revoke(config: Option<&Path>, id: &str, reason: &str) -> anyhow::Result<ExitCode> {
+    let settings = settings(config, None)?;
+    prepare_sqlite_dir(&settings)?;
+    let digest = parse_key_hex(id).ok_or_else(|| config::ConfigError {
+        key: "--id".into(),
+        reason: "must be the 64-hex-character capability id `delegation list` shows".into(),
+    })?;
+    if reason.is_empty() || reason.len() > 200 || reason.chars().any(char::is_control) {
+        anyhow::bail!("--reason must be 1..=200 characters without control characters");
+    }
+    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let now = SystemClock.now_ms();
+    let revoked = store.revoke_delegation(digest, now).await.context("revoking the capability")?;
+    let record = AuditRecord {
+        at_ms: SystemClock.now_unsigned_ms(),
+        trace_id: format!("operator-{now}"),
+        stage: "operator".into(),
+        decision: Decision::Allow,
+        operation: "delegation/revoke".into(),
+        principal_digest: None,
+        tenant_digest: None,
+        client_digest: None,
+        scopes: Vec::new(),
+        policy_version: None,
+        code: None,
+        detail: Some(format!("delegation={} revoked={revoked} reason={reason}", palisade_store::hex_prefix(&digest))),
+    };
+    store.append_batch(vec![record]).await.context("recording the revocation in the audit log")?;
+    #[allow(clippy::print_stdout)]
+    {
+        if revoked {
+            println!("revoked {id} and everything delegated under it");
+        } else {
+            println!("nothing revoked: {id} is unknown or was revoked already");
+        }
+    }
+    Ok(if revoked { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 /// The kind of a revocation selector, for the audit record (no identifiers).

@@ -40,7 +40,7 @@ use serde_json::{Map, Value, json};
 use crate::auth::VerifiedPrincipal;
 use crate::clock::Clock;
 pub use crate::delegated::{Delegated, Grant, Holder};
-use crate::handles::sha256;
+use crate::handles::{PrincipalEvent, sha256};
 use crate::registry::ToolDef;
 use crate::secret::{ServerSecret, fill_random};
 use crate::{CallToolResult, Outcome};
@@ -562,6 +562,47 @@ impl DelegationService {
                 Err(ProtocolError::Unavailable)
             }
         }
+    }
+
+    /// The principal-event hook ([`crate::Server::principal_event`]): revokes every live
+    /// capability that acts for the principal (tokens revoked, roles changed, the tenant left)
+    /// or that an agent holds whose tokens were revoked, and, for a revoked client, every
+    /// capability of that client on either side. Descendants fall with them. Reads at most
+    /// [`palisade_store::MAX_DELEGATION_LIST`] rows (newest first) per event. Returns how many
+    /// capabilities it revoked.
+    pub async fn on_principal_event(&self, event: &PrincipalEvent) -> Result<u64, palisade_store::StoreError> {
+        let now = self.clock.now_ms();
+        let rows = self.store.delegations(None, palisade_store::MAX_DELEGATION_LIST).await?;
+        let mut revoked = 0;
+        for row in rows.iter().filter(|row| row.revoked_ms.is_none() && row.expires_ms > now) {
+            let Ok(body) = serde_json::from_str::<Value>(&row.body) else { continue };
+            let text = |value: &Value, key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
+            let principal = &body["principal"];
+            let holder = Holder::from_json(&body["holder"]);
+            let acts_for = |issuer: &str, subject: &str| {
+                text(principal, "issuer").as_deref() == Some(issuer)
+                    && text(principal, "subject").as_deref() == Some(subject)
+            };
+            let held_by = |issuer: &str, subject: &str| {
+                holder.as_ref().is_some_and(|holder| holder.issuer == issuer && holder.subject == subject)
+            };
+            let hit = match event {
+                PrincipalEvent::TokensRevoked { issuer, subject } | PrincipalEvent::RoleChanged { issuer, subject } => {
+                    acts_for(issuer, subject) || held_by(issuer, subject)
+                }
+                PrincipalEvent::TenantSwitched { issuer, subject, from_tenant } => {
+                    acts_for(issuer, subject) && text(principal, "tenant").as_deref() == Some(from_tenant.as_str())
+                }
+                PrincipalEvent::ClientRevoked { client } => {
+                    text(principal, "client").as_deref() == Some(client.as_str())
+                        || holder.as_ref().is_some_and(|holder| &holder.client == client)
+                }
+            };
+            if hit && self.store.revoke_delegation(row.digest, now).await? {
+                revoked += 1;
+            }
+        }
+        Ok(revoked)
     }
 
     /// The Palisade-provided tools: [`DELEGATE_TOOL`], [`REVOKE_TOOL`] and [`APPROVE_TOOL`]

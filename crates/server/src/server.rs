@@ -449,13 +449,21 @@ impl Server {
     }
 
     /// A principal-level revocation (from an identity system): ends the principal's handles
-    /// (when the server has a handle service), cancels its unfinished tasks and closes its open
-    /// listen streams. Returns how many handles were revoked.
+    /// (when the server has a handle service), revokes the delegation capabilities acting for
+    /// it or held by it (with a delegation service), cancels its unfinished tasks and closes its
+    /// open listen streams. Returns how many handles were revoked.
     pub async fn principal_event(&self, event: PrincipalEvent) -> Result<u64, HandleError> {
         let revoked = match &self.handles {
             Some(handles) => handles.on_principal_event(event.clone()).await?,
             None => 0,
         };
+        // Its delegation capabilities end too (and everything minted under them).
+        if let Some(delegation) = &self.delegation {
+            let ended = delegation.on_principal_event(&event).await.map_err(HandleError::from)?;
+            if ended > 0 {
+                tracing::info!(capabilities = ended, "principal event: delegation capabilities revoked");
+            }
+        }
         // The principal's unfinished tasks stop too (its standing is re-checked at execution).
         if let Some(tasks) = &self.tasks {
             let (who, tenant) = match &event {

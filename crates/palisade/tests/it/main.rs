@@ -6,6 +6,7 @@
 mod answer_relay;
 mod audit_log;
 mod auth;
+mod delegation;
 mod dev_authorization;
 mod events_bridge;
 mod gateway_boundary;

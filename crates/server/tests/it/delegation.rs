@@ -104,7 +104,7 @@ fn app(runs: &Arc<Runs>, service: &Arc<DelegationService>) -> App {
 struct Instance {
     url: String,
     runs: Arc<Runs>,
-    _server: Arc<Server>,
+    server: Arc<Server>,
 }
 
 struct Deployment {
@@ -203,7 +203,7 @@ async fn deployment(backend: Backend, instances: usize) -> Deployment {
         .unwrap();
         let server = Arc::new(server);
         let url = crate::common::serve_on_loopback(&server).await;
-        running.push(Instance { url, runs, _server: server });
+        running.push(Instance { url, runs, server });
     }
     Deployment { issuer, instances: running, authority, files, store: probe_store, _dirs: vec![dir] }
 }
@@ -594,6 +594,14 @@ async fn revocation_cascades_and_agents_can_be_killed(backend: Backend) {
             assert_eq!(refused(&body), Some((-32031, "the capability is not valid for this caller".into())));
         }
         assert!(refused(&d.call_on(at, &h, Some(&root), "read_policy", json!({})).await).is_none());
+    }
+    // The principal logs out (an identity system's event, on one instance): every capability
+    // acting for it ends, on every instance.
+    let event = palisade_server::PrincipalEvent::TokensRevoked { issuer: ISSUER.into(), subject: "alice".into() };
+    d.instances[0].server.principal_event(event).await.unwrap();
+    for at in 0..2 {
+        let body = d.call_on(at, &h, Some(&root), "read_policy", json!({})).await;
+        assert_eq!(refused(&body), Some((-32031, "the capability is not valid for this caller".into())));
     }
     // Every refusal is on the record with the capability's digest prefix, and the verified ones
     // with the chain depth and the agent's keyed digest (never its name).
