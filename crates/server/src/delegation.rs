@@ -95,6 +95,24 @@ impl Default for DelegationConfig {
     }
 }
 
+/// What a principal (or an operator) told an agent to do — "summarize North policy". Context for
+/// the agent's work, not authority: what the agent may actually do is its capability's
+/// [`Grant`], and nothing converts an `Instruction` into one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instruction(String);
+
+impl Instruction {
+    /// Wraps an instruction.
+    pub fn new(text: impl Into<String>) -> Self {
+        Self(text.into())
+    }
+
+    /// The text.
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+}
+
 /// Something an agent *said* — "the user approved a customer export", a summary, a tool result
 /// it relays. It is evidence about the agent's message and nothing more: there is no way from
 /// `Evidence` to an approval or any other authority (only the pipeline makes a

@@ -21,8 +21,8 @@ use palisade_server::delegation::{CAPABILITY_META_KEY, DelegationConfig, Delegat
 use palisade_server::killswitch::exposed_operations;
 use palisade_server::secret::ServerSecret;
 use palisade_server::{
-    App, CallToolResult, Effect, InputRequired, Outcome, Server, ServerConfig, SubjectKey, TaskConfig, TaskService,
-    TaskSupport, ToolDef,
+    App, CallToolResult, Effect, HandleObject, HandlePolicy, HandleService, HandleType, InputRequired, Outcome, Server,
+    ServerConfig, SubjectKey, TaskConfig, TaskService, TaskSupport, ToolDef,
 };
 use palisade_store::{PostgresOptions, PostgresStore, SqliteStore, Store};
 use serde_json::{Value, json};
@@ -41,40 +41,72 @@ struct Runs {
     reviews: std::sync::Mutex<Vec<Option<String>>>,
 }
 
+/// Reads a policy document (counted).
+fn read_policy(runs: &Arc<Runs>) -> ToolDef {
+    let read = runs.clone();
+    ToolDef::new("read_policy")
+        .scopes(&["policy:read"])
+        .effect(Effect::ReadOnly)
+        .input_schema(json!({ "type": "object", "properties": { "doc": { "type": "string" } } }))
+        .handler(move |_, args| {
+            let runs = read.clone();
+            async move {
+                runs.read.fetch_add(1, Ordering::SeqCst);
+                let doc = args.get("doc").unwrap_or(&Value::Null);
+                Ok(Outcome::Complete(CallToolResult::text(format!("policy {doc}"))))
+            }
+        })
+}
+
 fn app(runs: &Arc<Runs>, service: &Arc<DelegationService>) -> App {
-    let (read, export, review) = (runs.clone(), runs.clone(), runs.clone());
-    let mut builder = App::builder("delegation-test", "0")
+    let (export, review) = (runs.clone(), runs.clone());
+    let mut builder = App::builder("delegation-test", "0").tool(read_policy(runs)).tool(
+        ToolDef::new("customers_export")
+            .scopes(&["customers:export"])
+            // Shares data rather than changing it: a confirmation, no commit fence.
+            .effect(Effect::ReadOnly)
+            .needs_confirmation()
+            .input_schema(json!({ "type": "object" }))
+            .handler(move |ctx, _| {
+                let runs = export.clone();
+                async move {
+                    // A delegated export runs only with the principal's approval in hand.
+                    assert!(ctx.principal().delegation().is_none() || ctx.approval().is_some());
+                    runs.export.fetch_add(1, Ordering::SeqCst);
+                    Ok(Outcome::Complete(CallToolResult::text("exported")))
+                }
+            }),
+    );
+    // Documents held by explicit handles: any reference exists, at version 1.
+    let doc_type = HandleType::new(
+        "doc",
+        |_tenant: String, doc: String| async move {
+            Ok(Some(HandleObject { object_ref: doc.clone(), version: "1".into(), value: json!({ "doc": doc }) }))
+        },
+        |_principal, _object, _scope, _phase| async { true },
+    );
+    builder = builder
+        .handle_type(doc_type)
         .tool(
-            ToolDef::new("read_policy")
+            ToolDef::new("doc_open")
                 .scopes(&["policy:read"])
-                .effect(Effect::ReadOnly)
                 .input_schema(json!({ "type": "object", "properties": { "doc": { "type": "string" } } }))
-                .handler(move |_, args| {
-                    let runs = read.clone();
-                    async move {
-                        runs.read.fetch_add(1, Ordering::SeqCst);
-                        Ok(Outcome::Complete(CallToolResult::text(format!(
-                            "policy {}",
-                            args.get("doc").unwrap_or(&Value::Null)
-                        ))))
-                    }
+                .handler(|ctx, args| async move {
+                    let doc = args.get("doc").and_then(Value::as_str).unwrap_or("d").to_owned();
+                    // Minting writes a handle row: the kill switch's second phase first.
+                    ctx.pre_side_effect().await?;
+                    let handle = ctx.mint_handle("doc", &doc, "1", &["policy:read"]).await?;
+                    Ok(Outcome::Complete(CallToolResult::structured(json!({ "handle": handle }))))
                 }),
         )
         .tool(
-            ToolDef::new("customers_export")
-                .scopes(&["customers:export"])
-                // Shares data rather than changing it: a confirmation, no commit fence.
+            ToolDef::new("doc_read")
+                .scopes(&["policy:read"])
                 .effect(Effect::ReadOnly)
-                .needs_confirmation()
-                .input_schema(json!({ "type": "object" }))
-                .handler(move |ctx, _| {
-                    let runs = export.clone();
-                    async move {
-                        // A delegated export runs only with the principal's approval in hand.
-                        assert!(ctx.principal().delegation().is_none() || ctx.approval().is_some());
-                        runs.export.fetch_add(1, Ordering::SeqCst);
-                        Ok(Outcome::Complete(CallToolResult::text("exported")))
-                    }
+                .handle_argument("doc", "doc", "policy:read")
+                .handler(|ctx, _| async move {
+                    let doc = ctx.handle("doc").map(|h| h.object_ref.clone()).unwrap_or_default();
+                    Ok(Outcome::Complete(CallToolResult::text(doc)))
                 }),
         );
     // A task that asks for one input, then completes; each run records the capability it saw.
@@ -173,6 +205,21 @@ async fn deployment(backend: Backend, instances: usize) -> Deployment {
         ));
         let runs = Arc::new(Runs::default());
         let app = app(&runs, &service);
+        let policy = HandlePolicy {
+            ttl: std::time::Duration::from_secs(600),
+            allowed_scopes: vec!["policy:read".into()],
+            max_scopes: 1,
+            version: 1,
+        };
+        let policies = std::collections::BTreeMap::from([("doc".to_owned(), policy)]);
+        let handles = HandleService::new(
+            store.clone(),
+            SubjectKey::from_bytes(&[8u8; 32]).unwrap(),
+            app.handle_types(),
+            &policies,
+            clock.clone(),
+        )
+        .unwrap();
         let mut config = ResourceServerConfig::new(
             RESOURCE,
             "http://127.0.0.1:1/.well-known/oauth-protected-resource/mcp",
@@ -197,6 +244,7 @@ async fn deployment(backend: Backend, instances: usize) -> Deployment {
             TaskConfig::default(),
             clock.clone(),
         )))
+        .handles(Arc::new(handles))
         .delegation(service)
         .kill_switch(switch, RELEASE)
         .build()
@@ -471,6 +519,38 @@ async fn every_bound_only_narrows(backend: Backend) {
     assert_eq!(d.reads(), 0);
 }
 
+// ---- Handles -------------------------------------------------------------------------------------
+
+async fn only_the_listed_handles_can_be_used(backend: Backend) {
+    let d = deployment(backend, 1).await;
+    let (alice, h) = (d.alice(), d.agent("helper-h"));
+    let open = |doc: &'static str| {
+        let alice = alice.clone();
+        let d = &d;
+        async move {
+            let body = d.call(&alice, None, "doc_open", json!({ "doc": doc })).await;
+            body["result"]["structuredContent"]["handle"].as_str().unwrap_or_else(|| panic!("{body}")).to_owned()
+        }
+    };
+    let (listed, other) = (open("north-1").await, open("south-9").await);
+    let request = json!({ "agent": "helper-h", "agentClient": "helper-h-app", "tools": ["doc_read"],
+        "scopes": ["policy:read"], "handles": [listed], "expiresInSeconds": 600, "calls": 5 });
+    let (cap, _) = d.mint(&alice, None, request).await;
+    // The principal's handle the capability lists works for the agent (resolved as the principal) …
+    let body = d.call(&h, Some(&cap), "doc_read", json!({ "doc": listed })).await;
+    assert_eq!(body["result"]["content"][0]["text"], "north-1", "{body}");
+    // … another of the principal's handles does not: the one generic handle refusal.
+    let body = d.call(&h, Some(&cap), "doc_read", json!({ "doc": other })).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+    assert_eq!(body["error"]["message"], "invalid params: the handle is not valid for this call", "{body}");
+    // The principal itself still uses both.
+    let body = d.call(&alice, None, "doc_read", json!({ "doc": other })).await;
+    assert_eq!(body["result"]["content"][0]["text"], "south-9", "{body}");
+    // The agent on its own (no capability) has no such handles: they are the principal's.
+    let body = d.call(&h, None, "doc_read", json!({ "doc": listed })).await;
+    assert_eq!(body["error"]["code"], -32602, "{body}");
+}
+
 // ---- Tasks ---------------------------------------------------------------------------------------
 
 async fn a_task_keeps_its_capability(backend: Backend) {
@@ -623,29 +703,15 @@ async fn a_capability_sent_to_a_server_without_delegation_is_refused() {
     let dir = temp_dir(&unique("no-delegation"));
     let issuer = DevIssuer::load_or_create(&dir.0, ISSUER).unwrap().with_clock(clock.clone());
     let runs = Arc::new(Runs::default());
-    let store = Arc::new(SqliteStore::open("sqlite::memory:").await.unwrap());
-    // The application lists the delegation tools, but the server was given no service.
-    let unused = Arc::new(DelegationService::new(
-        store.clone(),
-        &ServerSecret::random(),
-        DelegationConfig::default(),
-        clock.clone(),
-    ));
     let mut config = ResourceServerConfig::new(RESOURCE, "http://127.0.0.1:1/m", vec![issuer.issuer_config()]);
     config.scopes_supported = ALL_SCOPES.iter().map(|s| (*s).to_owned()).collect();
     let verifier = TokenVerifier::with_clock_and_policy(config, clock.clone(), JwksPolicy::default()).unwrap();
-    let app = app(&runs, &unused);
-    let server = Server::builder(
-        app,
-        ServerConfig::default(),
-        Authenticator::Bearer(Arc::new(verifier)),
-        ServerSecret::random(),
-    )
-    .clock(clock.clone())
-    .once_store(store.clone())
-    .tasks(Arc::new(TaskService::new(store, SubjectKey::from_bytes(&[9u8; 32]).unwrap(), TaskConfig::default(), clock)))
-    .build()
-    .unwrap();
+    let app = App::builder("plain", "0").tool(read_policy(&runs)).build().unwrap();
+    let authenticator = Authenticator::Bearer(Arc::new(verifier));
+    let server = Server::builder(app, ServerConfig::default(), authenticator, ServerSecret::random())
+        .clock(clock)
+        .build()
+        .unwrap();
     let url = crate::common::serve_on_loopback(&Arc::new(server)).await;
     let token = issuer.mint("helper-h", "acme", "helper-h-app", ALL_SCOPES, RESOURCE, 600).unwrap();
     let params = json!({ "name": "read_policy", "arguments": {},
@@ -662,4 +728,5 @@ crate::on_both_backends!(
     a_budget_holds_across_two_instances,
     revocation_cascades_and_agents_can_be_killed,
     a_task_keeps_its_capability,
+    only_the_listed_handles_can_be_used,
 );
