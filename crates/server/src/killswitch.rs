@@ -125,10 +125,12 @@ impl KillSwitchStage {
             targets.insert(TargetKind::Upstream, origin.upstream.clone());
         }
         // Every agent of a delegation chain: disabling one stops it and all delegated under it.
+        // The calling agent's own client is a `client` target too, beside the principal's.
         if let Some(delegated) = principal.delegation() {
             for agent in delegated.agents() {
                 targets.push(TargetKind::Agent, agent.as_str());
             }
+            targets.push(TargetKind::Client, delegated.holder().client.as_str());
         }
         let clearance = self.switch.pre_dispatch(&key, &targets).await.map_err(|error| refusal(&key, &error))?;
         let fence_required = self.switch.policy().lookup(&key).is_some_and(|rule| rule.require_commit_fence);

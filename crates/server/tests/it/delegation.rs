@@ -316,8 +316,12 @@ impl Deployment {
     }
 
     async fn set_agent(&self, agent: &str, disabled: bool) {
+        self.set_target(TargetKind::Agent, agent, disabled).await;
+    }
+
+    async fn set_target(&self, kind: TargetKind, value: &str, disabled: bool) {
         let key = TargetKey::read(&self.files.target_key()).unwrap();
-        let target = key.digest(TargetKind::Agent, agent);
+        let target = key.digest(kind, value);
         if disabled {
             self.authority.db.disable(&target, "test", SystemClock.now_ms()).await.unwrap();
         } else {
@@ -660,6 +664,13 @@ async fn revocation_cascades_and_agents_can_be_killed(backend: Backend) {
     }
     assert_eq!(d.reads(), reads + 4, "only the others ran");
     d.set_agent("helper-g", false).await;
+    // The calling agent's own client is a target too: disabling k's client stops k under its
+    // capability, while the principal's client (parent-app) keeps working.
+    d.set_target(TargetKind::Client, "helper-k-app", true).await;
+    let body = d.call_on(0, &k, Some(&leaf), "read_policy", json!({})).await;
+    assert_eq!(body["error"]["code"], -32030, "{body}");
+    assert!(refused(&d.call_on(0, &h, Some(&root), "read_policy", json!({})).await).is_none());
+    d.set_target(TargetKind::Client, "helper-k-app", false).await;
     assert!(refused(&d.call_on(1, &k, Some(&leaf), "read_policy", json!({})).await).is_none());
     // Only the principal (or an ancestor's holder) may revoke; another agent may not.
     let body = d.call(&k, Some(&leaf), "palisade_delegation_revoke", json!({ "id": root_id })).await;
