@@ -704,7 +704,7 @@ impl DevAuthorizationServer {
         }
         let fetched = self.guard.get(&url, "application/json").await.map_err(|error| match error {
             EgressError::UrlNotAllowed(_) => "client metadata URL not allowed (https only)",
-            EgressError::AddressNotAllowed => "client metadata host address not allowed",
+            EgressError::AddressNotAllowed(_) => "client metadata host address not allowed",
             EgressError::RedirectRefused => "client metadata document redirects",
             EgressError::TooLarge => "client metadata document too large",
             EgressError::Timeout => "client metadata document timed out",

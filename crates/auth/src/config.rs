@@ -5,11 +5,14 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
+use ipnet::IpNet;
+
 use jsonwebtoken::Algorithm;
 use jsonwebtoken::jwk::JwkSet;
 use serde::Deserialize;
 use url::{Host, Url};
 
+use crate::egress::EgressError;
 use crate::jws::JwsAlgorithm;
 use crate::keys::{KeySet, KeySetError};
 
@@ -54,6 +57,19 @@ pub struct ResourceServerConfig {
     /// [`MAX_CACHE_CAPACITY`].
     #[serde(default = "default_cache_capacity")]
     pub cache_capacity: usize,
+    /// The development flag of the JWKS fetch: plain http to a loopback host, and loopback
+    /// addresses, are allowed (a local issuer in tests or development). Default off.
+    #[serde(default)]
+    pub jwks_allow_loopback: bool,
+    /// The operator's allow-list for JWKS fetches: CIDR networks (`10.20.0.0/16`, `fd00:1::/48`)
+    /// that may be reached although they are private or otherwise special (a deliberately
+    /// internal issuer). Default none.
+    #[serde(default)]
+    pub jwks_allowed_networks: Vec<String>,
+    /// An HTTP CONNECT proxy (`http://host:port`, no credentials) for JWKS fetches. The proxy
+    /// resolves the issuer's host name itself and must refuse internal destinations. Default none.
+    #[serde(default)]
+    pub jwks_proxy: Option<String>,
 }
 
 /// One trusted issuer.
@@ -73,8 +89,10 @@ pub struct IssuerConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JwksSource {
-    /// Fetched over https (http only when the host is a loopback IP or `localhost`), cached and
-    /// refreshed per [`crate::JwksPolicy`].
+    /// Fetched through the egress guard: over https to a public address (http, and loopback
+    /// addresses, only with [`ResourceServerConfig::jwks_allow_loopback`]; internal networks only
+    /// when listed in [`ResourceServerConfig::jwks_allowed_networks`]), cached and refreshed per
+    /// [`crate::JwksPolicy`].
     Url(String),
     /// Fixed keys (e.g. the development issuer's). Must contain at least one usable key.
     Static(JwkSet),
@@ -112,6 +130,9 @@ impl ResourceServerConfig {
             client_claim: default_client_claim(),
             scopes_supported: Vec::new(),
             cache_capacity: default_cache_capacity(),
+            jwks_allow_loopback: false,
+            jwks_allowed_networks: Vec::new(),
+            jwks_proxy: None,
         }
     }
 }
@@ -198,6 +219,23 @@ pub enum ConfigError {
     /// The HTTP client for JWKS fetches could not be built.
     #[error("cannot build the JWKS HTTP client: {0}")]
     HttpClient(String),
+    /// A `jwks_allowed_networks` entry is not a CIDR network.
+    #[error("jwks_allowed_networks entry {0:?} is not a CIDR network (e.g. 10.20.0.0/16)")]
+    InvalidNetwork(String),
+    /// `jwks_proxy` is not an http(s) URL with a host and without credentials.
+    #[error("jwks_proxy {0:?} is not an http or https URL with a host (and no credentials)")]
+    InvalidProxy(String),
+    /// A JWKS URL the egress guard would never fetch (plain http or an IP literal in a refused
+    /// range, under this configuration's development flag and allow-list).
+    #[error("jwks url {url:?}: {source}{hint}")]
+    JwksNotAllowed {
+        /// The configured JWKS URL.
+        url: String,
+        /// The guard's refusal.
+        source: EgressError,
+        /// What would allow it, if anything should.
+        hint: &'static str,
+    },
 }
 
 /// A validated issuer.
@@ -220,6 +258,10 @@ pub(crate) struct ValidatedConfig {
     /// Normalized (lower-case, no `application/` prefix).
     pub(crate) required_typ: Option<String>,
     pub(crate) issuers: Vec<ValidatedIssuer>,
+    /// `jwks_allowed_networks`, parsed.
+    pub(crate) jwks_allowed_networks: Vec<IpNet>,
+    /// `jwks_proxy`, parsed.
+    pub(crate) jwks_proxy: Option<Url>,
 }
 
 impl ValidatedConfig {
@@ -273,7 +315,26 @@ impl ValidatedConfig {
             }
             issuers.push(validate_issuer(issuer)?);
         }
-        Ok(Self { leeway_ms: raw.leeway_secs * 1000, required_typ, issuers, raw })
+        let jwks_allowed_networks = raw
+            .jwks_allowed_networks
+            .iter()
+            .map(|cidr| cidr.trim().parse::<IpNet>().map_err(|_| ConfigError::InvalidNetwork(cidr.clone())))
+            .collect::<Result<Vec<_>, _>>()?;
+        let jwks_proxy = match &raw.jwks_proxy {
+            None => None,
+            Some(text) => match Url::parse(text) {
+                Ok(url)
+                    if matches!(url.scheme(), "http" | "https")
+                        && url.host().is_some()
+                        && url.username().is_empty()
+                        && url.password().is_none() =>
+                {
+                    Some(url)
+                }
+                _ => return Err(ConfigError::InvalidProxy(text.clone())),
+            },
+        };
+        Ok(Self { leeway_ms: raw.leeway_secs * 1000, required_typ, issuers, jwks_allowed_networks, jwks_proxy, raw })
     }
 
     pub(crate) fn issuer_index(&self, iss: &str) -> Option<usize> {

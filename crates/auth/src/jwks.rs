@@ -1,8 +1,10 @@
 //! Issuer key sets: static, or fetched from the issuer's JWKS URL and cached.
 //!
-//! Fetch rules: reqwest with redirects off, no proxy, a whole-request timeout, and a response cap
-//! counted on the stream (a missing or lying `Content-Length` does not matter). One fetch at a
-//! time per issuer (single flight), and never more than one attempt per
+//! Fetch rules: through the [`EgressGuard`] (https to public addresses only, each resolved
+//! address checked and connected to, with the configuration's development flag, allow-list and
+//! proxy), redirects refused, a whole-request timeout, and a response cap counted on the stream
+//! (a missing or lying `Content-Length` does not matter). One fetch at a time per issuer (single
+//! flight), and never more than one attempt per
 //! [`JwksPolicy::min_refetch_interval`] per issuer, whether the attempt is a scheduled refresh,
 //! an unknown-`kid` refetch, or a retry after a failure.
 //!
@@ -16,10 +18,10 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use palisade_base::clock::Clock;
-use reqwest::header::ACCEPT;
 use serde_json::Value;
 use url::Url;
 
+use crate::egress::{EgressError, EgressGuard, EgressPolicy, Resolver};
 use crate::jws::JwsAlgorithm;
 use crate::keys::{KeySet, VerificationKey};
 use crate::stats::Counters;
@@ -41,6 +43,8 @@ pub struct JwksPolicy {
     pub fetch_timeout: Duration,
     /// Largest JWKS response accepted, counted on the received stream. Default 64 KiB.
     pub max_response_bytes: usize,
+    /// Resolves JWKS host names instead of the system resolver (tests). Default `None`.
+    pub resolver: Option<Resolver>,
 }
 
 impl Default for JwksPolicy {
@@ -51,6 +55,7 @@ impl Default for JwksPolicy {
             min_refetch_interval: Duration::from_secs(30),
             fetch_timeout: Duration::from_secs(5),
             max_response_bytes: 64 * 1024,
+            resolver: None,
         }
     }
 }
@@ -66,22 +71,31 @@ impl JwksPolicy {
     }
 }
 
-/// Builds the one HTTP client used for JWKS fetches.
-pub(crate) fn http_client(policy: &JwksPolicy) -> Result<reqwest::Client, reqwest::Error> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
-        .timeout(policy.fetch_timeout)
-        .connect_timeout(policy.fetch_timeout)
-        .user_agent(concat!("palisade-auth/", env!("CARGO_PKG_VERSION")))
-        .build()
+/// The egress policy of JWKS fetches: the limits of `policy`, no redirects, and the
+/// configuration's development flag, allow-list and proxy.
+pub(crate) fn egress_policy(
+    policy: &JwksPolicy,
+    allow_loopback: bool,
+    allowed_networks: Vec<ipnet::IpNet>,
+    proxy: Option<Url>,
+) -> EgressPolicy {
+    EgressPolicy {
+        allow_loopback,
+        allowed_networks,
+        max_body_bytes: policy.max_response_bytes,
+        timeout: policy.fetch_timeout,
+        max_redirects: 0,
+        extra_roots_pem: None,
+        proxy,
+        resolver: policy.resolver.clone(),
+    }
 }
 
-/// What the services an issuer's key lookup needs: the clock, the HTTP client, the limits, the
+/// What the services an issuer's key lookup needs: the clock, the egress guard, the limits, the
 /// counters.
 pub(crate) struct FetchContext<'a> {
     pub(crate) clock: &'a dyn Clock,
-    pub(crate) client: Option<&'a reqwest::Client>,
+    pub(crate) guard: Option<&'a EgressGuard>,
     pub(crate) policy: &'a JwksPolicy,
     pub(crate) counters: &'a Counters,
 }
@@ -246,8 +260,8 @@ impl RemoteKeys {
             state.last_attempt_ms = Some(started);
         }
         ctx.counters.jwks_fetch_attempt();
-        let outcome = match ctx.client {
-            Some(client) => fetch_key_set(client, &self.url, ctx.policy.max_response_bytes).await,
+        let outcome = match ctx.guard {
+            Some(guard) => fetch_key_set(guard, &self.url).await,
             None => Err(FetchError::NoClient),
         };
         let outcome = outcome.and_then(|value| {
@@ -280,33 +294,19 @@ enum FetchError {
     #[error("no HTTP client configured")]
     NoClient,
     #[error("request failed: {0}")]
-    Request(#[from] reqwest::Error),
+    Egress(#[from] EgressError),
     #[error("unexpected HTTP status {0}")]
     Status(u16),
-    #[error("response larger than {0} bytes")]
-    TooLarge(usize),
     #[error("response is not JSON")]
     NotJson,
     #[error("response is not a JWK Set")]
     NotAKeySet,
 }
 
-async fn fetch_key_set(client: &reqwest::Client, url: &Url, max_bytes: usize) -> Result<Value, FetchError> {
-    let mut response =
-        client.get(url.clone()).header(ACCEPT, "application/jwk-set+json, application/json").send().await?;
-    let status = response.status();
-    if status != reqwest::StatusCode::OK {
-        return Err(FetchError::Status(status.as_u16()));
+async fn fetch_key_set(guard: &EgressGuard, url: &Url) -> Result<Value, FetchError> {
+    let fetched = guard.get(url, "application/jwk-set+json, application/json").await?;
+    if fetched.status != 200 {
+        return Err(FetchError::Status(fetched.status));
     }
-    if response.content_length().is_some_and(|len| len > max_bytes as u64) {
-        return Err(FetchError::TooLarge(max_bytes));
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await? {
-        if body.len() + chunk.len() > max_bytes {
-            return Err(FetchError::TooLarge(max_bytes));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    serde_json::from_slice(&body).map_err(|_| FetchError::NotJson)
+    serde_json::from_slice(&fetched.body).map_err(|_| FetchError::NotJson)
 }

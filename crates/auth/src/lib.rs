@@ -60,7 +60,10 @@
 //! *JWKS caching.* See [`JwksPolicy`]: refresh every 5 min, refuse keys older than 15 min,
 //! at most one fetch attempt per issuer per 30 s (this one limit covers unknown-`kid` refetches,
 //! refreshes and retries after failures), single flight, 5 s timeout, 64 KiB cap counted on the
-//! stream, redirects off, no proxy. Rotation: a new `kid` is picked up by the unknown-`kid`
+//! stream, redirects off, every fetch through [`egress::EgressGuard`] (public addresses only
+//! unless [`ResourceServerConfig::jwks_allow_loopback`] or
+//! [`ResourceServerConfig::jwks_allowed_networks`] say otherwise; a proxy only when
+//! [`ResourceServerConfig::jwks_proxy`] names one). Rotation: a new `kid` is picked up by the unknown-`kid`
 //! refetch; a removed key stops working at the next refresh, including for cached tokens.
 //!
 //! *Verified-token cache.* Keyed by SHA-256 of the token, entries live until the token's `exp`,

@@ -26,9 +26,10 @@ use palisade_base::clock::{Clock, SystemClock};
 use crate::cache::{CachedToken, TokenHash, VerifiedTokenCache};
 use crate::claims::{VerifiedClaims, unverified_issuer, validate_claims};
 use crate::config::{ConfigError, ResourceServerConfig, ValidatedConfig, ValidatedJwksSource, normalize_typ};
+use crate::egress::{EgressError, EgressGuard};
 use crate::error::{AuthError, InvalidTokenReason};
 use crate::header::bearer_token;
-use crate::jwks::{FetchContext, IssuerKeys, JwksPolicy, KeyLookupError, http_client};
+use crate::jwks::{FetchContext, IssuerKeys, JwksPolicy, KeyLookupError, egress_policy};
 use crate::jws::CompactJws;
 use crate::keys::KeySet;
 use crate::stats::{Counters, VerifierStats};
@@ -39,7 +40,7 @@ pub struct TokenVerifier {
     issuer_keys: Vec<IssuerKeys>,
     clock: Arc<dyn Clock>,
     policy: JwksPolicy,
-    client: Option<reqwest::Client>,
+    guard: Option<EgressGuard>,
     cache: VerifiedTokenCache,
     counters: Counters,
 }
@@ -64,25 +65,37 @@ impl TokenVerifier {
         crate::install_crypto_provider();
         let policy = policy.normalized();
         let mut config = ValidatedConfig::new(config)?;
-        let mut needs_client = false;
-        let issuer_keys = config
-            .issuers
-            .iter_mut()
-            .map(|issuer| match std::mem::replace(&mut issuer.jwks, ValidatedJwksSource::Static(KeySet::default())) {
-                ValidatedJwksSource::Static(keys) => IssuerKeys::Static(keys),
-                ValidatedJwksSource::Url(url) => {
-                    needs_client = true;
-                    IssuerKeys::remote(&issuer.issuer, url, issuer.algorithms.clone())
-                }
-            })
-            .collect();
-        let client = if needs_client {
-            Some(http_client(&policy).map_err(|e| ConfigError::HttpClient(e.to_string()))?)
-        } else {
-            None
+        let egress = egress_policy(
+            &policy,
+            config.raw.jwks_allow_loopback,
+            config.jwks_allowed_networks.clone(),
+            config.jwks_proxy.clone(),
+        );
+        // Only an issuer with a JWKS URL needs the guard's HTTP client.
+        let remote = config.issuers.iter().any(|issuer| matches!(issuer.jwks, ValidatedJwksSource::Url(_)));
+        let guard = match remote {
+            true => Some(EgressGuard::new(egress).map_err(|e| ConfigError::HttpClient(e.to_string()))?),
+            false => None,
         };
+        let mut issuer_keys = Vec::with_capacity(config.issuers.len());
+        for issuer in &mut config.issuers {
+            match std::mem::replace(&mut issuer.jwks, ValidatedJwksSource::Static(KeySet::default())) {
+                ValidatedJwksSource::Static(keys) => issuer_keys.push(IssuerKeys::Static(keys)),
+                ValidatedJwksSource::Url(url) => {
+                    // What the guard refuses before sending is refused here, at start.
+                    if let Some(guard) = &guard {
+                        guard.check_url(&url).map_err(|source| ConfigError::JwksNotAllowed {
+                            url: url.to_string(),
+                            hint: jwks_hint(&source),
+                            source,
+                        })?;
+                    }
+                    issuer_keys.push(IssuerKeys::remote(&issuer.issuer, url, issuer.algorithms.clone()));
+                }
+            }
+        }
         let cache = VerifiedTokenCache::new(config.raw.cache_capacity);
-        Ok(Self { config, issuer_keys, clock, policy, client, cache, counters: Counters::default() })
+        Ok(Self { config, issuer_keys, clock, policy, guard, cache, counters: Counters::default() })
     }
 
     /// The configuration this verifier was built from (already validated).
@@ -127,7 +140,7 @@ impl TokenVerifier {
     fn fetch_context(&self) -> FetchContext<'_> {
         FetchContext {
             clock: self.clock.as_ref(),
-            client: self.client.as_ref(),
+            guard: self.guard.as_ref(),
             policy: &self.policy,
             counters: &self.counters,
         }
@@ -203,6 +216,22 @@ pub(crate) fn short_hex(hash: &TokenHash) -> String {
         out.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }
     out
+}
+
+/// What would let a refused JWKS URL through, when it should be possible at all.
+fn jwks_hint(refusal: &EgressError) -> &'static str {
+    match refusal {
+        EgressError::UrlNotAllowed("plain http") => {
+            " (plain http only to a loopback host with jwks_allow_loopback, for development)"
+        }
+        EgressError::AddressNotAllowed(refusal) if refusal.reason == "loopback" => {
+            " (loopback issuers need jwks_allow_loopback, for development)"
+        }
+        EgressError::AddressNotAllowed(_) => {
+            " (a deliberately internal issuer's network belongs in jwks_allowed_networks)"
+        }
+        _ => "",
+    }
 }
 
 #[cfg(test)]

@@ -276,6 +276,14 @@ pub struct RawAuth {
     pub client_claim: Option<String>,
     /// Verified tokens remembered (keyed by their SHA-256, never past `exp`); 0 disables.
     pub token_cache_capacity: Option<usize>,
+    /// Development only: JWKS may be fetched from loopback addresses (plain http there).
+    /// Refused on a non-loopback listener.
+    pub jwks_allow_loopback: Option<bool>,
+    /// CIDR networks a JWKS may be fetched from although they are private (internal issuers).
+    #[serde(default)]
+    pub jwks_allowed_networks: Vec<String>,
+    /// An HTTP CONNECT proxy for JWKS fetches.
+    pub jwks_proxy: Option<String>,
     /// Trusted external issuers.
     #[serde(default)]
     pub issuers: Vec<RawIssuer>,
@@ -454,6 +462,12 @@ pub struct Settings {
     pub client_claim: String,
     /// Verified-token cache size (0 = off).
     pub token_cache_capacity: usize,
+    /// JWKS from loopback addresses allowed (development).
+    pub jwks_allow_loopback: bool,
+    /// Networks JWKS may be fetched from although private (CIDR, checked by the verifier).
+    pub jwks_allowed_networks: Vec<String>,
+    /// The egress proxy of JWKS fetches.
+    pub jwks_proxy: Option<String>,
     /// External issuers.
     pub issuers: Vec<Issuer>,
     /// The handle subject key file.
@@ -1080,6 +1094,10 @@ options! {
         .default("client_id");
     AUTH_TOKEN_CACHE_CAPACITY = opt("auth.token_cache_capacity", Kind::Integer, "Verified tokens remembered, keyed by their SHA-256 and never past `exp`; 0 disables the cache.")
         .env("PALISADE_TOKEN_CACHE_CAPACITY", set!(usize auth.token_cache_capacity)).default("10000");
+    AUTH_JWKS_ALLOW_LOOPBACK = opt("auth.jwks_allow_loopback", Kind::Bool, "Development only: issuers' JWKS may be fetched from loopback addresses (and over plain http there). Loopback listeners only.")
+        .default("false");
+    AUTH_JWKS_ALLOWED_NETWORKS = opt("auth.jwks_allowed_networks", Kind::List, "CIDR networks, e.g. `10.20.0.0/16`, that JWKS may be fetched from although they are private or otherwise special: a deliberately internal issuer. Everything else must be a public address.");
+    AUTH_JWKS_PROXY = opt("auth.jwks_proxy", Kind::Text, "An HTTP CONNECT proxy, `http://host:port`, for JWKS fetches. It resolves the issuers' names itself, so it must refuse internal destinations.");
     AUTH_ISSUERS = opt("auth.issuers", Kind::Table, "Trusted external issuers: `[[auth.issuers]]` tables with the three keys below. Bearer mode needs at least one, or the development issuer.");
     AUTH_ISSUERS_ISSUER = opt("auth.issuers[].issuer", Kind::Text, "The issuer identifier (`iss`).");
     AUTH_ISSUERS_JWKS_URL = opt("auth.issuers[].jwks_url", Kind::Text, "Its JWKS URL.");
@@ -1426,6 +1444,10 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     if dev_authorization.client_metadata_allow_loopback && !listen.ip().is_loopback() {
         return Err(bad(AUTH_DEV_ISSUER_CLIENT_METADATA_ALLOW_LOOPBACK.key, "is allowed on a loopback listener only"));
     }
+    let jwks_allow_loopback = raw.auth.jwks_allow_loopback.unwrap_or(false);
+    if jwks_allow_loopback && !listen.ip().is_loopback() {
+        return Err(bad(AUTH_JWKS_ALLOW_LOOPBACK.key, "is allowed on a loopback listener only"));
+    }
     let leeway_secs = raw.auth.leeway_secs.unwrap_or(30);
     if leeway_secs > palisade_auth::MAX_LEEWAY_SECS {
         return Err(bad(AUTH_LEEWAY_SECS.key, format!("must be at most {}", palisade_auth::MAX_LEEWAY_SECS)));
@@ -1519,6 +1541,9 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         tenant_claim: raw.auth.tenant_claim.unwrap_or_else(|| "tenant".into()),
         client_claim: raw.auth.client_claim.unwrap_or_else(|| "client_id".into()),
         token_cache_capacity,
+        jwks_allow_loopback,
+        jwks_allowed_networks: raw.auth.jwks_allowed_networks,
+        jwks_proxy: raw.auth.jwks_proxy,
         issuers,
         handle_subject_key_file,
         handle_retention: Duration::from_secs(retention_secs),
@@ -1604,6 +1629,7 @@ mod tests {
                 "listen = \"0.0.0.0:8080\"\n[auth.dev_issuer]\nclient_metadata_allow_loopback = true",
                 "auth.dev_issuer.client_metadata_allow_loopback",
             ),
+            ("listen = \"0.0.0.0:8080\"\n[auth]\njwks_allow_loopback = true", "auth.jwks_allow_loopback"),
             ("[auth.dev_issuer]\naccess_token_ttl_secs = 86400", "auth.dev_issuer.access_token_ttl_secs"),
             ("[auth.dev_issuer]\ndefault_subject = \"a b\"", "auth.dev_issuer.default_subject"),
             ("app = \"conformance\"\nlisten = \"0.0.0.0:8080\"", "listen"),

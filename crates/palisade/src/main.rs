@@ -793,6 +793,9 @@ fn bearer_authenticator(settings: &Settings) -> anyhow::Result<Authenticator> {
     config.tenant_claim = settings.tenant_claim.clone();
     config.client_claim = settings.client_claim.clone();
     config.cache_capacity = settings.token_cache_capacity;
+    config.jwks_allow_loopback = settings.jwks_allow_loopback;
+    config.jwks_allowed_networks = settings.jwks_allowed_networks.clone();
+    config.jwks_proxy = settings.jwks_proxy.clone();
     config.scopes_supported = scopes_supported(settings);
     config.resource_name = Some("Palisade".into());
     let verifier =

@@ -159,3 +159,98 @@ pub fn clock() -> Arc<ManualClock> {
 pub fn verifier(cfg: ResourceServerConfig, clock: &Arc<ManualClock>) -> TokenVerifier {
     TokenVerifier::with_clock_and_policy(cfg, clock.clone(), JwksPolicy::default()).expect("valid config")
 }
+
+/// A plain TCP listener on a loopback address that counts the connections it accepts and answers
+/// each with `reply` (if any), then closes. Stands for an address that must never be reached.
+pub struct Listener {
+    pub port: u16,
+    connections: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Listener {
+    pub async fn start(ip: &str, port: u16, reply: Option<&'static str>) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind((ip, port)).await.expect("bind the fixture listener");
+        let port = listener.local_addr().expect("local address").port();
+        let connections = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 4096];
+                    let _ = stream.read(&mut buffer).await;
+                    if let Some(reply) = reply {
+                        let _ = stream.write_all(reply.as_bytes()).await;
+                    }
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        Self { port, connections }
+    }
+
+    pub fn connections(&self) -> usize {
+        self.connections.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A tiny HTTP CONNECT proxy on 127.0.0.1: records each request line (`CONNECT host:port …`),
+/// answers `200` and closes the tunnel (so a TLS handshake through it fails).
+pub struct ConnectProxy {
+    pub port: u16,
+    requests: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl ConnectProxy {
+    pub async fn start() -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.expect("bind the proxy");
+        let port = listener.local_addr().expect("local address").port();
+        let requests = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut buffer = [0u8; 1024];
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                        match stream.read(&mut buffer).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => head.extend_from_slice(&buffer[..n]),
+                        }
+                    }
+                    let text = String::from_utf8_lossy(&head);
+                    let line = text.lines().next().unwrap_or("").to_owned();
+                    seen.lock().expect("lock").push(line);
+                    let _ = stream.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        Self { port, requests }
+    }
+
+    /// The request lines received so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.requests.lock().expect("lock").clone()
+    }
+}
+
+/// A test resolver answering from a table (and nothing for other names), counting lookups.
+pub fn table_resolver(
+    table: &[(&str, &[&str])],
+) -> (palisade_auth::egress::Resolver, Arc<std::sync::Mutex<Vec<String>>>) {
+    let table: Vec<(String, Vec<std::net::IpAddr>)> = table
+        .iter()
+        .map(|(name, ips)| ((*name).to_owned(), ips.iter().map(|ip| ip.parse().expect("an IP address")).collect()))
+        .collect();
+    let lookups = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = lookups.clone();
+    let resolver = palisade_auth::egress::Resolver::new(move |host| {
+        seen.lock().expect("lock").push(host.to_owned());
+        table.iter().find(|(name, _)| name.eq_ignore_ascii_case(host)).map(|(_, ips)| ips.clone()).unwrap_or_default()
+    });
+    (resolver, lookups)
+}

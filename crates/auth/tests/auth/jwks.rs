@@ -1,12 +1,14 @@
 //! Fetched JWKS against a wiremock IdP on loopback: rotation, outage (fail closed), bounded
-//! stale-if-error, unknown-kid refetch rate limit, response cap, no redirects.
+//! stale-if-error, unknown-kid refetch rate limit, response cap, no redirects; and the egress guard
+//! in front of every fetch (development flag, allow-list, a private name, the proxy).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use palisade_auth::{
-    Algorithm, AuthError, InvalidTokenReason as Reason, IssuerConfig, JwksPolicy, JwksSource, TokenVerifier,
+    Algorithm, AuthError, ConfigError, InvalidTokenReason as Reason, IssuerConfig, JwksPolicy, JwksSource,
+    ResourceServerConfig, TokenVerifier,
 };
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
@@ -72,11 +74,13 @@ async fn setup(initial: Reply, policy: JwksPolicy) -> Setup {
         .respond_with(ResponseTemplate::new(200).set_body_json(good_keys))
         .mount(&server)
         .await;
-    let cfg = config(vec![IssuerConfig {
+    let mut cfg = config(vec![IssuerConfig {
         issuer: ISSUER_A.into(),
         jwks: JwksSource::Url(format!("{}/jwks", server.uri())),
         algorithms: vec![Algorithm::ES256, Algorithm::EdDSA],
     }]);
+    // The IdP is a local fixture: the development flag lets the guard reach it over http.
+    cfg.jwks_allow_loopback = true;
     let clock = clock();
     let verifier = Arc::new(TokenVerifier::with_clock_and_policy(cfg, clock.clone(), policy).expect("valid config"));
     let server_uri = server.uri();
@@ -276,21 +280,86 @@ async fn unusable_keys_in_a_fetched_set_are_skipped() {
     }
 }
 
+fn jwks_config(url: &str, allow_loopback: bool, allowed_networks: &[&str]) -> ResourceServerConfig {
+    let mut cfg = config(vec![IssuerConfig {
+        issuer: ISSUER_A.into(),
+        jwks: JwksSource::Url(url.into()),
+        algorithms: vec![Algorithm::ES256],
+    }]);
+    cfg.jwks_allow_loopback = allow_loopback;
+    cfg.jwks_allowed_networks = allowed_networks.iter().map(|s| (*s).to_owned()).collect();
+    cfg
+}
+
 #[test]
-fn plain_http_jwks_only_on_loopback() {
-    for (url, ok) in [
-        ("http://127.0.0.1:9/jwks", true),
-        ("http://localhost:9/jwks", true),
-        ("http://[::1]:9/jwks", true),
-        ("https://idp.example.com/jwks", true),
-        ("http://idp.example.com/jwks", false),
-        ("http://192.168.1.10/jwks", false),
+fn plain_http_jwks_only_on_loopback_with_the_development_flag() {
+    for (url, with_flag, without_flag) in [
+        ("http://127.0.0.1:9/jwks", true, false),
+        ("http://localhost:9/jwks", true, false),
+        ("http://[::1]:9/jwks", true, false),
+        ("http://2130706433:9/jwks", true, false),
+        ("https://127.0.0.1:9/jwks", true, false),
+        ("https://idp.example.com/jwks", true, true),
+        ("http://idp.example.com/jwks", false, false),
+        ("http://192.168.1.10/jwks", false, false),
+        ("https://192.168.1.10/jwks", false, false),
+        ("https://169.254.169.254/jwks", false, false),
+        ("https://[::ffff:169.254.169.254]/jwks", false, false),
     ] {
-        let cfg = config(vec![IssuerConfig {
-            issuer: ISSUER_A.into(),
-            jwks: JwksSource::Url(url.into()),
-            algorithms: vec![Algorithm::ES256],
-        }]);
-        assert_eq!(TokenVerifier::new(cfg).is_ok(), ok, "{url}");
+        assert_eq!(TokenVerifier::new(jwks_config(url, true, &[])).is_ok(), with_flag, "{url} with the flag");
+        assert_eq!(TokenVerifier::new(jwks_config(url, false, &[])).is_ok(), without_flag, "{url}");
     }
+    let refusal = TokenVerifier::new(jwks_config("http://127.0.0.1:9/jwks", false, &[])).err().expect("refused");
+    assert!(matches!(refusal, ConfigError::JwksNotAllowed { .. }), "{refusal}");
+    assert!(refusal.to_string().contains("jwks_allow_loopback"), "{refusal}");
+}
+
+#[test]
+fn jwks_allowed_networks_admit_a_deliberately_internal_issuer() {
+    let internal = "https://10.20.0.5/jwks";
+    let refusal = TokenVerifier::new(jwks_config(internal, false, &[])).err().expect("refused");
+    assert!(refusal.to_string().contains("jwks_allowed_networks"), "{refusal}");
+    assert!(TokenVerifier::new(jwks_config(internal, false, &["10.20.0.0/16"])).is_ok());
+    assert!(TokenVerifier::new(jwks_config("https://10.21.0.5/jwks", false, &["10.20.0.0/16"])).is_err());
+    assert!(TokenVerifier::new(jwks_config("https://[fd00:1::5]/jwks", false, &["fd00:1::/48"])).is_ok());
+    // Only the listed network: loopback and the metadata service stay refused.
+    assert!(TokenVerifier::new(jwks_config("https://127.0.0.1/jwks", false, &["10.20.0.0/16"])).is_err());
+    assert!(TokenVerifier::new(jwks_config("https://169.254.169.254/", false, &["10.20.0.0/16"])).is_err());
+    for bad in ["10.20.0.0", "10.20.0.0/33", "internal"] {
+        let refusal = TokenVerifier::new(jwks_config(internal, false, &[bad])).err().expect("refused");
+        assert!(matches!(refusal, ConfigError::InvalidNetwork(ref s) if s == bad), "{refusal}");
+    }
+    let mut with_proxy = jwks_config(internal, false, &[]);
+    with_proxy.jwks_proxy = Some("http://user:pw@proxy.example:3128".into());
+    assert!(matches!(TokenVerifier::new(with_proxy).err(), Some(ConfigError::InvalidProxy(_))));
+}
+
+#[tokio::test]
+async fn a_jwks_host_resolving_to_a_private_address_is_never_contacted() {
+    let listener = Listener::start("127.0.0.1", 0, None).await;
+    let (resolver, lookups) = table_resolver(&[("idp.internal.test", &["127.0.0.1"])]);
+    let cfg = jwks_config(&format!("https://idp.internal.test:{}/jwks", listener.port), false, &[]);
+    let policy = JwksPolicy { resolver: Some(resolver), ..JwksPolicy::default() };
+    let verifier = TokenVerifier::with_clock_and_policy(cfg, clock(), policy).expect("valid config");
+    let key = TestKey::ec("k1");
+    assert_eq!(check(&verifier, &token(&key)).await, Err(unavailable()));
+    assert_eq!(verifier.stats().jwks_fetch_failures, 1);
+    assert_eq!(lookups.lock().expect("lock").as_slice(), ["idp.internal.test"]);
+    assert_eq!(listener.connections(), 0);
+}
+
+#[tokio::test]
+async fn jwks_fetches_go_through_the_configured_proxy() {
+    let proxy = ConnectProxy::start().await;
+    let (resolver, lookups) = table_resolver(&[]);
+    let mut cfg = jwks_config("https://idp.example.com/jwks", false, &[]);
+    cfg.jwks_proxy = Some(format!("http://127.0.0.1:{}", proxy.port));
+    let policy = JwksPolicy { resolver: Some(resolver), ..JwksPolicy::default() };
+    let verifier = TokenVerifier::with_clock_and_policy(cfg, clock(), policy).expect("valid config");
+    let key = TestKey::ec("k1");
+    // The fixture proxy closes the tunnel: the fetch fails, closed.
+    assert_eq!(check(&verifier, &token(&key)).await, Err(unavailable()));
+    assert_eq!(proxy.requests().len(), 1);
+    assert!(proxy.requests()[0].starts_with("CONNECT idp.example.com:443 "), "{:?}", proxy.requests());
+    assert!(lookups.lock().expect("lock").is_empty());
 }

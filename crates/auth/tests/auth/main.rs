@@ -7,5 +7,6 @@ mod cache;
 mod challenges;
 mod common;
 mod dev_issuer;
+mod egress;
 mod jwks;
 mod refusals;
