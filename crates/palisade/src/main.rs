@@ -615,21 +615,8 @@ async fn handles_revoke(args: RevokeArgs) -> anyhow::Result<ExitCode> {
     let now = SystemClock.now_ms();
     let revocation = Revocation { reason: args.reason.clone(), receipt: Some(args.receipt.clone()), at_ms: now };
     let count = store.revoke_handles(selector, revocation).await.context("revoking handles")?;
-    let record = AuditRecord {
-        at_ms: SystemClock.now_unsigned_ms(),
-        trace_id: format!("operator-{now}"),
-        stage: "operator".into(),
-        decision: Decision::Allow,
-        operation: "handles/revoke".into(),
-        principal_digest: None,
-        tenant_digest: None,
-        client_digest: None,
-        scopes: Vec::new(),
-        policy_version: None,
-        code: None,
-        detail: Some(format!("selector={what} revoked={count} receipt={}", args.receipt)),
-    };
-    store.append_batch(vec![record]).await.context("recording the revocation in the audit log")?;
+    let detail = format!("selector={what} revoked={count} receipt={}", args.receipt);
+    record_operator_action(store.as_ref(), now, "handles/revoke", detail).await?;
     #[allow(clippy::print_stdout)]
     {
         println!("revoked {count} handle(s) (receipt {})", args.receipt);
@@ -676,21 +663,8 @@ async fn delegation_revoke(config: Option<&Path>, id: &str, reason: &str) -> any
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     let now = SystemClock.now_ms();
     let revoked = store.revoke_delegation(digest, now).await.context("revoking the capability")?;
-    let record = AuditRecord {
-        at_ms: SystemClock.now_unsigned_ms(),
-        trace_id: format!("operator-{now}"),
-        stage: "operator".into(),
-        decision: Decision::Allow,
-        operation: "delegation/revoke".into(),
-        principal_digest: None,
-        tenant_digest: None,
-        client_digest: None,
-        scopes: Vec::new(),
-        policy_version: None,
-        code: None,
-        detail: Some(format!("delegation={} revoked={revoked} reason={reason}", palisade_store::hex_prefix(&digest))),
-    };
-    store.append_batch(vec![record]).await.context("recording the revocation in the audit log")?;
+    let detail = format!("delegation={} revoked={revoked} reason={reason}", palisade_store::hex_prefix(&digest));
+    record_operator_action(store.as_ref(), now, "delegation/revoke", detail).await?;
     #[allow(clippy::print_stdout)]
     {
         if revoked {
@@ -700,6 +674,31 @@ async fn delegation_revoke(config: Option<&Path>, id: &str, reason: &str) -> any
         }
     }
     Ok(if revoked { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// Records an operator command in the audit log (stage `operator`, allow), on the store
+/// handle's own chain.
+async fn record_operator_action(
+    store: &dyn palisade_store::Store,
+    now: i64,
+    operation: &str,
+    detail: String,
+) -> anyhow::Result<()> {
+    let record = AuditRecord {
+        at_ms: SystemClock.now_unsigned_ms(),
+        trace_id: format!("operator-{now}"),
+        stage: "operator".into(),
+        decision: Decision::Allow,
+        operation: operation.into(),
+        principal_digest: None,
+        tenant_digest: None,
+        client_digest: None,
+        scopes: Vec::new(),
+        policy_version: None,
+        code: None,
+        detail: Some(detail),
+    };
+    store.append_batch(vec![record]).await.context("recording the operator's command in the audit log")
 }
 
 /// The kind of a revocation selector, for the audit record (no identifiers).
