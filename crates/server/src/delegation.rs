@@ -257,6 +257,9 @@ pub struct DelegationService {
     key: hmac::Key,
     config: DelegationConfig,
     clock: Arc<dyn Clock>,
+    /// Where every edge (mint), revocation and approval is recorded: the audit log of the server
+    /// the service was given to (set once by `ServerBuilder::build`).
+    recorder: std::sync::OnceLock<Arc<crate::audit::Recorder>>,
 }
 
 impl std::fmt::Debug for DelegationService {
@@ -273,7 +276,34 @@ impl DelegationService {
         config: DelegationConfig,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self { store, key: secret.derive("palisade/delegation/v1"), config, clock }
+        Self {
+            store,
+            key: secret.derive("palisade/delegation/v1"),
+            config,
+            clock,
+            recorder: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Records ledger changes in `recorder`'s audit log from now on (the first server's).
+    pub(crate) fn attach(&self, recorder: Arc<crate::audit::Recorder>) {
+        let _ = self.recorder.set(recorder);
+    }
+
+    /// Records a change to the ledger, before it is made: `operation` (`delegation/mint`, …) by
+    /// `by`, with `detail` (digest prefixes and counts only). Without a server's audit log (a
+    /// service used on its own) nothing is recorded; a log that cannot be written refuses the
+    /// change (fail closed).
+    async fn record(&self, operation: &str, by: &VerifiedPrincipal, detail: String) -> Result<(), DelegationError> {
+        let Some(recorder) = self.recorder.get() else { return Ok(()) };
+        let mut trail = crate::audit::AuditTrail::new(recorder, operation);
+        trail.principal(&Arc::new(by.clone()));
+        if let Some(delegated) = by.delegation() {
+            trail.delegation(delegated, self);
+        }
+        trail.detail = Some(detail);
+        trail.allow(crate::audit::AuditStage::Delegation).await.map_err(|_| DelegationError::Unavailable)?;
+        Ok(())
     }
 
     /// The limits.
@@ -488,6 +518,14 @@ impl DelegationService {
         let digest = sha256(capability.as_bytes());
         let body = json!({ "v": 1, "principal": principal, "holder": holder.to_json(), "grant": grant.to_json(),
                            "parentTask": request.parent_task });
+        let parent_prefix = parent.as_ref().map_or_else(|| "root".to_owned(), |p| palisade_store::hex_prefix(p));
+        let edge = format!(
+            "child={} parent={parent_prefix} agent={} calls={} lifetime_ms={lifetime_ms}",
+            palisade_store::hex_prefix(&digest),
+            self.agent_digest(&request.agent),
+            request.calls
+        );
+        self.record("delegation/mint", minter, edge).await?;
         let new = NewDelegation {
             digest,
             parent,
@@ -528,6 +566,7 @@ impl DelegationService {
         if !allowed {
             return Err(refused);
         }
+        self.record("delegation/revoke", by, format!("revoked={}", palisade_store::hex_prefix(&digest))).await?;
         self.store.revoke_delegation(digest, self.clock.now_ms()).await.map_err(|_| DelegationError::Unavailable)
     }
 
@@ -553,6 +592,13 @@ impl DelegationService {
         let body: Value = serde_json::from_str(&row.body).map_err(|_| refused.clone())?;
         let holder = Holder::from_json(&body["holder"]).ok_or(refused)?;
         let key = approval_key(&digest, tool, arguments, &holder);
+        let what = format!(
+            "approved={} capability={} arguments={}",
+            palisade_store::hex_prefix(&key),
+            palisade_store::hex_prefix(&digest),
+            &arguments_sha256(arguments)[..16]
+        );
+        self.record("delegation/approve", by, what).await?;
         let ttl_ms = i64::try_from(self.config.approval_ttl.as_millis()).unwrap_or(i64::MAX);
         let expires = self.clock.now_ms().saturating_add(ttl_ms).min(row.expires_ms);
         self.store.put_approval(key, expires).await.map_err(|_| DelegationError::Unavailable)?;

@@ -302,6 +302,10 @@ impl ServerBuilder {
                 .map_err(|()| BuildError::TaskServiceShared)?;
             tasks.spawn_fan_in(events.clone());
         }
+        if let Some(delegation) = &delegation {
+            // Every edge, revocation and approval goes into this server's audit log.
+            delegation.attach(recorder.clone());
+        }
         let transport_refusals = TransportRefusals::new(secret.derive("palisade/audit-digest/v1"));
         if let Some(writer) = writer {
             transport_refusals.attach(writer);

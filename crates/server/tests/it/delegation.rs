@@ -699,6 +699,20 @@ async fn revocation_cascades_and_agents_can_be_killed(backend: Backend) {
     let denials = d.recent_denials().await;
     let revoked = denials.iter().find(|r| r.stage == "delegation" && r.code == Some(-32031)).unwrap();
     assert!(revoked.detail.as_deref().unwrap().starts_with("delegation="), "{revoked:?}");
+    // Every edge of the graph is on the record: each mint names the child and its parent by
+    // digest prefix (and the agent by keyed digest), before the row was written.
+    let recent: Vec<_> = d.store.recent(500).await.unwrap().into_iter().map(|stored| stored.record).collect();
+    let mints: Vec<_> = recent.iter().filter(|r| r.operation == "delegation/mint").collect();
+    assert_eq!(mints.len(), 3, "{mints:?}");
+    let edge_of = |id: &str| format!("child={}", &id[..16]);
+    let middle_edge = mints.iter().find(|r| r.detail.as_deref().unwrap().contains(&edge_of(&middle_id))).unwrap();
+    assert!(middle_edge.detail.as_deref().unwrap().contains(&format!("parent={}", &root_id[..16])), "{middle_edge:?}");
+    assert!(
+        middle_edge.detail.as_deref().unwrap().contains(" depth=0 "),
+        "minted by the root's holder: {middle_edge:?}"
+    );
+    assert!(recent.iter().any(|r| r.operation == "delegation/revoke"
+        && r.detail.as_deref().unwrap().starts_with(&format!("revoked={}", &middle_id[..16]))));
     let killed = denials.iter().find(|r| r.stage == "killswitch").unwrap();
     let detail = killed.detail.as_deref().unwrap();
     assert!(detail.contains("delegation=") && detail.contains(" depth=") && detail.contains(" agent="), "{detail}");
