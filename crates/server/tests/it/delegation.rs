@@ -245,6 +245,7 @@ async fn deployment(backend: Backend, instances: usize) -> Deployment {
             clock.clone(),
         )))
         .handles(Arc::new(handles))
+        .sessions(store.clone())
         .delegation(service)
         .kill_switch(switch, RELEASE)
         .build()
@@ -523,6 +524,51 @@ async fn every_bound_only_narrows(backend: Backend) {
     assert_eq!(d.reads(), 0);
 }
 
+// ---- The 2025-era session wire ----------------------------------------------------------------
+
+async fn the_session_wire_is_held_to_the_capability_too(backend: Backend) {
+    let d = deployment(backend, 1).await;
+    let (alice, h) = (d.alice(), d.agent("helper-h"));
+    let (cap, _) = d.mint(&alice, None, root_for_h(&["read_policy"], &["policy:read"], 2)).await;
+    let post = |token: &str, session: Option<&str>, body: Value| {
+        let mut request = reqwest::Client::new()
+            .post(&d.instances[0].url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("authorization", format!("Bearer {token}"));
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session).header("mcp-protocol-version", "2025-11-25");
+        }
+        async move {
+            let response = request.body(body.to_string()).send().await.unwrap();
+            let session = response.headers().get("mcp-session-id").map(|v| v.to_str().unwrap().to_owned());
+            (session, response.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    // The agent's own session (a session is never identity: the capability decides each call).
+    let (session, body) = post(
+        &h,
+        None,
+        json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "agent", "version": "0" } } }),
+    )
+    .await;
+    let session = session.unwrap_or_else(|| panic!("no session: {body}"));
+    let call = |tool: &str| {
+        json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": { "name": tool, "arguments": {}, "_meta": { CAPABILITY_META_KEY: cap } } })
+    };
+    let (_, body) = post(&h, Some(&session), call("read_policy")).await;
+    assert!(body["result"]["content"][0]["text"].is_string(), "{body}");
+    let (_, body) = post(&h, Some(&session), call("customers_export")).await;
+    assert_eq!(refused(&body).map(|r| r.0), Some(-32031), "{body}");
+    let (_, body) = post(&h, Some(&session), call("read_policy")).await;
+    assert!(refused(&body).is_none(), "{body}");
+    let (_, body) = post(&h, Some(&session), call("read_policy")).await;
+    assert_eq!(refused(&body), Some((-32031, "the capability's call budget is spent".into())), "{body}");
+    assert_eq!(d.reads(), 2);
+}
+
 // ---- Handles -------------------------------------------------------------------------------------
 
 async fn only_the_listed_handles_can_be_used(backend: Backend) {
@@ -754,4 +800,5 @@ crate::on_both_backends!(
     revocation_cascades_and_agents_can_be_killed,
     a_task_keeps_its_capability,
     only_the_listed_handles_can_be_used,
+    the_session_wire_is_held_to_the_capability_too,
 );
