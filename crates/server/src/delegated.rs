@@ -3,7 +3,7 @@
 //! ledger. Values only: no store, no principal; the service that makes them is
 //! [`crate::delegation`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use palisade_base::hex::hex;
 use serde_json::{Value, json};
@@ -22,6 +22,9 @@ pub struct Grant {
     pub scopes: BTreeSet<String>,
     /// SHA-256 (lowercase hex) of each handle the holder may present.
     pub handles: BTreeSet<String>,
+    /// Per-tool call budgets (optional): exact tool names the grant allows, each counted apart
+    /// from (and within) the overall budget.
+    pub tool_calls: BTreeMap<String, i64>,
 }
 
 /// Whether a grant entry (`name` or `prefix*`) covers `name` (or a narrower entry).
@@ -74,12 +77,17 @@ impl Grant {
         if !self.handles.is_subset(&parent.handles) {
             return Some("a handle is outside the parent capability");
         }
+        // A tool the parent counts stays counted below it (its counter is reserved from the
+        // parent's in the store), else the child could spend it beyond the parent's count.
+        if parent.tool_calls.keys().any(|tool| self.allows_tool(tool) && !self.tool_calls.contains_key(tool)) {
+            return Some("a tool the parent capability counts needs a count of its own");
+        }
         None
     }
 
     pub(crate) fn to_json(&self) -> Value {
         json!({ "tools": self.tools, "resources": self.resources, "prompts": self.prompts,
-                "scopes": self.scopes, "handles": self.handles })
+                "scopes": self.scopes, "handles": self.handles, "toolCalls": self.tool_calls })
     }
 
     pub(crate) fn from_json(value: &Value) -> Option<Self> {
@@ -92,6 +100,14 @@ impl Grant {
             prompts: set("prompts")?,
             scopes: set("scopes")?,
             handles: set("handles")?,
+            tool_calls: match value.get("toolCalls") {
+                None => BTreeMap::new(),
+                Some(counts) => counts
+                    .as_object()?
+                    .iter()
+                    .map(|(tool, count)| Some((tool.clone(), count.as_i64()?)))
+                    .collect::<Option<_>>()?,
+            },
         })
     }
 }

@@ -402,9 +402,15 @@ impl DelegationService {
     }
 
     /// Spends one call of the capability's budget before the allow (one store statement: never
-    /// negative under any concurrency, across instances).
-    pub(crate) async fn spend(&self, delegated: &Delegated) -> Result<(), ProtocolError> {
-        match self.store.spend_delegation_call(delegated.digest, self.clock.now_ms()).await {
+    /// negative under any concurrency, across instances), and one of the tool's own count when
+    /// the capability counts `tool` (both in one transaction, or neither).
+    pub(crate) async fn spend(&self, delegated: &Delegated, tool: Option<&str>) -> Result<(), ProtocolError> {
+        let now = self.clock.now_ms();
+        let spent = match tool.filter(|tool| delegated.grant.tool_calls.contains_key(*tool)) {
+            Some(tool) => self.store.spend_delegation_tool_call(delegated.digest, tool, now).await,
+            None => self.store.spend_delegation_call(delegated.digest, now).await,
+        };
+        match spent {
             Ok(true) => Ok(()),
             Ok(false) => Err(ProtocolError::DelegationRefused { reason: refusal::BUDGET }),
             Err(error) => {
@@ -459,6 +465,18 @@ impl DelegationService {
             || !grant.scopes.iter().all(|s| check_text(s).is_some() && !s.contains(char::is_whitespace))
         {
             return Err(refused("scopes must be at most 64 scope tokens"));
+        }
+        if grant.tool_calls.len() > MAX_GRANT_ENTRIES
+            || !grant.tool_calls.iter().all(|(tool, count)| {
+                check_text(tool).is_some()
+                    && !tool.contains('*')
+                    && grant.allows_tool(tool)
+                    && (0..=request.calls).contains(count)
+            })
+        {
+            return Err(refused(
+                "each per-tool count names one tool of the capability and is between 0 and its call budget",
+            ));
         }
         if request.handles.len() > MAX_GRANT_ENTRIES || request.handles.iter().any(|h| h.is_empty() || h.len() > 512) {
             return Err(refused("handles must be at most 64 handles"));
@@ -516,6 +534,7 @@ impl DelegationService {
         fill_random(&mut raw).map_err(|_| DelegationError::Unavailable)?;
         let capability = format!("{REFERENCE_PREFIX}{}", URL_SAFE_NO_PAD.encode(raw));
         let digest = sha256(capability.as_bytes());
+        let tool_calls = grant.tool_calls.clone();
         let body = json!({ "v": 1, "principal": principal, "holder": holder.to_json(), "grant": grant.to_json(),
                            "parentTask": request.parent_task });
         let parent_prefix = parent.as_ref().map_or_else(|| "root".to_owned(), |p| palisade_store::hex_prefix(p));
@@ -536,7 +555,7 @@ impl DelegationService {
             calls: request.calls,
             created_ms: now,
         };
-        match self.store.mint_delegation(new, self.config.max_depth).await {
+        match self.store.mint_delegation_with_tools(new, self.config.max_depth, tool_calls).await {
             Ok(Ok(row)) => Ok(Minted {
                 capability,
                 id: hex(&row.digest),
@@ -689,6 +708,8 @@ impl DelegationService {
                     "agentClient": { "type": "string", "description": "the agent's OAuth client id" },
                     "tools": string_list, "resources": string_list, "prompts": string_list,
                     "scopes": string_list, "handles": string_list,
+                    "toolCalls": { "type": "object", "additionalProperties": { "type": "integer", "minimum": 0 },
+                                   "description": "per-tool call budgets within calls, by exact tool name" },
                     "expiresInSeconds": { "type": "integer", "minimum": 1 },
                     "calls": { "type": "integer", "minimum": 0 },
                     "parentTask": { "type": "string" }
@@ -715,6 +736,16 @@ impl DelegationService {
                             prompts: list("prompts"),
                             scopes: list("scopes"),
                             handles: BTreeSet::new(),
+                            tool_calls: args
+                                .get("toolCalls")
+                                .and_then(Value::as_object)
+                                .map(|counts| {
+                                    counts
+                                        .iter()
+                                        .map(|(tool, count)| (tool.clone(), count.as_i64().unwrap_or(-1)))
+                                        .collect()
+                                })
+                                .unwrap_or_default(),
                         },
                         handles: list("handles").into_iter().collect(),
                         lifetime: Duration::from_secs(
@@ -891,8 +922,12 @@ mod tests {
             prompts: set(&["p"]),
             scopes: set(&["read"]),
             handles: set(&["00"]),
+            tool_calls: [("a".to_owned(), 2)].into(),
         };
-        let widen: [fn(&mut Grant); 5] = [
+        let widen: [fn(&mut Grant); 6] = [
+            |g| {
+                g.tool_calls.clear();
+            },
             |g| {
                 g.tools.insert("b".into());
             },

@@ -108,6 +108,7 @@ macro_rules! audit_store_conformance {
             invalid_delegations_are_refused_and_nothing_is_written,
             concurrent_spends_never_exceed_the_budget,
             racing_mints_and_spends_share_the_parent_budget_exactly,
+            per_tool_budgets_are_reserved_and_spent_with_the_overall_one,
             delegation_revocation_is_once_and_stays_in_the_chain,
             delegations_are_listed_by_principal_newest_first,
             approvals_are_taken_at_most_once,
@@ -1917,6 +1918,79 @@ pub async fn concurrent_spends_never_exceed_the_budget(harness: &dyn Harness) {
     assert!(!store.spend_delegation_call(delegation_digest(2), 6_001).await.expect("spend"), "revoked");
     assert_eq!(delegation_row(store, 2).await.remaining, 1, "a refused spend takes nothing");
     assert!(!store.spend_delegation_call(delegation_digest(99), 5_000).await.expect("spend"), "unknown");
+    instances[1].close().await;
+    fixture.cleanup().await;
+}
+
+/// Per-tool counters: a call spends the tool's counter and the overall budget together (exactly
+/// the counter's worth under racing spends on two instances, the overall budget untouched by a
+/// refused one); a child's counter for a tool the parent counts is reserved from the parent's
+/// (more than it has left: refused, nothing written); a tool the parent does not count is not
+/// reserved; invalid counters are refused.
+pub async fn per_tool_budgets_are_reserved_and_spent_with_the_overall_one(harness: &dyn Harness) {
+    use std::collections::BTreeMap;
+    let fixture = harness.fresh().await;
+    let instances = [fixture.store(), fixture.another_instance().await];
+    let store = instances[0].as_ref();
+    let counters = |pairs: &[(&str, i64)]| -> BTreeMap<String, i64> {
+        pairs.iter().map(|(tool, count)| ((*tool).to_owned(), *count)).collect()
+    };
+    let minted = store
+        .mint_delegation_with_tools(sample_delegation(1, None, 10), 0, counters(&[("export", 3)]))
+        .await
+        .expect("mint");
+    assert!(minted.is_ok());
+    assert_eq!(
+        store.delegation_tool_budgets(delegation_digest(1)).await.expect("budgets"),
+        [("export".to_owned(), (3, 3))].into()
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    for spender in 0..20 {
+        let instance = instances[spender % 2].clone();
+        tasks.spawn(async move { instance.spend_delegation_tool_call(delegation_digest(1), "export", 5_000).await });
+    }
+    let mut spent = 0;
+    while let Some(joined) = tasks.join_next().await {
+        spent += usize::from(joined.expect("spender").expect("spend"));
+    }
+    assert_eq!(spent, 3, "exactly the tool's counter");
+    assert_eq!(delegation_row(store, 1).await.remaining, 7, "the overall budget spent with it, no more");
+    assert!(
+        !store.spend_delegation_tool_call(delegation_digest(1), "other", 5_000).await.expect("spend"),
+        "no counter"
+    );
+    assert_eq!(delegation_row(store, 1).await.remaining, 7, "a refused spend takes nothing");
+    assert!(store.spend_delegation_call(delegation_digest(1), 5_000).await.expect("spend"), "uncounted calls go on");
+
+    // A child: its counter for `export` is reserved from the parent's (0 left: refused) ...
+    let refused = store
+        .mint_delegation_with_tools(sample_delegation(2, Some(1), 2), 4, counters(&[("export", 1)]))
+        .await
+        .expect("mint");
+    assert_eq!(refused.err(), Some(MintRefusal::BudgetExceeded));
+    assert_eq!(delegation_row(store, 1).await.remaining, 6, "nothing reserved by a refused mint");
+    assert!(store.delegation_chain(delegation_digest(2)).await.expect("chain").is_empty());
+    // ... a counter the parent does not keep is not reserved from anything but the overall budget.
+    let minted = store
+        .mint_delegation_with_tools(sample_delegation(3, Some(1), 2), 4, counters(&[("read", 2)]))
+        .await
+        .expect("mint");
+    assert!(minted.is_ok());
+    assert_eq!(store.delegation_tool_budgets(delegation_digest(1)).await.expect("budgets")["export"], (3, 0));
+    assert_eq!(store.delegation_tool_budgets(delegation_digest(3)).await.expect("budgets")["read"], (2, 2));
+    // A grandchild's counter for `read` comes out of the child's.
+    let minted = store
+        .mint_delegation_with_tools(sample_delegation(4, Some(3), 1), 4, counters(&[("read", 1)]))
+        .await
+        .expect("mint");
+    assert!(minted.is_ok());
+    assert_eq!(store.delegation_tool_budgets(delegation_digest(3)).await.expect("budgets")["read"], (2, 1));
+    // Invalid counters: more than the overall budget, negative, an empty tool name.
+    for bad in [counters(&[("x", 3)]), counters(&[("x", -1)]), counters(&[("", 1)])] {
+        let result = store.mint_delegation_with_tools(sample_delegation(5, None, 2), 0, bad).await;
+        assert!(matches!(result, Err(StoreError::InvalidRecord { .. })), "{result:?}");
+    }
+    assert!(store.delegation_chain(delegation_digest(5)).await.expect("chain").is_empty());
     instances[1].close().await;
     fixture.cleanup().await;
 }

@@ -13,6 +13,8 @@
 //! (one conditional `UPDATE` each) and `remaining` never goes negative. Approvals are single-use:
 //! taking one is one `DELETE` and its row count.
 
+use std::collections::BTreeMap;
+
 use crate::StoreError;
 use crate::handles::hex_prefix;
 use crate::store::StoreFuture;
@@ -198,7 +200,30 @@ pub trait DelegationStore: Send + Sync + std::fmt::Debug + 'static {
         &self,
         new: NewDelegation,
         max_depth: u32,
+    ) -> StoreFuture<'_, Result<DelegationRow, MintRefusal>> {
+        self.mint_delegation_with_tools(new, max_depth, BTreeMap::new())
+    }
+
+    /// [`mint_delegation`](Self::mint_delegation) with per-tool budgets: each `(tool, calls)`
+    /// becomes a counter of the new row (at most [`MAX_DELEGATION_TOOL_BUDGETS`], each tool
+    /// 1..=256 bytes without control characters, `0..=new.calls`). Where the parent has a
+    /// counter for that tool, `calls` is reserved from it in the same transaction; more than it
+    /// has left is [`BudgetExceeded`](MintRefusal::BudgetExceeded), nothing written.
+    fn mint_delegation_with_tools(
+        &self,
+        new: NewDelegation,
+        max_depth: u32,
+        tool_calls: BTreeMap<String, i64>,
     ) -> StoreFuture<'_, Result<DelegationRow, MintRefusal>>;
+
+    /// Spends one call of `digest`'s budget *and* one of its counter for `tool`, both or neither,
+    /// in one transaction (each an `UPDATE` requiring `remaining > 0`; the overall one also no
+    /// revocation and no expiry). `Ok(false)` when either is spent (or `digest` has no counter
+    /// for `tool`).
+    fn spend_delegation_tool_call(&self, digest: [u8; 32], tool: &str, now_ms: i64) -> StoreFuture<'_, bool>;
+
+    /// The per-tool counters of `digest`: tool → (calls granted, remaining).
+    fn delegation_tool_budgets(&self, digest: [u8; 32]) -> StoreFuture<'_, BTreeMap<String, (i64, i64)>>;
 
     /// The chain from the root to `digest`: root first, the row of `digest` last; empty if
     /// `digest` is unknown. One statement (a recursive query following `parent`, at most
@@ -233,6 +258,25 @@ pub trait DelegationStore: Send + Sync + std::fmt::Debug + 'static {
     /// `expires_ms` is at or before `now_ms` (bounded statements, so a retention job never holds
     /// the writer for long); returns how many rows in all.
     fn purge_delegations(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64>;
+}
+
+/// Most per-tool budgets one capability may have.
+pub const MAX_DELEGATION_TOOL_BUDGETS: usize = 64;
+
+/// Checks per-tool budgets against the new row's overall budget.
+pub(crate) fn check_tool_calls(tool_calls: &BTreeMap<String, i64>, calls: i64) -> Result<(), StoreError> {
+    if tool_calls.len() > MAX_DELEGATION_TOOL_BUDGETS {
+        return invalid("a delegation has at most 64 per-tool budgets");
+    }
+    for (tool, count) in tool_calls {
+        if tool.is_empty() || tool.len() > MAX_DELEGATION_AGENT_BYTES || tool.chars().any(char::is_control) {
+            return invalid("a per-tool budget's tool must be 1..=256 bytes without control characters");
+        }
+        if *count < 0 || *count > calls {
+            return invalid("a per-tool budget must be between 0 and the delegation's call budget");
+        }
+    }
+    Ok(())
 }
 
 fn invalid<T>(reason: &'static str) -> Result<T, StoreError> {
@@ -346,7 +390,20 @@ pub(crate) mod sql {
     pub const PURGE_APPROVALS: &str = "DELETE FROM delegation_approvals WHERE key IN \
         (SELECT key FROM delegation_approvals WHERE expires_ms <= $1 LIMIT $2)";
     pub const PURGE: &str = "DELETE FROM delegations WHERE digest IN \
-        (SELECT digest FROM delegations WHERE expires_ms <= $1 LIMIT $2)";
+        (SELECT digest FROM delegations WHERE expires_ms <= $1 ORDER BY digest LIMIT $2)";
+    /// The per-tool counters of the rows [`PURGE`] is about to delete (the same selection).
+    pub const PURGE_TOOL_BUDGETS: &str = "DELETE FROM delegation_tool_budgets WHERE digest IN \
+        (SELECT digest FROM delegations WHERE expires_ms <= $1 ORDER BY digest LIMIT $2)";
+    /// Reserves `$3` calls of the parent's counter for tool `$2` (guarded: never below zero).
+    pub const RESERVE_TOOL: &str = "UPDATE delegation_tool_budgets SET remaining = remaining - $3 \
+        WHERE digest = $1 AND tool = $2 AND remaining >= $3";
+    pub const HAS_TOOL_BUDGET: &str = "SELECT 1 FROM delegation_tool_budgets WHERE digest = $1 AND tool = $2";
+    pub const INSERT_TOOL_BUDGET: &str =
+        "INSERT INTO delegation_tool_budgets (digest, tool, calls, remaining) VALUES ($1, $2, $3, $3)";
+    pub const SPEND_TOOL: &str = "UPDATE delegation_tool_budgets SET remaining = remaining - 1 \
+        WHERE digest = $1 AND tool = $2 AND remaining > 0";
+    pub const TOOL_BUDGETS: &str =
+        "SELECT tool, calls, remaining FROM delegation_tool_budgets WHERE digest = $1 ORDER BY tool";
 }
 
 /// Implements [`DelegationStore`] for a backend from the shared statements (one text for both).
@@ -367,9 +424,11 @@ macro_rules! impl_delegation_store {
                 &self,
                 new: crate::NewDelegation,
                 max_depth: u32,
+                tool_calls: std::collections::BTreeMap<String, i64>,
             ) -> Result<Result<crate::DelegationRow, crate::MintRefusal>, StoreError> {
                 use crate::delegations::{DelegationTuple, decode_delegation, sql};
                 new.validate()?;
+                crate::delegations::check_tool_calls(&tool_calls, new.calls)?;
                 let sqlx_error = |error| StoreError::from_sqlx("mint_delegation", error);
                 let mut transaction = self.$begin().await.map_err(sqlx_error)?;
                 let refusal = 'checks: {
@@ -403,6 +462,28 @@ macro_rules! impl_delegation_store {
                             if reserved.rows_affected() != 1 {
                                 break 'checks crate::MintRefusal::BudgetExceeded;
                             }
+                            // Per-tool counters the parent keeps: reserved from them too.
+                            for (tool, count) in &tool_calls {
+                                let reserved = sqlx::query($sql!(sql::RESERVE_TOOL))
+                                    .bind(parent.to_vec())
+                                    .bind(tool.as_str())
+                                    .bind(*count)
+                                    .execute(&mut *transaction)
+                                    .await
+                                    .map_err(sqlx_error)?;
+                                if reserved.rows_affected() == 1 {
+                                    continue;
+                                }
+                                let counted: Option<(i32,)> = sqlx::query_as($sql!(sql::HAS_TOOL_BUDGET))
+                                    .bind(parent.to_vec())
+                                    .bind(tool.as_str())
+                                    .fetch_optional(&mut *transaction)
+                                    .await
+                                    .map_err(sqlx_error)?;
+                                if counted.is_some() {
+                                    break 'checks crate::MintRefusal::BudgetExceeded;
+                                }
+                            }
                             (row.root, row.depth + 1)
                         }
                     };
@@ -423,6 +504,15 @@ macro_rules! impl_delegation_store {
                     if inserted.rows_affected() != 1 {
                         // Another mint of the same digest committed after the check above.
                         break 'checks crate::MintRefusal::Exists;
+                    }
+                    for (tool, count) in &tool_calls {
+                        sqlx::query($sql!(sql::INSERT_TOOL_BUDGET))
+                            .bind(new.digest.to_vec())
+                            .bind(tool.as_str())
+                            .bind(*count)
+                            .execute(&mut *transaction)
+                            .await
+                            .map_err(sqlx_error)?;
                     }
                     transaction.commit().await.map_err(sqlx_error)?;
                     return Ok(Ok(crate::DelegationRow {
@@ -465,6 +555,50 @@ macro_rules! impl_delegation_store {
                     .await
                     .map_err(|error| StoreError::from_sqlx("spend_delegation_call", error))?;
                 Ok(done.rows_affected() == 1)
+            }
+
+            async fn spend_delegation_tool_call_inner(
+                &self,
+                digest: [u8; 32],
+                tool: &str,
+                now_ms: i64,
+            ) -> Result<bool, StoreError> {
+                use crate::delegations::sql;
+                let sqlx_error = |error| StoreError::from_sqlx("spend_delegation_tool_call", error);
+                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
+                let tool_spent = sqlx::query($sql!(sql::SPEND_TOOL))
+                    .bind(digest.to_vec())
+                    .bind(tool)
+                    .execute(&mut *transaction)
+                    .await
+                    .map_err(sqlx_error)?;
+                let spent = tool_spent.rows_affected() == 1
+                    && sqlx::query($sql!(sql::SPEND))
+                        .bind(digest.to_vec())
+                        .bind(now_ms)
+                        .execute(&mut *transaction)
+                        .await
+                        .map_err(sqlx_error)?
+                        .rows_affected()
+                        == 1;
+                if spent {
+                    transaction.commit().await.map_err(sqlx_error)?;
+                } else {
+                    transaction.rollback().await.map_err(sqlx_error)?;
+                }
+                Ok(spent)
+            }
+
+            async fn delegation_tool_budgets_inner(
+                &self,
+                digest: [u8; 32],
+            ) -> Result<std::collections::BTreeMap<String, (i64, i64)>, StoreError> {
+                let rows: Vec<(String, i64, i64)> = sqlx::query_as($sql!(crate::delegations::sql::TOOL_BUDGETS))
+                    .bind(digest.to_vec())
+                    .fetch_all(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("delegation_tool_budgets", error))?;
+                Ok(rows.into_iter().map(|(tool, calls, remaining)| (tool, (calls, remaining))).collect())
             }
 
             async fn revoke_delegation_inner(&self, digest: [u8; 32], at_ms: i64) -> Result<bool, StoreError> {
@@ -521,6 +655,12 @@ macro_rules! impl_delegation_store {
 
             async fn purge_delegations_inner(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
                 let sqlx_error = |error| StoreError::from_sqlx("purge_delegations", error);
+                sqlx::query($sql!(crate::delegations::sql::PURGE_TOOL_BUDGETS))
+                    .bind(now_ms)
+                    .bind(i64::from(limit))
+                    .execute(&self.$writer)
+                    .await
+                    .map_err(sqlx_error)?;
                 let approvals = sqlx::query($sql!(crate::delegations::sql::PURGE_APPROVALS))
                     .bind(now_ms)
                     .bind(i64::from(limit))
@@ -538,12 +678,25 @@ macro_rules! impl_delegation_store {
         }
 
         impl crate::DelegationStore for $store {
-            fn mint_delegation(
+            fn mint_delegation_with_tools(
                 &self,
                 new: crate::NewDelegation,
                 max_depth: u32,
+                tool_calls: std::collections::BTreeMap<String, i64>,
             ) -> StoreFuture<'_, Result<crate::DelegationRow, crate::MintRefusal>> {
-                Box::pin(self.mint_delegation_inner(new, max_depth))
+                Box::pin(self.mint_delegation_inner(new, max_depth, tool_calls))
+            }
+
+            fn spend_delegation_tool_call(&self, digest: [u8; 32], tool: &str, now_ms: i64) -> StoreFuture<'_, bool> {
+                let tool = tool.to_owned();
+                Box::pin(async move { self.spend_delegation_tool_call_inner(digest, &tool, now_ms).await })
+            }
+
+            fn delegation_tool_budgets(
+                &self,
+                digest: [u8; 32],
+            ) -> StoreFuture<'_, std::collections::BTreeMap<String, (i64, i64)>> {
+                Box::pin(self.delegation_tool_budgets_inner(digest))
             }
 
             fn delegation_chain(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<crate::DelegationRow>> {

@@ -59,7 +59,7 @@ pub use chain::{
 pub use checkpoint::{CheckpointKey, Checkpointer, LogReport, StoredCheckpoint, verify_log};
 pub use delegations::{
     DelegationRow, DelegationStore, MAX_DELEGATION_AGENT_BYTES, MAX_DELEGATION_BODY_BYTES, MAX_DELEGATION_DEPTH,
-    MAX_DELEGATION_LIST, MintRefusal, NewDelegation,
+    MAX_DELEGATION_LIST, MAX_DELEGATION_TOOL_BUDGETS, MintRefusal, NewDelegation,
 };
 pub use error::{ErrorSource, StoreError};
 pub use handles::{

@@ -97,7 +97,10 @@ impl Server {
         principal: &VerifiedPrincipal,
     ) -> Result<(), ProtocolError> {
         match (principal.delegation(), &self.delegation) {
-            (Some(capability), Some(service)) if spends(operation) => service.spend(capability).await,
+            (Some(capability), Some(service)) if spends(operation) => {
+                let tool = (operation.method() == Method::ToolsCall).then(|| operation.target()).flatten();
+                service.spend(capability, tool).await
+            }
             _ => Ok(()),
         }
     }

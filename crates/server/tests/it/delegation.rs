@@ -652,6 +652,41 @@ async fn a_task_keeps_its_capability(backend: Backend) {
     assert_eq!(seen, vec![Some(id.clone()), Some(id)], "{seen:?}");
 }
 
+// ---- Per-tool counts ------------------------------------------------------------------------------
+
+async fn a_tool_can_have_its_own_count(backend: Backend) {
+    let d = deployment(backend, 2).await;
+    let (alice, h) = (d.alice(), d.agent("helper-h"));
+    let counted = json!({ "agent": "helper-h", "agentClient": "helper-h-app", "tools": ["read_*"],
+        "scopes": ["policy:read"], "toolCalls": { "read_policy": 2 }, "expiresInSeconds": 600, "calls": 10 });
+    let (cap, _) = d.mint(&alice, None, counted).await;
+    let mut answers = Vec::new();
+    for at in [0, 1, 0] {
+        answers.push(refused(&d.call_on(at, &h, Some(&cap), "read_policy", json!({})).await));
+    }
+    assert_eq!(answers[..2], [None, None]);
+    assert_eq!(
+        answers[2],
+        Some((-32031, "the capability's call budget is spent".into())),
+        "the tool's count, not the 10"
+    );
+    assert_eq!(d.reads(), 2);
+    // Below it the tool stays counted, out of what the parent has left of its count.
+    let uncounted = json!({ "agent": "helper-g", "agentClient": "helper-g-app", "tools": ["read_policy"],
+        "scopes": ["policy:read"], "expiresInSeconds": 60, "calls": 1 });
+    let body = d.delegate(&h, Some(&cap), uncounted).await;
+    assert_eq!(tool_error(&body).as_deref(), Some("a tool the parent capability counts needs a count of its own"));
+    let over = json!({ "agent": "helper-g", "agentClient": "helper-g-app", "tools": ["read_policy"],
+        "scopes": ["policy:read"], "toolCalls": { "read_policy": 1 }, "expiresInSeconds": 60, "calls": 1 });
+    let body = d.delegate(&h, Some(&cap), over).await;
+    assert_eq!(tool_error(&body).as_deref(), Some("the child's call budget is more than the parent has left"));
+    // A count must name a tool of the capability, within its budget.
+    let stray = json!({ "agent": "helper-h", "agentClient": "helper-h-app", "tools": ["read_policy"],
+        "toolCalls": { "customers_export": 1 }, "expiresInSeconds": 60, "calls": 1 });
+    let body = d.delegate(&alice, None, stray).await;
+    assert!(tool_error(&body).unwrap().starts_with("each per-tool count"), "{body}");
+}
+
 // ---- Budgets, revocation, kill switch ----------------------------------------------------------
 
 async fn a_budget_holds_across_two_instances(backend: Backend) {
@@ -801,4 +836,5 @@ crate::on_both_backends!(
     a_task_keeps_its_capability,
     only_the_listed_handles_can_be_used,
     the_session_wire_is_held_to_the_capability_too,
+    a_tool_can_have_its_own_count,
 );

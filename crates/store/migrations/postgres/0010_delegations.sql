@@ -43,3 +43,14 @@ CREATE TABLE delegation_approvals (
 
 -- The retention job.
 CREATE INDEX delegation_approvals_expiry ON delegation_approvals (expires_ms);
+
+-- Per-tool call budgets of a capability (optional): a counter per (capability, tool name). A
+-- child's counter for a tool its parent counts is reserved from the parent's in the mint's
+-- transaction; a call spends the capability's counter and its overall budget together.
+CREATE TABLE delegation_tool_budgets (
+    digest    BYTEA    NOT NULL CHECK (octet_length(digest) = 32),
+    tool      TEXT    NOT NULL CHECK (length(tool) BETWEEN 1 AND 256),
+    calls     BIGINT NOT NULL CHECK (calls >= 0),
+    remaining BIGINT NOT NULL CHECK (remaining >= 0 AND remaining <= calls),
+    PRIMARY KEY (digest, tool)
+);
