@@ -12,6 +12,24 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// 32 bytes from exactly 64 lower-case hex digits (what [`hex`] writes); anything else is `None`.
+pub fn decode32(text: &str) -> Option<[u8; 32]> {
+    let digit = |byte: u8| match byte {
+        b'0'..=b'9' => Some(byte - b'0'),
+        b'a'..=b'f' => Some(byte - b'a' + 10),
+        _ => None,
+    };
+    let bytes = text.as_bytes();
+    if bytes.len() != 64 {
+        return None;
+    }
+    let mut out = [0u8; 32];
+    for (index, byte) in out.iter_mut().enumerate() {
+        *byte = (digit(bytes[2 * index])? << 4) | digit(bytes[2 * index + 1])?;
+    }
+    Some(out)
+}
+
 /// The first 8 bytes of a digest, in hex: enough to correlate, useless to forge.
 pub fn hex_prefix(digest: &[u8]) -> String {
     hex(&digest[..digest.len().min(8)])
@@ -27,6 +45,18 @@ mod tests {
         let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(hex(&bytes), expected);
         assert_eq!(hex(&[]), "");
+    }
+
+    #[test]
+    fn decode32_reads_exactly_what_hex_writes() {
+        let bytes: [u8; 32] = std::array::from_fn(|i| (i as u8).wrapping_mul(37));
+        assert_eq!(decode32(&hex(&bytes)), Some(bytes));
+        let text = hex(&bytes);
+        assert_eq!(decode32(&text.to_uppercase()), None, "upper case");
+        assert_eq!(decode32(&text[1..]), None, "63 digits");
+        assert_eq!(decode32(&format!("{text}0")), None, "65 digits");
+        assert_eq!(decode32(&format!("+{}", &text[1..])), None, "a sign");
+        assert_eq!(decode32(&format!("{}é", &text[..62])), None, "not ASCII");
     }
 
     #[test]

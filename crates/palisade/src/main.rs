@@ -723,14 +723,9 @@ fn prepare_sqlite_dir(settings: &Settings) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 64 hex characters as 32 bytes.
+/// 64 hex characters (either case, surrounding white space ignored) as 32 bytes.
 fn parse_key_hex(text: &str) -> Option<[u8; 32]> {
-    let text = text.trim();
-    if text.len() != 64 || !text.is_ascii() {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> = (0..32).map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()).collect();
-    bytes?.try_into().ok()
+    palisade_base::hex::decode32(&text.trim().to_ascii_lowercase())
 }
 
 /// Loads a 32-byte key (64 hex characters) or creates it, readable by the owner only.

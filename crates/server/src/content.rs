@@ -5,6 +5,17 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
+/// `text` cut to at most `max` bytes on a character boundary, with `…` when it was cut: how long
+/// values (a call's arguments) are shown in a confirmation question.
+pub(crate) fn shortened(mut text: String, max: usize) -> String {
+    if text.len() > max {
+        let cut = (0..=max).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
 /// One content block of a tool result or prompt message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Content {

@@ -352,22 +352,11 @@ impl DelegationService {
         let not_valid = |why: &'static str| (ProtocolError::DelegationRefused { reason: refusal::NOT_VALID }, why);
         let digest = parse_reference(reference).ok_or_else(|| not_valid("malformed reference"))?;
         let chain = self.live_chain(&digest).await?;
-        let (leaf, body) = chain.last().ok_or_else(|| not_valid("unknown"))?;
-        let holder = Holder::from_json(&body["holder"]).ok_or_else(|| not_valid("corrupt row"))?;
-        if holder_of(caller).as_ref() != Some(&holder) {
-            return Err(not_valid("another holder"));
-        }
+        let (_, body) = chain.last().ok_or_else(|| not_valid("unknown"))?;
+        let holder = holder_of(caller).ok_or_else(|| not_valid("a caller without a client"))?;
         let root =
             body.get("principal").and_then(VerifiedPrincipal::from_stored).ok_or_else(|| not_valid("corrupt row"))?;
-        let grant = Grant::from_json(&body["grant"]).ok_or_else(|| not_valid("corrupt row"))?;
-        let delegated = Delegated {
-            digest,
-            depth: leaf.depth,
-            agents: agents_of(&chain),
-            holder,
-            grant,
-            expires_ms: leaf.expires_ms,
-        };
+        let delegated = verified(digest, &chain, &holder).map_err(not_valid)?;
         Ok(root.delegated(caller, Arc::new(delegated)))
     }
 
@@ -429,19 +418,8 @@ impl DelegationService {
         holder: &Holder,
     ) -> Result<VerifiedPrincipal, ProtocolError> {
         let chain = self.live_chain(&digest).await.map_err(|(error, _)| error)?;
-        let (leaf, body) = chain.last().ok_or(ProtocolError::Internal)?;
-        if Holder::from_json(&body["holder"]).as_ref() != Some(holder) {
-            return Err(ProtocolError::DelegationRefused { reason: refusal::NOT_VALID });
-        }
-        let grant = Grant::from_json(&body["grant"]).ok_or(ProtocolError::Internal)?;
-        let delegated = Delegated {
-            digest,
-            depth: leaf.depth,
-            agents: agents_of(&chain),
-            holder: holder.clone(),
-            grant,
-            expires_ms: leaf.expires_ms,
-        };
+        let delegated = verified(digest, &chain, holder)
+            .map_err(|_| ProtocolError::DelegationRefused { reason: refusal::NOT_VALID })?;
         Ok(stored.with_delegation(Arc::new(delegated)))
     }
 
@@ -755,14 +733,10 @@ impl DelegationService {
                         parent_task: text("parentTask"),
                     };
                     second_phase(&ctx).await?;
-                    match service.mint(ctx.principal(), request).await {
-                        Ok(minted) => Ok(Outcome::Complete(CallToolResult::structured(json!({
-                            "capability": minted.capability, "id": minted.id, "depth": minted.depth,
-                            "expiresAtMs": minted.expires_ms, "calls": minted.calls
-                        })))),
-                        Err(DelegationError::Unavailable) => Err(ProtocolError::Unavailable),
-                        Err(refused) => Ok(Outcome::Complete(CallToolResult::error(refused.to_string()))),
-                    }
+                    answer(service.mint(ctx.principal(), request).await.map(|minted| {
+                        json!({ "capability": minted.capability, "id": minted.id, "depth": minted.depth,
+                                "expiresAtMs": minted.expires_ms, "calls": minted.calls })
+                    }))
                 }
             });
         let revoking = self.clone();
@@ -777,11 +751,7 @@ impl DelegationService {
                 async move {
                     let id = args.get("id").and_then(Value::as_str).unwrap_or_default();
                     second_phase(&ctx).await?;
-                    match service.revoke(ctx.principal(), id).await {
-                        Ok(revoked) => Ok(Outcome::Complete(CallToolResult::structured(json!({ "revoked": revoked })))),
-                        Err(DelegationError::Unavailable) => Err(ProtocolError::Unavailable),
-                        Err(refused) => Ok(Outcome::Complete(CallToolResult::error(refused.to_string()))),
-                    }
+                    answer(service.revoke(ctx.principal(), id).await.map(|revoked| json!({ "revoked": revoked })))
                 }
             });
         let approving = self.clone();
@@ -798,12 +768,8 @@ impl DelegationService {
             }))
             .confirm_with(|_ctx, args| {
                 let tool = args.get("tool").and_then(Value::as_str).unwrap_or_default();
-                let mut shown = args.get("arguments").cloned().unwrap_or(Value::Null).to_string();
-                if shown.len() > 400 {
-                    let cut = (0..=400).rev().find(|i| shown.is_char_boundary(*i)).unwrap_or(0);
-                    shown.truncate(cut);
-                    shown.push('…');
-                }
+                let shown =
+                    crate::content::shortened(args.get("arguments").cloned().unwrap_or(Value::Null).to_string(), 400);
                 Ok(format!("Let the delegated agent call {tool} once with {shown}"))
             })
             .handler(move |ctx, args| {
@@ -812,11 +778,9 @@ impl DelegationService {
                     let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
                     let arguments = args.get("arguments").and_then(Value::as_object).cloned().unwrap_or_default();
                     second_phase(&ctx).await?;
-                    match service.approve(ctx.principal(), &text("capability"), &text("tool"), &arguments).await {
-                        Ok(key) => Ok(Outcome::Complete(CallToolResult::structured(json!({ "approval": key })))),
-                        Err(DelegationError::Unavailable) => Err(ProtocolError::Unavailable),
-                        Err(refused) => Ok(Outcome::Complete(CallToolResult::error(refused.to_string()))),
-                    }
+                    let (capability, tool) = (text("capability"), text("tool"));
+                    let approved = service.approve(ctx.principal(), &capability, &tool, &arguments).await;
+                    answer(approved.map(|key| json!({ "approval": key })))
                 }
             });
         vec![delegate, revoke, approve]
@@ -831,6 +795,35 @@ async fn second_phase(ctx: &crate::RequestContext) -> Result<(), ProtocolError> 
         ctx.pre_side_effect().await?;
     }
     Ok(())
+}
+
+/// The capability `digest` as its live `chain` (root first) says, if `holder` holds it: the one
+/// way a [`Delegated`] is made (the stage's lookup and a task's re-check). The error is the
+/// audit record's reason.
+fn verified(digest: [u8; 32], chain: &[(DelegationRow, Value)], holder: &Holder) -> Result<Delegated, &'static str> {
+    let (leaf, body) = chain.last().ok_or("unknown")?;
+    if Holder::from_json(&body["holder"]).as_ref() != Some(holder) {
+        return Err("another holder");
+    }
+    let grant = Grant::from_json(&body["grant"]).ok_or("corrupt row")?;
+    Ok(Delegated {
+        digest,
+        depth: leaf.depth,
+        agents: agents_of(chain),
+        holder: holder.clone(),
+        grant,
+        expires_ms: leaf.expires_ms,
+    })
+}
+
+/// A delegation tool's answer: its result, a refusal as a tool error the caller can read, or a
+/// ledger outage as 503 (nothing was done).
+fn answer(result: Result<Value, DelegationError>) -> Result<Outcome<CallToolResult>, ProtocolError> {
+    match result {
+        Ok(value) => Ok(Outcome::Complete(CallToolResult::structured(value))),
+        Err(DelegationError::Unavailable) => Err(ProtocolError::Unavailable),
+        Err(refused) => Ok(Outcome::Complete(CallToolResult::error(refused.to_string()))),
+    }
 }
 
 /// The holder identity of a verified caller (an agent without an OAuth client holds nothing).
@@ -862,14 +855,7 @@ fn parse_reference(reference: &str) -> Option<[u8; 32]> {
 
 /// A capability id (64 lowercase hex digits) as bytes.
 fn parse_id(id: &str) -> Option<[u8; 32]> {
-    if id.len() != 64 || !id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (index, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(&id[index * 2..index * 2 + 2], 16).ok()?;
-    }
-    Some(out)
+    palisade_base::hex::decode32(id)
 }
 
 /// The id a stored principal's capability has, and its holder (a task created under one).

@@ -135,17 +135,6 @@ fn finish(context: digest::Context) -> [u8; 32] {
     out
 }
 
-fn unhex32(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 || !text.bytes().all(|byte| matches!(byte, b'0'..=b'9' | b'a'..=b'f')) {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (index, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * index..2 * index + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
-
 fn encode_delta(heads: &[ChainHead]) -> String {
     let entries: Vec<(&str, u64, String)> =
         heads.iter().map(|head| (head.chain.as_str(), head.seq, palisade_base::hex::hex(&head.hash))).collect();
@@ -159,7 +148,7 @@ fn decode_delta(text: &str) -> Option<Vec<(String, u64, [u8; 32])>> {
         if !is_chain_id(&chain) || seq == 0 {
             return None;
         }
-        out.push((chain, seq, unhex32(&hash)?));
+        out.push((chain, seq, palisade_base::hex::decode32(&hash)?));
     }
     // Sorted and without duplicates, as signers write it.
     out.windows(2).all(|pair| pair[0].0 < pair[1].0).then_some(out)

@@ -288,7 +288,7 @@ fn spawn_task_listener(pool: PgPool) -> tokio::sync::mpsc::Receiver<[u8; 32]> {
                 Ok(mut listener) => loop {
                     match listener.recv().await {
                         Ok(notification) => {
-                            let Some(digest) = unhex(notification.payload()) else { continue };
+                            let Some(digest) = palisade_base::hex::decode32(notification.payload()) else { continue };
                             if sender.send(digest).await.is_err() {
                                 return;
                             }
@@ -308,17 +308,6 @@ fn spawn_task_listener(pool: PgPool) -> tokio::sync::mpsc::Receiver<[u8; 32]> {
         }
     });
     receiver
-}
-
-fn unhex(text: &str) -> Option<[u8; 32]> {
-    if text.len() != 64 {
-        return None;
-    }
-    let mut out = [0u8; 32];
-    for (index, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * index..2 * index + 2)?, 16).ok()?;
-    }
-    Some(out)
 }
 
 crate::audit_sql::impl_audit_store!(

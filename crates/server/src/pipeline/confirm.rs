@@ -106,12 +106,7 @@ impl Server {
         if let Some(summary) = &tool.confirmation_summary {
             return Ok(format!("Allow the tool {}? {}", tool.name, summary(ctx, arguments)?));
         }
-        let mut shown = Value::Object(arguments.clone()).to_string();
-        if shown.len() > 500 {
-            let cut = (0..=500).rev().find(|i| shown.is_char_boundary(*i)).unwrap_or(0);
-            shown.truncate(cut);
-            shown.push('…');
-        }
+        let shown = crate::content::shortened(Value::Object(arguments.clone()).to_string(), 500);
         Ok(format!("Allow the tool {} to run with these arguments? {shown}", tool.name))
     }
 
