@@ -3,7 +3,9 @@
 //! application handles ([`HandleStore`]), durable tasks ([`TaskStore`]), 2025-era session state
 //! ([`SessionStore`]), single-use records ([`OnceStore`]), a gateway's pins of upstream
 //! definitions with their review decisions ([`PinStore`]) and the ledger of delegated
-//! capabilities with its single-use approvals ([`DelegationStore`]) on SQLite and PostgreSQL,
+//! capabilities with its single-use approvals ([`DelegationStore`]) and per-user upstream OAuth
+//! connections with their consent, pending flows and registrations ([`ConnectionStore`]) on SQLite
+//! and PostgreSQL,
 //! group commit the request path's writer in front of the log ([`AuditWriter`]: an instance's local
 //! [segment](segment) file and its shipper, or group commit), and [`open_store`] choosing a
 //! backend from a URL ([`Store`] is every trait at once).
@@ -37,6 +39,7 @@ mod chain;
 pub mod checkpoint;
 #[doc(hidden)]
 pub mod conformance;
+mod connections;
 mod delegations;
 mod error;
 mod handles;
@@ -57,6 +60,11 @@ pub use chain::{
     new_chain_id,
 };
 pub use checkpoint::{CheckpointKey, Checkpointer, LogReport, StoredCheckpoint, verify_log};
+pub use connections::{
+    ApprovedClient, ConnectionRow, ConnectionStore, MAX_CONNECTION_LIST, MAX_CONNECTION_SCOPES_BYTES,
+    MAX_CONNECTION_SEALED_BYTES, MAX_CONNECTION_TEXT_BYTES, MAX_CONNECTION_UPSTREAM_BYTES, MAX_FLOW_KIND_BYTES,
+    MAX_OAUTH_BODY_BYTES,
+};
 pub use delegations::{
     DelegationRow, DelegationStore, MAX_DELEGATION_AGENT_BYTES, MAX_DELEGATION_BODY_BYTES, MAX_DELEGATION_DEPTH,
     MAX_DELEGATION_LIST, MAX_DELEGATION_TOOL_BUDGETS, MintRefusal, NewDelegation,
@@ -85,9 +93,15 @@ pub use writer::{AuditWriter, AuditWriterConfig};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.
-pub trait Store: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore + DelegationStore {}
+pub trait Store:
+    AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore + DelegationStore + ConnectionStore
+{
+}
 
-impl<T: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore + DelegationStore> Store for T {}
+impl<T> Store for T where
+    T: AuditStore + HandleStore + TaskStore + SessionStore + OnceStore + PinStore + DelegationStore + ConnectionStore
+{
+}
 
 /// Opens the store a URL names: `sqlite:…` (see [`SqliteStore::open`]) or
 /// `postgres://…` / `postgresql://…` (see [`PostgresStore::connect`]). Migrates and checks

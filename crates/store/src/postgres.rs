@@ -351,3 +351,10 @@ crate::delegations::impl_delegation_store!(
     sql: pg_sql,
     parent_sql: crate::delegations::sql::PARENT_FOR_UPDATE
 );
+
+crate::connections::impl_connection_store!(
+    store: PostgresStore,
+    writer: pool,
+    reader: pool,
+    sql: pg_sql
+);
