@@ -5,10 +5,9 @@
 //! definitions with their review decisions ([`PinStore`]) and the ledger of delegated
 //! capabilities with its single-use approvals ([`DelegationStore`]) and per-user upstream OAuth
 //! connections with their consent, pending flows and registrations ([`ConnectionStore`]) on SQLite
-//! and PostgreSQL,
-//! group commit the request path's writer in front of the log ([`AuditWriter`]: an instance's local
-//! [segment](segment) file and its shipper, or group commit), and [`open_store`] choosing a
-//! backend from a URL ([`Store`] is every trait at once).
+//! and PostgreSQL, group commit the request path's writer in front of the log ([`AuditWriter`]: an
+//! instance's local [segment](segment) file and its shipper, or group commit), and [`open_store`]
+//! choosing a backend from a URL ([`Store`] is every trait at once).
 //!
 //! **Architecture Invariant:** every audit chain has exactly one writer. Record `seq` of a chain
 //! stores `hash = SHA-256(prev_hash || canonical JSON of the record)`; the writer links its own
