@@ -39,6 +39,7 @@ use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_base::clock::{Clock, SystemClock};
+use palisade_base::html::escape;
 use serde_json::{Map, Value, json};
 use subtle::ConstantTimeEq;
 use url::Url;
@@ -1073,22 +1074,6 @@ fn evict_oldest<K: Clone + Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>, cap
         let Some(oldest) = map.iter().min_by_key(|(_, v)| key(v)).map(|(k, _)| k.clone()) else { return };
         map.remove(&oldest);
     }
-}
-
-/// HTML text and attribute escaping.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 #[cfg(test)]

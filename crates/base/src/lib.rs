@@ -1,6 +1,6 @@
 //! Palisade's leaf utilities, shared by every other crate: the one clock ([`clock`]), RFC 3339
-//! timestamps ([`time`]), lower-case hex ([`hex`]), RFC 8785 canonical JSON ([`canonical`]) and the
-//! RFC 9162 Merkle tree shape ([`merkle`]).
+//! timestamps ([`time`]), lower-case hex ([`hex`]), RFC 8785 canonical JSON ([`canonical`]), the
+//! RFC 9162 Merkle tree shape ([`merkle`]) and HTML escaping ([`html`]).
 //!
 //! **Architecture Invariant:** this crate knows no HTTP, no MCP and no storage; it depends on
 //! nothing of the workspace. `std::time::SystemTime::now` is read in [`clock::SystemClock`] only
@@ -9,5 +9,6 @@
 pub mod canonical;
 pub mod clock;
 pub mod hex;
+pub mod html;
 pub mod merkle;
 pub mod time;

@@ -1,9 +1,10 @@
-//! The gateway's configuration: `[gateway]`, `[pins]` and `[[upstreams]]` as written in TOML
-//! ([`RawGateway`], [`RawPins`], [`RawUpstream`]), validated once into [`GatewaySettings`], which
-//! cannot be invalid. A bad value is reported with the dotted key that holds it
+//! The gateway's configuration: `[gateway]`, `[pins]`, `[[upstreams]]` and `[web]` as written in
+//! TOML ([`RawGateway`], [`RawPins`], [`RawUpstream`], [`RawWeb`]), validated once into
+//! [`GatewaySettings`], which cannot be invalid. A bad value is reported with the dotted key that holds it
 //! (`upstreams[1].credential.token_url`); secrets are named by where they come from, never shown.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use crate::credentials::{ClientAuth, CredentialConfig, SecretSource};
 use crate::names::{Separator, check_label};
 use crate::pins::ReviewerKeys;
 use crate::upstream::{ProtocolChoice, UpstreamLimits};
+use crate::web::WebSettings;
 
 /// A configuration error, naming the offending key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -65,6 +67,26 @@ pub struct RawReviewer {
     pub name: String,
     /// The base64 32-byte Ed25519 public key.
     pub key: String,
+}
+
+/// `[web]` as written: the HTTPS listener of the gateway's browser pages.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWeb {
+    /// Where to listen. Default `127.0.0.1:8443`; a non-loopback address needs `allow_remote`.
+    pub listen: Option<String>,
+    /// The pages' `https` origin as a browser reaches them (`https://host[:port]/`). Required.
+    pub public_url: Option<String>,
+    /// PEM certificate chain of the listener. Required.
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM private key of the listener. Required.
+    pub tls_key_file: Option<PathBuf>,
+    /// File holding the operator's review token (at least 16 characters): enables `/review`.
+    pub review_token_file: Option<PathBuf>,
+    /// Environment variable holding the review token (instead of the file).
+    pub review_token_env: Option<String>,
+    /// Listen on a non-loopback address. Default false.
+    pub allow_remote: Option<bool>,
 }
 
 /// One `[[upstreams]]` entry as written.
@@ -209,6 +231,8 @@ pub struct GatewaySettings {
     /// Files and directories no stdio process may see: every secret file of the configuration
     /// (the embedding program adds its configuration file, data directory and key files).
     pub protected_paths: Vec<PathBuf>,
+    /// The browser pages' listener (`[web]`), when configured.
+    pub web: Option<WebSettings>,
 }
 
 /// The sandbox's identities (used when the gateway runs as root).
@@ -338,12 +362,13 @@ pub struct UpstreamSettings {
 /// Largest accepted `max_response_bytes` (256 MiB).
 const MAX_RESPONSE_CAP: u64 = 256 * 1024 * 1024;
 
-/// Validates the three sections. No upstreams is an error only for `palisade gateway` (the
-/// caller decides); here it is allowed.
+/// Validates the sections (`web`: the `[web]` table, when the file has one). No upstreams is an
+/// error only for `palisade gateway` (the caller decides); here it is allowed.
 pub fn validate(
     gateway: RawGateway,
     pins: RawPins,
     upstreams: Vec<RawUpstream>,
+    web: Option<RawWeb>,
 ) -> Result<GatewaySettings, GatewayConfigError> {
     let separator = match gateway.separator.as_deref() {
         None => Separator::Underscore,
@@ -398,7 +423,59 @@ pub fn validate(
             protected_paths.extend(stdio.env_files.values().cloned());
         }
     }
-    Ok(GatewaySettings { separator, pins, upstreams: out, sandbox, protected_paths })
+    let web = web.map(validate_web).transpose()?;
+    if let Some(web) = &web {
+        protected_paths.push(web.tls_key_file.clone());
+        if let Some(SecretSource::File(path)) = &web.review_token {
+            protected_paths.push(path.clone());
+        }
+    }
+    Ok(GatewaySettings { separator, pins, upstreams: out, sandbox, protected_paths, web })
+}
+
+/// Validates `[web]`: a loopback `listen` unless `allow_remote`, an `https` origin as
+/// `public_url` (the pages live at its root: `__Host-` cookies have `Path=/`), both TLS files,
+/// and at most one source of the review token.
+pub fn validate_web(raw: RawWeb) -> Result<WebSettings, GatewayConfigError> {
+    let listen: SocketAddr = raw
+        .listen
+        .as_deref()
+        .unwrap_or("127.0.0.1:8443")
+        .parse()
+        .map_err(|_| bad("web.listen", "must be an IP address and port, e.g. 127.0.0.1:8443"))?;
+    if !listen.ip().is_loopback() && !raw.allow_remote.unwrap_or(false) {
+        return Err(bad("web.listen", "is not a loopback address; set web.allow_remote = true to listen on it"));
+    }
+    let text = raw.public_url.as_deref().ok_or_else(|| bad("web.public_url", "is required"))?;
+    let public_url = Url::parse(text).map_err(|_| bad("web.public_url", "not a URL"))?;
+    if public_url.scheme() != "https" || public_url.host_str().is_none() {
+        return Err(bad("web.public_url", "must be an https URL with a host"));
+    }
+    if !public_url.username().is_empty()
+        || public_url.password().is_some()
+        || public_url.query().is_some()
+        || public_url.fragment().is_some()
+        || public_url.path() != "/"
+    {
+        return Err(bad("web.public_url", "must be an origin only (https://host[:port]/): the pages live at its root"));
+    }
+    let file = |value: Option<PathBuf>, key: &str| match value {
+        Some(path) if !path.as_os_str().is_empty() => Ok(path),
+        _ => Err(bad(key, "is required")),
+    };
+    let tls_cert_file = file(raw.tls_cert_file, "web.tls_cert_file")?;
+    let tls_key_file = file(raw.tls_key_file, "web.tls_key_file")?;
+    let review_token = match (raw.review_token_file, raw.review_token_env) {
+        (None, None) => None,
+        (Some(path), None) if !path.as_os_str().is_empty() => Some(SecretSource::File(path)),
+        (Some(_), None) => return Err(bad("web.review_token_file", "must not be empty")),
+        (None, Some(name)) if !name.is_empty() => Some(SecretSource::Env(name)),
+        (None, Some(_)) => return Err(bad("web.review_token_env", "must not be empty")),
+        (Some(_), Some(_)) => {
+            return Err(bad("web.review_token_file", "give the token as a file or an environment variable, not both"));
+        }
+    };
+    Ok(WebSettings { listen, public_url, tls_cert_file, tls_key_file, review_token })
 }
 
 fn validate_pins(raw: RawPins) -> Result<PinSettings, GatewayConfigError> {
@@ -776,9 +853,10 @@ mod tests {
             pins: RawPins,
             #[serde(default)]
             upstreams: Vec<RawUpstream>,
+            web: Option<RawWeb>,
         }
         let file: File = toml::from_str(text).unwrap();
-        validate(file.gateway, file.pins, file.upstreams)
+        validate(file.gateway, file.pins, file.upstreams, file.web)
     }
 
     fn key_of(text: &str) -> String {
@@ -905,5 +983,55 @@ mod tests {
         let text = "[[upstreams]]\nid = \"a\"\nurl = \"http://h/mcp\"\n[upstreams.credential]\nkind = \"static\"\nsecret_env = \"\"";
         let error = upstreams(text).unwrap_err();
         assert_eq!(error.key, "upstreams[0].credential.secret_env");
+    }
+
+    const WEB: &str = "[web]\npublic_url = \"https://127.0.0.1:8443/\"\ntls_cert_file = \"/etc/palisade/web.crt\"\ntls_key_file = \"/etc/palisade/web.key\"\n";
+
+    #[test]
+    fn a_web_table_validates_loopback_by_default() {
+        let settings = upstreams(&format!("{WEB}review_token_file = \"/etc/palisade/review-token\"\n")).unwrap();
+        let web = settings.web.unwrap();
+        assert_eq!(web.listen, "127.0.0.1:8443".parse().unwrap());
+        assert_eq!(web.origin(), "https://127.0.0.1:8443");
+        assert_eq!(web.url("/review"), "https://127.0.0.1:8443/review");
+        assert_eq!(web.review_token, Some(SecretSource::File("/etc/palisade/review-token".into())));
+        assert!(settings.protected_paths.contains(&PathBuf::from("/etc/palisade/web.key")), "the TLS key is a secret");
+        assert!(settings.protected_paths.contains(&PathBuf::from("/etc/palisade/review-token")));
+        assert!(!settings.protected_paths.contains(&PathBuf::from("/etc/palisade/web.crt")));
+        assert!(upstreams("").unwrap().web.is_none(), "no [web]: no listener");
+        let env = upstreams(&format!("{WEB}review_token_env = \"REVIEW_TOKEN\"\n")).unwrap();
+        assert_eq!(env.web.unwrap().review_token, Some(SecretSource::Env("REVIEW_TOKEN".into())));
+        let remote = upstreams(&format!("{WEB}listen = \"0.0.0.0:8443\"\nallow_remote = true\n")).unwrap();
+        assert_eq!(remote.web.unwrap().listen, "0.0.0.0:8443".parse().unwrap());
+        assert!(upstreams(&format!("{WEB}listen = \"[::1]:9443\"\n")).is_ok(), "IPv6 loopback");
+    }
+
+    #[test]
+    fn each_bad_web_value_names_its_key() {
+        for (extra, key) in [
+            ("listen = \"10.0.0.1:8443\"", "web.listen"),
+            ("listen = \"0.0.0.0:8443\"\nallow_remote = false", "web.listen"),
+            ("listen = \"localhost:8443\"", "web.listen"),
+            ("review_token_env = \"\"", "web.review_token_env"),
+            ("review_token_file = \"\"", "web.review_token_file"),
+            ("review_token_file = \"/t\"\nreview_token_env = \"T\"", "web.review_token_file"),
+        ] {
+            assert_eq!(key_of(&format!("{WEB}{extra}\n")), key, "{extra}");
+        }
+        let with_url =
+            |url: &str| format!("[web]\npublic_url = \"{url}\"\ntls_cert_file = \"/c\"\ntls_key_file = \"/k\"\n");
+        for url in [
+            "http://127.0.0.1:8443/",
+            "https://127.0.0.1:8443/review",
+            "https://user@127.0.0.1:8443/",
+            "https://127.0.0.1:8443/?a=b",
+            "https://127.0.0.1:8443/#top",
+            "not a url",
+        ] {
+            assert_eq!(key_of(&with_url(url)), "web.public_url", "{url}");
+        }
+        assert_eq!(key_of("[web]\ntls_cert_file = \"/c\"\ntls_key_file = \"/k\"\n"), "web.public_url");
+        assert_eq!(key_of("[web]\npublic_url = \"https://h/\"\ntls_key_file = \"/k\"\n"), "web.tls_cert_file");
+        assert_eq!(key_of("[web]\npublic_url = \"https://h/\"\ntls_cert_file = \"/c\"\n"), "web.tls_key_file");
     }
 }

@@ -90,14 +90,16 @@ pub enum SecretSource {
 }
 
 impl SecretSource {
-    fn origin(&self) -> String {
+    /// Where the secret comes from, as errors name it (never its value).
+    pub(crate) fn origin(&self) -> String {
         match self {
             Self::File(path) => format!("file {}", path.display()),
             Self::Env(name) => format!("environment variable {name}"),
         }
     }
 
-    fn read(&self) -> Result<Secret, CredentialError> {
+    /// Reads the secret now (see the type's rules); the error names the source, never a value.
+    pub(crate) fn read(&self) -> Result<Secret, CredentialError> {
         let error = |reason| CredentialError::Secret { origin: self.origin(), reason };
         let value: Zeroizing<String> = match self {
             Self::File(path) => {
@@ -195,10 +197,11 @@ impl CredentialConfig {
 }
 
 /// A secret in memory: zeroed when dropped, and `Debug` shows nothing of it.
-struct Secret(Zeroizing<String>);
+pub(crate) struct Secret(Zeroizing<String>);
 
 impl Secret {
-    fn expose(&self) -> &str {
+    /// The secret's text: for the one place that sends or compares it.
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }

@@ -10,6 +10,8 @@
 //! - [`upstream`]: the MCP client toward one upstream (both eras), its limits and health.
 //! - [`gateway`]: the application: listings → pin states → the published registry, and the
 //!   relayed handlers.
+//! - [`web`]: the browser pages' HTTPS listener (`[web]`) and its primitives (headers, CSRF,
+//!   `__Host-` cookies, the same-origin check).
 //!
 //! **Architecture Invariant:** no byte of a caller's credential (its `Authorization`, cookies,
 //! any header) is ever copied into an upstream request: upstream requests are built from
@@ -25,5 +27,6 @@ pub mod launch;
 pub mod names;
 pub mod pins;
 pub mod upstream;
+pub mod web;
 
 pub use gateway::{Gateway, GatewayError, PinEntry, Refreshed, UpstreamStatus};

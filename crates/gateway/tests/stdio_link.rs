@@ -28,7 +28,7 @@ fn settings(command: &str, extra: &str) -> GatewaySettings {
     let timeout = if extra.contains("request_timeout_secs") { "" } else { "request_timeout_secs = 2\n" };
     let text = format!("[[upstreams]]\nid = \"fx\"\ncommand = {command:?}\n{timeout}{extra}");
     let file: File = toml::from_str(&text).unwrap();
-    palisade_gateway::config::validate(RawGateway::default(), RawPins::default(), file.upstreams).unwrap()
+    palisade_gateway::config::validate(RawGateway::default(), RawPins::default(), file.upstreams, None).unwrap()
 }
 
 fn client(settings: &GatewaySettings) -> UpstreamClient {

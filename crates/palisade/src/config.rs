@@ -83,6 +83,8 @@ pub struct RawConfig {
     /// The gateway: the MCP servers it fronts.
     #[serde(default)]
     pub upstreams: Vec<palisade_gateway::config::RawUpstream>,
+    /// The gateway: the HTTPS listener of its browser pages (the pin review page).
+    pub web: Option<palisade_gateway::config::RawWeb>,
 }
 
 /// `[audit]`
@@ -1264,17 +1266,21 @@ fn validate_gateway(
     gateway: palisade_gateway::config::RawGateway,
     pins: palisade_gateway::config::RawPins,
     upstreams: Vec<palisade_gateway::config::RawUpstream>,
+    web: Option<palisade_gateway::config::RawWeb>,
 ) -> Result<Option<palisade_gateway::config::GatewaySettings>, ConfigError> {
     if app != AppChoice::Gateway {
         if !upstreams.is_empty() {
             return Err(bad("upstreams", "only the gateway uses upstreams (app = \"gateway\" or `palisade gateway`)"));
+        }
+        if web.is_some() {
+            return Err(bad("web", "only the gateway serves web pages (app = \"gateway\" or `palisade gateway`)"));
         }
         return Ok(None);
     }
     if upstreams.is_empty() {
         return Err(bad("upstreams", "the gateway needs at least one [[upstreams]] entry"));
     }
-    palisade_gateway::config::validate(gateway, pins, upstreams)
+    palisade_gateway::config::validate(gateway, pins, upstreams, web)
         .map(Some)
         .map_err(|error| ConfigError { key: error.key, reason: error.reason })
 }
@@ -1321,7 +1327,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         "gateway" => AppChoice::Gateway,
         other => return Err(bad(APP.key, format!("unknown app `{other}`; expected demo, conformance or gateway"))),
     };
-    let gateway = validate_gateway(app, raw.gateway, raw.pins, raw.upstreams)?;
+    let gateway = validate_gateway(app, raw.gateway, raw.pins, raw.upstreams, raw.web)?;
     let listen: SocketAddr = raw
         .listen
         .as_deref()
@@ -1960,6 +1966,7 @@ mod tests {
             "gateway",
             "pins",
             "upstreams",
+            "web",
         ];
         let mut file_keys: Vec<String> =
             fields::<RawConfig>("").into_iter().filter(|key| !sections.contains(&key.as_str())).collect();

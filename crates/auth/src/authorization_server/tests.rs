@@ -416,8 +416,3 @@ async fn the_consent_page_is_unframeable_and_needs_its_csrf_token() {
     // The pending request is spent.
     assert_eq!(answer(right, Some(&cookie)).await.status, 400);
 }
-
-#[test]
-fn html_is_escaped() {
-    assert_eq!(escape("<a href=\"x\">'&'</a>"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
-}
