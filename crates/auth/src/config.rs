@@ -318,21 +318,11 @@ impl ValidatedConfig {
         let jwks_allowed_networks = raw
             .jwks_allowed_networks
             .iter()
-            .map(|cidr| cidr.trim().parse::<IpNet>().map_err(|_| ConfigError::InvalidNetwork(cidr.clone())))
+            .map(|cidr| crate::egress::parse_network(cidr).ok_or_else(|| ConfigError::InvalidNetwork(cidr.clone())))
             .collect::<Result<Vec<_>, _>>()?;
         let jwks_proxy = match &raw.jwks_proxy {
             None => None,
-            Some(text) => match Url::parse(text) {
-                Ok(url)
-                    if matches!(url.scheme(), "http" | "https")
-                        && url.host().is_some()
-                        && url.username().is_empty()
-                        && url.password().is_none() =>
-                {
-                    Some(url)
-                }
-                _ => return Err(ConfigError::InvalidProxy(text.clone())),
-            },
+            Some(text) => Some(crate::egress::parse_proxy(text).ok_or_else(|| ConfigError::InvalidProxy(text.clone()))?),
         };
         Ok(Self { leeway_ms: raw.leeway_secs * 1000, required_typ, issuers, jwks_allowed_networks, jwks_proxy, raw })
     }

@@ -181,6 +181,20 @@ impl std::fmt::Debug for EgressPolicy {
     }
 }
 
+/// An operator's allow-list entry (`10.20.0.0/16`, `fd00:1::/64`), parsed by the `ipnet`
+/// library; `None` when it is not a CIDR network.
+pub fn parse_network(cidr: &str) -> Option<IpNet> {
+    cidr.trim().parse::<IpNet>().ok()
+}
+
+/// An operator's egress proxy URL: `http` or `https`, with a host, without user or password
+/// (credentials belong in a secret, not in a configuration value); `None` otherwise.
+pub fn parse_proxy(text: &str) -> Option<Url> {
+    Url::parse(text).ok().filter(|url| {
+        matches!(url.scheme(), "http" | "https") && url.host().is_some() && url.username().is_empty() && url.password().is_none()
+    })
+}
+
 /// Host and port of a URL, without user or password.
 trait HostPort {
     fn authority_host_port(&self) -> String;
@@ -446,9 +460,46 @@ impl EgressGuard {
         self.rules.check(address)
     }
 
-    /// GETs `url` under the policy, with `accept` as the `Accept` header.
+    /// GETs `url` under the policy, with `accept` as the `Accept` header. Redirects are
+    /// followed up to [`EgressPolicy::max_redirects`], each hop checked like the first.
     pub async fn get(&self, url: &Url, accept: &str) -> Result<Fetched, EgressError> {
-        match tokio::time::timeout(self.policy.timeout, self.get_inner(url.clone(), accept)).await {
+        self.deadline(self.get_inner(url.clone(), accept)).await
+    }
+
+    /// POSTs `body` (of type `content_type`) to `url` under the policy, with `accept` as the
+    /// `Accept` header and `headers` besides (e.g. client authentication, marked sensitive by the
+    /// caller). A redirect is never followed: a token or registration endpoint that redirects is
+    /// refused, so a request body (a code, a verifier, a secret) goes to the checked URL only.
+    pub async fn post(
+        &self,
+        url: &Url,
+        content_type: &str,
+        body: Vec<u8>,
+        accept: &str,
+        headers: &[(reqwest::header::HeaderName, reqwest::header::HeaderValue)],
+    ) -> Result<Fetched, EgressError> {
+        self.deadline(async {
+            self.check_url(url)?;
+            let mut request = self
+                .client
+                .post(url.clone())
+                .header("accept", accept)
+                .header("content-type", content_type)
+                .body(body);
+            for (name, value) in headers {
+                request = request.header(name, value);
+            }
+            let response = request.send().await.map_err(classify_error)?;
+            if response.status().is_redirection() {
+                return Err(EgressError::RedirectRefused);
+            }
+            self.read(url.clone(), response).await
+        })
+        .await
+    }
+
+    async fn deadline(&self, fetch: impl Future<Output = Result<Fetched, EgressError>>) -> Result<Fetched, EgressError> {
+        match tokio::time::timeout(self.policy.timeout, fetch).await {
             Ok(result) => result,
             Err(_) => Err(EgressError::Timeout),
         }
@@ -458,10 +509,9 @@ impl EgressGuard {
         let mut redirects = 0u8;
         loop {
             self.check_url(&url)?;
-            let mut response =
+            let response =
                 self.client.get(url.clone()).header("accept", accept).send().await.map_err(classify_error)?;
-            let status = response.status();
-            if status.is_redirection() {
+            if response.status().is_redirection() {
                 if redirects >= self.policy.max_redirects {
                     return Err(EgressError::RedirectRefused);
                 }
@@ -474,20 +524,26 @@ impl EgressGuard {
                 redirects += 1;
                 continue;
             }
-            let cap = self.policy.max_body_bytes;
-            if response.content_length().is_some_and(|length| length > cap as u64) {
+            return self.read(url, response).await;
+        }
+    }
+
+    /// Reads a response's body under the size cap.
+    async fn read(&self, url: Url, mut response: reqwest::Response) -> Result<Fetched, EgressError> {
+        let status = response.status();
+        let cap = self.policy.max_body_bytes;
+        if response.content_length().is_some_and(|length| length > cap as u64) {
+            return Err(EgressError::TooLarge);
+        }
+        let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(classify_error)? {
+            if body.len() + chunk.len() > cap {
                 return Err(EgressError::TooLarge);
             }
-            let content_type = response.headers().get("content-type").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(classify_error)? {
-                if body.len() + chunk.len() > cap {
-                    return Err(EgressError::TooLarge);
-                }
-                body.extend_from_slice(&chunk);
-            }
-            return Ok(Fetched { url, status: status.as_u16(), content_type, body });
+            body.extend_from_slice(&chunk);
         }
+        Ok(Fetched { url, status: status.as_u16(), content_type, body })
     }
 }
 

@@ -15,7 +15,9 @@ use crate::credentials::{ClientAuth, CredentialConfig, SecretSource};
 use crate::names::{Separator, check_label};
 use crate::pins::ReviewerKeys;
 use crate::upstream::{ProtocolChoice, UpstreamLimits};
+use crate::user_oauth::{DEFAULT_FLOW_TTL_SECS, SignInSettings};
 use crate::web::WebSettings;
+use palisade_auth::egress::{EgressPolicy, parse_network, parse_proxy};
 
 /// A configuration error, naming the offending key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,6 +44,17 @@ pub struct RawGateway {
     pub sandbox_uid_base: Option<u32>,
     /// The gid of every sandboxed stdio process when the gateway runs as root. Default 65534.
     pub sandbox_gid: Option<u32>,
+    /// Development only: the gateway's OAuth fetches (upstream and authorization-server
+    /// metadata, token and registration endpoints, the sign-in provider) may reach loopback
+    /// addresses, over plain http there. Default false.
+    pub egress_allow_loopback: Option<bool>,
+    /// CIDR networks those fetches may reach although they are private or otherwise special
+    /// (deliberately internal authorization servers).
+    #[serde(default)]
+    pub egress_allowed_networks: Vec<String>,
+    /// An HTTP CONNECT proxy (`http://host:port`) for those fetches; it resolves names itself
+    /// and must refuse internal destinations.
+    pub egress_proxy: Option<String>,
 }
 
 /// `[pins]` as written.
@@ -87,6 +100,18 @@ pub struct RawWeb {
     pub review_token_env: Option<String>,
     /// Listen on a non-loopback address. Default false.
     pub allow_remote: Option<bool>,
+    /// `user_oauth`: the identity provider people sign in with on the connect page; it must be
+    /// the issuer of the callers' tokens (the same string).
+    pub sign_in_issuer: Option<String>,
+    /// `user_oauth`: the gateway's client id at that provider.
+    pub sign_in_client_id: Option<String>,
+    /// `user_oauth`: file holding that client's secret (none: a public client).
+    pub sign_in_client_secret_file: Option<PathBuf>,
+    /// `user_oauth`: environment variable holding that client's secret.
+    pub sign_in_client_secret_env: Option<String>,
+    /// `user_oauth`: lifetime of a connect link, a sign-in and an authorization `state`, in
+    /// seconds. Default 600 (the most).
+    pub flow_ttl_secs: Option<u64>,
 }
 
 /// One `[[upstreams]]` entry as written.
@@ -189,7 +214,7 @@ pub struct RawLimits {
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawCredential {
-    /// `none` (default), `static`, `client_credentials`, `token_exchange`.
+    /// `none` (default), `static`, `client_credentials`, `token_exchange`, `user_oauth`.
     pub kind: Option<String>,
     /// static: the header name. Default `Authorization`.
     pub header: Option<String>,
@@ -210,7 +235,8 @@ pub struct RawCredential {
     /// OAuth: the minimal scopes asked for.
     #[serde(default)]
     pub scopes: Vec<String>,
-    /// client_credentials: the most an upstream's `insufficient_scope` may widen them to.
+    /// client_credentials, user_oauth: the most an upstream's `insufficient_scope` may widen them
+    /// to (for user_oauth, with the person's consent).
     #[serde(default)]
     pub max_scopes: Vec<String>,
     /// OAuth: `basic` (default) or `post` client authentication.
@@ -233,6 +259,9 @@ pub struct GatewaySettings {
     pub protected_paths: Vec<PathBuf>,
     /// The browser pages' listener (`[web]`), when configured.
     pub web: Option<WebSettings>,
+    /// How the gateway fetches URLs that servers and documents supply (the per-user OAuth
+    /// client's discovery, token and registration requests).
+    pub egress: EgressPolicy,
 }
 
 /// The sandbox's identities (used when the gateway runs as root).
@@ -426,11 +455,44 @@ pub fn validate(
     let web = web.map(validate_web).transpose()?;
     if let Some(web) = &web {
         protected_paths.push(web.tls_key_file.clone());
-        if let Some(SecretSource::File(path)) = &web.review_token {
-            protected_paths.push(path.clone());
+        for secret in [&web.review_token, &web.sign_in.as_ref().and_then(|sign_in| sign_in.client_secret.clone())] {
+            if let Some(SecretSource::File(path)) = secret {
+                protected_paths.push(path.clone());
+            }
         }
     }
-    Ok(GatewaySettings { separator, pins, upstreams: out, sandbox, protected_paths, web })
+    if let Some(index) = out.iter().position(|upstream| matches!(upstream.credential, CredentialConfig::UserOAuth { .. }))
+        && web.as_ref().is_none_or(|web| web.sign_in.is_none())
+    {
+        return Err(bad(
+            format!("upstreams[{index}].credential.kind"),
+            "user_oauth needs the gateway's web surface with a sign-in provider ([web] with sign_in_issuer and sign_in_client_id)",
+        ));
+    }
+    let egress = validate_egress(&gateway)?;
+    Ok(GatewaySettings { separator, pins, upstreams: out, sandbox, protected_paths, web, egress })
+}
+
+/// The egress policy of the gateway's own fetches: public addresses only, https only, unless
+/// the development flag or the allow-list says otherwise.
+fn validate_egress(gateway: &RawGateway) -> Result<EgressPolicy, GatewayConfigError> {
+    let allowed_networks = gateway
+        .egress_allowed_networks
+        .iter()
+        .map(|cidr| parse_network(cidr).ok_or_else(|| bad("gateway.egress_allowed_networks", format!("{cidr:?} is not a CIDR network"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let proxy = match gateway.egress_proxy.as_deref() {
+        None => None,
+        Some(text) => Some(parse_proxy(text).ok_or_else(|| {
+            bad("gateway.egress_proxy", "must be an http(s) URL with a host and no credentials")
+        })?),
+    };
+    Ok(EgressPolicy {
+        allow_loopback: gateway.egress_allow_loopback.unwrap_or(false),
+        allowed_networks,
+        proxy,
+        ..EgressPolicy::default()
+    })
 }
 
 /// Validates `[web]`: a loopback `listen` unless `allow_remote`, an `https` origin as
@@ -475,7 +537,40 @@ pub fn validate_web(raw: RawWeb) -> Result<WebSettings, GatewayConfigError> {
             return Err(bad("web.review_token_file", "give the token as a file or an environment variable, not both"));
         }
     };
-    Ok(WebSettings { listen, public_url, tls_cert_file, tls_key_file, review_token })
+    let sign_in = match (raw.sign_in_issuer, raw.sign_in_client_id) {
+        (None, None) => {
+            if raw.sign_in_client_secret_file.is_some() || raw.sign_in_client_secret_env.is_some() {
+                return Err(bad("web.sign_in_issuer", "is required with a sign-in client secret"));
+            }
+            None
+        }
+        (Some(issuer), Some(client_id)) => {
+            let parsed = Url::parse(&issuer).map_err(|_| bad("web.sign_in_issuer", "not a URL"))?;
+            if parsed.query().is_some() || parsed.fragment().is_some() || parsed.host().is_none() {
+                return Err(bad("web.sign_in_issuer", "must be an issuer identifier (a URL without query or fragment)"));
+            }
+            if client_id.is_empty() || client_id.chars().any(char::is_control) {
+                return Err(bad("web.sign_in_client_id", "must not be empty or have control characters"));
+            }
+            let client_secret = match (raw.sign_in_client_secret_file, raw.sign_in_client_secret_env) {
+                (None, None) => None,
+                (Some(path), None) if !path.as_os_str().is_empty() => Some(SecretSource::File(path)),
+                (None, Some(name)) if !name.is_empty() => Some(SecretSource::Env(name)),
+                (Some(_), Some(_)) => {
+                    return Err(bad("web.sign_in_client_secret_file", "give the secret as a file or an environment variable, not both"));
+                }
+                _ => return Err(bad("web.sign_in_client_secret_file", "must not be empty")),
+            };
+            Some(SignInSettings { issuer, client_id, client_secret })
+        }
+        (None, Some(_)) => return Err(bad("web.sign_in_issuer", "is required with sign_in_client_id")),
+        (Some(_), None) => return Err(bad("web.sign_in_client_id", "is required with sign_in_issuer")),
+    };
+    let flow_ttl_secs = match raw.flow_ttl_secs.unwrap_or(DEFAULT_FLOW_TTL_SECS) {
+        secs @ 1..=DEFAULT_FLOW_TTL_SECS => secs,
+        _ => return Err(bad("web.flow_ttl_secs", "must be 1..=600")),
+    };
+    Ok(WebSettings { listen, public_url, tls_cert_file, tls_key_file, review_token, sign_in, flow_ttl_secs })
 }
 
 fn validate_pins(raw: RawPins) -> Result<PinSettings, GatewayConfigError> {
@@ -759,7 +854,9 @@ fn validate_credential(key: &str, raw: RawCredential) -> Result<CredentialConfig
             &["token_url", "client_id", "client_secret_file", "client_secret_env", "scopes", "max_scopes", "auth"]
         }
         "token_exchange" => &["token_url", "client_id", "client_secret_file", "client_secret_env", "scopes", "auth"],
-        _ => return Err(bad(field("kind"), "must be none, static, client_credentials or token_exchange")),
+        // Everything else is discovered from the upstream (RFC 9728, RFC 8414).
+        "user_oauth" => &["scopes", "max_scopes"],
+        _ => return Err(bad(field("kind"), "must be none, static, client_credentials, token_exchange or user_oauth")),
     };
     if let Some(stray) = present.iter().find(|name| !allowed.contains(name)) {
         return Err(bad(field(stray), format!("not used by credential kind {kind}")));
@@ -825,6 +922,12 @@ fn validate_credential(key: &str, raw: RawCredential) -> Result<CredentialConfig
                 max_scopes: raw.max_scopes,
                 auth,
             }
+        }
+        "user_oauth" => {
+            for scope in raw.scopes.iter().chain(&raw.max_scopes) {
+                check_scope(scope).map_err(|reason| bad(field("scopes"), reason))?;
+            }
+            CredentialConfig::UserOAuth { scopes: raw.scopes, max_scopes: raw.max_scopes }
         }
         "token_exchange" => {
             let (token_url, client_id, auth) = oauth(&raw)?;

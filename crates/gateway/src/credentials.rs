@@ -19,6 +19,8 @@ use reqwest::header::{HeaderName, HeaderValue};
 use url::Url;
 use zeroize::Zeroizing;
 
+use crate::user_oauth::{UserCaller, UserOAuth};
+
 /// The largest secret read from a file or the environment.
 pub const MAX_SECRET_BYTES: usize = 16 * 1024;
 /// The largest token-endpoint response body read.
@@ -46,6 +48,9 @@ pub struct CallerContext<'a> {
     /// The caller's verified bearer token: only token exchange reads it, and only sends it to
     /// the authorization server.
     pub subject_token: Option<&'a str>,
+    /// The person making the call and their MCP client, for per-user credentials (`None` for
+    /// the gateway's own requests: listings, health).
+    pub user: Option<&'a UserCaller>,
 }
 
 impl std::fmt::Debug for CallerContext<'_> {
@@ -76,6 +81,13 @@ pub enum CredentialError {
     /// Token exchange needs the caller's verified token and the request has none.
     #[error("upstream credential unavailable: token exchange needs the caller's token")]
     NoCallerToken,
+    /// A per-user upstream: the person has no usable connection (never made, expired, refused
+    /// by the upstream, or narrower than `scopes` — the wider set a step-up asks for).
+    #[error("this upstream needs the user's own authorization (connect it first)")]
+    UserAuthorizationRequired {
+        /// Scopes a step-up asks for, beyond the configured ones.
+        scopes: Option<Vec<String>>,
+    },
 }
 
 /// Where a secret comes from. It is read when the credential is built: a file's content is
@@ -186,6 +198,14 @@ pub enum CredentialConfig {
         /// How the client authenticates.
         auth: ClientAuth,
     },
+    /// Each person's own authorization at the upstream's authorization server (OAuth
+    /// authorization code with PKCE, made on the gateway's connect page; [`crate::user_oauth`]).
+    UserOAuth {
+        /// The scopes asked for at first.
+        scopes: Vec<String>,
+        /// The scopes a step-up may ask for in addition.
+        max_scopes: Vec<String>,
+    },
 }
 
 impl CredentialConfig {
@@ -224,12 +244,18 @@ enum Kind {
     Static { header: HeaderName, value: Secret },
     ClientCredentials(ClientCredentials),
     TokenExchange(TokenExchange),
+    UserOAuth { oauth: Arc<UserOAuth>, upstream: String },
 }
 
 impl UpstreamCredential {
     /// No credential.
     pub fn none() -> Self {
         Self { kind: Kind::None }
+    }
+
+    /// A per-user credential of `upstream`, served by `oauth`.
+    pub fn user_oauth(oauth: Arc<UserOAuth>, upstream: &str) -> Self {
+        Self { kind: Kind::UserOAuth { oauth, upstream: upstream.to_owned() } }
     }
 
     /// Resolves secrets now (a missing one is an error naming its source, never a value) and
@@ -286,6 +312,11 @@ impl UpstreamCredential {
                     own: Slot::default(),
                 })
             }
+            CredentialConfig::UserOAuth { .. } => {
+                return Err(CredentialError::Config(
+                    "a user_oauth credential needs the gateway's web surface ([web] and [web.sign_in])",
+                ));
+            }
         };
         Ok(Self { kind })
     }
@@ -297,6 +328,7 @@ impl UpstreamCredential {
             Kind::Static { .. } => "static",
             Kind::ClientCredentials(_) => "client_credentials",
             Kind::TokenExchange(_) => "token_exchange",
+            Kind::UserOAuth { .. } => "user_oauth",
         }
     }
 
@@ -307,6 +339,13 @@ impl UpstreamCredential {
             Kind::Static { header, value } => return Ok(vec![(header.clone(), sensitive_value(value.expose())?)]),
             Kind::ClientCredentials(cc) => cc.token().await?,
             Kind::TokenExchange(te) => te.token(caller).await?,
+            Kind::UserOAuth { oauth, upstream } => {
+                // The gateway's own requests (listings) go without a person's token.
+                let Some(user) = caller.user else { return Ok(Vec::new()) };
+                let token = oauth.access_token(user, upstream).await?;
+                let header = Zeroizing::new(format!("Bearer {}", token.as_str()));
+                return Ok(vec![(reqwest::header::AUTHORIZATION, sensitive_value(&header)?)]);
+            }
         };
         let header = Zeroizing::new(format!("Bearer {}", value.expose()));
         Ok(vec![(reqwest::header::AUTHORIZATION, sensitive_value(&header)?)])
@@ -322,6 +361,20 @@ impl UpstreamCredential {
             _ => false,
         }
     }
+
+    /// Whether the credential is each person's own (`user_oauth`).
+    pub fn is_per_user(&self) -> bool {
+        matches!(self.kind, Kind::UserOAuth { .. })
+    }
+
+    /// The upstream answered 401 to a request made with `caller`'s per-user token: the
+    /// connection is dropped (the next call asks the person to connect again) and the
+    /// challenge's `resource_metadata` URL is kept for discovery. Nothing for other kinds.
+    pub async fn rejected(&self, caller: CallerContext<'_>, resource_metadata: Option<&str>) {
+        if let (Kind::UserOAuth { oauth, upstream }, Some(user)) = (&self.kind, caller.user) {
+            oauth.rejected(&user.person, upstream, resource_metadata).await;
+        }
+    }
 }
 
 fn secret_origin(config: &CredentialConfig) -> String {
@@ -329,7 +382,7 @@ fn secret_origin(config: &CredentialConfig) -> String {
         CredentialConfig::Static { secret, .. } => secret.origin(),
         CredentialConfig::ClientCredentials { client_secret, .. }
         | CredentialConfig::TokenExchange { client_secret, .. } => client_secret.origin(),
-        CredentialConfig::None => String::new(),
+        CredentialConfig::None | CredentialConfig::UserOAuth { .. } => String::new(),
     }
 }
 
@@ -492,7 +545,7 @@ impl TokenEndpoint {
     }
 }
 
-fn form_encode(text: &str) -> String {
+pub(crate) fn form_encode(text: &str) -> String {
     url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
@@ -543,7 +596,7 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Zeroizing<Vec<u8
 /// The fixed text for a refused token request: the RFC 6749 §5.2 / RFC 8707 / RFC 8693 error
 /// code when it is one of the registered ones, never `error_description` or anything else the
 /// server wrote.
-fn refusal_text(body: &[u8]) -> &'static str {
+pub(crate) fn refusal_text(body: &[u8]) -> &'static str {
     #[derive(serde::Deserialize)]
     struct ErrorBody {
         error: Option<String>,

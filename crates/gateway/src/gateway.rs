@@ -35,7 +35,9 @@ use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{GatewaySettings, UpstreamSettings};
-use crate::credentials::{CallerContext, UpstreamCredential};
+use crate::credentials::{CallerContext, CredentialConfig, CredentialError, UpstreamCredential};
+use crate::upstream::UpstreamError;
+use crate::user_oauth::{OAuthError, UserCaller, UserOAuth};
 use crate::launch::LaunchSpec;
 use crate::names::{Namer, collisions, shadows_prefix};
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
@@ -71,6 +73,8 @@ struct Upstream {
     listing_error: Mutex<Option<String>>,
     /// A stdio upstream's launch pin, as last evaluated.
     launch: Mutex<Option<PinEntry>>,
+    /// The per-user OAuth client, for a `user_oauth` upstream.
+    oauth: Option<Arc<UserOAuth>>,
 }
 
 /// What one listing of an upstream returned, as sent.
@@ -167,6 +171,8 @@ struct Inner {
     report: Mutex<Vec<PinEntry>>,
     /// A fingerprint of the decisions the last rebuild saw.
     decisions_seen: Mutex<u64>,
+    /// The per-user OAuth client of the `user_oauth` upstreams.
+    oauth: Option<Arc<UserOAuth>>,
 }
 
 /// The gateway: cheap to clone.
@@ -191,6 +197,18 @@ impl Gateway {
         clock: Arc<dyn Clock>,
         coverage: Option<CoverageCheck>,
     ) -> Result<Self, GatewayError> {
+        Self::with_user_oauth(settings, store, clock, coverage, None)
+    }
+
+    /// [`Self::new`], with the per-user OAuth client that serves the `user_oauth` upstreams
+    /// (required when there is one).
+    pub fn with_user_oauth(
+        settings: GatewaySettings,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        coverage: Option<CoverageCheck>,
+        oauth: Option<Arc<UserOAuth>>,
+    ) -> Result<Self, GatewayError> {
         let coverage_cell = OnceLock::new();
         if let Some(check) = coverage {
             let _ = coverage_cell.set(check);
@@ -199,11 +217,22 @@ impl Gateway {
         let identities = SandboxIdentities::new(settings.sandbox);
         for upstream in &settings.upstreams {
             let fail = |reason: String| GatewayError::Upstream { upstream: upstream.id.clone(), reason };
+            let per_user = matches!(upstream.credential, CredentialConfig::UserOAuth { .. });
+            let upstream_oauth = match (&oauth, per_user) {
+                (Some(oauth), true) if oauth.serves(&upstream.id) => Some(oauth.clone()),
+                (_, true) => {
+                    return Err(fail("its user_oauth credential needs the gateway's web surface ([web], [web.sign_in])".into()));
+                }
+                (_, false) => None,
+            };
             let client = if upstream.stdio.is_some() {
                 UpstreamClient::stdio(upstream, identities.clone(), settings.protected_paths.clone())
             } else {
-                let credential = UpstreamCredential::from_config(&upstream.credential, &upstream.url, clock.clone())
-                    .map_err(|error| fail(error.to_string()))?;
+                let credential = match &upstream_oauth {
+                    Some(oauth) => UpstreamCredential::user_oauth(oauth.clone(), &upstream.id),
+                    None => UpstreamCredential::from_config(&upstream.credential, &upstream.url, clock.clone())
+                        .map_err(|error| fail(error.to_string()))?,
+                };
                 UpstreamClient::new(
                     &upstream.id,
                     upstream.url.clone(),
@@ -220,6 +249,7 @@ impl Gateway {
                 listing: Mutex::new(None),
                 listing_error: Mutex::new(None),
                 launch: Mutex::new(None),
+                oauth: upstream_oauth,
             }));
         }
         Ok(Self {
@@ -235,8 +265,24 @@ impl Gateway {
                 observed: Mutex::new(HashMap::new()),
                 report: Mutex::new(Vec::new()),
                 decisions_seen: Mutex::new(0),
+                oauth,
             }),
         })
+    }
+
+    /// The per-user OAuth client of the `user_oauth` upstreams, when there are any.
+    pub fn user_oauth(&self) -> Option<&Arc<UserOAuth>> {
+        self.inner.oauth.as_ref()
+    }
+
+    /// The pages of the gateway's web surface ([`crate::web`]): the connect flow of the
+    /// `user_oauth` upstreams, when there are any.
+    pub fn web_routes(&self) -> axum::Router {
+        let mut routes = axum::Router::new();
+        if let Some(oauth) = &self.inner.oauth {
+            routes = routes.merge(crate::user_oauth::pages::routes(oauth.clone()));
+        }
+        routes
     }
 
     /// Sets the signed kill-switch registry's check (once; the kill switch starts after the
@@ -494,6 +540,9 @@ impl Gateway {
         let gateway = self.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move { gateway.decisions_loop(stop).await });
+        if let (Some(oauth), Some(server)) = (&self.inner.oauth, self.inner.server.get()) {
+            oauth.spawn_upkeep(server.events(), shutdown.clone());
+        }
         let upstreams = self.inner.upstreams.clone();
         tokio::spawn(async move {
             shutdown.cancelled().await;
@@ -1261,6 +1310,7 @@ async fn forward(
     }
     // An MRTR retry: the upstream's own state travels inside the gateway's sealed state (bound
     // to this caller, method, params and expiry by the pipeline), never as the client sent it.
+    let mut connect_round = false;
     if let Some(state) = ctx.request_state() {
         if state.get("upstream").and_then(Value::as_str) != Some(id.as_str()) {
             return Err(ProtocolError::invalid_params("requestState does not belong to this operation"));
@@ -1268,13 +1318,24 @@ async fn forward(
         if let Some(upstream_state) = state.get("state") {
             params.insert("requestState".into(), upstream_state.clone());
         }
+        connect_round = state.get("connect") == Some(&Value::Bool(true));
     }
-    if !ctx.input_responses().is_empty() {
+    if connect_round {
+        // The answer to Palisade's own connect request is not the upstream's to see.
+        let action = ctx.input_responses().get(CONNECT_INPUT).and_then(|answer| answer.get("action")).and_then(Value::as_str);
+        if matches!(action, Some("decline" | "cancel")) {
+            return not_connected(method, id);
+        }
+    } else if !ctx.input_responses().is_empty() {
         params.insert("inputResponses".into(), Value::Object(ctx.input_responses().clone()));
     }
     let partition = ctx.principal().partition_key();
-    let caller =
-        CallerContext { partition: &partition, subject_token: ctx.principal().bearer_token().map(BearerToken::expose) };
+    let user = upstream.oauth.as_ref().map(|_| UserCaller::of(ctx.principal()));
+    let caller = CallerContext {
+        partition: &partition,
+        subject_token: ctx.principal().bearer_token().map(BearerToken::expose),
+        user: user.as_ref(),
+    };
     let (notifications, mut received) = tokio::sync::mpsc::channel::<Value>(64);
     let request = UpstreamRequest {
         method,
@@ -1295,6 +1356,12 @@ async fn forward(
     while let Ok(notification) = received.try_recv() {
         ctx.relay_notification(&notification).await;
     }
+    let reply = match (reply, &upstream.oauth) {
+        (Err(UpstreamError::Credential(CredentialError::UserAuthorizationRequired { scopes })), Some(oauth)) => {
+            return connect_request(oauth, id, ctx, scopes.as_deref()).await;
+        }
+        (reply, _) => reply,
+    };
     match reply.map_err(|error| error.to_protocol_error(id))? {
         UpstreamReply::Result(result) => Ok(Relayed::Result(result)),
         UpstreamReply::InputRequired { input_requests, request_state } => {
@@ -1311,6 +1378,57 @@ async fn forward(
         UpstreamReply::Error { code, message, required_capabilities } => {
             Err(relayed_error(id, code, &message, required_capabilities))
         }
+    }
+}
+
+/// The key of Palisade's own connect request among an answer's `inputRequests`.
+const CONNECT_INPUT: &str = "palisade_connect";
+
+/// The person has no usable connection to a `user_oauth` upstream: a URL-mode elicitation of
+/// Palisade's connect page (a one-time link bound to the person, the MCP client and the scopes),
+/// to be answered by retrying once connected. A client that cannot open URLs (no
+/// `elicitation.url` capability) is told what it lacks.
+async fn connect_request(
+    oauth: &UserOAuth,
+    id: &str,
+    ctx: &RequestContext,
+    scopes: Option<&[String]>,
+) -> Result<Relayed, ProtocolError> {
+    let url_mode = ctx.meta().client_capabilities.get("elicitation").and_then(|elicitation| elicitation.get("url"));
+    if !url_mode.is_some_and(Value::is_object) {
+        return Err(ProtocolError::MissingCapability { required: json!({ "elicitation": { "url": {} } }) });
+    }
+    let link = match oauth.connect_link(ctx.principal(), id, scopes).await {
+        Ok(link) => link,
+        Err(OAuthError::Refused(reason)) => return Err(ProtocolError::DelegationRefused { reason }),
+        Err(error) => {
+            tracing::warn!(upstream = id, %error, "user_oauth: no connect link");
+            return Err(ProtocolError::Unavailable);
+        }
+    };
+    tracing::info!(upstream = id, "user_oauth: the caller is asked to connect");
+    let request = json!({ "method": "elicitation/create", "params": {
+        "mode": "url",
+        "message": format!(
+            "The upstream \"{id}\" needs your own authorization. Open the link to sign in and connect your \
+             account on the gateway's page, then continue."
+        ),
+        "url": link.as_str(),
+    } });
+    let input = InputRequired::new().relay(CONNECT_INPUT, request);
+    Ok(Relayed::InputRequired(input.with_state(json!({ "upstream": id, "connect": true }))))
+}
+
+/// The person declined to connect: a tool error for a tool call, otherwise unavailable.
+fn not_connected(method: &str, id: &str) -> Result<Relayed, ProtocolError> {
+    if method != "tools/call" {
+        return Err(ProtocolError::Unavailable);
+    }
+    let text = format!("Not connected: the upstream \"{id}\" needs your authorization, which was declined.");
+    let result = json!({ "content": [{ "type": "text", "text": text }], "isError": true });
+    match result {
+        Value::Object(map) => Ok(Relayed::Result(map)),
+        _ => Err(ProtocolError::Internal),
     }
 }
 

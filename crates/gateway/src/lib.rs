@@ -27,6 +27,7 @@ pub mod launch;
 pub mod names;
 pub mod pins;
 pub mod upstream;
+pub mod user_oauth;
 pub mod web;
 
 pub use gateway::{Gateway, GatewayError, PinEntry, Refreshed, UpstreamStatus};

@@ -36,7 +36,7 @@ fn manual_clock() -> Arc<ManualClock> {
 }
 
 fn caller<'a>(partition: &'a str, token: Option<&'a str>) -> CallerContext<'a> {
-    CallerContext { partition, subject_token: token }
+    CallerContext { partition, subject_token: token, user: None }
 }
 
 fn secret_file(dir: &tempfile::TempDir, name: &str, content: &[u8]) -> PathBuf {

@@ -57,7 +57,7 @@ async fn call_with(
     let request = UpstreamRequest {
         method: "tools/call",
         params,
-        caller: CallerContext { partition, subject_token: None },
+        caller: CallerContext { partition, subject_token: None, user: None },
         client_capabilities: None,
         notifications: None,
         cancel,

@@ -370,7 +370,7 @@ fn call<'a>(partition: &'a str, name: &str, arguments: Value) -> UpstreamRequest
     UpstreamRequest {
         method: "tools/call",
         params,
-        caller: CallerContext { partition, subject_token: Some("caller-secret-token") },
+        caller: CallerContext { partition, subject_token: Some("caller-secret-token"), user: None },
         client_capabilities: None,
         notifications: None,
         cancel: CancellationToken::new(),

@@ -445,7 +445,8 @@ pub async fn status(config: &Path) -> anyhow::Result<ExitCode> {
             std::sync::Arc::new(move |key: &str| policy.lookup(key).is_some())
                 as palisade_gateway::gateway::CoverageCheck
         });
-    let (gateway, _) = crate::start_gateway(&gateway, &store, coverage).await?;
+    let secret = crate::server_secret(&settings)?;
+    let (gateway, _) = crate::start_gateway(&gateway, &store, &secret, coverage).await?;
     let report = gateway.report();
     let summary = palisade_gateway::gateway::summarize(&report);
     let mut healthy = true;

@@ -216,7 +216,7 @@ pub async fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
                 (Some(app), _) => app.build(),
                 (None, Some(gateway)) => {
                     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-                    crate::start_gateway(gateway, &store, None).await?.1
+                    crate::start_gateway(gateway, &store, &crate::server_secret(&settings)?, None).await?.1
                 }
                 (None, None) => anyhow::bail!("no application to write a policy for"),
             };

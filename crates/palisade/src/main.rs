@@ -85,6 +85,12 @@ enum Command {
         #[command(subcommand)]
         command: DelegationCommand,
     },
+    /// The gateway's per-user upstream connections (`user_oauth`): list them (never a token),
+    /// remove one person's.
+    Connections {
+        #[command(subcommand)]
+        command: ConnectionsCommand,
+    },
     /// Kill-switch keys.
     Keys {
         #[command(subcommand)]
@@ -125,6 +131,39 @@ enum DelegationCommand {
         /// The capability id `delegation list` shows (64 hex characters).
         #[arg(long)]
         id: String,
+        /// Why (recorded).
+        #[arg(long)]
+        reason: String,
+        /// Configuration file (store URL).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConnectionsCommand {
+    /// List connections, newest first: person, upstream, authorization server, Palisade's client
+    /// id there, scopes and times — never a token.
+    List {
+        /// Only this person's (their token's subject).
+        #[arg(long)]
+        subject: Option<String>,
+        /// Configuration file (store URL).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Remove a person's connection to one upstream (or to every upstream): their stored tokens
+    /// are deleted and their next call asks them to connect again. Recorded in the audit log.
+    Revoke {
+        /// The person's subject.
+        #[arg(long)]
+        subject: String,
+        /// The person's issuer (required when more than one issuer's people are connected).
+        #[arg(long)]
+        issuer: Option<String>,
+        /// Only this upstream's connection.
+        #[arg(long)]
+        upstream: Option<String>,
         /// Why (recorded).
         #[arg(long)]
         reason: String,
@@ -336,6 +375,12 @@ fn main() -> ExitCode {
             }
             Command::Delegation { command: DelegationCommand::Revoke { id, reason, config } } => {
                 delegation_revoke(config.as_deref(), &id, &reason).await
+            }
+            Command::Connections { command: ConnectionsCommand::List { subject, config } } => {
+                connections_list(config.as_deref(), subject.as_deref()).await
+            }
+            Command::Connections { command: ConnectionsCommand::Revoke { subject, issuer, upstream, reason, config } } => {
+                connections_revoke(config.as_deref(), &subject, issuer.as_deref(), upstream.as_deref(), &reason).await
             }
             Command::Keys { command } => killswitch_cli::keys(command),
             Command::Policy { command } => killswitch_cli::policy(command).await,
@@ -676,6 +721,90 @@ async fn delegation_revoke(config: Option<&Path>, id: &str, reason: &str) -> any
     Ok(if revoked { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// The person a stored connection's label names (`{"issuer","subject","tenant"}`).
+fn connection_person(row: &palisade_store::ConnectionRow) -> Option<palisade_gateway::user_oauth::Person> {
+    serde_json::from_str(&row.principal).ok()
+}
+
+async fn connections_list(config: Option<&Path>, subject: Option<&str>) -> anyhow::Result<ExitCode> {
+    let settings = settings(config, None)?;
+    prepare_sqlite_dir(&settings)?;
+    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let rows = store
+        .connections(None, palisade_gateway::user_oauth::MAX_CONNECTIONS_LISTED)
+        .await
+        .context("listing connections")?;
+    #[allow(clippy::print_stdout)]
+    for row in &rows {
+        let Some(person) = connection_person(row) else { continue };
+        if subject.is_some_and(|subject| person.subject != subject) {
+            continue;
+        }
+        println!(
+            "subject={} issuer={} tenant={} upstream={} authorization_server={} client_id={} scopes={:?} created={} updated={}",
+            person.subject,
+            person.issuer,
+            person.tenant.as_deref().unwrap_or("-"),
+            row.upstream,
+            row.issuer,
+            row.client_id,
+            row.scopes,
+            row.created_ms,
+            row.updated_ms
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn connections_revoke(
+    config: Option<&Path>,
+    subject: &str,
+    issuer: Option<&str>,
+    upstream: Option<&str>,
+    reason: &str,
+) -> anyhow::Result<ExitCode> {
+    let settings = settings(config, None)?;
+    prepare_sqlite_dir(&settings)?;
+    if reason.is_empty() || reason.len() > 200 || reason.chars().any(char::is_control) {
+        anyhow::bail!("--reason must be 1..=200 characters without control characters");
+    }
+    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let rows = store
+        .connections(None, palisade_gateway::user_oauth::MAX_CONNECTIONS_LISTED)
+        .await
+        .context("listing connections")?;
+    let chosen: Vec<_> = rows
+        .iter()
+        .filter(|row| {
+            connection_person(row).is_some_and(|person| {
+                person.subject == subject && issuer.is_none_or(|issuer| person.issuer == issuer)
+            }) && upstream.is_none_or(|upstream| row.upstream == upstream)
+        })
+        .collect();
+    let issuers: std::collections::BTreeSet<String> =
+        chosen.iter().filter_map(|row| connection_person(row)).map(|person| person.issuer).collect();
+    if issuers.len() > 1 {
+        anyhow::bail!("people of {} issuers have the subject {subject:?}: name one with --issuer", issuers.len());
+    }
+    let now = SystemClock.now_ms();
+    let mut removed = 0u64;
+    for row in chosen {
+        if store.delete_connection(row.principal_key, &row.upstream).await.context("removing a connection")? {
+            removed += 1;
+        }
+    }
+    let detail = format!(
+        "subject={subject} upstream={} removed={removed} reason={reason}",
+        upstream.unwrap_or("*")
+    );
+    record_operator_action(store.as_ref(), now, "connections/revoke", detail).await?;
+    #[allow(clippy::print_stdout)]
+    {
+        println!("removed {removed} connection(s)");
+    }
+    Ok(if removed > 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
 /// Records an operator command in the audit log (stage `operator`, allow), on the store
 /// handle's own chain.
 async fn record_operator_action(
@@ -836,11 +965,17 @@ fn dev_authorization_server(
     Ok(Some(Arc::new(server)))
 }
 
+/// The deployment's server secret (`secret_file`, created on first use).
+fn server_secret(settings: &Settings) -> anyhow::Result<ServerSecret> {
+    Ok(ServerSecret::from_bytes(load_or_create_key(&settings.secret_file, "the server secret")?))
+}
+
 /// Builds the gateway and its first registry: every upstream listed once (one that fails is
 /// reported and retried by the gateway's loops; it never stops the others or the start).
 async fn start_gateway(
     settings: &palisade_gateway::config::GatewaySettings,
     store: &Arc<dyn palisade_store::Store>,
+    secret: &ServerSecret,
     coverage: Option<palisade_gateway::gateway::CoverageCheck>,
 ) -> anyhow::Result<(palisade_gateway::Gateway, palisade_server::App)> {
     for upstream in &settings.upstreams {
@@ -852,8 +987,18 @@ async fn start_gateway(
             );
         }
     }
-    let gateway = palisade_gateway::Gateway::new(settings.clone(), store.clone(), Arc::new(SystemClock), coverage)
-        .context("starting the gateway")?;
+    // The per-user OAuth client of the `user_oauth` upstreams: its keys come from the server
+    // secret, so every instance opens the tokens another stored.
+    let oauth = palisade_gateway::user_oauth::UserOAuth::for_gateway(
+        settings,
+        store.clone(),
+        secret,
+        Arc::new(SystemClock),
+    )
+    .context("starting the gateway's per-user OAuth client")?;
+    let gateway =
+        palisade_gateway::Gateway::with_user_oauth(settings.clone(), store.clone(), Arc::new(SystemClock), coverage, oauth)
+            .context("starting the gateway")?;
     gateway.refresh_all().await;
     let app = gateway.build_app().await.context("building the gateway's registry")?;
     for status in gateway.status() {
@@ -924,7 +1069,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         ..ServerConfig::default()
     };
     prepare_sqlite_dir(&settings)?;
-    let secret = ServerSecret::from_bytes(load_or_create_key(&settings.secret_file, "the server secret")?);
+    let secret = server_secret(&settings)?;
     let subject_key = subject_key_bytes(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     let (audit_writer, checkpointer) = start_audit(&settings, &store, &secret).await?;
@@ -942,7 +1087,7 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     // The gateway lists its upstreams (and pins what they list) before the kill switch starts:
     // the registry the switch must cover is what the gateway serves.
     let gateway = match &settings.gateway {
-        Some(gateway_settings) => Some(start_gateway(gateway_settings, &store, None).await?),
+        Some(gateway_settings) => Some(start_gateway(gateway_settings, &store, &secret, None).await?),
         None => None,
     };
     let initial = match (&gateway, app_name) {
@@ -1016,6 +1161,13 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     let server = Arc::new(builder.build().context("assembling the server")?);
     if let Some(gateway) = &gateway {
         gateway.spawn(server.clone(), server.shutdown_token().clone());
+    }
+    // The gateway's browser pages (connect flow, review page) on their own TLS listener.
+    if let (Some(gateway), Some(web)) = (&gateway, settings.gateway.as_ref().and_then(|g| g.web.as_ref())) {
+        let local = palisade_gateway::web::start(web, gateway.web_routes(), server.shutdown_token().clone())
+            .await
+            .context("starting the gateway's web pages ([web])")?;
+        eprintln!("web pages on https://{local}/ (public URL {})", web.public_url);
     }
     if let Some(url) = &settings.events_redis {
         events_bridge::start(server.clone(), relay_key, url, &settings.public_url, server.shutdown_token().clone())

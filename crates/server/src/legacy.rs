@@ -216,11 +216,20 @@ async fn ask_client(
                 return Err(error);
             }
         };
+        let mut params = ask.get("params").cloned().unwrap_or_else(|| json!({}));
+        // 2025-11-25 URL-mode elicitation carries an `elicitationId` (2026-07-28 dropped it):
+        // the request's own id, unique within the session.
+        if ask.get("method").and_then(Value::as_str) == Some("elicitation/create")
+            && params.get("mode").and_then(Value::as_str) == Some("url")
+            && let Some(params) = params.as_object_mut()
+        {
+            params.entry("elicitationId").or_insert_with(|| json!(request_id));
+        }
         let frame = json!({
             "jsonrpc": "2.0",
             "id": request_id,
             "method": ask.get("method").cloned().unwrap_or(Value::Null),
-            "params": ask.get("params").cloned().unwrap_or_else(|| json!({})),
+            "params": params,
         });
         waiting.push((key, request_id, answer));
         if !sink.send(frame).await {

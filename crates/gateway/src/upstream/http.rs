@@ -74,6 +74,9 @@ pub(super) struct Transport {
 pub(super) enum Refusal {
     /// A 401/403 `insufficient_scope` naming these scopes.
     InsufficientScope(Vec<String>),
+    /// A 401 for any other reason (the credential was refused), with the challenge's RFC 9728
+    /// `resource_metadata` URL when it named one.
+    Unauthorized(Option<String>),
     /// Anything else that is not an answer.
     Failed(UpstreamError),
 }
@@ -465,6 +468,13 @@ fn auth_refusal(status: StatusCode, headers: &HeaderMap) -> Option<Refusal> {
         .find_map(insufficient_scope);
     Some(match scopes {
         Some(scopes) => Refusal::InsufficientScope(scopes),
+        None if status == StatusCode::UNAUTHORIZED => Refusal::Unauthorized(
+            headers
+                .get_all(header::WWW_AUTHENTICATE)
+                .iter()
+                .filter_map(|value| value.to_str().ok())
+                .find_map(|challenge| bearer_param(challenge, "resource_metadata")),
+        ),
         None => Refusal::Failed(UpstreamError::Status(status.as_u16())),
     })
 }
@@ -494,6 +504,16 @@ pub(super) fn insufficient_scope(challenge: &str) -> Option<Vec<String>> {
             s.len() <= MAX_SCOPE_LEN && s.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'"' && b != b'\\')
         });
     valid.then_some(scopes)
+}
+
+/// The value of parameter `name` in a `Bearer` challenge (case-insensitive name); `None` for
+/// another scheme, a malformed challenge or no such parameter.
+fn bearer_param(challenge: &str, name: &str) -> Option<String> {
+    let (scheme, rest) = challenge.trim_start().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    auth_params(rest)?.into_iter().find(|(key, _)| key.eq_ignore_ascii_case(name)).map(|(_, value)| value)
 }
 
 /// `key=value` or `key="quoted"` pairs separated by commas; `None` when malformed.
@@ -547,6 +567,18 @@ fn auth_params(input: &str) -> Option<Vec<(String, String)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_a_bearer_challenge_parameter() {
+        let hint = |challenge: &str| bearer_param(challenge, "resource_metadata");
+        assert_eq!(
+            hint(r#"Bearer error="invalid_token", resource_metadata="https://files.example/.well-known/oauth-protected-resource/mcp""#)
+                .as_deref(),
+            Some("https://files.example/.well-known/oauth-protected-resource/mcp")
+        );
+        assert!(hint(r#"Basic realm="x", resource_metadata="https://x""#).is_none());
+        assert!(hint(r#"Bearer realm="x""#).is_none());
+    }
 
     #[test]
     fn reads_insufficient_scope_challenges() {

@@ -556,7 +556,7 @@ impl UpstreamClient {
         self.check_health()?;
         let info = self.ensure_info().await?;
         let limits = self.limits();
-        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
         let mut seen = HashSet::new();
@@ -687,7 +687,7 @@ impl UpstreamClient {
             Link::Http(inner) => inner,
             Link::Stdio(link) => return link.changes(&info).await,
         };
-        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
         let stream: BoxStream<'static, String> = match &info.era {
             Era::Modern => {
                 let mut filter = Map::new();
@@ -790,7 +790,7 @@ fn spawn_reader(
 impl Inner {
     /// `server/discover`.
     async fn discover(self: &Arc<Self>) -> Result<UpstreamInfo, UpstreamError> {
-        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
         let params = modern_params(Map::new(), None)?;
         let target = Target { caller, session: None, version: Some(PROTOCOL_VERSION) };
         let headers = method_headers("server/discover", &params);
@@ -808,7 +808,7 @@ impl Inner {
 
     /// The 2025 handshake on the gateway's own session.
     async fn legacy_connect(self: &Arc<Self>) -> Result<UpstreamInfo, UpstreamError> {
-        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None };
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
         let (session, result) = self.handshake(palisade_wire::LEGACY_VERSIONS, caller, None).await?;
         let era = Era::Legacy(session.version.clone());
         self.set_era(&era);
@@ -879,6 +879,12 @@ impl Inner {
                 match self.transport.request(id, method, params.clone(), &out, notifications).await {
                     Ok(answer) => return Ok(answer),
                     Err(Refusal::Failed(error)) => return Err(error),
+                    Err(Refusal::InsufficientScope(scopes)) if self.credential.is_per_user() => {
+                        // A person's grant is widened only by the person, on the connect page.
+                        return Err(UpstreamError::Credential(CredentialError::UserAuthorizationRequired {
+                            scopes: Some(scopes),
+                        }));
+                    }
                     Err(Refusal::InsufficientScope(scopes)) => {
                         if !stepped_up && self.credential.step_up(&scopes).await {
                             stepped_up = true;
@@ -886,6 +892,13 @@ impl Inner {
                         }
                         return Err(UpstreamError::InsufficientScope(scopes));
                     }
+                    Err(Refusal::Unauthorized(hint)) if self.credential.is_per_user() && target.caller.user.is_some() => {
+                        self.credential.rejected(target.caller, hint.as_deref()).await;
+                        return Err(UpstreamError::Credential(CredentialError::UserAuthorizationRequired {
+                            scopes: None,
+                        }));
+                    }
+                    Err(Refusal::Unauthorized(_)) => return Err(UpstreamError::Status(401)),
                 }
             }
         };

@@ -101,6 +101,14 @@ pub enum WebError {
     /// The system random source failed.
     #[error("web: the system random source failed")]
     Random,
+    /// The listener could not be bound.
+    #[error("web: cannot listen on {listen}: {reason}")]
+    Bind {
+        /// The configured address.
+        listen: SocketAddr,
+        /// The system's reason.
+        reason: String,
+    },
     /// A cookie name or value outside the characters RFC 6265 allows.
     #[error("web: cookie {name:?} has a name or value RFC 6265 does not allow")]
     Cookie {
@@ -131,6 +139,10 @@ pub struct WebSettings {
     pub tls_key_file: PathBuf,
     /// The operator's credential for the review page (`None`: no review page).
     pub review_token: Option<SecretSource>,
+    /// The identity provider of the `user_oauth` connect page (`None`: no connect page).
+    pub sign_in: Option<crate::user_oauth::SignInSettings>,
+    /// Lifetime of every connect-flow step, in seconds (1..=600).
+    pub flow_ttl_secs: u64,
 }
 
 impl WebSettings {
@@ -565,6 +577,18 @@ async fn require_same_origin(State(origin): State<Arc<str>>, request: Request, n
         );
     }
     next.run(request).await
+}
+
+/// Binds the listener of `settings`, reads its certificate and key, and serves `routes` (inside
+/// [`surface`]) until `shutdown` is cancelled. Returns the bound address once listening.
+pub async fn start(settings: &WebSettings, routes: Router, shutdown: CancellationToken) -> Result<SocketAddr, WebError> {
+    let tls = settings.load_tls()?;
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .map_err(|error| WebError::Bind { listen: settings.listen, reason: error.to_string() })?;
+    let local = listener.local_addr().map_err(|error| WebError::Bind { listen: settings.listen, reason: error.to_string() })?;
+    tokio::spawn(serve_web(listener, tls, surface(settings, routes), shutdown));
+    Ok(local)
 }
 
 /// Serves `router` ([`surface`]) over TLS on `listener` until `shutdown` is cancelled; then

@@ -14,6 +14,8 @@ fn settings() -> WebSettings {
         tls_cert_file: PathBuf::from("/nonexistent/web.crt"),
         tls_key_file: PathBuf::from("/nonexistent/web.key"),
         review_token: None,
+        sign_in: None,
+        flow_ttl_secs: 600,
     }
 }
 
