@@ -795,3 +795,6 @@ fn view(row: ConnectionRow) -> ConnectionView {
         updated_ms: row.updated_ms,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -80,16 +80,16 @@ struct SignInFlow {
 
 /// An authorization request's row, stored after consent: everything the callback checks.
 #[derive(Serialize, Deserialize)]
-struct AuthorizeFlow {
-    person: Person,
-    upstream: String,
+pub(super) struct AuthorizeFlow {
+    pub(super) person: Person,
+    pub(super) upstream: String,
     /// The issuer the request was sent to (RFC 9207: the response's `iss` must be this).
-    issuer: String,
+    pub(super) issuer: String,
     /// Palisade's client id there.
-    client_id: String,
-    redirect_uri: String,
-    verifier: String,
-    scopes: Vec<String>,
+    pub(super) client_id: String,
+    pub(super) redirect_uri: String,
+    pub(super) verifier: String,
+    pub(super) scopes: Vec<String>,
 }
 
 /// The query of a redirect back to Palisade. A parameter given twice counts as absent.
@@ -590,7 +590,7 @@ async fn oauth_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers: 
 impl UserOAuth {
     /// Checks the response's issuer against the one recorded with the verifier, redeems the code
     /// with the verifier and `resource`, and stores the tokens.
-    async fn finish_authorize(&self, code: &str, iss: Option<&str>, flow: &AuthorizeFlow) -> Result<(), OAuthError> {
+    pub(super) async fn finish_authorize(&self, code: &str, iss: Option<&str>, flow: &AuthorizeFlow) -> Result<(), OAuthError> {
         let config = self.upstreams.get(&flow.upstream).ok_or(OAuthError::Refused(LINK_GONE))?;
         let discovered = self.discover(config, false).await?;
         let server = &discovered.server;
