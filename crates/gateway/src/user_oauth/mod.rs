@@ -36,6 +36,7 @@ use palisade_server::handles::PrincipalEvent;
 use palisade_server::secret::{ServerSecret, fill_random};
 use palisade_store::{ConnectionRow, Store, StoreError};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use url::Url;
 use zeroize::Zeroizing;
@@ -583,9 +584,10 @@ impl UserOAuth {
         let redirect_uri = self.redirect_uri();
         let binding: [&[u8]; 3] = [b"palisade/user-oauth/registration", server.issuer.as_bytes(), redirect_uri.as_bytes()];
         if let Some(stored) = self.store.oauth_client(&server.issuer, &redirect_uri).await? {
-            let opened = URL_SAFE_NO_PAD
-                .decode(stored.as_bytes())
+            // Stored as a JSON string holding the base64url of the sealed registration.
+            let opened = serde_json::from_str::<String>(&stored)
                 .ok()
+                .and_then(|encoded| URL_SAFE_NO_PAD.decode(encoded.as_bytes()).ok())
                 .and_then(|sealed| self.vault.open(&binding, &sealed).ok())
                 .and_then(|plain| serde_json::from_slice::<ClientIdentity>(&plain).ok());
             if let Some(identity) = opened {
@@ -607,7 +609,8 @@ impl UserOAuth {
         let plain =
             Zeroizing::new(serde_json::to_vec(&identity).map_err(|_| OAuthError::Refused("registration not serializable"))?);
         let sealed = self.vault.seal(&binding, &plain).map_err(|_| OAuthError::Refused("sealing failed"))?;
-        self.store.put_oauth_client(&server.issuer, &redirect_uri, &URL_SAFE_NO_PAD.encode(sealed), self.now_ms()).await?;
+        let stored = Value::String(URL_SAFE_NO_PAD.encode(sealed)).to_string();
+        self.store.put_oauth_client(&server.issuer, &redirect_uri, &stored, self.now_ms()).await?;
         Ok(identity)
     }
 

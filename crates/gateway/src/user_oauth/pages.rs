@@ -254,6 +254,12 @@ impl UserOAuth {
         let Some(config) = self.upstreams.get(&flow.upstream) else {
             return refused(StatusCode::BAD_REQUEST, LINK_GONE);
         };
+        // The browser is sent to this server's authorization endpoint after approval: the form
+        // may be redirected there (CSP form-action), and nowhere else.
+        let discovered = match self.discover(config, false).await {
+            Ok(discovered) => discovered,
+            Err(error) => return failure(&error),
+        };
         let client_name = self.client_name(&flow.client_id).await;
         let csrf = self.csrf().token(&[session, "connect", id]);
         let scopes: String = flow.scopes.iter().map(|scope| format!("<li><code>{}</code></li>", escape(scope))).collect();
@@ -266,6 +272,7 @@ impl UserOAuth {
              <dl><dt>MCP client</dt><dd id=\"client-id\">{client_id}</dd>\
              <dt>Client name</dt><dd id=\"client-name\">{client_name}</dd>\
              <dt>Upstream</dt><dd>{upstream} (<code>{resource}</code>)</dd>\
+             <dt>Its authorization server</dt><dd id=\"issuer\"><code>{issuer}</code></dd>\
              <dt>Scopes at the upstream</dt><dd><ul id=\"scopes\">{scopes}</ul></dd>\
              <dt>Redirect URI</dt><dd id=\"redirect-uri\"><code>{redirect}</code></dd></dl>\
              <form method=\"post\" action=\"/connect/{id}\">\
@@ -278,10 +285,13 @@ impl UserOAuth {
             client_id = escape(&client_id),
             client_name = escape(client_name.as_deref().unwrap_or("(not stated)")),
             resource = escape(config.resource.as_str()),
+            issuer = escape(&discovered.server.issuer),
             redirect = escape(&self.redirect_uri()),
             id = escape(id),
         );
-        Page::new(StatusCode::OK, &format!("Connect {}", flow.upstream), html).into_response()
+        Page::new(StatusCode::OK, &format!("Connect {}", flow.upstream), html)
+            .form_action(&discovered.server.authorization_endpoint)
+            .into_response()
     }
 
     /// The MCP client's name from its Client ID Metadata Document, when its id is an https URL

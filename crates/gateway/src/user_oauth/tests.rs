@@ -423,3 +423,40 @@ async fn tokens_at_rest_are_sealed_to_their_person_and_client_approval_is_per_cl
     assert_eq!(client.oauth.on_principal_event(&event).await.unwrap(), 1);
     assert!(client.store.connection(alice_key, "files").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn a_registration_is_made_once_and_kept_sealed() {
+    let fixture = Fixture::start().await;
+    let client = client(&fixture).await;
+    let issuer = fixture.url("as.test", "");
+    fixture.upstream_names(&issuer);
+    fixture.set(
+        "/.well-known/oauth-authorization-server",
+        json_answer(json!({
+            "issuer": issuer,
+            "authorization_endpoint": format!("{issuer}/authorize"),
+            "token_endpoint": format!("{issuer}/token"),
+            "registration_endpoint": format!("{issuer}/reg"),
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["client_secret_basic"],
+        })),
+    );
+    let secret = "registered-secret-0123456789";
+    fixture.set(
+        "/reg",
+        Answer {
+            status: 201,
+            headers: vec![("content-type", "application/json".into())],
+            body: json!({ "client_id": "palisade-17", "client_secret": secret, "token_endpoint_auth_method": "client_secret_basic" })
+                .to_string(),
+        },
+    );
+    let discovered = client.oauth.discover(&client.config, true).await.unwrap();
+    let first = client.oauth.client_identity(&discovered.server).await.unwrap();
+    assert_eq!(first.client_id, "palisade-17");
+    let again = client.oauth.client_identity(&discovered.server).await.unwrap();
+    assert_eq!(again.client_id, "palisade-17");
+    assert_eq!(fixture.hits("/reg"), 1, "registered once, then read back from the store");
+    let stored = client.store.oauth_client(&issuer, &client.oauth.redirect_uri()).await.unwrap().expect("kept");
+    assert!(!stored.contains(secret), "the registration's secret is stored sealed");
+}
