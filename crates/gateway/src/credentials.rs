@@ -224,6 +224,12 @@ impl Secret {
     pub(crate) fn expose(&self) -> &str {
         &self.0
     }
+
+    /// A secret of `value` (tests).
+    #[cfg(test)]
+    pub(crate) fn of(value: &str) -> Self {
+        Self(Zeroizing::new(value.to_owned()))
+    }
 }
 
 impl std::fmt::Debug for Secret {

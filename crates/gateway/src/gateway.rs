@@ -61,6 +61,9 @@ pub enum GatewayError {
     /// The pin store failed.
     #[error("pin store: {0}")]
     Store(#[from] palisade_store::StoreError),
+    /// The web surface's pages cannot be built (never a secret).
+    #[error("web: {0}")]
+    Web(String),
 }
 
 /// One upstream as the gateway runs it.
@@ -276,13 +279,29 @@ impl Gateway {
     }
 
     /// The pages of the gateway's web surface ([`crate::web`]): the connect flow of the
-    /// `user_oauth` upstreams, when there are any.
-    pub fn web_routes(&self) -> axum::Router {
+    /// `user_oauth` upstreams, when there are any, and the pin review page, when `[web]` has a
+    /// review token (read now; at least 16 characters). Its keys derive from `secret`.
+    pub fn web_routes(&self, secret: &palisade_server::secret::ServerSecret) -> Result<axum::Router, GatewayError> {
         let mut routes = axum::Router::new();
         if let Some(oauth) = &self.inner.oauth {
             routes = routes.merge(crate::user_oauth::pages::routes(oauth.clone()));
         }
-        routes
+        let source = self.inner.settings.web.as_ref().and_then(|web| web.review_token.as_ref());
+        if let Some(source) = source {
+            let token = source.read().map_err(|error| GatewayError::Web(error.to_string()))?;
+            if token.expose().chars().count() < crate::review::MIN_TOKEN_CHARS {
+                return Err(GatewayError::Web("the review token must have at least 16 characters".into()));
+            }
+            let review = crate::review::Review::new(
+                self.inner.store.clone(),
+                self.inner.clock.clone(),
+                self.inner.settings.pins.clone(),
+                token,
+                secret,
+            );
+            routes = routes.merge(crate::review::routes(Arc::new(review)));
+        }
+        Ok(routes)
     }
 
     /// Sets the signed kill-switch registry's check (once; the kill switch starts after the

@@ -22,10 +22,12 @@
 
 pub mod config;
 pub mod credentials;
+pub mod decisions;
 pub mod gateway;
 pub mod launch;
 pub mod names;
 pub mod pins;
+pub mod review;
 pub mod upstream;
 pub mod user_oauth;
 pub mod web;

@@ -11,10 +11,9 @@ use clap::Subcommand;
 use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_gateway::config::GatewaySettings;
 use palisade_gateway::launch::LaunchSpec;
-use palisade_gateway::pins::{
-    DecisionView, DefinitionKind, PinState, PinSubject, ReviewerKeys, diff, evaluate, sign_approval,
-};
-use palisade_store::{AuditRecord, Decision, PinDecision, PinRow, PinVerdict, Store};
+use palisade_gateway::decisions::{Reviewer, record, state_of};
+use palisade_gateway::pins::{DefinitionKind, PinState, diff};
+use palisade_store::{PinRow, PinVerdict, Store};
 
 use crate::config::Settings;
 
@@ -135,31 +134,6 @@ async fn open(config: &Path) -> anyhow::Result<(Settings, GatewaySettings, std::
     Ok((settings, gateway, store))
 }
 
-fn subject_of(row: &PinRow) -> Option<PinSubject> {
-    Some(PinSubject {
-        upstream_id: row.observation.upstream_id.clone(),
-        upstream_url: row.observation.upstream_url.clone(),
-        kind: DefinitionKind::from_name(&row.observation.kind)?,
-        name: row.observation.name.clone(),
-    })
-}
-
-/// The state `row` is in under `settings` (signatures checked against its reviewer keys).
-fn state_of(row: &PinRow, require_signed: bool, reviewers: &ReviewerKeys) -> PinState {
-    let subject = subject_of(row);
-    let decision = row.decision.as_ref().map(|decision| DecisionView {
-        approved: decision.verdict == PinVerdict::Approved,
-        digest: &decision.digest,
-        signature_valid: match (&subject, &decision.signature) {
-            (Some(subject), Some(signature)) => {
-                reviewers.verify(&decision.reviewer, subject, &decision.digest, signature)
-            }
-            _ => false,
-        },
-    });
-    evaluate(&row.observation.digest, decision, require_signed)
-}
-
 #[allow(clippy::print_stdout)]
 pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
     match command {
@@ -175,7 +149,7 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
             let rows = store.pins(upstream.as_deref()).await.context("reading pins")?;
             println!("{:<40} {:<9} {:<18} {:<16} {:<14} NAME", "PIN", "STATE", "KIND", "UPSTREAM", "DIGEST");
             for row in &rows {
-                let state = state_of(row, gateway.pins.require_signed, &gateway.pins.reviewers);
+                let state = state_of(row, &gateway.pins);
                 if wanted.is_some_and(|wanted| wanted != state) {
                     continue;
                 }
@@ -196,7 +170,7 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
             let row = store.pin(&id).await.context("reading the pin")?.with_context(|| format!("no pin {id}"))?;
             let o = &row.observation;
             println!("pin:       {}", o.pin_id);
-            println!("state:     {}", state_of(&row, gateway.pins.require_signed, &gateway.pins.reviewers).as_str());
+            println!("state:     {}", state_of(&row, &gateway.pins).as_str());
             println!("upstream:  {} ({})", o.upstream_id, o.upstream_url);
             println!("kind:      {}", o.kind);
             println!("name:      {}", o.name);
@@ -254,7 +228,7 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
         rows.into_iter()
             .filter(|row| {
                 matches!(
-                    state_of(row, gateway.pins.require_signed, &gateway.pins.reviewers),
+                    state_of(row, &gateway.pins),
                     PinState::Pending | PinState::Held
                 )
             })
@@ -270,7 +244,6 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
         rows
     };
     let mut failed = false;
-    let mut records = Vec::new();
     for row in rows {
         let o = &row.observation;
         if let Some(seen) = &args.decision.digest
@@ -285,45 +258,16 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
             failed = true;
             continue;
         }
-        let signature = match (&sign_key, verdict, subject_of(&row)) {
-            (Some(key), PinVerdict::Approved, Some(subject)) => Some(sign_approval(key, &subject, &o.digest)),
-            _ => None,
+        let reviewer = Reviewer {
+            name: &args.decision.reviewer,
+            note: args.decision.note.as_deref(),
+            sign_key: sign_key.as_deref(),
+            surface: "cli",
         };
-        let decision = PinDecision {
-            pin_id: o.pin_id.clone(),
-            digest: o.digest.clone(),
-            verdict,
-            reviewer: args.decision.reviewer.clone(),
-            note: args.decision.note.clone(),
-            signature,
-            decided_at_ms: SystemClock.now_ms(),
-        };
-        // Recorded only if the stored definition is still the one read above (atomic in the store).
-        if store.decide_pin(decision).await.context("recording the decision")? {
+        if record(store.as_ref(), &SystemClock, &row, verdict, reviewer).await.context("recording the decision")? {
             // Instructions and launches have no name of their own: the upstream's stands in.
             let name = if o.name.is_empty() { &o.upstream_id } else { &o.name };
             println!("{}: {} ({} {name})", o.pin_id, verdict.as_str(), o.kind);
-            records.push(AuditRecord {
-                at_ms: SystemClock.now_unsigned_ms(),
-                trace_id: palisade_server::audit::fresh_trace_id(),
-                stage: "pins".into(),
-                decision: if verdict == PinVerdict::Approved { Decision::Allow } else { Decision::Deny },
-                operation: format!("pins/{}:{}", verdict.as_str(), o.pin_id),
-                principal_digest: None,
-                tenant_digest: None,
-                client_digest: None,
-                scopes: Vec::new(),
-                policy_version: Some(format!("pin:{}", &o.digest[..12])),
-                code: None,
-                detail: Some(format!(
-                    "upstream={} kind={} upstream_name={} reviewer={} signed={}",
-                    o.upstream_id,
-                    o.kind,
-                    o.name,
-                    args.decision.reviewer,
-                    sign_key.is_some() && verdict == PinVerdict::Approved
-                )),
-            });
         } else {
             println!(
                 "{}: NOT {}: the definition changed since it was read; review it again",
@@ -332,9 +276,6 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
             );
             failed = true;
         }
-    }
-    if !records.is_empty() {
-        store.append_batch(records).await.context("auditing the decisions")?;
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
@@ -371,7 +312,7 @@ pub async fn upstreams(command: UpstreamsCommand) -> anyhow::Result<ExitCode> {
             print!("{}", spec.render());
             println!("{:<18}{digest}", "launch digest");
             println!("{:<18}{}", "pin", row.observation.pin_id);
-            let state = state_of(&row, gateway.pins.require_signed, &gateway.pins.reviewers);
+            let state = state_of(&row, &gateway.pins);
             println!("{:<18}{}", "state", state.as_str());
             if spec.settings.confinement == palisade_gateway::config::Confinement::None {
                 println!("\nWARNING: confinement = \"none\": this server runs UNCONFINED, with the gateway's access.");

@@ -1145,6 +1145,13 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     // Authenticates answers relayed between instances (events_redis); derived before the
     // secret moves into the server.
     let relay_key = secret.derive(answer_relay::ANSWER_RELAY_KEY_LABEL);
+    // The gateway's browser pages (connect flow, review page): their keys derive from the secret.
+    let web = match (&gateway, settings.gateway.as_ref().and_then(|g| g.web.as_ref())) {
+        (Some(gateway), Some(web)) => {
+            Some((web, gateway.web_routes(&secret).context("building the gateway's web pages ([web])")?))
+        }
+        _ => None,
+    };
     let mut builder = Server::builder(app, config, authenticator, secret)
         .sessions(sessions_store.clone())
         .once_store(once_store.clone())
@@ -1162,9 +1169,9 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     if let Some(gateway) = &gateway {
         gateway.spawn(server.clone(), server.shutdown_token().clone());
     }
-    // The gateway's browser pages (connect flow, review page) on their own TLS listener.
-    if let (Some(gateway), Some(web)) = (&gateway, settings.gateway.as_ref().and_then(|g| g.web.as_ref())) {
-        let local = palisade_gateway::web::start(web, gateway.web_routes(), server.shutdown_token().clone())
+    // The gateway's browser pages on their own TLS listener.
+    if let Some((web, routes)) = web {
+        let local = palisade_gateway::web::start(web, routes, server.shutdown_token().clone())
             .await
             .context("starting the gateway's web pages ([web])")?;
         eprintln!("web pages on https://{local}/ (public URL {})", web.public_url);

@@ -1,0 +1,477 @@
+//! The pin review page (control C6 for people who would rather look than read): the
+//! definitions that are pending or held, each with what changed since it was last decided on,
+//! and approve/reject buttons — the `palisade pins` review on the gateway's web surface
+//! ([`crate::web`]: its own TLS listener, loopback by default, unframeable, same-origin POSTs).
+//!
+//! ```text
+//! GET  /review          sign in with the operator's review token, then the list
+//! POST /review/login    the token → a session cookie (__Host-, 8 hours)
+//! POST /review/decide   pin, digest shown, verdict, reviewer name, note, CSRF token
+//! POST /review/logout   ends the session
+//! ```
+//!
+//! - The operator's credential is the review token (`[web] review_token_file|_env`), separate
+//!   from every MCP credential; it is compared through HMACs in constant time, and a wrong token
+//!   costs the browser a second.
+//! - Every decision form carries a CSRF token bound to the session, the pin and the digest shown;
+//!   a decision is recorded only if the stored definition is still the one shown (the store
+//!   compares digests atomically), through the same path as the CLI's ([`crate::decisions`]),
+//!   audited with `via=review-page`.
+//! - With `[pins] require_signed`, approvals must be signed by a reviewer key, which never
+//!   reaches a browser: the page offers reject only and says why.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lc_rs::hmac;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use palisade_base::clock::Clock;
+use palisade_server::secret::ServerSecret;
+use palisade_store::{PinRow, PinVerdict, Store};
+
+use crate::config::PinSettings;
+use crate::credentials::Secret;
+use crate::decisions::{Reviewer, record, state_of};
+use crate::pins::{PinState, diff};
+use crate::web::{CsrfKey, Form, Page, SeeOther, clear_host_cookie, error_page, escape, host_cookie, random_token, read_cookie};
+
+/// The session cookie (`__Host-palisade_review`).
+const SESSION_COOKIE: &str = "palisade_review";
+/// How long a session lasts.
+const SESSION_SECS: u64 = 8 * 3600;
+/// What a wrong token costs.
+const WRONG_TOKEN_DELAY: Duration = Duration::from_secs(1);
+/// Shortest review token accepted.
+pub const MIN_TOKEN_CHARS: usize = 16;
+/// Longest reviewer name and note accepted.
+const MAX_NAME_CHARS: usize = 64;
+const MAX_NOTE_CHARS: usize = 500;
+
+/// The review page's state: the store the gateway reads decisions from, the pin settings, the
+/// operator's token and the page's keys (derived from the server secret).
+pub struct Review {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    pins: PinSettings,
+    token: Secret,
+    key: hmac::Key,
+    csrf: CsrfKey,
+}
+
+impl std::fmt::Debug for Review {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Review").finish_non_exhaustive()
+    }
+}
+
+impl Review {
+    /// The page for `store`'s pins under `pins`, signed in with `token`.
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        pins: PinSettings,
+        token: Secret,
+        secret: &ServerSecret,
+    ) -> Self {
+        let key = secret.derive("palisade/review-page/v1");
+        let derived = hmac::sign(&key, b"csrf key");
+        let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
+        bytes.copy_from_slice(derived.as_ref());
+        Self { store, clock, pins, token, key, csrf: CsrfKey::from_bytes(&bytes) }
+    }
+
+    fn now_secs(&self) -> i64 {
+        self.clock.now_ms() / 1000
+    }
+
+    fn mac(&self, message: &str) -> String {
+        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, message.as_bytes()).as_ref())
+    }
+
+    /// Whether `given` is the operator's token (both MACed, compared in constant time).
+    fn token_matches(&self, given: &str) -> bool {
+        let expected = hmac::sign(&self.key, self.token.expose().as_bytes());
+        hmac::verify(&self.key, given.as_bytes(), expected.as_ref()).is_ok()
+    }
+
+    /// A new session value: `nonce.expires.mac`.
+    fn new_session(&self) -> Option<String> {
+        let nonce = random_token().ok()?;
+        let expires = self.now_secs() + i64::try_from(SESSION_SECS).unwrap_or(0);
+        let body = format!("{nonce}.{expires}");
+        Some(format!("{body}.{}", self.mac(&format!("session\0{body}"))))
+    }
+
+    /// The browser's session value, when it is one of ours and not expired.
+    fn session(&self, headers: &HeaderMap) -> Option<String> {
+        let value = read_cookie(headers, SESSION_COOKIE)?;
+        let (body, mac) = value.rsplit_once('.')?;
+        let (_, expires) = body.split_once('.')?;
+        let tag = URL_SAFE_NO_PAD.decode(mac).ok()?;
+        hmac::verify(&self.key, format!("session\0{body}").as_bytes(), &tag).ok()?;
+        (expires.parse::<i64>().ok()? > self.now_secs()).then_some(value)
+    }
+}
+
+/// The routes of the review page, to be served inside [`crate::web::surface`].
+pub fn routes(review: Arc<Review>) -> Router {
+    Router::new()
+        .route("/review", get(list))
+        .route("/review/login", post(login))
+        .route("/review/decide", post(decide))
+        .route("/review/logout", post(logout))
+        .with_state(review)
+}
+
+fn sign_in_page(status: StatusCode, message: Option<&str>) -> Response {
+    let note = message.map(|text| format!("<p id=\"error\">{}</p>", escape(text))).unwrap_or_default();
+    let html = format!(
+        "<h1>Pin review</h1>{note}<form method=\"post\" action=\"/review/login\">\
+         <label>Review token <input type=\"password\" name=\"token\" autocomplete=\"off\" required></label> \
+         <button type=\"submit\">Sign in</button></form>"
+    );
+    Page::new(status, "Pin review: sign in", html).into_response()
+}
+
+async fn login(State(review): State<Arc<Review>>, form: Form) -> Response {
+    let given = form.one("token").unwrap_or("");
+    if !review.token_matches(given) {
+        tokio::time::sleep(WRONG_TOKEN_DELAY).await;
+        tracing::warn!("review page: a sign-in with a wrong token");
+        return sign_in_page(StatusCode::FORBIDDEN, Some("that is not the review token"));
+    }
+    let Some(cookie) = review.new_session().and_then(|value| host_cookie(SESSION_COOKIE, &value, SESSION_SECS).ok()) else {
+        return error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be made");
+    };
+    SeeOther::to("/review").cookie(cookie).into_response()
+}
+
+async fn logout(State(review): State<Arc<Review>>, headers: HeaderMap, form: Form) -> Response {
+    let Some(session) = review.session(&headers) else { return SeeOther::to("/review").into_response() };
+    if !form.one("csrf").is_some_and(|token| review.csrf.check(&[&session, "logout"], token)) {
+        return error_page(StatusCode::FORBIDDEN, "the form's CSRF token is missing or wrong; nothing was done");
+    }
+    match clear_host_cookie(SESSION_COOKIE) {
+        Ok(cookie) => SeeOther::to("/review").cookie(cookie).into_response(),
+        Err(_) => error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be ended"),
+    }
+}
+
+/// The rows awaiting a decision: pending and held, by upstream, kind and name.
+async fn awaiting(review: &Review) -> Result<Vec<(PinRow, PinState)>, Response> {
+    let rows = review.store.pins(None).await.map_err(|error| {
+        tracing::warn!(%error, "review page: pins could not be read");
+        error_page(StatusCode::SERVICE_UNAVAILABLE, "the pins could not be read; try again")
+    })?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let state = state_of(&row, &review.pins);
+            matches!(state, PinState::Pending | PinState::Held).then_some((row, state))
+        })
+        .collect())
+}
+
+fn pretty(definition: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(definition)
+        .ok()
+        .and_then(|value| serde_json::to_string_pretty(&value).ok())
+        .unwrap_or_else(|| definition.to_owned())
+}
+
+async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response {
+    let Some(session) = review.session(&headers) else { return sign_in_page(StatusCode::OK, None) };
+    let rows = match awaiting(&review).await {
+        Ok(rows) => rows,
+        Err(response) => return response,
+    };
+    let signed_only = review.pins.require_signed;
+    let mut html = String::from("<h1>Pin review</h1>");
+    if signed_only {
+        html.push_str(
+            "<p id=\"signed-only\">[pins] require_signed is on: approvals must be signed with a reviewer key, which \
+             this page never holds. Approve with <code>palisade pins approve --sign-key</code>; reject here.</p>",
+        );
+    }
+    if rows.is_empty() {
+        html.push_str("<p id=\"nothing\">Nothing awaits a decision.</p>");
+    }
+    for (row, state) in &rows {
+        let o = &row.observation;
+        let change = match &row.decided_definition {
+            Some(decided) => {
+                let text = diff(decided, &o.definition);
+                format!("<p>Changed since it was last decided on:</p><pre class=\"diff\">{}</pre>", escape(&text))
+            }
+            None => format!("<p>New: never decided on.</p><pre class=\"definition\">{}</pre>", escape(&pretty(&o.definition))),
+        };
+        let csrf = review.csrf.token(&[&session, "decide", &o.pin_id, &o.digest]);
+        let approve = if signed_only {
+            String::new()
+        } else {
+            "<button type=\"submit\" name=\"verdict\" value=\"approve\">Approve</button> ".to_owned()
+        };
+        html.push_str(&format!(
+            "<section class=\"pin\" id=\"pin-{pin}\"><h2>{kind} <code>{name}</code> of {upstream}</h2>\
+             <p>State: <strong class=\"state\">{state}</strong>; digest <code>{short}</code>; pin <code>{pin}</code></p>{change}\
+             <form method=\"post\" action=\"/review/decide\">\
+             <input type=\"hidden\" name=\"pin\" value=\"{pin}\"><input type=\"hidden\" name=\"digest\" value=\"{digest}\">\
+             <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\">\
+             <label>Reviewer <input name=\"reviewer\" required maxlength=\"{MAX_NAME_CHARS}\"></label> \
+             <label>Note <input name=\"note\" maxlength=\"{MAX_NOTE_CHARS}\"></label> \
+             {approve}<button type=\"submit\" name=\"verdict\" value=\"reject\">Reject</button></form></section>",
+            pin = escape(&o.pin_id),
+            kind = escape(&o.kind),
+            name = escape(if o.name.is_empty() { &o.upstream_id } else { &o.name }),
+            upstream = escape(&o.upstream_id),
+            state = state.as_str(),
+            short = escape(&o.digest[..12.min(o.digest.len())]),
+            digest = escape(&o.digest),
+        ));
+    }
+    let logout = review.csrf.token(&[&session, "logout"]);
+    html.push_str(&format!(
+        "<form method=\"post\" action=\"/review/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{logout}\">\
+         <button type=\"submit\">Sign out</button></form>"
+    ));
+    Page::new(StatusCode::OK, "Pin review", html).into_response()
+}
+
+async fn decide(State(review): State<Arc<Review>>, headers: HeaderMap, form: Form) -> Response {
+    let Some(session) = review.session(&headers) else {
+        return error_page(StatusCode::FORBIDDEN, "sign in first: your review session is missing or expired");
+    };
+    let (Some(pin), Some(digest)) = (form.one("pin"), form.one("digest")) else {
+        return error_page(StatusCode::BAD_REQUEST, "the form names no pin or digest");
+    };
+    if !form.one("csrf").is_some_and(|token| review.csrf.check(&[&session, "decide", pin, digest], token)) {
+        return error_page(StatusCode::FORBIDDEN, "the form's CSRF token is missing or wrong; nothing was decided");
+    }
+    let verdict = match form.one("verdict") {
+        Some("approve") if review.pins.require_signed => {
+            return error_page(StatusCode::FORBIDDEN, "[pins] require_signed is on: approve with a reviewer key (CLI)");
+        }
+        Some("approve") => PinVerdict::Approved,
+        Some("reject") => PinVerdict::Rejected,
+        _ => return error_page(StatusCode::BAD_REQUEST, "the form has no verdict"),
+    };
+    let name = form.one("reviewer").map(str::trim).unwrap_or("");
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control) {
+        return error_page(StatusCode::BAD_REQUEST, "give your name as the reviewer (at most 64 characters)");
+    }
+    let note = form.one("note").map(str::trim).filter(|note| !note.is_empty());
+    if note.is_some_and(|note| note.chars().count() > MAX_NOTE_CHARS || note.chars().any(char::is_control)) {
+        return error_page(StatusCode::BAD_REQUEST, "the note is too long or has control characters");
+    }
+    let row = match review.store.pin(pin).await {
+        Ok(Some(row)) => row,
+        Ok(None) => return error_page(StatusCode::NOT_FOUND, "there is no such pin"),
+        Err(_) => return error_page(StatusCode::SERVICE_UNAVAILABLE, "the pin could not be read; nothing was decided"),
+    };
+    if row.observation.digest != digest {
+        return error_page(StatusCode::CONFLICT, "the definition changed since it was shown; nothing was decided: look again");
+    }
+    let reviewer = Reviewer { name, note, sign_key: None, surface: "review-page" };
+    match record(review.store.as_ref(), review.clock.as_ref(), &row, verdict, reviewer).await {
+        Ok(true) => {
+            tracing::info!(pin, verdict = verdict.as_str(), "review page: decision recorded");
+            SeeOther::to("/review").into_response()
+        }
+        Ok(false) => error_page(StatusCode::CONFLICT, "the definition changed since it was shown; nothing was decided: look again"),
+        Err(error) => {
+            tracing::warn!(%error, "review page: the decision could not be recorded");
+            error_page(StatusCode::SERVICE_UNAVAILABLE, "the decision could not be recorded; nothing was decided")
+        }
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use palisade_base::clock::SystemClock;
+    use palisade_store::{PinObservation, SqliteStore};
+    use serde_json::json;
+    use tower::ServiceExt as _;
+
+    use super::*;
+    use crate::pins::{DefinitionKind, PinSubject, ReviewerKeys, canonical_text, definition_digest};
+    use crate::web::{WebSettings, surface};
+
+    const TOKEN: &str = "operator-review-token-0123";
+    const ORIGIN: &str = "https://127.0.0.1:8443";
+
+    fn observation(version: u32) -> PinObservation {
+        let subject = PinSubject {
+            upstream_id: "files".into(),
+            upstream_url: "https://files.example/mcp".into(),
+            kind: DefinitionKind::Tool,
+            name: "read".into(),
+        };
+        let definition = json!({ "name": "read", "description": format!("Reads a file <b>v{version}</b>"), "inputSchema": {} });
+        PinObservation {
+            pin_id: subject.pin_id(),
+            upstream_id: subject.upstream_id,
+            upstream_url: subject.upstream_url,
+            kind: "tool".into(),
+            name: subject.name,
+            digest: definition_digest(&definition).unwrap(),
+            definition: canonical_text(&definition).unwrap(),
+            seen_at_ms: 1,
+        }
+    }
+
+    async fn page(require_signed: bool) -> (Router, Arc<dyn Store>) {
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open("sqlite::memory:").await.unwrap());
+        let pins = PinSettings {
+            relist: Duration::from_secs(60),
+            decision_poll: Duration::from_secs(1),
+            require_signed,
+            reviewers: ReviewerKeys::default(),
+        };
+        let token = Secret::of(TOKEN);
+        let review = Review::new(store.clone(), Arc::new(SystemClock), pins, token, &ServerSecret::from_bytes([3; 32]));
+        let settings = WebSettings {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            public_url: url::Url::parse("https://127.0.0.1:8443/").unwrap(),
+            tls_cert_file: "/nonexistent".into(),
+            tls_key_file: "/nonexistent".into(),
+            review_token: None,
+            sign_in: None,
+            flow_ttl_secs: 600,
+        };
+        (surface(&settings, routes(Arc::new(review))), store)
+    }
+
+    async fn send(router: &Router, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
+        let response = router.clone().oneshot(request).await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
+        (status, headers, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    fn post(path: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> Request<Body> {
+        let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(fields).finish();
+        let mut request = Request::post(path)
+            .header("origin", ORIGIN)
+            .header("content-type", "application/x-www-form-urlencoded");
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.body(Body::from(body)).unwrap()
+    }
+
+    fn get(path: &str, cookie: Option<&str>) -> Request<Body> {
+        let mut request = Request::get(path);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.body(Body::empty()).unwrap()
+    }
+
+    /// Signs in; the `Cookie` header of the session.
+    async fn sign_in(router: &Router) -> String {
+        let (status, headers, _) = send(router, post("/review/login", None, &[("token", TOKEN)])).await;
+        assert_eq!(status, StatusCode::SEE_OTHER);
+        let set = headers["set-cookie"].to_str().unwrap();
+        assert!(set.starts_with("__Host-palisade_review=") && set.contains("Secure") && set.contains("HttpOnly"), "{set}");
+        set.split(';').next().unwrap().to_owned()
+    }
+
+    /// The value of hidden field `name` in the form of the page's first pin.
+    fn field(html: &str, name: &str) -> String {
+        let marker = format!("name=\"{name}\" value=\"");
+        let start = html.find(&marker).unwrap() + marker.len();
+        html[start..start + html[start..].find('"').unwrap()].to_owned()
+    }
+
+    #[tokio::test]
+    async fn the_token_is_required_and_a_wrong_one_is_refused() {
+        let (router, _) = page(false).await;
+        let (status, headers, html) = send(&router, get("/review", None)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(html.contains("Review token") && !html.contains("class=\"pin\""));
+        assert_eq!(headers["x-frame-options"], "DENY");
+        assert!(headers["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
+        let (status, headers, _) = send(&router, post("/review/login", None, &[("token", "operator-review-token-0124")])).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert!(headers.get("set-cookie").is_none());
+        // A forged session cookie is no session.
+        let (_, _, html) = send(&router, get("/review", Some("__Host-palisade_review=a.9999999999.b"))).await;
+        assert!(html.contains("Review token"));
+        // A login posted from another site is refused by the surface.
+        let mut cross = post("/review/login", None, &[("token", TOKEN)]);
+        cross.headers_mut().insert("origin", "https://evil.example".parse().unwrap());
+        assert_eq!(send(&router, cross).await.0, StatusCode::FORBIDDEN);
+    }
+
+    #[tokio::test]
+    async fn a_pending_definition_is_shown_escaped_and_decided_only_with_its_csrf_token_and_digest() {
+        let (router, store) = page(false).await;
+        let first = observation(1);
+        store.observe_pins(vec![first.clone()]).await.unwrap();
+        let cookie = sign_in(&router).await;
+        let (_, _, html) = send(&router, get("/review", Some(&cookie))).await;
+        assert!(html.contains(&first.pin_id) && html.contains("pending"), "{html}");
+        assert!(html.contains("&lt;b&gt;v1&lt;/b&gt;") && !html.contains("<b>v1</b>"), "the definition is escaped");
+        let (csrf, digest) = (field(&html, "csrf"), field(&html, "digest"));
+        assert_eq!(digest, first.digest);
+        let decide = |csrf: &str, digest: &str, verdict: &str| {
+            post(
+                "/review/decide",
+                Some(&cookie),
+                &[("pin", &first.pin_id), ("digest", digest), ("csrf", csrf), ("verdict", verdict), ("reviewer", "rita")],
+            )
+        };
+        // Without the CSRF token, with another's, and without a session: refused, nothing decided.
+        assert_eq!(send(&router, decide("", &digest, "approve")).await.0, StatusCode::FORBIDDEN);
+        assert_eq!(send(&router, decide("AAAA", &digest, "approve")).await.0, StatusCode::FORBIDDEN);
+        let mut anonymous = decide(&csrf, &digest, "approve");
+        anonymous.headers_mut().remove("cookie");
+        assert_eq!(send(&router, anonymous).await.0, StatusCode::FORBIDDEN);
+        assert!(store.pin(&first.pin_id).await.unwrap().unwrap().decision.is_none());
+        // The definition changes after it was shown: the shown digest no longer decides.
+        store.observe_pins(vec![observation(2)]).await.unwrap();
+        assert_eq!(send(&router, decide(&csrf, &digest, "approve")).await.0, StatusCode::CONFLICT);
+        assert!(store.pin(&first.pin_id).await.unwrap().unwrap().decision.is_none());
+        // The page shows the new version; approving it is recorded and audited.
+        let (_, _, html) = send(&router, get("/review", Some(&cookie))).await;
+        let (csrf, digest) = (field(&html, "csrf"), field(&html, "digest"));
+        assert_eq!(digest, observation(2).digest);
+        assert_eq!(send(&router, decide(&csrf, &digest, "approve")).await.0, StatusCode::SEE_OTHER);
+        let decision = store.pin(&first.pin_id).await.unwrap().unwrap().decision.unwrap();
+        assert_eq!((decision.verdict, decision.reviewer.as_str(), decision.digest.as_str()), (PinVerdict::Approved, "rita", digest.as_str()));
+        let (_, _, html) = send(&router, get("/review", Some(&cookie))).await;
+        assert!(html.contains("Nothing awaits a decision"), "{html}");
+    }
+
+    #[tokio::test]
+    async fn with_signed_approvals_required_the_page_only_rejects() {
+        let (router, store) = page(true).await;
+        let first = observation(1);
+        store.observe_pins(vec![first.clone()]).await.unwrap();
+        let cookie = sign_in(&router).await;
+        let (_, _, html) = send(&router, get("/review", Some(&cookie))).await;
+        assert!(html.contains("signed-only") && !html.contains("value=\"approve\""));
+        let (csrf, digest) = (field(&html, "csrf"), field(&html, "digest"));
+        let fields = |verdict: &'static str| {
+            vec![("pin", first.pin_id.clone()), ("digest", digest.clone()), ("csrf", csrf.clone()), ("verdict", verdict.into()), ("reviewer", "rita".into())]
+        };
+        let as_refs = |fields: &[(&'static str, String)]| fields.iter().map(|(k, v)| (*k, v.clone())).collect::<Vec<_>>();
+        let approve = as_refs(&fields("approve"));
+        let approve: Vec<(&str, &str)> = approve.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(send(&router, post("/review/decide", Some(&cookie), &approve)).await.0, StatusCode::FORBIDDEN);
+        let reject = as_refs(&fields("reject"));
+        let reject: Vec<(&str, &str)> = reject.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(send(&router, post("/review/decide", Some(&cookie), &reject)).await.0, StatusCode::SEE_OTHER);
+        let decision = store.pin(&first.pin_id).await.unwrap().unwrap().decision.unwrap();
+        assert_eq!(decision.verdict, PinVerdict::Rejected);
+    }
+}
