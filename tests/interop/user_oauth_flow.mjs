@@ -15,6 +15,10 @@
 //                               and the framing page of case e is served with them on another port
 //   PALISADE_BIN, CHROMIUM, SEP (the tool name separator, default "_"), OUT_DIR (screenshots; the
 //   callers' tokens are appended to OUT_DIR/tokens so that the leg can look for them in logs)
+//   REVIEW_TOKEN_FILE           the gateway's `[web] review_token_file` (its pin review page)
+//   REVIEW_UPSTREAM             an upstream of the gateway (UPSTREAM again under another id) whose
+//                               tool is pending: never approved before the gateway started
+//   STORE_DB                    the gateway's SQLite store (its audit log, read-only)
 //
 // Cases (one line each, "ok - user_oauth X: …" or "FAIL - user_oauth X: …"; exit 1 on any FAIL):
 //   0  without the elicitation.url capability the call is refused as a missing capability
@@ -40,6 +44,17 @@
 //      (alice's call still input-required, no connection listed, the third party never reached)
 //   j  the connect link of a completed flow opened again: refused
 //   k  declining the connect request: the tool result is isError "Not connected"
+// The pin review page (/review on the same pages), REVIEW_UPSTREAM's tool pending throughout r1-r4:
+//   r1 a wrong review token: 403 after about a second, no session cookie
+//   r2 the tool is neither listed nor callable; the right token: 303 with the __Host- session
+//      cookie, the list shows the pending pin with its definition
+//   r3 approve without the form's csrf field, and with a forged one: 403 each, the pin still pending
+//   r4 the page framed by a page of another origin: X-Frame-Options DENY, CSP frame-ancestors
+//      'none', and the frame shows nothing of it
+//   r5 approve with the reviewer's name: 303 back to /review, the pin gone from it, the tool listed
+//      by the running gateway within the decision poll, callable (alice connects and it answers)
+//   r6 `palisade pins list` says approved; the audit log has pins/approved for the pin with
+//      reviewer and via=review-page; `palisade audit verify` passes
 import { spawnSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import crypto from 'node:crypto';
@@ -50,7 +65,7 @@ import path from 'node:path';
 
 const env = process.env;
 const need = ['INTEROP_NODE_MODULES', 'GATEWAY_MCP', 'GATEWAY_WEB', 'GATEWAY_CONFIG', 'SHORT_MCP', 'SHORT_WEB', 'SHORT_TTL',
-  'IDP', 'THIRD', 'UPSTREAM', 'UPSTREAM2', 'WEB_CERT', 'WEB_KEY', 'PALISADE_BIN'];
+  'IDP', 'THIRD', 'UPSTREAM', 'UPSTREAM2', 'WEB_CERT', 'WEB_KEY', 'PALISADE_BIN', 'REVIEW_TOKEN_FILE', 'REVIEW_UPSTREAM', 'STORE_DB'];
 const missing = need.filter((name) => !env[name]);
 if (missing.length) {
   console.error(`user_oauth_flow: missing environment: ${missing.join(' ')}`);
@@ -64,6 +79,9 @@ const SHORT_TTL = Number(env.SHORT_TTL);
 const SEP = env.SEP ?? '_';
 const TOOL = `files${SEP}whoami`;
 const TOOL2 = `files2${SEP}whoami`;
+const REVIEW_UPSTREAM = env.REVIEW_UPSTREAM;
+const TOOL3 = `${REVIEW_UPSTREAM}${SEP}whoami`;
+const REVIEW = `${GATEWAY_WEB}review`;
 const OUT_DIR = env.OUT_DIR ?? fs.mkdtempSync(path.join(os.tmpdir(), 'user-oauth-'));
 const PROTOCOL = '2026-07-28';
 const STEP_TIMEOUT_MS = 15_000;
@@ -101,17 +119,34 @@ async function mint(subject, client, resource) {
 let rpcId = 0;
 // call(mcp, token, name, extra, caps): a tools/call; {status, message} with message the JSON-RPC response.
 async function call(mcp, token, name, { inputResponses, requestState } = {}, caps = URL_CAPS) {
-  rpcId += 1;
   const params = { name, arguments: {} };
   if (inputResponses) params.inputResponses = inputResponses;
   if (requestState !== undefined) params.requestState = requestState;
+  return rpc(mcp, token, 'tools/call', params, caps, { 'mcp-name': name });
+}
+// The tool names tools/list answers (all pages), or an error.
+async function listTools(mcp, token) {
+  const names = [];
+  let cursor;
+  for (let page = 0; page < 20; page += 1) {
+    const reply = await rpc(mcp, token, 'tools/list', cursor ? { cursor } : {});
+    const result = reply.message?.result;
+    if (!Array.isArray(result?.tools)) throw new Error(`tools/list: ${shown(reply)}`);
+    names.push(...result.tools.map((t) => t.name));
+    cursor = result.nextCursor;
+    if (!cursor) break;
+  }
+  return names;
+}
+async function rpc(mcp, token, method, params, caps = URL_CAPS, headers = {}) {
+  rpcId += 1;
   params._meta = { 'io.modelcontextprotocol/protocolVersion': PROTOCOL, 'io.modelcontextprotocol/clientCapabilities': caps,
     'io.modelcontextprotocol/clientInfo': { name: 'palisade-interop-user-oauth', version: '0' } };
   const r = await fetch(mcp, {
     method: 'POST',
     headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${token}`,
-      'mcp-protocol-version': PROTOCOL, 'mcp-method': 'tools/call', 'mcp-name': name },
-    body: JSON.stringify({ jsonrpc: '2.0', id: rpcId, method: 'tools/call', params }),
+      'mcp-protocol-version': PROTOCOL, 'mcp-method': method, ...headers },
+    body: JSON.stringify({ jsonrpc: '2.0', id: rpcId, method, params }),
     signal: AbortSignal.timeout(STEP_TIMEOUT_MS * 2),
   });
   const text = await r.text();
@@ -150,6 +185,13 @@ function palisade(...args) {
   const run = spawnSync(env.PALISADE_BIN, args, { encoding: 'utf8', timeout: 20_000 });
   if (run.status !== 0) throw new Error(`palisade ${args.slice(0, 2).join(' ')}: exit ${run.status}: ${(run.stdout + run.stderr).trim().slice(0, 300)}`);
   return run.stdout;
+}
+// `palisade pins list --upstream U [--state S]`: [{id, state}].
+function pinRows(upstream, only = undefined) {
+  const filter = only ? ['--state', only] : [];
+  return palisade('pins', 'list', '--upstream', upstream, ...filter, '--config', env.GATEWAY_CONFIG).split('\n').slice(1)
+    .map((line) => line.trim().split(/\s+/)).filter((cols) => cols.length >= 4 && cols[3] === upstream)
+    .map(([id, state]) => ({ id, state }));
 }
 // Removes alice's connection to `upstream` (there must be one).
 function revoke(upstream) {
@@ -563,6 +605,175 @@ try {
       `a state older than flow_ttl_secs = ${SHORT_TTL}: 400 (a fresh one with a bad code: ${control.status()}, refused by the token endpoint instead)`,
       `expired ${expired.status()}`);
     await page.context().close();
+  });
+
+  // ---------------------------------------------------------------------------------------------
+  // The pin review page: REVIEW_UPSTREAM's tool is pending until r5 approves it there.
+  // ---------------------------------------------------------------------------------------------
+  const reviewToken = fs.readFileSync(env.REVIEW_TOKEN_FILE, 'utf8').trim();
+  const operator = await newPage(browser);
+  const reviewCookie = async () => (await operator.context().cookies(GATEWAY_WEB)).find((c) => c.name === '__Host-palisade_review');
+  // Signs in with `token`: the login POST's response (the browser then follows its redirect).
+  const signIn = async (token) => {
+    await operator.goto(REVIEW);
+    await operator.fill('input[name=token]', token);
+    const [answer] = await Promise.all([
+      operator.waitForResponse((r) => r.url() === `${REVIEW}/login` && r.request().method() === 'POST'),
+      operator.click('form[action="/review/login"] button[type=submit]'),
+    ]);
+    await operator.waitForLoadState();
+    return answer;
+  };
+  // Clicks `verdict` in the pin's form (after `edit` ran on the page): the decide POST's response.
+  const decide = async (pinId, verdict, edit = undefined) => {
+    const form = `#pin-${pinId} form`;
+    await operator.fill(`${form} input[name=reviewer]`, 'rita');
+    await operator.fill(`${form} input[name=note]`, 'interop leg k');
+    if (edit) await operator.evaluate(edit, form);
+    const [answer] = await Promise.all([
+      operator.waitForResponse((r) => r.url() === `${REVIEW}/decide` && r.request().method() === 'POST'),
+      operator.click(`${form} button[name=verdict][value=${verdict}]`),
+    ]);
+    await operator.waitForLoadState();
+    return answer;
+  };
+  const pendingPin = () => pinRows(REVIEW_UPSTREAM, 'pending').find((row) => row.state === 'pending')?.id;
+
+  await step('r1', 'wrong review token', async () => {
+    const opened = await operator.goto(REVIEW);
+    if (opened.status() !== 200 || (await operator.locator('input[name=token]').count()) !== 1) {
+      throw new Error(`GET /review: ${opened.status()}, no sign-in form`);
+    }
+    const wrong = reviewToken.slice(0, -1) + (reviewToken.endsWith('A') ? 'B' : 'A');
+    const t0 = Date.now();
+    const answer = await signIn(wrong);
+    const took = Date.now() - t0;
+    const setCookie = (await answer.allHeaders())['set-cookie'];
+    const error = await operator.locator('#error').innerText().catch(() => '');
+    report(answer.status() === 403 && !setCookie && !(await reviewCookie()) && took >= 900 && error.length > 0, 'r1',
+      'a wrong review token: 403 after about a second, no session cookie, the sign-in form again',
+      `${answer.status()} in ${took} ms, set-cookie: ${setCookie ?? 'none'}, "${error}"`);
+    await operator.goto(REVIEW);
+    report((await operator.locator('section.pin').count()) === 0 && (await operator.locator('input[name=token]').count()) === 1, 'r1',
+      'after it, /review still shows only the sign-in form');
+  });
+
+  await step('r2', 'sign in, the pending pin listed', async () => {
+    state.pin3 = pendingPin();
+    if (!state.pin3) throw new Error(`no pending pin of ${REVIEW_UPSTREAM}: ${JSON.stringify(pinRows(REVIEW_UPSTREAM))}`);
+    const listed = await listTools(GATEWAY_MCP, tokenA);
+    const called = await call(GATEWAY_MCP, tokenA, TOOL3);
+    report(listed.includes(TOOL) && !listed.includes(TOOL3) && !!called.message?.error && !connectOf(called) && !resultText(called), 'r2',
+      `before any approval ${TOOL3} is neither listed (${TOOL} is) nor callable`, `listed ${listed.join(',')}; call: ${shown(called)}`);
+    const answer = await signIn(reviewToken);
+    const cookie = await reviewCookie();
+    report(answer.status() === 303 && operator.url() === REVIEW && lastNav(operator).status === 200
+      && !!cookie && cookie.secure && cookie.httpOnly && cookie.sameSite === 'Lax' && cookie.path === '/', 'r2',
+    'the review token: 303 to /review with the session cookie __Host-palisade_review (Secure, HttpOnly, SameSite=Lax)',
+    `${answer.status()} -> ${operator.url()}; ${cookie ? `secure=${cookie.secure} httpOnly=${cookie.httpOnly} sameSite=${cookie.sameSite}` : 'no cookie'}`);
+    const section = operator.locator(`section.pin#pin-${state.pin3}`);
+    const stateText = await section.locator('.state').innerText().catch(() => '');
+    const definition = await section.locator('pre.definition').innerText().catch(() => '');
+    report((await section.count()) === 1 && stateText === 'pending' && definition.includes('"whoami"')
+      && (await section.locator('input[name=csrf]').count()) === 1, 'r2',
+    `the list shows ${REVIEW_UPSTREAM}'s pin ${state.pin3}: pending, its definition, a form with its csrf token`,
+    `${await section.count()} section(s), state "${stateText}"`);
+    await operator.screenshot({ path: path.join(OUT_DIR, 'review.png'), fullPage: true }).catch(() => {});
+  });
+
+  await step('r3', 'CSRF', async () => {
+    if (!state.pin3) throw new Error('no pending pin (case r2)');
+    const removed = await decide(state.pin3, 'approve', (form) => document.querySelector(`${form} input[name=csrf]`).remove());
+    const removedText = await operator.locator('body').innerText().catch(() => '');
+    report(removed.status() === 403 && /CSRF/.test(removedText), 'r3', 'approve without the csrf field: 403',
+      `${removed.status()}: ${removedText.slice(0, 100)}`);
+    report(pendingPin() === state.pin3, 'r3', '... and the pin is still pending (palisade pins list --state pending)',
+      JSON.stringify(pinRows(REVIEW_UPSTREAM)));
+    await operator.goto(REVIEW);
+    const forged = await decide(state.pin3, 'approve', (form) => {
+      const field = document.querySelector(`${form} input[name=csrf]`);
+      field.value = (field.value[0] === 'A' ? 'B' : 'A') + field.value.slice(1);
+    });
+    report(forged.status() === 403 && pendingPin() === state.pin3, 'r3', 'approve with a forged csrf field: 403, still pending',
+      `${forged.status()}`);
+  });
+
+  await step('r4', 'framing', async () => {
+    if (!state.pin3) throw new Error('no pending pin (case r2)');
+    framerHtml = `<!doctype html><title>framer</title><iframe id="victim" width="800" height="600" src="${REVIEW}"></iframe>`;
+    const framerUrl = await framerOrigin();
+    const [answer] = await Promise.all([
+      operator.waitForResponse((r) => r.url() === REVIEW && r.frame() !== operator.mainFrame()),
+      operator.goto(framerUrl),
+    ]);
+    const headers = answer.headers();
+    const sentCookie = /__Host-palisade_review=/.test((await answer.request().allHeaders()).cookie ?? '');
+    await operator.waitForLoadState('load');
+    await operator.waitForTimeout(300);
+    const frame = await (await operator.locator('#victim').elementHandle())?.contentFrame();
+    let content = '';
+    let how = 'no frame';
+    if (frame) {
+      try {
+        content = await frame.content();
+        how = `frame at ${frame.url()}, ${content.length} chars`;
+      } catch (error) {
+        how = `frame.content() failed: ${String(error?.message ?? error).split('\n')[0]}`;
+      }
+    }
+    report(answer.status() === 200 && headers['x-frame-options'] === 'DENY' && (headers['content-security-policy'] ?? '').includes("frame-ancestors 'none'"),
+      'r4', "the framed review page says X-Frame-Options: DENY and CSP frame-ancestors 'none'",
+      `${answer.status()}, session cookie sent: ${sentCookie}, X-Frame-Options: ${headers['x-frame-options']}`);
+    report(!content.includes(state.pin3) && !content.includes('Pin review') && !content.includes('name="csrf"') && !(frame?.url() ?? '').startsWith(GATEWAY_WEB),
+      'r4', 'the frame shows nothing of the review page', how);
+  });
+
+  await step('r5', 'approve on the page', async () => {
+    if (!state.pin3) throw new Error('no pending pin (case r2)');
+    const before = await listTools(GATEWAY_MCP, tokenA);
+    report(!before.includes(TOOL3), 'r5', `${TOOL3} is still not listed after r3's refused attempts`, before.join(','));
+    await operator.goto(REVIEW);
+    const from = operator.navs.length;
+    const answer = await decide(state.pin3, 'approve');
+    const gone = (await operator.locator(`#pin-${state.pin3}`).count()) === 0;
+    report(answer.status() === 303 && operator.url() === REVIEW && lastNav(operator).status === 200 && gone, 'r5',
+      'approve with the reviewer\'s name: 303 back to /review, the pin no longer listed', navTrail(operator, from));
+    const t0 = Date.now();
+    let listed = [];
+    while (Date.now() - t0 < 15_000) {
+      listed = await listTools(GATEWAY_MCP, tokenA);
+      if (listed.includes(TOOL3)) break;
+      await new Promise((resolve) => setTimeout(resolve, 250));
+    }
+    report(listed.includes(TOOL3), 'r5', `the running gateway lists ${TOOL3} within the decision poll`,
+      `after ${Date.now() - t0} ms: ${listed.join(',')}`);
+    // Callable: the call reaches the upstream's credential (alice connects REVIEW_UPSTREAM), then answers.
+    const first = await call(GATEWAY_MCP, tokenA, TOOL3);
+    const connect = connectOf(first);
+    if (!connect) throw new Error(`${TOOL3}: no connect request: ${shown(first)}`);
+    await openLink(alice, connect.url, 'alice');
+    if (await onConsentPage(alice)) await submitConsent(alice, 'approve');
+    await finishAtThirdParty(alice, 'alice');
+    const retry = await call(GATEWAY_MCP, tokenA, TOOL3, accept(connect));
+    report(resultText(retry) === 'UPSTREAM-USER: alice', 'r5', `${TOOL3} is callable: after alice connects it answers UPSTREAM-USER: alice`, shown(retry));
+  });
+
+  await step('r6', 'audit', async () => {
+    if (!state.pin3) throw new Error('no pending pin (case r2)');
+    const row = pinRows(REVIEW_UPSTREAM).find((r) => r.id === state.pin3);
+    report(row?.state === 'approved', 'r6', `palisade pins list: ${state.pin3} approved`, JSON.stringify(row));
+    const query = spawnSync('python3', ['-c', `import sqlite3, sys, json
+db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True)
+print(json.dumps(db.execute("select operation, decision, detail from audit_log where stage = 'pins' and (operation like 'pins/approved:%' or operation like 'pins/rejected:%')").fetchall()))`, env.STORE_DB], { encoding: 'utf8', timeout: 10_000 });
+    const records = query.status === 0 ? JSON.parse(query.stdout) : [];
+    const mine = records.filter(([operation]) => operation === `pins/approved:${state.pin3}`);
+    report(mine.length === 1 && mine[0][1] === 'allow' && / reviewer=rita /.test(mine[0][2]) && / via=review-page$/.test(mine[0][2])
+      && !records.some(([operation]) => operation === `pins/rejected:${state.pin3}`), 'r6',
+    'the audit log: one pins/approved record of the pin, reviewer=rita via=review-page (and no other decision on it)',
+    query.status === 0 ? JSON.stringify(mine) : `python3: ${query.stderr.trim().slice(0, 200)}`);
+    const verify = spawnSync(env.PALISADE_BIN, ['audit', 'verify', '--config', env.GATEWAY_CONFIG], { encoding: 'utf8', timeout: 20_000 });
+    report(verify.status === 0, 'r6', 'palisade audit verify: the chain is intact', (verify.stdout + verify.stderr).trim().split('\n').at(-1));
+    await operator.context().close();
   });
 } catch (error) {
   report(false, '-', 'flow', String(error?.stack ?? error));

@@ -322,7 +322,9 @@ impl ValidatedConfig {
             .collect::<Result<Vec<_>, _>>()?;
         let jwks_proxy = match &raw.jwks_proxy {
             None => None,
-            Some(text) => Some(crate::egress::parse_proxy(text).ok_or_else(|| ConfigError::InvalidProxy(text.clone()))?),
+            Some(text) => {
+                Some(crate::egress::parse_proxy(text).ok_or_else(|| ConfigError::InvalidProxy(text.clone()))?)
+            }
         };
         Ok(Self { leeway_ms: raw.leeway_secs * 1000, required_typ, issuers, jwks_allowed_networks, jwks_proxy, raw })
     }

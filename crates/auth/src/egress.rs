@@ -191,7 +191,10 @@ pub fn parse_network(cidr: &str) -> Option<IpNet> {
 /// (credentials belong in a secret, not in a configuration value); `None` otherwise.
 pub fn parse_proxy(text: &str) -> Option<Url> {
     Url::parse(text).ok().filter(|url| {
-        matches!(url.scheme(), "http" | "https") && url.host().is_some() && url.username().is_empty() && url.password().is_none()
+        matches!(url.scheme(), "http" | "https")
+            && url.host().is_some()
+            && url.username().is_empty()
+            && url.password().is_none()
     })
 }
 
@@ -480,12 +483,8 @@ impl EgressGuard {
     ) -> Result<Fetched, EgressError> {
         self.deadline(async {
             self.check_url(url)?;
-            let mut request = self
-                .client
-                .post(url.clone())
-                .header("accept", accept)
-                .header("content-type", content_type)
-                .body(body);
+            let mut request =
+                self.client.post(url.clone()).header("accept", accept).header("content-type", content_type).body(body);
             for (name, value) in headers {
                 request = request.header(name, value);
             }
@@ -498,7 +497,10 @@ impl EgressGuard {
         .await
     }
 
-    async fn deadline(&self, fetch: impl Future<Output = Result<Fetched, EgressError>>) -> Result<Fetched, EgressError> {
+    async fn deadline(
+        &self,
+        fetch: impl Future<Output = Result<Fetched, EgressError>>,
+    ) -> Result<Fetched, EgressError> {
         match tokio::time::timeout(self.policy.timeout, fetch).await {
             Ok(result) => result,
             Err(_) => Err(EgressError::Timeout),

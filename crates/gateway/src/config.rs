@@ -461,7 +461,8 @@ pub fn validate(
             }
         }
     }
-    if let Some(index) = out.iter().position(|upstream| matches!(upstream.credential, CredentialConfig::UserOAuth { .. }))
+    if let Some(index) =
+        out.iter().position(|upstream| matches!(upstream.credential, CredentialConfig::UserOAuth { .. }))
         && web.as_ref().is_none_or(|web| web.sign_in.is_none())
     {
         return Err(bad(
@@ -479,13 +480,17 @@ fn validate_egress(gateway: &RawGateway) -> Result<EgressPolicy, GatewayConfigEr
     let allowed_networks = gateway
         .egress_allowed_networks
         .iter()
-        .map(|cidr| parse_network(cidr).ok_or_else(|| bad("gateway.egress_allowed_networks", format!("{cidr:?} is not a CIDR network"))))
+        .map(|cidr| {
+            parse_network(cidr)
+                .ok_or_else(|| bad("gateway.egress_allowed_networks", format!("{cidr:?} is not a CIDR network")))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let proxy = match gateway.egress_proxy.as_deref() {
         None => None,
-        Some(text) => Some(parse_proxy(text).ok_or_else(|| {
-            bad("gateway.egress_proxy", "must be an http(s) URL with a host and no credentials")
-        })?),
+        Some(text) => Some(
+            parse_proxy(text)
+                .ok_or_else(|| bad("gateway.egress_proxy", "must be an http(s) URL with a host and no credentials"))?,
+        ),
     };
     Ok(EgressPolicy {
         allow_loopback: gateway.egress_allow_loopback.unwrap_or(false),
@@ -547,7 +552,10 @@ pub fn validate_web(raw: RawWeb) -> Result<WebSettings, GatewayConfigError> {
         (Some(issuer), Some(client_id)) => {
             let parsed = Url::parse(&issuer).map_err(|_| bad("web.sign_in_issuer", "not a URL"))?;
             if parsed.query().is_some() || parsed.fragment().is_some() || parsed.host().is_none() {
-                return Err(bad("web.sign_in_issuer", "must be an issuer identifier (a URL without query or fragment)"));
+                return Err(bad(
+                    "web.sign_in_issuer",
+                    "must be an issuer identifier (a URL without query or fragment)",
+                ));
             }
             if client_id.is_empty() || client_id.chars().any(char::is_control) {
                 return Err(bad("web.sign_in_client_id", "must not be empty or have control characters"));
@@ -557,7 +565,10 @@ pub fn validate_web(raw: RawWeb) -> Result<WebSettings, GatewayConfigError> {
                 (Some(path), None) if !path.as_os_str().is_empty() => Some(SecretSource::File(path)),
                 (None, Some(name)) if !name.is_empty() => Some(SecretSource::Env(name)),
                 (Some(_), Some(_)) => {
-                    return Err(bad("web.sign_in_client_secret_file", "give the secret as a file or an environment variable, not both"));
+                    return Err(bad(
+                        "web.sign_in_client_secret_file",
+                        "give the secret as a file or an environment variable, not both",
+                    ));
                 }
                 _ => return Err(bad("web.sign_in_client_secret_file", "must not be empty")),
             };

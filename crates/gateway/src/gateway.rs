@@ -36,13 +36,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{GatewaySettings, UpstreamSettings};
 use crate::credentials::{CallerContext, CredentialConfig, CredentialError, UpstreamCredential};
-use crate::upstream::UpstreamError;
-use crate::user_oauth::{OAuthError, UserCaller, UserOAuth};
 use crate::launch::LaunchSpec;
 use crate::names::{Namer, collisions, shadows_prefix};
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
+use crate::upstream::UpstreamError;
 use crate::upstream::stdio::SandboxIdentities;
 use crate::upstream::{HealthReport, ListKind, UpstreamClient, UpstreamInfo, UpstreamReply, UpstreamRequest};
+use crate::user_oauth::{OAuthError, UserCaller, UserOAuth};
 
 /// Whether the signed kill-switch registry lists an operation key (`tools/call:<name>`).
 pub type CoverageCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
@@ -224,7 +224,9 @@ impl Gateway {
             let upstream_oauth = match (&oauth, per_user) {
                 (Some(oauth), true) if oauth.serves(&upstream.id) => Some(oauth.clone()),
                 (_, true) => {
-                    return Err(fail("its user_oauth credential needs the gateway's web surface ([web], [web.sign_in])".into()));
+                    return Err(fail(
+                        "its user_oauth credential needs the gateway's web surface ([web], [web.sign_in])".into(),
+                    ));
                 }
                 (_, false) => None,
             };
@@ -1341,7 +1343,8 @@ async fn forward(
     }
     if connect_round {
         // The answer to Palisade's own connect request is not the upstream's to see.
-        let action = ctx.input_responses().get(CONNECT_INPUT).and_then(|answer| answer.get("action")).and_then(Value::as_str);
+        let action =
+            ctx.input_responses().get(CONNECT_INPUT).and_then(|answer| answer.get("action")).and_then(Value::as_str);
         if matches!(action, Some("decline" | "cancel")) {
             return not_connected(method, id);
         }

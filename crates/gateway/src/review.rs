@@ -39,7 +39,9 @@ use crate::config::PinSettings;
 use crate::credentials::Secret;
 use crate::decisions::{Reviewer, record, state_of};
 use crate::pins::{PinState, diff};
-use crate::web::{CsrfKey, Form, Page, SeeOther, clear_host_cookie, error_page, escape, host_cookie, random_token, read_cookie};
+use crate::web::{
+    CsrfKey, Form, Page, SeeOther, clear_host_cookie, error_page, escape, host_cookie, random_token, read_cookie,
+};
 
 /// The session cookie (`__Host-palisade_review`).
 const SESSION_COOKIE: &str = "palisade_review";
@@ -146,7 +148,8 @@ async fn login(State(review): State<Arc<Review>>, form: Form) -> Response {
         tracing::warn!("review page: a sign-in with a wrong token");
         return sign_in_page(StatusCode::FORBIDDEN, Some("that is not the review token"));
     }
-    let Some(cookie) = review.new_session().and_then(|value| host_cookie(SESSION_COOKIE, &value, SESSION_SECS).ok()) else {
+    let Some(cookie) = review.new_session().and_then(|value| host_cookie(SESSION_COOKIE, &value, SESSION_SECS).ok())
+    else {
         return error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be made");
     };
     SeeOther::to("/review").cookie(cookie).into_response()
@@ -209,7 +212,10 @@ async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response
                 let text = diff(decided, &o.definition);
                 format!("<p>Changed since it was last decided on:</p><pre class=\"diff\">{}</pre>", escape(&text))
             }
-            None => format!("<p>New: never decided on.</p><pre class=\"definition\">{}</pre>", escape(&pretty(&o.definition))),
+            None => format!(
+                "<p>New: never decided on.</p><pre class=\"definition\">{}</pre>",
+                escape(&pretty(&o.definition))
+            ),
         };
         let csrf = review.csrf.token(&[&session, "decide", &o.pin_id, &o.digest]);
         let approve = if signed_only {
@@ -275,7 +281,10 @@ async fn decide(State(review): State<Arc<Review>>, headers: HeaderMap, form: For
         Err(_) => return error_page(StatusCode::SERVICE_UNAVAILABLE, "the pin could not be read; nothing was decided"),
     };
     if row.observation.digest != digest {
-        return error_page(StatusCode::CONFLICT, "the definition changed since it was shown; nothing was decided: look again");
+        return error_page(
+            StatusCode::CONFLICT,
+            "the definition changed since it was shown; nothing was decided: look again",
+        );
     }
     let reviewer = Reviewer { name, note, sign_key: None, surface: "review-page" };
     match record(review.store.as_ref(), review.clock.as_ref(), &row, verdict, reviewer).await {
@@ -283,14 +292,16 @@ async fn decide(State(review): State<Arc<Review>>, headers: HeaderMap, form: For
             tracing::info!(pin, verdict = verdict.as_str(), "review page: decision recorded");
             SeeOther::to("/review").into_response()
         }
-        Ok(false) => error_page(StatusCode::CONFLICT, "the definition changed since it was shown; nothing was decided: look again"),
+        Ok(false) => error_page(
+            StatusCode::CONFLICT,
+            "the definition changed since it was shown; nothing was decided: look again",
+        ),
         Err(error) => {
             tracing::warn!(%error, "review page: the decision could not be recorded");
             error_page(StatusCode::SERVICE_UNAVAILABLE, "the decision could not be recorded; nothing was decided")
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -315,7 +326,8 @@ mod tests {
             kind: DefinitionKind::Tool,
             name: "read".into(),
         };
-        let definition = json!({ "name": "read", "description": format!("Reads a file <b>v{version}</b>"), "inputSchema": {} });
+        let definition =
+            json!({ "name": "read", "description": format!("Reads a file <b>v{version}</b>"), "inputSchema": {} });
         PinObservation {
             pin_id: subject.pin_id(),
             upstream_id: subject.upstream_id,
@@ -359,9 +371,8 @@ mod tests {
 
     fn post(path: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> Request<Body> {
         let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(fields).finish();
-        let mut request = Request::post(path)
-            .header("origin", ORIGIN)
-            .header("content-type", "application/x-www-form-urlencoded");
+        let mut request =
+            Request::post(path).header("origin", ORIGIN).header("content-type", "application/x-www-form-urlencoded");
         if let Some(cookie) = cookie {
             request = request.header("cookie", cookie);
         }
@@ -381,7 +392,10 @@ mod tests {
         let (status, headers, _) = send(router, post("/review/login", None, &[("token", TOKEN)])).await;
         assert_eq!(status, StatusCode::SEE_OTHER);
         let set = headers["set-cookie"].to_str().unwrap();
-        assert!(set.starts_with("__Host-palisade_review=") && set.contains("Secure") && set.contains("HttpOnly"), "{set}");
+        assert!(
+            set.starts_with("__Host-palisade_review=") && set.contains("Secure") && set.contains("HttpOnly"),
+            "{set}"
+        );
         set.split(';').next().unwrap().to_owned()
     }
 
@@ -400,7 +414,8 @@ mod tests {
         assert!(html.contains("Review token") && !html.contains("class=\"pin\""));
         assert_eq!(headers["x-frame-options"], "DENY");
         assert!(headers["content-security-policy"].to_str().unwrap().contains("frame-ancestors 'none'"));
-        let (status, headers, _) = send(&router, post("/review/login", None, &[("token", "operator-review-token-0124")])).await;
+        let (status, headers, _) =
+            send(&router, post("/review/login", None, &[("token", "operator-review-token-0124")])).await;
         assert_eq!(status, StatusCode::FORBIDDEN);
         assert!(headers.get("set-cookie").is_none());
         // A forged session cookie is no session.
@@ -427,7 +442,13 @@ mod tests {
             post(
                 "/review/decide",
                 Some(&cookie),
-                &[("pin", &first.pin_id), ("digest", digest), ("csrf", csrf), ("verdict", verdict), ("reviewer", "rita")],
+                &[
+                    ("pin", &first.pin_id),
+                    ("digest", digest),
+                    ("csrf", csrf),
+                    ("verdict", verdict),
+                    ("reviewer", "rita"),
+                ],
             )
         };
         // Without the CSRF token, with another's, and without a session: refused, nothing decided.
@@ -447,7 +468,10 @@ mod tests {
         assert_eq!(digest, observation(2).digest);
         assert_eq!(send(&router, decide(&csrf, &digest, "approve")).await.0, StatusCode::SEE_OTHER);
         let decision = store.pin(&first.pin_id).await.unwrap().unwrap().decision.unwrap();
-        assert_eq!((decision.verdict, decision.reviewer.as_str(), decision.digest.as_str()), (PinVerdict::Approved, "rita", digest.as_str()));
+        assert_eq!(
+            (decision.verdict, decision.reviewer.as_str(), decision.digest.as_str()),
+            (PinVerdict::Approved, "rita", digest.as_str())
+        );
         let (_, _, html) = send(&router, get("/review", Some(&cookie))).await;
         assert!(html.contains("Nothing awaits a decision"), "{html}");
     }
@@ -462,9 +486,16 @@ mod tests {
         assert!(html.contains("signed-only") && !html.contains("value=\"approve\""));
         let (csrf, digest) = (field(&html, "csrf"), field(&html, "digest"));
         let fields = |verdict: &'static str| {
-            vec![("pin", first.pin_id.clone()), ("digest", digest.clone()), ("csrf", csrf.clone()), ("verdict", verdict.into()), ("reviewer", "rita".into())]
+            vec![
+                ("pin", first.pin_id.clone()),
+                ("digest", digest.clone()),
+                ("csrf", csrf.clone()),
+                ("verdict", verdict.into()),
+                ("reviewer", "rita".into()),
+            ]
         };
-        let as_refs = |fields: &[(&'static str, String)]| fields.iter().map(|(k, v)| (*k, v.clone())).collect::<Vec<_>>();
+        let as_refs =
+            |fields: &[(&'static str, String)]| fields.iter().map(|(k, v)| (*k, v.clone())).collect::<Vec<_>>();
         let approve = as_refs(&fields("approve"));
         let approve: Vec<(&str, &str)> = approve.iter().map(|(k, v)| (*k, v.as_str())).collect();
         assert_eq!(send(&router, post("/review/decide", Some(&cookie), &approve)).await.0, StatusCode::FORBIDDEN);

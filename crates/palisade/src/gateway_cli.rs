@@ -10,8 +10,8 @@ use anyhow::Context as _;
 use clap::Subcommand;
 use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_gateway::config::GatewaySettings;
-use palisade_gateway::launch::LaunchSpec;
 use palisade_gateway::decisions::{Reviewer, record, state_of};
+use palisade_gateway::launch::LaunchSpec;
 use palisade_gateway::pins::{DefinitionKind, PinState, diff};
 use palisade_store::{PinRow, PinVerdict, Store};
 
@@ -226,12 +226,7 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
     let rows: Vec<PinRow> = if args.all {
         let rows = store.pins(args.upstream.as_deref()).await.context("reading pins")?;
         rows.into_iter()
-            .filter(|row| {
-                matches!(
-                    state_of(row, &gateway.pins),
-                    PinState::Pending | PinState::Held
-                )
-            })
+            .filter(|row| matches!(state_of(row, &gateway.pins), PinState::Pending | PinState::Held))
             .collect()
     } else {
         if args.decision.digest.is_some() && args.ids.len() != 1 {

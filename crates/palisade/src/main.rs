@@ -379,9 +379,9 @@ fn main() -> ExitCode {
             Command::Connections { command: ConnectionsCommand::List { subject, config } } => {
                 connections_list(config.as_deref(), subject.as_deref()).await
             }
-            Command::Connections { command: ConnectionsCommand::Revoke { subject, issuer, upstream, reason, config } } => {
-                connections_revoke(config.as_deref(), &subject, issuer.as_deref(), upstream.as_deref(), &reason).await
-            }
+            Command::Connections {
+                command: ConnectionsCommand::Revoke { subject, issuer, upstream, reason, config },
+            } => connections_revoke(config.as_deref(), &subject, issuer.as_deref(), upstream.as_deref(), &reason).await,
             Command::Keys { command } => killswitch_cli::keys(command),
             Command::Policy { command } => killswitch_cli::policy(command).await,
             Command::Authority { command } => killswitch_cli::authority(command).await,
@@ -776,9 +776,9 @@ async fn connections_revoke(
     let chosen: Vec<_> = rows
         .iter()
         .filter(|row| {
-            connection_person(row).is_some_and(|person| {
-                person.subject == subject && issuer.is_none_or(|issuer| person.issuer == issuer)
-            }) && upstream.is_none_or(|upstream| row.upstream == upstream)
+            connection_person(row)
+                .is_some_and(|person| person.subject == subject && issuer.is_none_or(|issuer| person.issuer == issuer))
+                && upstream.is_none_or(|upstream| row.upstream == upstream)
         })
         .collect();
     let issuers: std::collections::BTreeSet<String> =
@@ -793,10 +793,7 @@ async fn connections_revoke(
             removed += 1;
         }
     }
-    let detail = format!(
-        "subject={subject} upstream={} removed={removed} reason={reason}",
-        upstream.unwrap_or("*")
-    );
+    let detail = format!("subject={subject} upstream={} removed={removed} reason={reason}", upstream.unwrap_or("*"));
     record_operator_action(store.as_ref(), now, "connections/revoke", detail).await?;
     #[allow(clippy::print_stdout)]
     {
@@ -989,16 +986,17 @@ async fn start_gateway(
     }
     // The per-user OAuth client of the `user_oauth` upstreams: its keys come from the server
     // secret, so every instance opens the tokens another stored.
-    let oauth = palisade_gateway::user_oauth::UserOAuth::for_gateway(
-        settings,
+    let oauth =
+        palisade_gateway::user_oauth::UserOAuth::for_gateway(settings, store.clone(), secret, Arc::new(SystemClock))
+            .context("starting the gateway's per-user OAuth client")?;
+    let gateway = palisade_gateway::Gateway::with_user_oauth(
+        settings.clone(),
         store.clone(),
-        secret,
         Arc::new(SystemClock),
+        coverage,
+        oauth,
     )
-    .context("starting the gateway's per-user OAuth client")?;
-    let gateway =
-        palisade_gateway::Gateway::with_user_oauth(settings.clone(), store.clone(), Arc::new(SystemClock), coverage, oauth)
-            .context("starting the gateway")?;
+    .context("starting the gateway")?;
     gateway.refresh_all().await;
     let app = gateway.build_app().await.context("building the gateway's registry")?;
     for status in gateway.status() {

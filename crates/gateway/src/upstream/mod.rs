@@ -892,7 +892,9 @@ impl Inner {
                         }
                         return Err(UpstreamError::InsufficientScope(scopes));
                     }
-                    Err(Refusal::Unauthorized(hint)) if self.credential.is_per_user() && target.caller.user.is_some() => {
+                    Err(Refusal::Unauthorized(hint))
+                        if self.credential.is_per_user() && target.caller.user.is_some() =>
+                    {
                         self.credential.rejected(target.caller, hint.as_deref()).await;
                         return Err(UpstreamError::Credential(CredentialError::UserAuthorizationRequired {
                             scopes: None,

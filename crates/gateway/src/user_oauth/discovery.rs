@@ -141,7 +141,8 @@ pub(crate) async fn authorization_server(
     if parsed.query().is_some() || parsed.fragment().is_some() {
         return Err(OAuthError::Discovery("the issuer has a query or fragment".into()));
     }
-    check_browser_url(&parsed, allow_loopback_http).map_err(|reason| OAuthError::Discovery(format!("the issuer {reason}")))?;
+    check_browser_url(&parsed, allow_loopback_http)
+        .map_err(|reason| OAuthError::Discovery(format!("the issuer {reason}")))?;
     for url in authorization_server_metadata_urls(&parsed) {
         let document = match fetch_json(guard, &url).await {
             Ok(document) => document,
@@ -180,7 +181,8 @@ fn parse_authorization_server(
         }
         Ok(Some(url))
     };
-    let authorization_endpoint = endpoint("authorization_endpoint")?.ok_or_else(|| bad("no authorization_endpoint".into()))?;
+    let authorization_endpoint =
+        endpoint("authorization_endpoint")?.ok_or_else(|| bad("no authorization_endpoint".into()))?;
     let token_endpoint = endpoint("token_endpoint")?.ok_or_else(|| bad("no token_endpoint".into()))?;
     let registration_endpoint = endpoint("registration_endpoint")?;
     // Endpoints Palisade itself calls must also pass the guard's address rules (an IP literal is

@@ -244,7 +244,7 @@ pub struct UserOAuth {
     hints: Mutex<HashMap<String, Url>>,
     /// One refresh at a time per (person, upstream) on this instance; instances race through
     /// the store's compare-and-swap.
-    refreshing: Mutex<HashMap<([u8; 32], String), Arc<tokio::sync::Mutex<()>>>>,
+    refreshing: Mutex<HashMap<([u8; 32], String), Flight>>,
 }
 
 impl std::fmt::Debug for UserOAuth {
@@ -255,6 +255,9 @@ impl std::fmt::Debug for UserOAuth {
             .finish_non_exhaustive()
     }
 }
+
+/// One refresh in flight for a (person, upstream): others wait on it, then re-read.
+type Flight = Arc<tokio::sync::Mutex<()>>;
 
 /// Why the per-user OAuth client could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -348,7 +351,12 @@ impl UserOAuth {
                     let scopes: BTreeSet<String> = scopes.iter().cloned().collect();
                     let mut max = scopes.clone();
                     max.extend(max_scopes.iter().cloned());
-                    Some(UpstreamOAuth { id: upstream.id.clone(), resource: upstream.url.clone(), scopes, max_scopes: max })
+                    Some(UpstreamOAuth {
+                        id: upstream.id.clone(),
+                        resource: upstream.url.clone(),
+                        scopes,
+                        max_scopes: max,
+                    })
                 }
                 _ => None,
             })
@@ -493,11 +501,17 @@ impl UserOAuth {
     }
 
     fn seal_tokens(&self, key: &[u8; 32], upstream: &str, tokens: &Tokens) -> Result<Vec<u8>, OAuthError> {
-        let plain = Zeroizing::new(serde_json::to_vec(tokens).map_err(|_| OAuthError::Refused("tokens not serializable"))?);
+        let plain =
+            Zeroizing::new(serde_json::to_vec(tokens).map_err(|_| OAuthError::Refused("tokens not serializable"))?);
         self.vault.seal(&Self::token_binding(key, upstream), &plain).map_err(|_| OAuthError::Refused("sealing failed"))
     }
 
-    async fn refresh(&self, config: &UpstreamOAuth, row: &ConnectionRow, tokens: &Tokens) -> Result<Zeroizing<String>, OAuthError> {
+    async fn refresh(
+        &self,
+        config: &UpstreamOAuth,
+        row: &ConnectionRow,
+        tokens: &Tokens,
+    ) -> Result<Zeroizing<String>, OAuthError> {
         let Some(refresh_token) = tokens.refresh_token.as_deref() else { return Err(OAuthError::GrantRefused) };
         let server = self.discover(config, false).await?;
         if server.server.issuer != row.issuer {
@@ -582,7 +596,8 @@ impl UserOAuth {
             });
         }
         let redirect_uri = self.redirect_uri();
-        let binding: [&[u8]; 3] = [b"palisade/user-oauth/registration", server.issuer.as_bytes(), redirect_uri.as_bytes()];
+        let binding: [&[u8]; 3] =
+            [b"palisade/user-oauth/registration", server.issuer.as_bytes(), redirect_uri.as_bytes()];
         if let Some(stored) = self.store.oauth_client(&server.issuer, &redirect_uri).await? {
             // Stored as a JSON string holding the base64url of the sealed registration.
             let opened = serde_json::from_str::<String>(&stored)
@@ -606,8 +621,9 @@ impl UserOAuth {
             &server.token_auth_methods,
         )
         .await?;
-        let plain =
-            Zeroizing::new(serde_json::to_vec(&identity).map_err(|_| OAuthError::Refused("registration not serializable"))?);
+        let plain = Zeroizing::new(
+            serde_json::to_vec(&identity).map_err(|_| OAuthError::Refused("registration not serializable"))?,
+        );
         let sealed = self.vault.seal(&binding, &plain).map_err(|_| OAuthError::Refused("sealing failed"))?;
         let stored = Value::String(URL_SAFE_NO_PAD.encode(sealed)).to_string();
         self.store.put_oauth_client(&server.issuer, &redirect_uri, &stored, self.now_ms()).await?;
@@ -643,7 +659,8 @@ impl UserOAuth {
         };
         let body = serde_json::to_string(&flow).map_err(|_| OAuthError::Refused("flow not serializable"))?;
         self.store.put_flow(id_digest(&id), CONNECT, &body, self.now_ms() + self.flow_ttl_ms()).await?;
-        Url::parse(&self.url(&format!("connect/{id}"))).map_err(|_| OAuthError::Refused("the connect link is not a URL"))
+        Url::parse(&self.url(&format!("connect/{id}")))
+            .map_err(|_| OAuthError::Refused("the connect link is not a URL"))
     }
 
     /// Every connection (of one person, when given), newest first, without tokens.
@@ -726,13 +743,18 @@ impl UserOAuth {
                     Ok(ServerEvent::ClientRevoked { client }) => PrincipalEvent::ClientRevoked { client },
                     Ok(_) => continue,
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
-                        tracing::warn!(missed, "user_oauth: principal events were missed; their connections stay until revoked by hand");
+                        tracing::warn!(
+                            missed,
+                            "user_oauth: principal events were missed; their connections stay until revoked by hand"
+                        );
                         continue;
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 };
                 match oauth.on_principal_event(&event).await {
-                    Ok(removed) if removed > 0 => tracing::info!(removed, "user_oauth: principal event: connections or approvals removed"),
+                    Ok(removed) if removed > 0 => {
+                        tracing::info!(removed, "user_oauth: principal event: connections or approvals removed")
+                    }
                     Ok(_) => {}
                     Err(error) => tracing::warn!(%error, "user_oauth: a principal event could not be applied"),
                 }

@@ -39,9 +39,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use palisade_base::hex::hex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use palisade_base::hex::hex;
 use url::Url;
 
 use super::discovery::{self, AuthorizationServer};
@@ -139,8 +139,7 @@ fn refused(status: StatusCode, message: &str) -> Response {
     error_page(status, message)
 }
 
-const LINK_GONE: &str =
-    "This connect link is not valid: it was used already, it expired (links last 10 minutes), or it never existed. \
+const LINK_GONE: &str = "This connect link is not valid: it was used already, it expired (links last 10 minutes), or it never existed. \
      Start again from your MCP client.";
 
 impl UserOAuth {
@@ -262,7 +261,8 @@ impl UserOAuth {
         };
         let client_name = self.client_name(&flow.client_id).await;
         let csrf = self.csrf().token(&[session, "connect", id]);
-        let scopes: String = flow.scopes.iter().map(|scope| format!("<li><code>{}</code></li>", escape(scope))).collect();
+        let scopes: String =
+            flow.scopes.iter().map(|scope| format!("<li><code>{}</code></li>", escape(scope))).collect();
         let client_id = if flow.client_id.is_empty() { "(none stated)".to_owned() } else { flow.client_id.clone() };
         let html = format!(
             "<h1>Connect {upstream}?</h1>\
@@ -458,7 +458,9 @@ async fn sign_in_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers
     let flow = match oauth.store.take_flow(id_digest(state), SIGN_IN, oauth.now_ms()).await {
         Ok(Some(body)) => serde_json::from_str::<SignInFlow>(&body).ok(),
         Ok(None) => None,
-        Err(_) => return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this sign-in; try again"),
+        Err(_) => {
+            return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this sign-in; try again");
+        }
     };
     let Some(flow) = flow else {
         return refused(StatusCode::BAD_REQUEST, "this sign-in is unknown, was completed already, or expired");
@@ -508,7 +510,8 @@ impl UserOAuth {
         check_iss(iss, &server.issuer, server.iss_parameter)?;
         let redirect_uri = self.url("signin/callback");
         let grant = Grant::Code { code, redirect_uri: &redirect_uri, verifier: &flow.verifier };
-        let body = token::token_request(&self.guard, &server.token_endpoint, &self.sign_in_client(), grant, None).await?;
+        let body =
+            token::token_request(&self.guard, &server.token_endpoint, &self.sign_in_client(), grant, None).await?;
         let response: Value =
             serde_json::from_slice(&body).map_err(|_| OAuthError::Token("the sign-in token response is malformed"))?;
         let id_token = response.get("id_token").and_then(Value::as_str).ok_or(OAuthError::Token("no ID token"))?;
@@ -578,7 +581,10 @@ async fn oauth_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers: 
         return refused(StatusCode::FORBIDDEN, ANOTHER_PERSON);
     }
     if callback.error.is_some() {
-        return refused(StatusCode::BAD_REQUEST, "the upstream's authorization server did not authorize; nothing was connected");
+        return refused(
+            StatusCode::BAD_REQUEST,
+            "the upstream's authorization server did not authorize; nothing was connected",
+        );
     }
     let Some(code) = callback.code.as_deref() else {
         return refused(StatusCode::BAD_REQUEST, "the authorization answer has no code");
@@ -600,7 +606,12 @@ async fn oauth_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers: 
 impl UserOAuth {
     /// Checks the response's issuer against the one recorded with the verifier, redeems the code
     /// with the verifier and `resource`, and stores the tokens.
-    pub(super) async fn finish_authorize(&self, code: &str, iss: Option<&str>, flow: &AuthorizeFlow) -> Result<(), OAuthError> {
+    pub(super) async fn finish_authorize(
+        &self,
+        code: &str,
+        iss: Option<&str>,
+        flow: &AuthorizeFlow,
+    ) -> Result<(), OAuthError> {
         let config = self.upstreams.get(&flow.upstream).ok_or(OAuthError::Refused(LINK_GONE))?;
         let discovered = self.discover(config, false).await?;
         let server = &discovered.server;

@@ -119,7 +119,13 @@ pub(crate) async fn token_request(
     }
     let (body, headers) = client_authentication(client, &pairs)?;
     let fetched = guard
-        .post(token_endpoint, "application/x-www-form-urlencoded", body.as_bytes().to_vec(), "application/json", &headers)
+        .post(
+            token_endpoint,
+            "application/x-www-form-urlencoded",
+            body.as_bytes().to_vec(),
+            "application/json",
+            &headers,
+        )
         .await
         .map_err(|error| egress_error(token_endpoint, error))?;
     let response = Zeroizing::new(fetched.body);
@@ -132,11 +138,14 @@ pub(crate) async fn token_request(
     Ok(response)
 }
 
+/// Headers of one request.
+type Headers = Vec<(HeaderName, HeaderValue)>;
+
 /// The form body with the client authentication its method asks for, and the headers to send.
 fn client_authentication(
     client: &ClientIdentity,
     pairs: &[(&str, &str)],
-) -> Result<(Zeroizing<String>, Vec<(HeaderName, HeaderValue)>), OAuthError> {
+) -> Result<(Zeroizing<String>, Headers), OAuthError> {
     let mut form = url::form_urlencoded::Serializer::new(String::new());
     for (name, value) in pairs {
         form.append_pair(name, value);
@@ -145,10 +154,12 @@ fn client_authentication(
     match (client.auth_method.as_str(), client.client_secret.as_deref()) {
         ("client_secret_basic", Some(secret)) => {
             // RFC 6749 §2.3.1: both parts form-encoded before Base64.
-            let pair = Zeroizing::new(format!("{}:{}", form_encode(&client.client_id), &*Zeroizing::new(form_encode(secret))));
-            let basic = Zeroizing::new(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair.as_bytes())));
-            let mut value =
-                HeaderValue::from_str(&basic).map_err(|_| OAuthError::Token("the client secret is not a header value"))?;
+            let pair =
+                Zeroizing::new(format!("{}:{}", form_encode(&client.client_id), &*Zeroizing::new(form_encode(secret))));
+            let basic =
+                Zeroizing::new(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair.as_bytes())));
+            let mut value = HeaderValue::from_str(&basic)
+                .map_err(|_| OAuthError::Token("the client secret is not a header value"))?;
             value.set_sensitive(true);
             headers.push((AUTHORIZATION, value));
         }
@@ -262,8 +273,8 @@ pub(crate) async fn register(
         token_endpoint_auth_method: Option<String>,
         redirect_uris: Option<Vec<String>>,
     }
-    let registered: Registered =
-        serde_json::from_slice(&body).map_err(|_| OAuthError::Registration("the registration response is malformed"))?;
+    let registered: Registered = serde_json::from_slice(&body)
+        .map_err(|_| OAuthError::Registration("the registration response is malformed"))?;
     if registered.client_id.is_empty() || registered.client_id.chars().any(char::is_control) {
         return Err(OAuthError::Registration("the registration response has no usable client id"));
     }
@@ -301,7 +312,9 @@ mod tests {
 
     #[test]
     fn a_token_for_another_resource_is_refused() {
-        let body = |token: String| serde_json::json!({ "access_token": token, "token_type": "Bearer", "expires_in": 60 }).to_string();
+        let body = |token: String| {
+            serde_json::json!({ "access_token": token, "token_type": "Bearer", "expires_in": 60 }).to_string()
+        };
         let ours = jwt(&serde_json::json!({ "aud": "https://files.example/mcp" }));
         let theirs = jwt(&serde_json::json!({ "aud": ["https://mail.example/mcp"] }));
         assert!(parse_tokens(body(ours).as_bytes(), "https://files.example/mcp", 0, false).is_ok());
@@ -326,7 +339,10 @@ mod tests {
             assert!(parse_tokens(body.as_bytes(), "r", 0, false).is_err(), "{body}");
         }
         let tokens = parse_tokens(br#"{"access_token":"abc","token_type":"bearer","expires_in":100,"refresh_token":"r1","scope":"files:read"}"#, "r", 1000, false).unwrap();
-        assert_eq!((tokens.expires_at_ms, tokens.refresh_token.as_deref(), tokens.scope.as_str()), (101_000, Some("r1"), "files:read"));
+        assert_eq!(
+            (tokens.expires_at_ms, tokens.refresh_token.as_deref(), tokens.scope.as_str()),
+            (101_000, Some("r1"), "files:read")
+        );
         assert!(!format!("{tokens:?}").contains("abc"));
     }
 }

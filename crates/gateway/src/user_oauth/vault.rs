@@ -66,7 +66,7 @@ impl Vault {
         let nonce = Nonce::try_assume_unique_for_key(nonce).map_err(|_| Unsealable)?;
         let mut buffer = Zeroizing::new(ciphertext.to_vec());
         let aad = associated_data(binding);
-        let plain = self.key.open_in_place(nonce, Aad::from(&aad[..]), &mut *buffer).map_err(|_| Unsealable)?;
+        let plain = self.key.open_in_place(nonce, Aad::from(&aad[..]), &mut buffer).map_err(|_| Unsealable)?;
         Ok(Zeroizing::new(plain.to_vec()))
     }
 }

@@ -581,12 +581,17 @@ async fn require_same_origin(State(origin): State<Arc<str>>, request: Request, n
 
 /// Binds the listener of `settings`, reads its certificate and key, and serves `routes` (inside
 /// [`surface`]) until `shutdown` is cancelled. Returns the bound address once listening.
-pub async fn start(settings: &WebSettings, routes: Router, shutdown: CancellationToken) -> Result<SocketAddr, WebError> {
+pub async fn start(
+    settings: &WebSettings,
+    routes: Router,
+    shutdown: CancellationToken,
+) -> Result<SocketAddr, WebError> {
     let tls = settings.load_tls()?;
     let listener = TcpListener::bind(settings.listen)
         .await
         .map_err(|error| WebError::Bind { listen: settings.listen, reason: error.to_string() })?;
-    let local = listener.local_addr().map_err(|error| WebError::Bind { listen: settings.listen, reason: error.to_string() })?;
+    let local =
+        listener.local_addr().map_err(|error| WebError::Bind { listen: settings.listen, reason: error.to_string() })?;
     tokio::spawn(serve_web(listener, tls, surface(settings, routes), shutdown));
     Ok(local)
 }
