@@ -74,7 +74,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         })
         .collect::<Result<Vec<_>, _>>()
         .context("building the upstream entries")?;
-    let settings = validate(RawGateway::default(), RawPins::default(), raws, None).context("validating the upstreams")?;
+    let settings =
+        validate(RawGateway::default(), RawPins::default(), raws, None).context("validating the upstreams")?;
 
     std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let db = args.data_dir.join("gateway.db");

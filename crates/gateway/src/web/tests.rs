@@ -1,3 +1,6 @@
+//! Tests of the web surface: security headers, same-origin POSTs, CSRF tokens, `__Host-` cookies,
+//! the form extractor, TLS configuration and the accept loop.
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::body::Body;
