@@ -102,6 +102,20 @@ const watchdog = setTimeout(() => {
 // ---------------------------------------------------------------------------------------------
 // The MCP side: callers' tokens and raw 2026-07-28 JSON-RPC over fetch
 // ---------------------------------------------------------------------------------------------
+
+// What the frame #victim of PAGE (a framing page just opened) shows: its content, a description, its URL.
+async function framedContent(page) {
+  await page.waitForLoadState('load');
+  await page.waitForTimeout(300);
+  const frame = await (await page.locator('#victim').elementHandle())?.contentFrame();
+  if (!frame) return { content: '', how: 'no frame', url: '' };
+  try {
+    const content = await frame.content();
+    return { content, how: `frame at ${frame.url()}, ${content.length} chars`, url: frame.url() };
+  } catch (error) {
+    return { content: '', how: `frame.content() failed: ${String(error?.message ?? error).split('\n')[0]}`, url: frame.url() };
+  }
+}
 async function mint(subject, client, resource) {
   const r = await fetch(`${IDP}/token`, {
     method: 'POST',
@@ -469,23 +483,11 @@ try {
       alice.goto(framerUrl),
     ]);
     const headers = answer.headers();
-    await alice.waitForLoadState('load');
-    await alice.waitForTimeout(300);
-    const frame = await (await alice.locator('#victim').elementHandle())?.contentFrame();
-    let content = '';
-    let how = 'no frame';
-    if (frame) {
-      try {
-        content = await frame.content();
-        how = `frame at ${frame.url()}, ${content.length} chars`;
-      } catch (error) {
-        how = `frame.content() failed: ${String(error?.message ?? error).split('\n')[0]}`;
-      }
-    }
+    const { content, how, url: frameUrl } = await framedContent(alice);
     report(answer.status() === 200 && headers['x-frame-options'] === 'DENY' && (headers['content-security-policy'] ?? '').includes("frame-ancestors 'none'"),
       'e', "the framed consent page (200, the session cookie sent) says X-Frame-Options: DENY and CSP frame-ancestors 'none'",
       `${answer.status()}, X-Frame-Options: ${headers['x-frame-options']}`);
-    report(!content.includes('name="csrf"') && !content.includes('client-id') && !(frame?.url() ?? '').startsWith(GATEWAY_WEB),
+    report(!content.includes('name="csrf"') && !content.includes('client-id') && !frameUrl.startsWith(GATEWAY_WEB),
       'e', 'the frame shows nothing of the consent page', how);
   });
 
@@ -708,23 +710,11 @@ try {
     ]);
     const headers = answer.headers();
     const sentCookie = /__Host-palisade_review=/.test((await answer.request().allHeaders()).cookie ?? '');
-    await operator.waitForLoadState('load');
-    await operator.waitForTimeout(300);
-    const frame = await (await operator.locator('#victim').elementHandle())?.contentFrame();
-    let content = '';
-    let how = 'no frame';
-    if (frame) {
-      try {
-        content = await frame.content();
-        how = `frame at ${frame.url()}, ${content.length} chars`;
-      } catch (error) {
-        how = `frame.content() failed: ${String(error?.message ?? error).split('\n')[0]}`;
-      }
-    }
+    const { content, how, url: frameUrl } = await framedContent(operator);
     report(answer.status() === 200 && headers['x-frame-options'] === 'DENY' && (headers['content-security-policy'] ?? '').includes("frame-ancestors 'none'"),
       'r4', "the framed review page says X-Frame-Options: DENY and CSP frame-ancestors 'none'",
       `${answer.status()}, session cookie sent: ${sentCookie}, X-Frame-Options: ${headers['x-frame-options']}`);
-    report(!content.includes(state.pin3) && !content.includes('Pin review') && !content.includes('name="csrf"') && !(frame?.url() ?? '').startsWith(GATEWAY_WEB),
+    report(!content.includes(state.pin3) && !content.includes('Pin review') && !content.includes('name="csrf"') && !frameUrl.startsWith(GATEWAY_WEB),
       'r4', 'the frame shows nothing of the review page', how);
   });
 

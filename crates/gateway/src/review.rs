@@ -485,23 +485,19 @@ mod tests {
         let (_, _, html) = send(&router, get("/review", Some(&cookie))).await;
         assert!(html.contains("signed-only") && !html.contains("value=\"approve\""));
         let (csrf, digest) = (field(&html, "csrf"), field(&html, "digest"));
-        let fields = |verdict: &'static str| {
-            vec![
-                ("pin", first.pin_id.clone()),
-                ("digest", digest.clone()),
-                ("csrf", csrf.clone()),
-                ("verdict", verdict.into()),
-                ("reviewer", "rita".into()),
-            ]
+        let decide = |verdict: &'static str| {
+            let fields = [
+                ("pin", first.pin_id.as_str()),
+                ("digest", &digest),
+                ("csrf", &csrf),
+                ("verdict", verdict),
+                ("reviewer", "rita"),
+            ];
+            post("/review/decide", Some(&cookie), &fields)
         };
-        let as_refs =
-            |fields: &[(&'static str, String)]| fields.iter().map(|(k, v)| (*k, v.clone())).collect::<Vec<_>>();
-        let approve = as_refs(&fields("approve"));
-        let approve: Vec<(&str, &str)> = approve.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        assert_eq!(send(&router, post("/review/decide", Some(&cookie), &approve)).await.0, StatusCode::FORBIDDEN);
-        let reject = as_refs(&fields("reject"));
-        let reject: Vec<(&str, &str)> = reject.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        assert_eq!(send(&router, post("/review/decide", Some(&cookie), &reject)).await.0, StatusCode::SEE_OTHER);
+        assert_eq!(send(&router, decide("approve")).await.0, StatusCode::FORBIDDEN);
+        assert!(store.pin(&first.pin_id).await.unwrap().unwrap().decision.is_none());
+        assert_eq!(send(&router, decide("reject")).await.0, StatusCode::SEE_OTHER);
         let decision = store.pin(&first.pin_id).await.unwrap().unwrap().decision.unwrap();
         assert_eq!(decision.verdict, PinVerdict::Rejected);
     }
