@@ -44,6 +44,11 @@
 //      (alice's call still input-required, no connection listed, the third party never reached)
 //   j  the connect link of a completed flow opened again: refused
 //   k  declining the connect request: the tool result is isError "Not connected"
+//   l  a 2025-era client on the session wire (2025-11-25, mallory, nothing connected): initialized
+//      with elicitation: {} the call answers a JSON-RPC error; with elicitation.url the call's SSE
+//      stream opens with an elicitation/create request (mode url, the connect page, an
+//      elicitationId); declined (files2) the result is isError "Not connected"; accepted after
+//      mallory connects in the browser (files) it is UPSTREAM-USER: mallory
 // The pin review page (/review on the same pages), REVIEW_UPSTREAM's tool pending throughout r1-r4:
 //   r1 a wrong review token: 403 after about a second, no session cookie
 //   r2 the tool is neither listed nor callable; the right token: 303 with the __Host- session
@@ -188,6 +193,104 @@ function isConnectFor(reply, web) {
   return !!connect && connect.url.startsWith(`${web}connect/`) && typeof connect.requestState === 'string';
 }
 const accept = (connect) => ({ inputResponses: { palisade_connect: { action: 'accept' } }, requestState: connect.requestState });
+
+// ---------------------------------------------------------------------------------------------
+// The 2025-era session wire (2025-11-25: initialize, Mcp-Session-Id, server requests on the POST's
+// SSE stream, the client's answers as POSTs of their own)
+// ---------------------------------------------------------------------------------------------
+const LEGACY = '2025-11-25';
+
+// A POST of the session wire: before the session (initialize) without MCP-Protocol-Version.
+function sessionPost(mcp, token, session, body, signal = AbortSignal.timeout(STEP_TIMEOUT_MS * 2)) {
+  const headers = { 'content-type': 'application/json', accept: 'application/json, text/event-stream', authorization: `Bearer ${token}` };
+  if (session) Object.assign(headers, { 'mcp-session-id': session, 'mcp-protocol-version': LEGACY });
+  return fetch(mcp, { method: 'POST', headers, body: JSON.stringify(body), signal });
+}
+
+// The messages of a response, one at a time as they arrive: next(ms) is the next JSON-RPC
+// message (a single application/json body counts as one), or undefined at the end or after ms.
+function messagesOf(response) {
+  const json = (response.headers.get('content-type') ?? '').startsWith('application/json');
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  let done = false;
+  let reading;
+  const seen = [];
+  async function next(ms = STEP_TIMEOUT_MS) {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      if (!json) {
+        const end = buffer.match(/\r?\n\r?\n/);
+        if (end) {
+          const block = buffer.slice(0, end.index);
+          buffer = buffer.slice(end.index + end[0].length);
+          const data = block.split(/\r?\n/).filter((l) => l.startsWith('data:')).map((l) => l.slice(5).replace(/^ /, '')).join('\n');
+          if (!data.trim()) continue;
+          const message = JSON.parse(data);
+          seen.push(message);
+          return message;
+        }
+      }
+      if (done) {
+        if (json && buffer.trim()) {
+          const message = JSON.parse(buffer);
+          buffer = '';
+          seen.push(message);
+          return message;
+        }
+        return undefined;
+      }
+      const left = deadline - Date.now();
+      if (left <= 0) return undefined;
+      reading ??= reader.read();
+      let timer;
+      const chunk = await Promise.race([reading, new Promise((resolve) => { timer = setTimeout(() => resolve('timeout'), left); })]);
+      clearTimeout(timer);
+      if (chunk === 'timeout') return undefined;
+      reading = undefined;
+      if (chunk.done) done = true;
+      else buffer += decoder.decode(chunk.value, { stream: true });
+    }
+  }
+  return { next, seen, close: () => reader.cancel().catch(() => {}) };
+}
+
+// initialize (capabilities `caps`) and notifications/initialized: the session id, or an error.
+async function openSession(mcp, token, caps) {
+  rpcId += 1;
+  const init = await sessionPost(mcp, token, undefined, { jsonrpc: '2.0', id: rpcId, method: 'initialize',
+    params: { protocolVersion: LEGACY, capabilities: caps, clientInfo: { name: 'palisade-interop-user-oauth-2025', version: '0' } } });
+  const session = init.headers.get('mcp-session-id');
+  const answer = await messagesOf(init).next();
+  if (init.status !== 200 || !session || answer?.result?.protocolVersion !== LEGACY) {
+    throw new Error(`initialize: HTTP ${init.status}, session ${session}, ${JSON.stringify(answer).slice(0, 300)}`);
+  }
+  const initialized = await sessionPost(mcp, token, session, { jsonrpc: '2.0', method: 'notifications/initialized' });
+  await initialized.body?.cancel().catch(() => {});
+  if (initialized.status !== 202) throw new Error(`notifications/initialized: HTTP ${initialized.status}`);
+  return session;
+}
+// A tools/call on the session: {id, status, stream, abort}; the stream is read as it arrives.
+async function sessionCall(mcp, token, session, name) {
+  rpcId += 1;
+  const id = rpcId;
+  const abort = new AbortController();
+  const response = await sessionPost(mcp, token, session, { jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: {} } }, abort.signal);
+  return { id, status: response.status, type: response.headers.get('content-type') ?? '', stream: messagesOf(response), abort: () => abort.abort() };
+}
+// The client's answer to the server request `ask` on the session: the POST's HTTP status.
+async function sessionAnswer(mcp, token, session, ask, result) {
+  const answered = await sessionPost(mcp, token, session, { jsonrpc: '2.0', id: ask.id, result });
+  await answered.body?.cancel().catch(() => {});
+  return answered.status;
+}
+// Whether `message` is the URL-mode elicitation/create request of a connect page of `web`, with
+// the elicitationId 2025-11-25 requires.
+const isSessionConnect = (message, web) => message?.method === 'elicitation/create' && message.id !== undefined
+  && message.params?.mode === 'url' && typeof message.params?.url === 'string' && message.params.url.startsWith(`${web}connect/`)
+  && typeof message.params?.elicitationId === 'string' && message.params.elicitationId.length > 0;
+const brief = (message) => (message === undefined ? 'nothing within the step timeout' : JSON.stringify(message).slice(0, 300));
 
 async function counts() {
   return (await fetch(`${THIRD}/counts`, { signal: AbortSignal.timeout(STEP_TIMEOUT_MS) })).json();
@@ -579,6 +682,67 @@ try {
     const reply = await call(GATEWAY_MCP, tokenA, TOOL2, { inputResponses: { palisade_connect: { action: 'decline' } }, requestState: state.connect2.requestState });
     report(reply.message?.result?.isError === true && /Not connected/.test(resultText(reply) ?? ''), 'k',
       'declining the connect request: the tool result is isError "Not connected"', shown(reply));
+  });
+
+  // l. A 2025-era client on the session wire (2025-11-25): mallory, who has connected nothing.
+  await step('l', 'session wire', async () => {
+    const tokenM = await mint('mallory', 'mcp-client', GATEWAY_MCP);
+    const textOf = (message) => message?.result?.content?.find((c) => c.type === 'text')?.text ?? '';
+    // Initialized without elicitation.url (form mode only): a JSON-RPC error, no URL elicitation.
+    const plain = await openSession(GATEWAY_MCP, tokenM, { elicitation: {} });
+    const refused = await sessionCall(GATEWAY_MCP, tokenM, plain, TOOL);
+    const answer = await refused.stream.next();
+    refused.abort();
+    report(answer?.id === refused.id && !!answer?.error && answer.method === undefined && !answer.result, 'l',
+      'a 2025-11-25 session initialized with elicitation: {} (no url): the call answers a JSON-RPC error, not a URL elicitation',
+      `HTTP ${refused.status} ${refused.type.split(';')[0]}; ${brief(answer)}`);
+
+    const session = await openSession(GATEWAY_MCP, tokenM, URL_CAPS);
+    // Declined (files2): the call's result on the stream is isError "Not connected".
+    const declined = await sessionCall(GATEWAY_MCP, tokenM, session, TOOL2);
+    const ask2 = await declined.stream.next();
+    report(declined.status === 200 && declined.type.startsWith('text/event-stream') && isSessionConnect(ask2, GATEWAY_WEB), 'l',
+      'with elicitation.url: the files2 call\'s SSE stream opens with an elicitation/create request, mode url, the connect page, an elicitationId',
+      `HTTP ${declined.status} ${declined.type.split(';')[0]}; ${brief(ask2)}`);
+    if (ask2?.method === 'elicitation/create') {
+      const status = await sessionAnswer(GATEWAY_MCP, tokenM, session, ask2, { action: 'decline' });
+      const result = await declined.stream.next();
+      report(status === 202 && result?.id === declined.id && result.result?.isError === true && /^Not connected/.test(textOf(result)), 'l',
+        'declining it (a JSON-RPC response on the session, 202): the call\'s result on the stream is isError "Not connected"',
+        `answer POST ${status}; ${brief(result)}`);
+    }
+    declined.abort();
+
+    // Accepted (files) after mallory connects in the browser: the call's result on the stream.
+    const pending = await sessionCall(GATEWAY_MCP, tokenM, session, TOOL);
+    const ask = await pending.stream.next();
+    report(isSessionConnect(ask, GATEWAY_WEB) && ask.params.elicitationId !== ask2?.params?.elicitationId, 'l',
+      'the files call\'s stream opens with a URL elicitation of the connect page, an elicitationId of its own',
+      brief(ask));
+    if (!isSessionConnect(ask, GATEWAY_WEB)) {
+      pending.abort();
+      return;
+    }
+    const mallory = await newPage(browser);
+    const opened = await openLink(mallory, ask.params.url, 'mallory');
+    const consent = await onConsentPage(mallory);
+    const clientId = await mallory.locator('#client-id').innerText().catch(() => '');
+    if (consent) await submitConsent(mallory, 'approve');
+    await finishAtThirdParty(mallory, 'mallory');
+    const connected = await connectedPage(mallory);
+    report(consent && clientId.trim() === 'mcp-client' && connected, 'l',
+      'mallory opens the link: sign-in, the consent page (mcp-client), the third party, the success page', navTrail(mallory));
+    const status = await sessionAnswer(GATEWAY_MCP, tokenM, session, ask, { action: 'accept' });
+    const result = await pending.stream.next();
+    pending.abort();
+    report(status === 202 && result?.id === pending.id && textOf(result) === 'UPSTREAM-USER: mallory' && !result.result.isError
+      && result.result.resultType === undefined, 'l',
+    'accepting it (202): the call\'s result on the stream is UPSTREAM-USER: mallory (2025 shape, no resultType)',
+    `answer POST ${status}; ${brief(result)}`);
+    const listed = palisade('connections', 'list', '--subject', 'mallory', '--config', env.GATEWAY_CONFIG);
+    report(/\bupstream=files(\s|$)/m.test(listed) && !/\bupstream=files2\b/.test(listed), 'l', 'palisade connections list: mallory has files (and not the declined files2)',
+      listed.trim().replace(/\n/g, ' | ').slice(0, 300));
+    await mallory.context().close();
   });
 
   // g. The short-lived gateway: a fresh state is redeemed (control), an expired one is refused.
