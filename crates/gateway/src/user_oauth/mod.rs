@@ -145,6 +145,17 @@ pub struct UpstreamOAuth {
     pub max_scopes: BTreeSet<String>,
 }
 
+impl UpstreamOAuth {
+    /// The scopes a connect link asks for: the configured first ones, plus those of an
+    /// `insufficient_scope` answer (`extra`) that the configured maximum allows; the rest are
+    /// dropped (never asked for).
+    pub fn scopes_to_ask(&self, extra: Option<&[String]>) -> Vec<String> {
+        let mut scopes = self.scopes.clone();
+        scopes.extend(extra.unwrap_or_default().iter().filter(|scope| self.max_scopes.contains(*scope)).cloned());
+        scopes.into_iter().collect()
+    }
+}
+
 /// The person a connection belongs to: issuer, subject and tenant of the caller (the MCP client
 /// is approved separately, per person, on the consent page).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -646,16 +657,13 @@ impl UserOAuth {
             ));
         }
         let config = self.upstreams.get(upstream).ok_or(OAuthError::Refused("not a user_oauth upstream"))?;
-        let mut scopes = config.scopes.clone();
-        if let Some(extra) = extra_scopes {
-            scopes.extend(extra.iter().filter(|scope| config.max_scopes.contains(*scope)).cloned());
-        }
+        let scopes = config.scopes_to_ask(extra_scopes);
         let id = random_id()?;
         let flow = ConnectFlow {
             person: Person::of(principal),
             client_id: UserCaller::of(principal).client_id,
             upstream: upstream.to_owned(),
-            scopes: scopes.into_iter().collect(),
+            scopes,
         };
         let body = serde_json::to_string(&flow).map_err(|_| OAuthError::Refused("flow not serializable"))?;
         self.store.put_flow(id_digest(&id), CONNECT, &body, self.now_ms() + self.flow_ttl_ms()).await?;

@@ -468,3 +468,16 @@ async fn a_registration_is_made_once_and_kept_sealed() {
     let stored = client.store.oauth_client(&issuer, &client.oauth.redirect_uri()).await.unwrap().expect("kept");
     assert!(!stored.contains(secret), "the registration's secret is stored sealed");
 }
+
+#[test]
+fn a_step_up_asks_only_for_scopes_within_the_maximum() {
+    let config = UpstreamOAuth {
+        id: "files".into(),
+        resource: Url::parse("https://files.test/mcp").unwrap(),
+        scopes: ["files:read".to_owned()].into(),
+        max_scopes: ["files:read".to_owned(), "files:write".to_owned()].into(),
+    };
+    assert_eq!(config.scopes_to_ask(None), ["files:read"]);
+    let asked = ["files:write".to_owned(), "admin".to_owned()];
+    assert_eq!(config.scopes_to_ask(Some(&asked)), ["files:read", "files:write"], "admin is beyond the maximum");
+}
