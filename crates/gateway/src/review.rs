@@ -23,14 +23,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_lc_rs::hmac;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_base::clock::Clock;
 use palisade_server::secret::ServerSecret;
 use palisade_store::{PinRow, PinVerdict, Store};
@@ -40,7 +37,7 @@ use crate::credentials::Secret;
 use crate::decisions::{Reviewer, record, state_of};
 use crate::pins::{PinState, diff};
 use crate::web::{
-    CsrfKey, Form, Page, SeeOther, clear_host_cookie, error_page, escape, host_cookie, random_token, read_cookie,
+    Form, Page, PageKeys, SeeOther, clear_host_cookie, error_page, escape, host_cookie, random_token, read_cookie,
 };
 
 /// The session cookie (`__Host-palisade_review`).
@@ -62,8 +59,7 @@ pub struct Review {
     clock: Arc<dyn Clock>,
     pins: PinSettings,
     token: Secret,
-    key: hmac::Key,
-    csrf: CsrfKey,
+    keys: PageKeys,
 }
 
 impl std::fmt::Debug for Review {
@@ -81,42 +77,30 @@ impl Review {
         token: Secret,
         secret: &ServerSecret,
     ) -> Self {
-        let key = secret.derive("palisade/review-page/v1");
-        let derived = hmac::sign(&key, b"csrf key");
-        let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
-        bytes.copy_from_slice(derived.as_ref());
-        Self { store, clock, pins, token, key, csrf: CsrfKey::from_bytes(&bytes) }
+        Self { store, clock, pins, token, keys: PageKeys::new(secret.derive("palisade/review-page/v1")) }
     }
 
     fn now_secs(&self) -> i64 {
         self.clock.now_ms() / 1000
     }
 
-    fn mac(&self, message: &str) -> String {
-        URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, message.as_bytes()).as_ref())
-    }
-
-    /// Whether `given` is the operator's token (both MACed, compared in constant time).
+    /// Whether `given` is the operator's token.
     fn token_matches(&self, given: &str) -> bool {
-        let expected = hmac::sign(&self.key, self.token.expose().as_bytes());
-        hmac::verify(&self.key, given.as_bytes(), expected.as_ref()).is_ok()
+        self.keys.same_secret(given, self.token.expose())
     }
 
-    /// A new session value: `nonce.expires.mac`.
+    /// A new session value: a fresh nonce and its expiry, signed.
     fn new_session(&self) -> Option<String> {
         let nonce = random_token().ok()?;
         let expires = self.now_secs() + i64::try_from(SESSION_SECS).unwrap_or(0);
-        let body = format!("{nonce}.{expires}");
-        Some(format!("{body}.{}", self.mac(&format!("session\0{body}"))))
+        Some(self.keys.sign("review-session", format!("{nonce}.{expires}").as_bytes()))
     }
 
     /// The browser's session value, when it is one of ours and not expired.
     fn session(&self, headers: &HeaderMap) -> Option<String> {
         let value = read_cookie(headers, SESSION_COOKIE)?;
-        let (body, mac) = value.rsplit_once('.')?;
-        let (_, expires) = body.split_once('.')?;
-        let tag = URL_SAFE_NO_PAD.decode(mac).ok()?;
-        hmac::verify(&self.key, format!("session\0{body}").as_bytes(), &tag).ok()?;
+        let payload = String::from_utf8(self.keys.verify("review-session", &value)?).ok()?;
+        let (_, expires) = payload.split_once('.')?;
         (expires.parse::<i64>().ok()? > self.now_secs()).then_some(value)
     }
 }
@@ -157,7 +141,7 @@ async fn login(State(review): State<Arc<Review>>, form: Form) -> Response {
 
 async fn logout(State(review): State<Arc<Review>>, headers: HeaderMap, form: Form) -> Response {
     let Some(session) = review.session(&headers) else { return SeeOther::to("/review").into_response() };
-    if !form.one("csrf").is_some_and(|token| review.csrf.check(&[&session, "logout"], token)) {
+    if !form.one("csrf").is_some_and(|token| review.keys.csrf().check(&[&session, "logout"], token)) {
         return error_page(StatusCode::FORBIDDEN, "the form's CSRF token is missing or wrong; nothing was done");
     }
     match clear_host_cookie(SESSION_COOKIE) {
@@ -217,7 +201,7 @@ async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response
                 escape(&pretty(&o.definition))
             ),
         };
-        let csrf = review.csrf.token(&[&session, "decide", &o.pin_id, &o.digest]);
+        let csrf = review.keys.csrf().token(&[&session, "decide", &o.pin_id, &o.digest]);
         let approve = if signed_only {
             String::new()
         } else {
@@ -241,7 +225,7 @@ async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response
             digest = escape(&o.digest),
         ));
     }
-    let logout = review.csrf.token(&[&session, "logout"]);
+    let logout = review.keys.csrf().token(&[&session, "logout"]);
     html.push_str(&format!(
         "<form method=\"post\" action=\"/review/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{logout}\">\
          <button type=\"submit\">Sign out</button></form>"
@@ -256,7 +240,7 @@ async fn decide(State(review): State<Arc<Review>>, headers: HeaderMap, form: For
     let (Some(pin), Some(digest)) = (form.one("pin"), form.one("digest")) else {
         return error_page(StatusCode::BAD_REQUEST, "the form names no pin or digest");
     };
-    if !form.one("csrf").is_some_and(|token| review.csrf.check(&[&session, "decide", pin, digest], token)) {
+    if !form.one("csrf").is_some_and(|token| review.keys.csrf().check(&[&session, "decide", pin, digest], token)) {
         return error_page(StatusCode::FORBIDDEN, "the form's CSRF token is missing or wrong; nothing was decided");
     }
     let verdict = match form.one("verdict") {

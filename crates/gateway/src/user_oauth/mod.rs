@@ -43,6 +43,7 @@ use zeroize::Zeroizing;
 
 use crate::config::GatewaySettings;
 use crate::credentials::{CredentialConfig, CredentialError, Secret, SecretSource};
+use crate::web::PageKeys;
 use discovery::AuthorizationServer;
 use token::{ClientIdentity, Grant, Tokens};
 use vault::Vault;
@@ -248,7 +249,8 @@ pub struct UserOAuth {
     guard: EgressGuard,
     vault: Vault,
     person_key: hmac::Key,
-    cookie_key: hmac::Key,
+    /// The pages' signed cookies and CSRF tokens.
+    pub(crate) keys: PageKeys,
     sign_in_secret: Option<Secret>,
     discovered: Mutex<HashMap<String, Arc<Discovered>>>,
     /// `resource_metadata` URLs named by upstream 401 challenges, tried first next time.
@@ -336,7 +338,7 @@ impl UserOAuth {
             guard,
             vault: Vault::new(secret),
             person_key: secret.derive("palisade/user-oauth-person/v1"),
-            cookie_key: secret.derive("palisade/user-oauth-cookies/v1"),
+            keys: PageKeys::new(secret.derive("palisade/user-oauth-cookies/v1")),
             sign_in_secret,
             discovered: Mutex::new(HashMap::new()),
             hints: Mutex::new(HashMap::new()),

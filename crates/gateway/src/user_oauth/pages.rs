@@ -31,7 +31,6 @@
 
 use std::sync::Arc;
 
-use aws_lc_rs::hmac;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
@@ -40,6 +39,7 @@ use axum::routing::get;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_base::hex::hex;
+use palisade_store::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use url::Url;
@@ -47,7 +47,7 @@ use url::Url;
 use super::discovery::{self, AuthorizationServer};
 use super::token::{self, ClientIdentity, Grant};
 use super::{CONNECT, ConnectFlow, OAuthError, Person, UserOAuth, id_digest, pkce_challenge, random_id};
-use crate::web::{CsrfKey, Form, Page, SeeOther, error_page, escape, host_cookie, read_cookie};
+use crate::web::{Form, Page, SeeOther, error_page, escape, host_cookie, read_cookie};
 
 /// The store's flow kind of a sign-in at the identity provider.
 const SIGN_IN: &str = "signin";
@@ -143,27 +143,6 @@ const LINK_GONE: &str = "This connect link is not valid: it was used already, it
      Start again from your MCP client.";
 
 impl UserOAuth {
-    fn csrf(&self) -> CsrfKey {
-        let derived = hmac::sign(&self.cookie_key, b"csrf key");
-        let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
-        bytes.copy_from_slice(derived.as_ref());
-        CsrfKey::from_bytes(&bytes)
-    }
-
-    /// `payload.mac` (both base64url), the MAC over the purpose and the payload.
-    fn signed(&self, purpose: &str, payload: &[u8]) -> String {
-        let mac = hmac::sign(&self.cookie_key, &[purpose.as_bytes(), b"\0", payload].concat());
-        format!("{}.{}", URL_SAFE_NO_PAD.encode(payload), URL_SAFE_NO_PAD.encode(mac.as_ref()))
-    }
-
-    fn verified(&self, purpose: &str, value: &str) -> Option<Vec<u8>> {
-        let (payload, mac) = value.split_once('.')?;
-        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
-        let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
-        hmac::verify(&self.cookie_key, &[purpose.as_bytes(), b"\0", &payload].concat(), &mac).ok()?;
-        Some(payload)
-    }
-
     fn now_secs(&self) -> i64 {
         self.now_ms() / 1000
     }
@@ -171,7 +150,7 @@ impl UserOAuth {
     /// The browser's signed-in person, if its session cookie is ours and current.
     fn session(&self, headers: &HeaderMap) -> Option<(SignedIn, String)> {
         let value = read_cookie(headers, SESSION_COOKIE)?;
-        let payload = self.verified("session", &value)?;
+        let payload = self.keys.verify("session", &value)?;
         let signed: SignedIn = serde_json::from_slice(&payload).ok()?;
         (signed.expires > self.now_secs()).then_some((signed, value))
     }
@@ -181,13 +160,13 @@ impl UserOAuth {
         let expires = self.now_secs() + i64::try_from(CONSENT_COOKIE_TTL_SECS).unwrap_or(0);
         let key = hex(&self.person_key(person));
         let payload = json!({ "client": client_id, "person": key, "expires": expires }).to_string();
-        host_cookie(CONSENT_COOKIE, &self.signed("consent", payload.as_bytes()), CONSENT_COOKIE_TTL_SECS).ok()
+        host_cookie(CONSENT_COOKIE, &self.keys.sign("consent", payload.as_bytes()), CONSENT_COOKIE_TTL_SECS).ok()
     }
 
     /// Whether the browser's consent cookie was set for exactly `client_id` and `person`.
     fn consent_cookie_matches(&self, headers: &HeaderMap, person: &Person, client_id: &str) -> bool {
         let Some(value) = read_cookie(headers, CONSENT_COOKIE) else { return false };
-        let Some(payload) = self.verified("consent", &value) else { return false };
+        let Some(payload) = self.keys.verify("consent", &value) else { return false };
         let Ok(cookie) = serde_json::from_slice::<Value>(&payload) else { return false };
         cookie["client"].as_str() == Some(client_id)
             && cookie["person"].as_str() == Some(hex(&self.person_key(person)).as_str())
@@ -260,7 +239,7 @@ impl UserOAuth {
             Err(error) => return failure(&error),
         };
         let client_name = self.client_name(&flow.client_id).await;
-        let csrf = self.csrf().token(&[session, "connect", id]);
+        let csrf = self.keys.csrf().token(&[session, "connect", id]);
         let scopes: String =
             flow.scopes.iter().map(|scope| format!("<li><code>{}</code></li>", escape(scope))).collect();
         let client_id = if flow.client_id.is_empty() { "(none stated)".to_owned() } else { flow.client_id.clone() };
@@ -378,13 +357,35 @@ fn failure(error: &OAuthError) -> Response {
     }
 }
 
+/// The connect link `id` (not taken: it answers until the flow completes), or the page
+/// refusing it (gone, expired or never issued: 400; the store failed: 503).
+async fn connect_flow(oauth: &UserOAuth, id: &str) -> Result<ConnectFlow, Response> {
+    match oauth.store.flow(id_digest(id), CONNECT, oauth.now_ms()).await {
+        Ok(Some(body)) => serde_json::from_str(&body).map_err(|_| refused(StatusCode::BAD_REQUEST, LINK_GONE)),
+        Ok(None) => Err(refused(StatusCode::BAD_REQUEST, LINK_GONE)),
+        Err(_) => Err(refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this link; try again")),
+    }
+}
+
+/// Takes the one-time flow `state` of `kind` (it answers once), parsed; `Ok(None)` when it is
+/// unknown, used or expired (or unreadable), `Err` when the store failed.
+async fn take_flow<T: serde::de::DeserializeOwned>(
+    oauth: &UserOAuth,
+    state: &str,
+    kind: &str,
+) -> Result<Option<T>, StoreError> {
+    Ok(oauth
+        .store
+        .take_flow(id_digest(state), kind, oauth.now_ms())
+        .await?
+        .and_then(|body| serde_json::from_str(&body).ok()))
+}
+
 async fn connect_page(State(oauth): State<Arc<UserOAuth>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let flow = match oauth.store.flow(id_digest(&id), CONNECT, oauth.now_ms()).await {
-        Ok(Some(body)) => serde_json::from_str::<ConnectFlow>(&body).ok(),
-        Ok(None) => None,
-        Err(_) => return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this link; try again"),
+    let flow = match connect_flow(&oauth, &id).await {
+        Ok(flow) => flow,
+        Err(refusal) => return refusal,
     };
-    let Some(flow) = flow else { return refused(StatusCode::BAD_REQUEST, LINK_GONE) };
     let Some((signed, session)) = oauth.session(&headers).filter(|(signed, _)| signed.issuer == flow.person.issuer)
     else {
         return oauth.start_sign_in(&id).await.unwrap_or_else(|error| failure(&error));
@@ -413,16 +414,14 @@ async fn connect_decision(
     let Some((signed, session)) = oauth.session(&headers) else {
         return refused(StatusCode::FORBIDDEN, "sign in first: open the connect link again");
     };
-    let valid_csrf = form.one("csrf").is_some_and(|token| oauth.csrf().check(&[&session, "connect", &id], token));
+    let valid_csrf = form.one("csrf").is_some_and(|token| oauth.keys.csrf().check(&[&session, "connect", &id], token));
     if !valid_csrf {
         return refused(StatusCode::FORBIDDEN, "the form's CSRF token is missing or wrong; nothing was done");
     }
-    let flow = match oauth.store.flow(id_digest(&id), CONNECT, oauth.now_ms()).await {
-        Ok(Some(body)) => serde_json::from_str::<ConnectFlow>(&body).ok(),
-        Ok(None) => None,
-        Err(_) => return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this link; try again"),
+    let flow = match connect_flow(&oauth, &id).await {
+        Ok(flow) => flow,
+        Err(refusal) => return refusal,
     };
-    let Some(flow) = flow else { return refused(StatusCode::BAD_REQUEST, LINK_GONE) };
     if !is_person(&signed, &flow.person) {
         return refused(StatusCode::FORBIDDEN, ANOTHER_PERSON);
     }
@@ -455,12 +454,8 @@ async fn sign_in_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers
     let Some(state) = callback.state.as_deref() else {
         return refused(StatusCode::BAD_REQUEST, "the sign-in answer has no state");
     };
-    let flow = match oauth.store.take_flow(id_digest(state), SIGN_IN, oauth.now_ms()).await {
-        Ok(Some(body)) => serde_json::from_str::<SignInFlow>(&body).ok(),
-        Ok(None) => None,
-        Err(_) => {
-            return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this sign-in; try again");
-        }
+    let Ok(flow) = take_flow::<SignInFlow>(&oauth, state, SIGN_IN).await else {
+        return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this sign-in; try again");
     };
     let Some(flow) = flow else {
         return refused(StatusCode::BAD_REQUEST, "this sign-in is unknown, was completed already, or expired");
@@ -479,18 +474,16 @@ async fn sign_in_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers
         Ok(signed) => signed,
         Err(error) => return failure(&error),
     };
-    let connect = match oauth.store.flow(id_digest(&flow.connect), CONNECT, oauth.now_ms()).await {
-        Ok(Some(body)) => serde_json::from_str::<ConnectFlow>(&body).ok(),
-        Ok(None) => None,
-        Err(_) => return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this link; try again"),
+    let connect = match connect_flow(&oauth, &flow.connect).await {
+        Ok(flow) => flow,
+        Err(refusal) => return refusal,
     };
-    let Some(connect) = connect else { return refused(StatusCode::BAD_REQUEST, LINK_GONE) };
     if !is_person(&signed, &connect.person) {
         tracing::warn!(upstream = %connect.upstream, "user_oauth: another person signed in for a connect link; refused");
         return refused(StatusCode::FORBIDDEN, ANOTHER_PERSON);
     }
     let payload = serde_json::to_vec(&signed).unwrap_or_default();
-    let session = host_cookie(SESSION_COOKIE, &oauth.signed("session", &payload), SESSION_TTL_SECS);
+    let session = host_cookie(SESSION_COOKIE, &oauth.keys.sign("session", &payload), SESSION_TTL_SECS);
     let clear = crate::web::clear_host_cookie(SIGN_IN_COOKIE);
     match (session, clear) {
         (Ok(session), Ok(clear)) => {
@@ -566,10 +559,8 @@ async fn oauth_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers: 
     let Some(state) = callback.state.as_deref() else {
         return refused(StatusCode::BAD_REQUEST, "the authorization answer has no state");
     };
-    let flow = match oauth.store.take_flow(id_digest(state), AUTHORIZE, oauth.now_ms()).await {
-        Ok(Some(body)) => serde_json::from_str::<AuthorizeFlow>(&body).ok(),
-        Ok(None) => None,
-        Err(_) => return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this answer; try again"),
+    let Ok(flow) = take_flow::<AuthorizeFlow>(&oauth, state, AUTHORIZE).await else {
+        return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this answer; try again");
     };
     let Some(flow) = flow else {
         return refused(

@@ -419,6 +419,58 @@ fn csrf_message(binding: &[&str]) -> Vec<u8> {
 // Cookies
 // ---------------------------------------------------------------------------------------------
 
+/// The keys of one set of pages, derived from one long-lived key: signed values (cookies that
+/// carry a session or a consent, `payload.mac`, both base64url, the MAC over a purpose and the
+/// payload, so a value signed for one purpose is worthless for another) and the pages' CSRF key.
+pub struct PageKeys {
+    key: hmac::Key,
+    csrf: CsrfKey,
+}
+
+impl std::fmt::Debug for PageKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PageKeys(..)")
+    }
+}
+
+impl PageKeys {
+    /// The keys derived from `key` (e.g. [`palisade_server::secret::ServerSecret::derive`] of a
+    /// label of the pages, so every instance signs alike).
+    pub fn new(key: hmac::Key) -> Self {
+        let derived = hmac::sign(&key, b"csrf key");
+        let mut bytes = zeroize::Zeroizing::new([0u8; 32]);
+        bytes.copy_from_slice(derived.as_ref());
+        Self { csrf: CsrfKey::from_bytes(&bytes), key }
+    }
+
+    /// The pages' CSRF key.
+    pub fn csrf(&self) -> &CsrfKey {
+        &self.csrf
+    }
+
+    /// `payload` signed for `purpose` (cookie-octets only).
+    pub fn sign(&self, purpose: &str, payload: &[u8]) -> String {
+        let mac = hmac::sign(&self.key, &[purpose.as_bytes(), b"\0", payload].concat());
+        format!("{}.{}", URL_SAFE_NO_PAD.encode(payload), URL_SAFE_NO_PAD.encode(mac.as_ref()))
+    }
+
+    /// The payload of `value` when it was signed for `purpose` with these keys.
+    pub fn verify(&self, purpose: &str, value: &str) -> Option<Vec<u8>> {
+        let (payload, mac) = value.split_once('.')?;
+        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
+        let mac = URL_SAFE_NO_PAD.decode(mac).ok()?;
+        hmac::verify(&self.key, &[purpose.as_bytes(), b"\0", &payload].concat(), &mac).ok()?;
+        Some(payload)
+    }
+
+    /// Whether two secrets are equal, compared through their MACs in constant time (neither
+    /// length nor content leaks through timing).
+    pub fn same_secret(&self, given: &str, expected: &str) -> bool {
+        let tag = hmac::sign(&self.key, expected.as_bytes());
+        hmac::verify(&self.key, given.as_bytes(), tag.as_ref()).is_ok()
+    }
+}
+
 /// An RFC 6265 cookie name (an RFC 7230 token).
 fn cookie_name_ok(name: &str) -> bool {
     !name.is_empty() && name.bytes().all(|byte| byte.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&byte))

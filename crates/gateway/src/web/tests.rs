@@ -307,3 +307,23 @@ async fn serve_web_answers_over_tls_and_stops_on_shutdown() {
     tokio::time::timeout(Duration::from_secs(15), served).await.unwrap().unwrap();
     assert!(client.get(format!("https://localhost:{port}/hello")).send().await.is_err(), "stopped listening");
 }
+
+#[test]
+fn signed_values_open_only_for_their_purpose_and_keys() {
+    let keys = PageKeys::new(hmac::Key::new(hmac::HMAC_SHA256, &[1; 32]));
+    let other = PageKeys::new(hmac::Key::new(hmac::HMAC_SHA256, &[2; 32]));
+    let value = keys.sign("session", b"alice.1700000000");
+    assert_eq!(keys.verify("session", &value).as_deref(), Some(&b"alice.1700000000"[..]));
+    assert!(keys.verify("consent", &value).is_none(), "another purpose");
+    assert!(other.verify("session", &value).is_none(), "another key");
+    let (payload, mac) = value.split_once('.').unwrap();
+    let forged = format!("{}.{mac}", URL_SAFE_NO_PAD.encode(b"mallory.1700000000"));
+    assert!(keys.verify("session", &forged).is_none(), "a changed payload");
+    assert!(keys.verify("session", payload).is_none(), "no MAC");
+    assert!(keys.same_secret("operator-token-0123", "operator-token-0123"));
+    assert!(!keys.same_secret("operator-token-0124", "operator-token-0123"));
+    assert!(!keys.same_secret("", "operator-token-0123"));
+    // The CSRF key is derived, not the signing key itself: a token is not a signed value.
+    let token = keys.csrf().token(&["s", "decide"]);
+    assert!(keys.csrf().check(&["s", "decide"], &token) && !other.csrf().check(&["s", "decide"], &token));
+}
