@@ -300,6 +300,9 @@ pub struct StdioSettings {
     pub idle: Duration,
     /// Each process's resource limits.
     pub limits: ProcessLimits,
+    /// The paths the gateway protects ([`GatewaySettings::protected_paths`]): an argument may not
+    /// name one (it would be hashed and shown). Not part of the launch.
+    pub protected: Vec<PathBuf>,
 }
 
 /// One directory a stdio process sees.
@@ -471,7 +474,27 @@ pub fn validate(
         ));
     }
     let egress = validate_egress(&gateway)?;
-    Ok(GatewaySettings { separator, pins, upstreams: out, sandbox, protected_paths, web, egress })
+    let mut settings =
+        GatewaySettings { separator, pins, upstreams: out, sandbox, protected_paths: Vec::new(), web, egress };
+    settings.protect(protected_paths);
+    Ok(settings)
+}
+
+impl GatewaySettings {
+    /// Adds paths no stdio upstream may see or name (the runtime adds its own secret files,
+    /// data and audit directories and configuration file to the gateway's).
+    pub fn protect(&mut self, paths: impl IntoIterator<Item = PathBuf>) {
+        for path in paths {
+            if !self.protected_paths.contains(&path) {
+                self.protected_paths.push(path);
+            }
+        }
+        for upstream in &mut self.upstreams {
+            if let Some(stdio) = upstream.stdio.as_mut() {
+                stdio.protected.clone_from(&self.protected_paths);
+            }
+        }
+    }
 }
 
 /// The egress policy of the gateway's own fetches: public addresses only, https only, unless
@@ -826,6 +849,7 @@ fn validate_stdio(raw: &RawUpstream, key: &dyn Fn(&str) -> String) -> Result<Std
         max_processes: usize::try_from(max_processes).unwrap_or(usize::MAX),
         idle: Duration::from_secs(idle),
         limits,
+        protected: Vec::new(),
     })
 }
 

@@ -40,6 +40,17 @@ pub enum LaunchError {
         /// The I/O error's kind.
         reason: String,
     },
+    /// An argument names a path the gateway protects (its secrets, data, audit log or
+    /// configuration): such a launch is refused, never hashed or shown.
+    #[error(
+        "args[{index}] names {path}, which the gateway protects (a secret, its data or its configuration); a launch may not name it"
+    )]
+    Protected {
+        /// The argument's index.
+        index: usize,
+        /// The protected path it names.
+        path: String,
+    },
     /// The launch could not be written as canonical JSON (it cannot be pinned).
     #[error("the launch cannot be pinned: {0}")]
     Canonical(String),
@@ -81,11 +92,19 @@ impl LaunchSpec {
         let executable = find_executable(&settings.command, path_var)?;
         let executable_sha256 = file_sha256(&executable)?;
         let mut argument_files = Vec::new();
+        let protected: Vec<PathBuf> = settings
+            .protected
+            .iter()
+            .map(|path| std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()))
+            .collect();
         for (index, arg) in settings.args.iter().enumerate() {
             let candidate = Path::new(arg);
             let candidate =
                 if candidate.is_absolute() { candidate.to_path_buf() } else { settings.cwd.join(candidate) };
             let Ok(canonical) = std::fs::canonicalize(&candidate) else { continue };
+            if let Some(inside) = protected.iter().find(|path| canonical.starts_with(path)) {
+                return Err(LaunchError::Protected { index, path: inside.to_string_lossy().into_owned() });
+            }
             if canonical.is_file() {
                 let sha = file_sha256(&canonical)?;
                 argument_files.push((index, canonical, sha));
@@ -328,7 +347,39 @@ mod tests {
             max_processes: 4,
             idle: Duration::from_secs(60),
             limits: ProcessLimits { memory_bytes: 1 << 30, processes: 64, cpu_secs: 60, open_files: 256 },
+            protected: Vec::new(),
         }
+    }
+
+    #[test]
+    fn an_argument_naming_a_protected_path_is_refused_not_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("server-secret");
+        std::fs::write(&secret, "00".repeat(32)).unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(data.join("palisade.db"), "db").unwrap();
+        let arg = |path: &Path| path.to_str().unwrap().to_owned();
+        let mut s = settings("/bin/sh", &["-c", &arg(&secret)]);
+        // Unprotected, the file is hashed into the launch (and shown).
+        assert_eq!(spec(&s).argument_files.len(), 1);
+        s.protected = vec![secret.clone(), data.clone()];
+        let refused = LaunchSpec::resolve_stdio("files", "stdio:files", &s, Some("/usr/bin:/bin")).unwrap_err();
+        assert!(matches!(&refused, LaunchError::Protected { index: 1, .. }), "{refused:?}");
+        // Inside a protected directory, through a relative path or a symlink: refused the same.
+        for named in [arg(&data.join("palisade.db")), arg(&data), "data/../server-secret".to_owned()] {
+            let mut s = settings("/bin/sh", &[&named]);
+            s.cwd = dir.path().to_owned();
+            s.protected = vec![secret.clone(), data.clone()];
+            let refused = LaunchSpec::resolve_stdio("files", "stdio:files", &s, Some("/usr/bin:/bin"));
+            assert!(matches!(refused, Err(LaunchError::Protected { index: 0, .. })), "{named}: {refused:?}");
+        }
+        let link = dir.path().join("innocent");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        let mut s = settings("/bin/sh", &[&arg(&link)]);
+        s.protected = vec![secret.clone()];
+        let refused = LaunchSpec::resolve_stdio("files", "stdio:files", &s, Some("/usr/bin:/bin"));
+        assert!(matches!(refused, Err(LaunchError::Protected { .. })), "{refused:?}");
     }
 
     fn spec(s: &StdioSettings) -> LaunchSpec {

@@ -452,6 +452,8 @@ pub struct Settings {
     pub auth_mode: AuthMode,
     /// Whether the dev issuer is on.
     pub dev_issuer: bool,
+    /// Why it is on or off (printed by `palisade config check` and at start).
+    pub dev_issuer_why: &'static str,
     /// Its authorization server.
     pub dev_authorization: DevAuthorization,
     /// Leeway.
@@ -486,6 +488,8 @@ pub struct Settings {
     pub delegation: Option<palisade_server::delegation::DelegationConfig>,
     /// Trace export, when a collector is configured.
     pub telemetry: Option<TelemetrySettings>,
+    /// `telemetry.otlp_headers_file` (collector credentials), kept from stdio upstreams.
+    pub telemetry_headers_file: Option<PathBuf>,
     /// The gateway's upstreams and pins (`app = "gateway"` only).
     pub gateway: Option<palisade_gateway::config::GatewaySettings>,
 }
@@ -900,12 +904,25 @@ pub struct OptionSpec {
     pub doc: &'static str,
     /// `false`: environment only, refused in the file (credentials).
     pub in_file: bool,
+    /// A path no stdio upstream of the gateway may ever see (a secret, a key, the store, the
+    /// audit log): [`Settings::protected_option_paths`] gives its value.
+    pub protected: bool,
     /// Applies an environment or flag value; `None` when the option has neither.
     set: Option<Setter>,
 }
 
 const fn opt(key: &'static str, kind: Kind, doc: &'static str) -> OptionSpec {
-    OptionSpec { key, env: None, flag: None, kind, default: Fallback::Unset, doc, in_file: true, set: None }
+    OptionSpec {
+        key,
+        env: None,
+        flag: None,
+        kind,
+        default: Fallback::Unset,
+        doc,
+        in_file: true,
+        protected: false,
+        set: None,
+    }
 }
 
 impl OptionSpec {
@@ -939,6 +956,12 @@ impl OptionSpec {
 
     const fn env_only(mut self) -> Self {
         self.in_file = false;
+        self
+    }
+
+    /// Marks a path option as one no stdio upstream may see.
+    const fn protected(mut self) -> Self {
+        self.protected = true;
         self
     }
 }
@@ -1041,11 +1064,13 @@ options! {
     PUBLIC_URL = opt("public_url", Kind::Text, "The canonical resource URI of this server: the audience tokens must be issued for, and the origin of the development issuer.")
         .env("PALISADE_PUBLIC_URL", set!(text public_url)).flag("public-url", set!(text public_url)).described("`http://<listen>/mcp`");
     DATA_DIR = opt("data_dir", Kind::Path, "Directory for the embedded database, generated keys and the server secret.")
-        .env("PALISADE_DATA_DIR", set!(path data_dir)).flag("data-dir", set!(path data_dir)).default("palisade-data");
+        .env("PALISADE_DATA_DIR", set!(path data_dir)).flag("data-dir", set!(path data_dir)).default("palisade-data")
+        .protected();
     STORE = opt("store", Kind::Text, "The store: `sqlite:<path>` or `postgres://…`.")
         .env("PALISADE_STORE", set!(text store)).flag("store", set!(text store)).described("`sqlite:<data_dir>/palisade.db`");
     SECRET_FILE = opt("secret_file", Kind::Path, "File holding the 32-byte server secret (64 hex characters), generated on first run.")
-        .env("PALISADE_SECRET_FILE", set!(path secret_file)).described("`<data_dir>/server-secret`");
+        .env("PALISADE_SECRET_FILE", set!(path secret_file)).described("`<data_dir>/server-secret`")
+        .protected();
     EVENTS_REDIS = opt("events_redis", Kind::Text, "A Redis or Valkey URL (`redis://…`, `rediss://…`) through which instances sharing a store hand each other their server events (list changes, resource updates, task changes, revocations) for their listen streams, on a channel named by `public_url`. Unset: events reach only the instance that raised them.")
         .env("PALISADE_EVENTS_REDIS", set!(text events_redis));
     LIMITS_MAX_BODY_BYTES = opt("limits.max_body_bytes", Kind::Integer, "Largest request body (HTTP) or line (stdio), in bytes (1024–67108864).")
@@ -1072,10 +1097,10 @@ options! {
         .flag("allow-origin", set!(append http.allowed_origins));
     AUTH_MODE = opt("auth.mode", Kind::Text, "How callers are authenticated: `bearer` or `none` (loopback and stdio only).")
         .env("PALISADE_AUTH_MODE", set!(text auth.mode)).flag("auth", set!(text auth.mode)).described("`bearer` for the demo, `none` for the conformance fixture");
-    AUTH_DEV_ISSUER = opt("auth.dev_issuer", Kind::Bool, "The development issuer (`palisade dev token`, and its authorization server): `true`, `false`, or the `[auth.dev_issuer]` table below.")
-        .env("PALISADE_DEV_ISSUER", set_dev_issuer).described("on for the demo");
+    AUTH_DEV_ISSUER = opt("auth.dev_issuer", Kind::Bool, "The development issuer (`palisade dev token`, and its authorization server, which gives anyone a token): `true`, `false`, or the `[auth.dev_issuer]` table below. Allowed only when `listen` and `public_url` are loopback.")
+        .env("PALISADE_DEV_ISSUER", set_dev_issuer).described("on for the demo on loopback without issuers; off for the gateway");
     AUTH_DEV_ISSUER_ENABLED = opt("auth.dev_issuer.enabled", Kind::Bool, "The development issuer on or off, in the table form.")
-        .described("on for the demo");
+        .described("on for the demo on loopback without issuers; off for the gateway");
     AUTH_DEV_ISSUER_AUTO_APPROVE = opt("auth.dev_issuer.auto_approve", Kind::Bool, "Approve every authorization request with the defaults, without the page (tests and scripts). Loopback listeners only.")
         .env("PALISADE_DEV_ISSUER_AUTO_APPROVE", set_dev_auto_approve).default("false");
     AUTH_DEV_ISSUER_DEFAULT_SUBJECT = opt("auth.dev_issuer.default_subject", Kind::Text, "Subject pre-filled on the page (and granted by `auto_approve`): 1–64 letters, digits or `. _ @ -`.")
@@ -1100,12 +1125,13 @@ options! {
         .default("false");
     AUTH_JWKS_ALLOWED_NETWORKS = opt("auth.jwks_allowed_networks", Kind::List, "CIDR networks, e.g. `10.20.0.0/16`, that JWKS may be fetched from although they are private or otherwise special: a deliberately internal issuer. Everything else must be a public address.");
     AUTH_JWKS_PROXY = opt("auth.jwks_proxy", Kind::Text, "An HTTP CONNECT proxy, `http://host:port`, for JWKS fetches. It resolves the issuers' names itself, so it must refuse internal destinations.");
-    AUTH_ISSUERS = opt("auth.issuers", Kind::Table, "Trusted external issuers: `[[auth.issuers]]` tables with the three keys below. Bearer mode needs at least one, or the development issuer.");
+    AUTH_ISSUERS = opt("auth.issuers", Kind::Table, "Trusted external issuers: `[[auth.issuers]]` tables with the three keys below. Bearer mode needs at least one, or (on loopback) the development issuer.");
     AUTH_ISSUERS_ISSUER = opt("auth.issuers[].issuer", Kind::Text, "The issuer identifier (`iss`).");
     AUTH_ISSUERS_JWKS_URL = opt("auth.issuers[].jwks_url", Kind::Text, "Its JWKS URL.");
     AUTH_ISSUERS_ALGORITHMS = opt("auth.issuers[].algorithms", Kind::List, "The algorithms accepted from it: `ES256`, `EdDSA`, `RS256`.");
     HANDLES_SUBJECT_KEY_FILE = opt("handles.subject_key_file", Kind::Path, "File holding the 32-byte handle subject key (64 hex characters), generated on first run.")
-        .env("PALISADE_HANDLES_SUBJECT_KEY_FILE", set!(path handles.subject_key_file)).described("`<data_dir>/handle-subject-key`");
+        .env("PALISADE_HANDLES_SUBJECT_KEY_FILE", set!(path handles.subject_key_file)).described("`<data_dir>/handle-subject-key`")
+        .protected();
     HANDLES_SUBJECT_KEY = opt("handles.subject_key", Kind::Text, "Environment only: the handle subject key itself (64 hex characters), instead of the file.")
         .variable("PALISADE_HANDLES_SUBJECT_KEY").env_only();
     HANDLES_RETENTION_SECS = opt("handles.retention_secs", Kind::Integer, "How long expired or revoked handle rows are kept before the retention job deletes them, in seconds (60–31536000).")
@@ -1141,11 +1167,14 @@ options! {
     KILLSWITCH_AUTHORITY_URL = opt("killswitch.authority_url", Kind::Text, "Authority mode: the authority's `https://host:port` URL.");
     KILLSWITCH_AUTHORITY_CA = opt("killswitch.authority_ca", Kind::Path, "Authority mode: CA bundle (PEM), the only trust anchors for the authority's certificate.");
     KILLSWITCH_CLIENT_CERT = opt("killswitch.client_cert", Kind::Path, "Authority mode: this server's client certificate chain (PEM).");
-    KILLSWITCH_CLIENT_KEY = opt("killswitch.client_key", Kind::Path, "Authority mode: this server's client key (PEM).");
+    KILLSWITCH_CLIENT_KEY = opt("killswitch.client_key", Kind::Path, "Authority mode: this server's client key (PEM).")
+        .protected();
     KILLSWITCH_GENERATION_STORE = opt("killswitch.generation_store", Kind::Text, "Authority mode: where accepted generations are kept, `sqlite:<path>` or `redis://…`.")
         .described("`sqlite:<data_dir>/killswitch-generations.db`");
-    KILLSWITCH_TARGET_KEY_FILE = opt("killswitch.target_key_file", Kind::Path, "Authority mode: the 32-byte target key file (shared with the authority's operators).");
-    KILLSWITCH_AUTHORITY_DB = opt("killswitch.authority_db", Kind::Path, "The authority's SQLite database, when this server shares it (the demo's orders then redeem commit tokens in their own transaction); also the default of `palisade authority disable|enable|status --db`.");
+    KILLSWITCH_TARGET_KEY_FILE = opt("killswitch.target_key_file", Kind::Path, "Authority mode: the 32-byte target key file (shared with the authority's operators).")
+        .protected();
+    KILLSWITCH_AUTHORITY_DB = opt("killswitch.authority_db", Kind::Path, "The authority's SQLite database, when this server shares it (the demo's orders then redeem commit tokens in their own transaction); also the default of `palisade authority disable|enable|status --db`.")
+        .protected();
     KILLSWITCH_STREAM_RECHECK_SECS = opt("killswitch.stream_recheck_secs", Kind::Integer, "How often open listen and GET streams re-check their targets, in seconds (1–3600); a refusal ends the stream.")
         .env("PALISADE_KILLSWITCH_STREAM_RECHECK_SECS", set!(u64 killswitch.stream_recheck_secs)).default("5");
     KILLSWITCH_AUTHORITY_ENVELOPE = opt("killswitch.authority_envelope", Kind::Text, "`batch` (many callers' queries under one signed Merkle root) or `single` (the v2 envelope, one signed head per target, for authorities without the batch endpoint).")
@@ -1157,7 +1186,8 @@ options! {
     TELEMETRY_SAMPLING_RATIO = opt("telemetry.sampling_ratio", Kind::Number, "Fraction of new traces sampled, 0.0–1.0; a continued trace follows the caller's sampled flag.")
         .env("PALISADE_TELEMETRY_SAMPLING_RATIO", set!(f64 telemetry.sampling_ratio)).default("1.0");
     TELEMETRY_OTLP_HEADERS_FILE = opt("telemetry.otlp_headers_file", Kind::Path, "A file of `Name: value` lines sent as headers to the collector (credentials).")
-        .env("PALISADE_TELEMETRY_OTLP_HEADERS_FILE", set!(path telemetry.otlp_headers_file));
+        .env("PALISADE_TELEMETRY_OTLP_HEADERS_FILE", set!(path telemetry.otlp_headers_file))
+        .protected();
     TELEMETRY_OTLP_HEADERS = opt("telemetry.otlp_headers", Kind::Text, "Environment only: headers for the collector as `name=value` pairs, comma-separated (credentials never go in the file).")
         .env("PALISADE_TELEMETRY_OTLP_HEADERS", set!(text telemetry.otlp_headers)).env_only();
     TELEMETRY_CONTINUE_INCOMING_TRACES = opt("telemetry.continue_incoming_traces", Kind::Bool, "Continue a request's `_meta.traceparent` (its trace id becomes the audit trace id); `false` starts a trace per request.")
@@ -1165,7 +1195,8 @@ options! {
     AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS = opt("audit.transport_refusal_interval_secs", Kind::Integer, "How often refusals made before the pipeline (transport limits, Host/Origin) are written to the audit log, aggregated, in seconds (1–3600).")
         .env("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS", set!(u64 audit.transport_refusal_interval_secs)).default("10");
     AUDIT_SEGMENT_DIR = opt("audit.segment_dir", Kind::Path, "This instance's local audit segment: the request path writes its own audit chain here before a handler runs, and a shipper moves the records into the store in batches. One per instance (never shared); unshipped records are shipped at the next start.")
-        .env("PALISADE_AUDIT_SEGMENT_DIR", set!(path audit.segment_dir)).described("`<data_dir>/audit-segment`");
+        .env("PALISADE_AUDIT_SEGMENT_DIR", set!(path audit.segment_dir)).described("`<data_dir>/audit-segment`")
+        .protected();
     AUDIT_DURABILITY = opt("audit.durability", Kind::Text, "When an audit record counts as written: `process` (written to the segment file: survives the process being killed) or `power` (also `fdatasync`ed, group-committed: survives a power loss).")
         .env("PALISADE_AUDIT_DURABILITY", set!(text audit.durability)).default("process");
     AUDIT_CHECKPOINT_INTERVAL_SECS = opt("audit.checkpoint_interval_secs", Kind::Integer, "How often one instance signs a checkpoint over every audit chain's head, when any changed, in seconds (1–3600): records newer than the last checkpoint are the window in which a deleted tail goes unnoticed.")
@@ -1259,6 +1290,17 @@ pub fn options_markdown() -> String {
     out
 }
 
+/// Whether a URL's host is a loopback address (`localhost`, `127.0.0.0/8`, `::1`): a server
+/// whose public URL is loopback is reached from this machine only.
+fn url_host_is_loopback(url: &str) -> bool {
+    match url::Url::parse(url).ok().and_then(|url| url.host().map(|host| host.to_owned())) {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 /// The gateway's sections: validated for the gateway, refused for any other application (an
 /// upstream configured for an application that ignores it is a mistake the operator must see).
 fn validate_gateway(
@@ -1290,30 +1332,38 @@ impl Settings {
     /// gateway's stdio upstreams may never see (a grant over one is refused; one under a
     /// visible system directory is masked).
     pub fn protect_from_stdio_upstreams(&mut self, config_file: Option<&std::path::Path>) {
-        let Some(gateway) = self.gateway.as_mut() else { return };
-        let mut paths = vec![
-            self.data_dir.clone(),
-            self.secret_file.clone(),
-            self.handle_subject_key_file.clone(),
-            self.audit_segment_dir.clone(),
-        ];
+        let mut paths: Vec<PathBuf> = self.protected_option_paths().into_iter().filter_map(|(_, path)| path).collect();
         paths.extend(config_file.map(std::path::Path::to_path_buf));
-        if let KillSwitchMode::Authority(authority) = &self.killswitch.mode {
-            paths.extend([authority.client_key.clone(), authority.target_key_file.clone()]);
-            paths.extend(authority.authority_db.clone());
-        }
         if let Some(sqlite) = self.store.strip_prefix("sqlite://").or_else(|| self.store.strip_prefix("sqlite:")) {
             let file = sqlite.split('?').next().unwrap_or_default();
             if !file.is_empty() && file != ":memory:" {
                 paths.push(PathBuf::from(file));
             }
         }
-        for path in paths {
-            let absolute = std::path::absolute(&path).unwrap_or(path);
-            if !gateway.protected_paths.contains(&absolute) {
-                gateway.protected_paths.push(absolute);
-            }
-        }
+        let Some(gateway) = self.gateway.as_mut() else { return };
+        gateway.protect(paths.into_iter().map(|path| std::path::absolute(&path).unwrap_or(path)));
+    }
+}
+
+impl Settings {
+    /// The value of every option marked [`OptionSpec::protected`], by key (`None`: not set in
+    /// this configuration). A test holds this list to the option table, so a new secret-file
+    /// option cannot be left out of what stdio upstreams are kept from.
+    pub fn protected_option_paths(&self) -> Vec<(&'static str, Option<PathBuf>)> {
+        let authority = match &self.killswitch.mode {
+            KillSwitchMode::Authority(authority) => Some(authority.as_ref()),
+            KillSwitchMode::Off | KillSwitchMode::Dev { .. } => None,
+        };
+        vec![
+            (DATA_DIR.key, Some(self.data_dir.clone())),
+            (SECRET_FILE.key, Some(self.secret_file.clone())),
+            (HANDLES_SUBJECT_KEY_FILE.key, Some(self.handle_subject_key_file.clone())),
+            (AUDIT_SEGMENT_DIR.key, Some(self.audit_segment_dir.clone())),
+            (KILLSWITCH_CLIENT_KEY.key, authority.map(|a| a.client_key.clone())),
+            (KILLSWITCH_TARGET_KEY_FILE.key, authority.map(|a| a.target_key_file.clone())),
+            (KILLSWITCH_AUTHORITY_DB.key, authority.and_then(|a| a.authority_db.clone())),
+            (TELEMETRY_OTLP_HEADERS_FILE.key, self.telemetry_headers_file.clone()),
+        ]
     }
 }
 
@@ -1415,12 +1465,31 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         "none" => AuthMode::None,
         other => return Err(bad(AUTH_MODE.key, format!("unknown mode `{other}`; expected bearer or none"))),
     };
-    let dev_issuer = raw
-        .auth
-        .dev_issuer
-        .as_ref()
-        .and_then(RawDevIssuer::enabled)
-        .unwrap_or(matches!(app, AppChoice::Demo | AppChoice::Gateway));
+    // The development issuer mints a token for any subject, tenant and scope to whoever asks:
+    // it runs by default only for the demo on loopback without real issuers, never by default
+    // for the gateway, and never where anyone but this machine can reach it.
+    let loopback_only = listen.ip().is_loopback() && url_host_is_loopback(&public_url);
+    let (dev_issuer, dev_issuer_why) = match raw.auth.dev_issuer.as_ref().and_then(RawDevIssuer::enabled) {
+        Some(true) if !loopback_only => {
+            return Err(bad(
+                AUTH_DEV_ISSUER.key,
+                "the development issuer mints tokens for anyone who asks: it is allowed only when both `listen` and \
+                 `public_url` are loopback addresses",
+            ));
+        }
+        Some(true) if raw.auth.issuers.is_empty() => (true, "on (auth.dev_issuer = true)"),
+        Some(true) => (true, "on beside the configured issuers (auth.dev_issuer = true names it deliberately)"),
+        Some(false) => (false, "off (auth.dev_issuer = false)"),
+        None => match app {
+            AppChoice::Gateway => {
+                (false, "off (never on by default for the gateway; auth.dev_issuer = true on loopback for development)")
+            }
+            _ if !raw.auth.issuers.is_empty() => (false, "off (real issuers are configured)"),
+            _ if !loopback_only => (false, "off (the listener or public_url is not loopback)"),
+            AppChoice::Demo => (true, "on (the demo's default on loopback)"),
+            AppChoice::Conformance => (false, "off"),
+        },
+    };
     let dev_table = raw.auth.dev_issuer.as_ref().map(RawDevIssuer::table).unwrap_or_default();
     let dev_authorization = DevAuthorization {
         auto_approve: dev_table.auto_approve.unwrap_or(false),
@@ -1484,7 +1553,10 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         issuers.push(Issuer { issuer: issuer.issuer, jwks_url: issuer.jwks_url, algorithms });
     }
     if auth_mode == AuthMode::Bearer && issuers.is_empty() && !dev_issuer {
-        return Err(bad(AUTH_ISSUERS.key, "bearer mode needs at least one issuer or the dev issuer"));
+        return Err(bad(
+            AUTH_ISSUERS.key,
+            "bearer mode needs at least one [[auth.issuers]] entry (or, for development on loopback, auth.dev_issuer = true)",
+        ));
     }
     if auth_mode == AuthMode::None && !listen.ip().is_loopback() {
         return Err(bad(LISTEN.key, "an unauthenticated server may listen on loopback addresses only"));
@@ -1509,12 +1581,14 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         handle_policies.insert(object_type, policy);
     }
     let legacy = validate_legacy(raw.legacy)?;
+    let telemetry_headers_file = raw.telemetry.otlp_headers_file.clone();
     let telemetry = validate_telemetry(raw.telemetry)?;
     let delegation = validate_delegation(raw.delegation)?;
     Ok(Settings {
         legacy,
         delegation,
         telemetry,
+        telemetry_headers_file,
         gateway,
         app,
         listen,
@@ -1541,6 +1615,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         allowed_origins: raw.http.allowed_origins,
         auth_mode,
         dev_issuer,
+        dev_issuer_why,
         dev_authorization,
         leeway_secs,
         required_typ: raw.auth.required_typ,
@@ -1586,7 +1661,7 @@ mod tests {
 
     #[test]
     fn a_file_with_upstreams_is_a_gateway_and_only_a_gateway_takes_upstreams() {
-        let upstream = "[[upstreams]]\nid = \"fx\"\nurl = \"http://127.0.0.1:9001/mcp\"\n";
+        let upstream = "[auth]\ndev_issuer = true\n[[upstreams]]\nid = \"fx\"\nurl = \"http://127.0.0.1:9001/mcp\"\n";
         let settings = check(upstream).unwrap();
         assert_eq!(settings.app, AppChoice::Gateway);
         assert_eq!(settings.auth_mode, AuthMode::Bearer, "a gateway authenticates its callers by default");
@@ -1597,6 +1672,96 @@ mod tests {
         let bad = "[[upstreams]]\nid = \"fx\"\nurl = \"http://127.0.0.1:9001/mcp\"\nprefix = \"A\"\n";
         assert_eq!(check(bad).unwrap_err().key, "upstreams[0].prefix");
         assert!(check(&format!("{upstream}color = \"red\"\n")).is_err(), "unknown keys are refused");
+    }
+
+    /// Path options that are not secret, each with why a stdio upstream may be granted it.
+    const PUBLIC_PATH_OPTIONS: &[&str] = &[
+        "auth.dev_issuer.client_metadata_ca_file", // trust anchors (public certificates)
+        "killswitch.root_public_key",              // a public key
+        "killswitch.policy",                       // a signed, public policy
+        "killswitch.key_trust_root",               // public keys
+        "killswitch.authority_ca",                 // trust anchors
+        "killswitch.client_cert",                  // a certificate chain (its key is protected)
+    ];
+
+    #[test]
+    fn every_secret_file_option_is_kept_from_stdio_upstreams() {
+        // Every path option is classified: protected, or listed above as public.
+        for spec in OPTIONS.iter().filter(|spec| spec.kind == Kind::Path) {
+            assert!(
+                spec.protected != PUBLIC_PATH_OPTIONS.contains(&spec.key),
+                "{}: a path option is either protected or listed as public, not both or neither",
+                spec.key
+            );
+        }
+        // A configuration setting every protected option to its own file.
+        let dir = std::env::temp_dir().join(format!("palisade-protected-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = |name: &str| dir.join(name).display().to_string();
+        std::fs::write(file("otlp-headers"), "Authorization: Bearer collector-secret\n").unwrap();
+        let text = format!(
+            "data_dir = \"{data}\"\nsecret_file = \"{secret}\"\n[auth]\nmode = \"none\"\n\
+             [handles]\nsubject_key_file = \"{subject}\"\n[audit]\nsegment_dir = \"{segment}\"\n\
+             [telemetry]\notlp_endpoint = \"http://127.0.0.1:4318\"\notlp_headers_file = \"{headers}\"\n\
+             [killswitch]\nmode = \"authority\"\nroot_public_key = \"/k/root.pub\"\npolicy = \"/k/policy\"\n\
+             key_trust_root = \"/k/trust\"\nauthority_url = \"https://authority.example\"\nauthority_ca = \"/k/ca.pem\"\n\
+             client_cert = \"/k/client.pem\"\nclient_key = \"{client_key}\"\ntarget_key_file = \"{target}\"\n\
+             authority_db = \"{authority_db}\"\n\
+             [[upstreams]]\nid = \"files\"\ncommand = \"/bin/true\"\n",
+            data = file("data"),
+            secret = file("server-secret"),
+            subject = file("subject-key"),
+            segment = file("segment"),
+            headers = file("otlp-headers"),
+            client_key = file("client.key"),
+            target = file("target-key"),
+            authority_db = file("authority.db"),
+        );
+        let mut settings = check(&text).unwrap();
+        settings.protect_from_stdio_upstreams(None);
+        let listed = settings.protected_option_paths();
+        let protected_keys: std::collections::BTreeSet<&str> =
+            OPTIONS.iter().filter(|spec| spec.protected).map(|spec| spec.key).collect();
+        let listed_keys: std::collections::BTreeSet<&str> = listed.iter().map(|(key, _)| *key).collect();
+        assert_eq!(listed_keys, protected_keys, "Settings::protected_option_paths names every protected option");
+        let gateway = settings.gateway.as_ref().unwrap();
+        for (key, path) in listed {
+            let path = path.unwrap_or_else(|| panic!("{key} is set in the sample but has no value"));
+            assert!(path.starts_with(&dir), "{key}: {}", path.display());
+            assert!(gateway.protected_paths.contains(&path), "{key} ({}) is not protected", path.display());
+        }
+        assert!(gateway.protected_paths.contains(&dir.join("otlp-headers")), "the collector's credentials");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_development_issuer_runs_only_on_loopback_and_never_by_default_for_the_gateway() {
+        let upstream = "[[upstreams]]\nid = \"fx\"\nurl = \"http://127.0.0.1:9001/mcp\"\n";
+        let issuer =
+            "[[auth.issuers]]\nissuer = \"https://i\"\njwks_url = \"https://i/jwks\"\nalgorithms = [\"ES256\"]\n";
+        let on = |text: &str| check(text).unwrap_or_else(|e| panic!("{text}: {e}")).dev_issuer;
+        // The demo on loopback: on by default; beside real issuers or off loopback: off.
+        assert!(on(""));
+        assert!(!on(issuer));
+        assert!(!on(&format!("listen = \"0.0.0.0:8080\"\n{issuer}")));
+        assert!(!on(&format!("public_url = \"https://mcp.example.com/mcp\"\n{issuer}")));
+        // The gateway: never by default, not even on loopback.
+        assert!(!on(&format!("{issuer}{upstream}")));
+        assert_eq!(check(upstream).unwrap_err().key, "auth.issuers");
+        // Named: on loopback only, with or without real issuers.
+        assert!(on(&format!("[auth]\ndev_issuer = true\n{upstream}")));
+        assert!(on(&format!("[auth]\ndev_issuer = true\n{issuer}{upstream}")));
+        assert!(on("listen = \"[::1]:8080\"\npublic_url = \"http://localhost:8080/mcp\"\n[auth]\ndev_issuer = true"));
+        for text in [
+            "listen = \"0.0.0.0:8080\"\n[auth]\ndev_issuer = true",
+            "listen = \"0.0.0.0:8080\"\n[auth.dev_issuer]\nenabled = true",
+            "listen = \"10.0.0.1:8080\"\n[auth]\ndev_issuer = true",
+            "public_url = \"https://mcp.example.com/mcp\"\n[auth]\ndev_issuer = true",
+            "public_url = \"http://127.0.0.1.example.com/mcp\"\n[auth]\ndev_issuer = true",
+        ] {
+            assert_eq!(check(text).unwrap_err().key, "auth.dev_issuer", "{text}");
+            assert_eq!(check(&format!("{text}\n{upstream}")).unwrap_err().key, "auth.dev_issuer", "{text}");
+        }
     }
 
     #[test]

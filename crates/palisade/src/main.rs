@@ -475,6 +475,7 @@ fn config_check(file: &Path) -> anyhow::Result<ExitCode> {
     let settings = settings(Some(file), None)?;
     #[allow(clippy::print_stdout)]
     {
+        println!("development issuer: {}", settings.dev_issuer_why);
         println!("ok: {settings:#?}");
     }
     Ok(ExitCode::SUCCESS)

@@ -142,7 +142,7 @@ impl Gateway {
         let config = data.file(
             "gateway.toml",
             &format!(
-                "listen = \"127.0.0.1:0\"\ndata_dir = \"{dir}/data\"\n\n[pins]\nrelist_secs = 1\ndecision_poll_secs = 1\n\n[[upstreams]]\nid = \"fx\"\nurl = \"{upstream}\"\n"
+                "listen = \"127.0.0.1:0\"\ndata_dir = \"{dir}/data\"\n\n[auth]\ndev_issuer = true\n\n[pins]\nrelist_secs = 1\ndecision_poll_secs = 1\n\n[[upstreams]]\nid = \"fx\"\nurl = \"{upstream}\"\n"
             ),
         );
         let config = config.to_str().unwrap().to_owned();

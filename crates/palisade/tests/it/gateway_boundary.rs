@@ -30,7 +30,7 @@ impl GatewayUnderTest {
         let dir = TempDir::new();
         let config = format!("{}/palisade.toml", dir.path());
         let text = format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = \"{}/data\"\n\n[pins]\ndecision_poll_secs = 1\n\n{body}",
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{}/data\"\n\n[auth]\ndev_issuer = true\n\n[pins]\ndecision_poll_secs = 1\n\n{body}",
             dir.path()
         );
         std::fs::write(&config, text).unwrap();

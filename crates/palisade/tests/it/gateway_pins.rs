@@ -28,7 +28,7 @@ fn boot(pins: &str, upstreams: &str) -> Gateway {
     let dir = TempDir::new();
     let config = dir.0.join("gateway.toml").to_str().unwrap().to_owned();
     let text = format!(
-        "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[pins]\nrelist_secs = 1\ndecision_poll_secs = 1\n{pins}\n\n{upstreams}\n",
+        "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[auth]\ndev_issuer = true\n\n[pins]\nrelist_secs = 1\ndecision_poll_secs = 1\n{pins}\n\n{upstreams}\n",
         dir.path()
     );
     std::fs::write(&config, text).unwrap();
@@ -543,7 +543,7 @@ fn config_check_of_a_gateway_file_names_the_bad_key_and_shows_no_secret() {
 
     let secret = "upstream-secret-9f8e7d6c5b4a";
     let good = dir.0.join("good.toml");
-    let text = "[[upstreams]]\nid = \"files\"\nurl = \"http://127.0.0.1:9/mcp\"\n[upstreams.credential]\nkind = \"static\"\nheader = \"X-Api-Key\"\nsecret_env = \"PALISADE_IT_UPSTREAM_SECRET\"\n";
+    let text = "[auth]\ndev_issuer = true\n[[upstreams]]\nid = \"files\"\nurl = \"http://127.0.0.1:9/mcp\"\n[upstreams.credential]\nkind = \"static\"\nheader = \"X-Api-Key\"\nsecret_env = \"PALISADE_IT_UPSTREAM_SECRET\"\n";
     std::fs::write(&good, text).unwrap();
     let (code, stdout, stderr) =
         palisade(&["config", "check", good.to_str().unwrap()], &[("PALISADE_IT_UPSTREAM_SECRET", secret)]);

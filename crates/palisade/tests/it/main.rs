@@ -18,6 +18,8 @@ mod hostile_upstream;
 mod http_bad_input;
 mod http_flows;
 mod killswitch;
+mod production_gateway;
+mod protected_paths;
 mod rmcp_client;
 mod schema;
 mod stdio;
