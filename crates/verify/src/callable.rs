@@ -5,7 +5,9 @@
 //!   ([`NEVER_WORDS`]: delete, wipe, reset, revoke, checkout, pay, send, deploy, …), nor one not
 //!   annotated read-only whose description has such a word (`Deletes …`, `Sends …`).
 //! - Of the rest, a tool annotated `readOnlyHint: true` may be called in any run; any other
-//!   only with `--allow-mutations`.
+//!   only with `--allow-mutations`. (An absent `destructiveHint`, which the spec defaults to
+//!   `true` for a tool not annotated read-only, is left to the name and description: otherwise
+//!   no unannotated tool could be called at all.)
 //!
 //! A module may call fewer tools than the rule permits, never more: a listed tool is named in a
 //! `tools/call` only through a [`CallableTool`], which only [`permit`] makes. (A name no listing
