@@ -1,7 +1,8 @@
 //! Identity files (TOML): who the verifier calls as, and how it gets each token (inline, a file,
-//! a command's stdout, or the client credentials grant at an authorization server); and the
-//! redactor every transcript and report passes through, so no
-//! token ever reaches an output.
+//! a command's stdout, or the client credentials grant at an authorization server); which
+//! identity is "another caller" than the first ([`Other`], the one notion every module uses);
+//! and the redactor every transcript and report passes through, so no token ever reaches an
+//! output.
 
 use std::path::{Path, PathBuf};
 
@@ -152,6 +153,143 @@ impl Identity {
     /// Every token this identity carries (for the redactor).
     fn tokens(&self) -> impl Iterator<Item = &Token> {
         std::iter::once(&self.token).chain(self.expired_token.as_ref()).chain(self.other_resource_token.as_ref())
+    }
+}
+
+/// What two identity files say about one attribute (`subject`, `tenant` or `client`): an
+/// attribute either file leaves out is unknown, never taken as equal nor as different.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relation {
+    /// Both declare it, equal.
+    Same,
+    /// Both declare it, different.
+    Different,
+    /// At least one does not declare it.
+    Unknown,
+}
+
+impl Relation {
+    /// The relation of two declared-or-not values.
+    pub fn of(a: Option<&str>, b: Option<&str>) -> Self {
+        match (a, b) {
+            (Some(a), Some(b)) if a == b => Self::Same,
+            (Some(_), Some(_)) => Self::Different,
+            _ => Self::Unknown,
+        }
+    }
+
+    /// Preference when several identities fit: the same first, then unknown, then different.
+    fn rank(self) -> u8 {
+        match self {
+            Self::Same => 0,
+            Self::Unknown => 1,
+            Self::Different => 2,
+        }
+    }
+}
+
+impl Identity {
+    /// How this identity's subject relates to `other`'s.
+    pub fn subject_relation(&self, other: &Self) -> Relation {
+        Relation::of(self.subject.as_deref(), other.subject.as_deref())
+    }
+
+    /// How this identity's tenant relates to `other`'s.
+    pub fn tenant_relation(&self, other: &Self) -> Relation {
+        Relation::of(self.tenant.as_deref(), other.tenant.as_deref())
+    }
+
+    /// How this identity's client relates to `other`'s.
+    pub fn client_relation(&self, other: &Self) -> Relation {
+        Relation::of(self.client.as_deref(), other.client.as_deref())
+    }
+
+    /// Whether `other` is another caller than this identity: their subjects differ, or their
+    /// tenants do (as declared; whatever the rest declares or leaves out).
+    pub fn is_other_caller(&self, other: &Self) -> bool {
+        self.subject_relation(other) == Relation::Different || self.tenant_relation(other) == Relation::Different
+    }
+}
+
+/// Who a cross-identity check calls as, next to the first identity (the owner of what the check
+/// made). One notion for every module: two identities are two callers when their declared
+/// subjects (or tenants) differ, whatever else their files declare; where a check needs the same
+/// tenant, a tenant not declared is unknown, which the check's detail says, and a tenant
+/// declared different is never taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Other {
+    /// Any other caller ([`Identity::is_other_caller`]); one of the same tenant preferred.
+    Caller,
+    /// Another subject, not of a tenant known to differ (one of the same tenant, then the same
+    /// client, preferred).
+    Subject,
+    /// Another tenant (both declared).
+    Tenant,
+    /// The first identity's subject (both declared) through another client (both declared), not
+    /// of a tenant known to differ.
+    Client,
+}
+
+/// The identity a cross-identity check calls as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherCaller {
+    /// Its index among the run's identities.
+    pub index: usize,
+    /// What the identity files leave unknown that the check's name assumes (a tenant not
+    /// declared by both), said in the check's detail.
+    pub caveat: Option<String>,
+}
+
+impl Other {
+    /// The identity of `identities` (after the first) a check of this kind calls as; `Err`: why
+    /// none fits (the check is NOT TESTABLE).
+    pub fn find(self, identities: &[Identity]) -> Result<OtherCaller, &'static str> {
+        let first = identities.first().ok_or("no identity")?;
+        let fits = |other: &Identity| {
+            let (subject, tenant, client) =
+                (first.subject_relation(other), first.tenant_relation(other), first.client_relation(other));
+            match self {
+                Self::Caller => first.is_other_caller(other),
+                Self::Subject => subject == Relation::Different && tenant != Relation::Different,
+                Self::Tenant => tenant == Relation::Different,
+                Self::Client => {
+                    subject == Relation::Same && client == Relation::Different && tenant != Relation::Different
+                }
+            }
+        };
+        let rank = |other: &Identity| (first.tenant_relation(other).rank(), first.client_relation(other).rank());
+        let (index, other) = identities
+            .iter()
+            .enumerate()
+            .skip(1)
+            .filter(|(_, other)| fits(other))
+            .min_by_key(|(i, other)| (rank(other), *i))
+            .ok_or_else(|| self.missing())?;
+        let caveat = (matches!(self, Self::Subject | Self::Client)
+            && first.tenant_relation(other) == Relation::Unknown)
+            .then(|| {
+                format!(
+                    "the identity files of {} and {} do not both declare a `tenant`: whether they share one is unknown",
+                    first.name, other.name
+                )
+            });
+        Ok(OtherCaller { index, caveat })
+    }
+
+    /// Why no identity fits.
+    fn missing(self) -> &'static str {
+        match self {
+            Self::Caller => {
+                "no identity of another subject or tenant than the first's (the identity files' `subject`, `tenant`)"
+            }
+            Self::Subject => {
+                "no identity of another subject than the first's, not of another tenant (the identity files' `subject`, `tenant`)"
+            }
+            Self::Tenant => "no identity of another tenant than the first's (the identity files' `tenant`)",
+            Self::Client => {
+                "no identity of the first identity's subject through another client (the identity files' `subject`, `client`)"
+            }
+        }
     }
 }
 
@@ -458,6 +596,55 @@ mod tests {
         assert!(check_identities(&identities[..1]).is_err());
         assert!(check_identities(&[identity("a", "x"), identity("a", "y")]).is_err());
         assert!(check_identities(&identities).is_ok());
+    }
+
+    fn who(name: &str, subject: Option<&str>, tenant: Option<&str>, client: Option<&str>) -> Identity {
+        Identity {
+            name: name.into(),
+            token: Token::new(format!("tok-{name}")),
+            tenant: tenant.map(str::to_owned),
+            client: client.map(str::to_owned),
+            subject: subject.map(str::to_owned),
+            expired_token: None,
+            other_resource_token: None,
+        }
+    }
+
+    #[test]
+    fn another_caller_is_a_declared_other_subject_or_tenant_and_an_unknown_tenant_is_said() {
+        // Subject only: two subjects are two callers; the tenant is unknown, never assumed equal.
+        let pair = [who("alice", Some("alice"), None, None), who("bob", Some("bob"), None, None)];
+        assert_eq!(Other::Caller.find(&pair).unwrap(), OtherCaller { index: 1, caveat: None });
+        let subject = Other::Subject.find(&pair).unwrap();
+        assert_eq!(subject.index, 1);
+        assert!(subject.caveat.unwrap().contains("whether they share one is unknown"));
+        assert!(Other::Tenant.find(&pair).is_err());
+        assert!(Other::Client.find(&pair).is_err());
+        // Nothing declared: not known to be another caller.
+        let anonymous = [who("a", None, None, None), who("b", None, None, None)];
+        for kind in [Other::Caller, Other::Subject, Other::Tenant, Other::Client] {
+            assert!(kind.find(&anonymous).is_err(), "{kind:?}");
+        }
+        // Tenants declared: the same tenant is preferred, a different one is never "another
+        // subject", and another tenant is another caller whatever the subjects say.
+        let many = [
+            who("alice", Some("alice"), Some("t1"), Some("c1")),
+            who("carol", Some("carol"), Some("t2"), Some("c2")),
+            who("erin", Some("erin"), None, Some("c1")),
+            who("dave", Some("dave"), Some("t1"), Some("c2")),
+            who("alice-cli", Some("alice"), Some("t1"), Some("c2")),
+        ];
+        assert_eq!(Other::Subject.find(&many).unwrap(), OtherCaller { index: 3, caveat: None });
+        assert_eq!(Other::Caller.find(&many).unwrap().index, 3);
+        assert_eq!(Other::Tenant.find(&many).unwrap().index, 1);
+        assert_eq!(Other::Client.find(&many).unwrap(), OtherCaller { index: 4, caveat: None });
+        assert!(Other::Subject.find(&many[..2]).is_err(), "another tenant is not another subject of the tenant");
+        assert_eq!(Other::Caller.find(&many[..2]).unwrap().index, 1);
+        let unknown_subject = [many[0].clone(), who("x", None, Some("t2"), None)];
+        assert_eq!(Other::Caller.find(&unknown_subject).unwrap().index, 1);
+        assert!(Other::Subject.find(&unknown_subject).is_err());
+        let same_subject = [many[0].clone(), who("alice-2", Some("alice"), Some("t1"), Some("c1"))];
+        assert!(Other::Caller.find(&same_subject).is_err(), "the same subject, tenant and client");
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! line ([`VerifyArgs`]), the safety gates (an explicit authorization, loopback or a named
 //! `--target-host`), and the run ([`verify`]): every module's checks, bounded, then a report.
 
+pub mod callable;
 pub mod check;
+pub mod escape;
 pub mod grant;
 pub mod identity;
 pub mod modules;
@@ -250,7 +252,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let report = match result {
         Ok(report) => report,
         Err(refusal) => {
-            eprintln!("error: {refusal}");
+            eprintln!("error: {}", escape::visible(&refusal.to_string()));
             return Ok(ExitCode::from(2));
         }
     };
@@ -263,7 +265,7 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             .map_err(|error| anyhow::anyhow!("writing the report to {}: {error}", path.display()))?;
     }
     for stale in &report.stale {
-        eprintln!("stale baseline entry: {} passes now (or did not run); remove it", stale.id);
+        eprintln!("stale baseline entry: {} passes now (or did not run); remove it", escape::visible(&stale.id));
     }
     Ok(ExitCode::from(report.exit_code()))
 }

@@ -1,6 +1,7 @@
 //! Reports: a progress line per check, the summary table, and the `--format` files (JSON with
 //! stable ids is the source; JUnit, Markdown and SARIF are rendered from it); the baseline of
-//! accepted findings; the exit code. Every rendered text passes the run's redactor.
+//! accepted findings; the exit code. Every rendered text passes the run's redactor, and what a
+//! target controls is shown through [`crate::escape`] in every format.
 
 use std::path::Path;
 
@@ -8,6 +9,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::check::{Check, Outcome, Verdict};
+use crate::escape::{markdown_cell, visible};
 use crate::identity::Redactor;
 
 /// A report file format.
@@ -154,21 +156,23 @@ impl Report {
             "checks": checks,
             "stale_baseline": stale,
         });
-        // Redact inside the structure so the JSON stays valid.
-        match serde_json::from_str(&self.redactor.redact(&value.to_string())) {
-            Ok(redacted) => redacted,
-            Err(_) => json!({ "error": "the report could not be redacted" }),
-        }
+        // Redacted string by string, before serialization: a secret holding a character JSON
+        // escapes is still found, and the document stays valid.
+        let mut value = value;
+        redact_strings(&mut value, &self.redactor);
+        value
     }
 
     /// The report in `format`.
     pub fn render(&self, format: Format) -> String {
         let json = self.to_json();
         let text = match format {
-            Format::Json => serde_json::to_string_pretty(&json).unwrap_or_default(),
+            Format::Json => crate::escape::json(&serde_json::to_string_pretty(&json).unwrap_or_default()).into_owned(),
             Format::Junit => junit(&json),
             Format::Markdown => markdown(&json),
-            Format::Sarif => serde_json::to_string_pretty(&sarif(&json)).unwrap_or_default(),
+            Format::Sarif => {
+                crate::escape::json(&serde_json::to_string_pretty(&sarif(&json)).unwrap_or_default()).into_owned()
+            }
         };
         self.redactor.redact(&text)
     }
@@ -183,6 +187,8 @@ impl Report {
                 _ if entry.outcome.verdict == Verdict::Pass => String::new(),
                 _ => entry.outcome.detail.clone(),
             };
+            // Redacted before it is escaped: a secret is found as the target sent it.
+            let note = visible(&self.redactor.redact(&note)).into_owned();
             text.push_str(&format!(
                 "{:<width$}  {:<12}  {:<8}  {}\n",
                 entry.check.id,
@@ -192,7 +198,7 @@ impl Report {
             ));
         }
         for stale in &self.stale {
-            text.push_str(&format!("stale baseline entry: {} ({})\n", stale.id, stale.reason));
+            text.push_str(&format!("stale baseline entry: {} ({})\n", visible(&stale.id), visible(&stale.reason)));
         }
         text.push_str(&format!(
             "{} checks: {} pass, {} fail ({} unbaselined), {} warning, {} not testable, {} inconclusive\n",
@@ -208,14 +214,27 @@ impl Report {
     }
 }
 
-/// The plain progress line of one finished check.
+/// The plain progress line of one finished check (its detail already redacted), what a target
+/// controls in it escaped.
 pub fn progress_line(check: &Check, outcome: &Outcome) -> String {
-    format!("{:<12} {}  {}", outcome.verdict.label(), check.id, outcome.detail)
+    format!("{:<12} {}  {}", outcome.verdict.label(), check.id, visible(&outcome.detail))
 }
 
+/// Every string of `value` redacted.
+fn redact_strings(value: &mut Value, redactor: &Redactor) {
+    match value {
+        Value::String(text) => *text = redactor.redact(text),
+        Value::Array(items) => items.iter_mut().for_each(|item| redact_strings(item, redactor)),
+        Value::Object(object) => object.values_mut().for_each(|item| redact_strings(item, redactor)),
+        _ => {}
+    }
+}
+
+/// `text` for XML character data or an attribute: [`visible`] (XML 1.0 allows no control
+/// characters), then the markup characters as entities.
 fn xml(text: &str) -> String {
-    text.chars()
-        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
+    visible(text)
+        .chars()
         .map(|c| match c {
             '&' => "&amp;".to_owned(),
             '<' => "&lt;".to_owned(),
@@ -265,10 +284,9 @@ fn junit(json: &Value) -> String {
 }
 
 fn markdown(json: &Value) -> String {
-    let cell = |text: &str| text.replace('|', "\\|").replace('\n', " ");
     let mut text = format!(
         "# palisade verify: {}\n\n| check | verdict | severity | detail |\n|---|---|---|---|\n",
-        cell(json["target"].as_str().unwrap_or_default())
+        markdown_cell(json["target"].as_str().unwrap_or_default())
     );
     for check in checks(json) {
         let verdict = match (field(check, "verdict"), check["baselined"].as_str()) {
@@ -280,7 +298,7 @@ fn markdown(json: &Value) -> String {
             field(check, "id"),
             verdict,
             field(check, "severity"),
-            cell(field(check, "detail"))
+            markdown_cell(field(check, "detail"))
         ));
     }
     text

@@ -1,8 +1,9 @@
 //! The verifier against a deliberately broken 2026-07-28 server whose application handles ignore
-//! the caller (any token presenting a live handle is served, and may delete it): the handle
+//! the caller (any token presenting a live handle is served, and may close it): the handle
 //! checks meant for that flaw FAIL with their controls accepted, the ones it gets right pass, no
-//! handle it issued or was sent reaches any report; and without `--allow-mutations` the module
-//! sends nothing and creates nothing.
+//! handle it issued or was sent reaches any report, and its destructive `basket_delete` is never
+//! called; with identities that declare a `subject` only, the cross-subject checks still run and
+//! FAIL; and without `--allow-mutations` the module sends nothing and creates nothing.
 
 // Helpers outside #[test] functions unwrap too: a failure there is the test failing.
 #![allow(clippy::unwrap_used)]
@@ -30,6 +31,8 @@ use support::{Scratch, assert_no_token, identity, identity_of};
 struct Shop {
     requests: usize,
     creates: usize,
+    /// Calls by tool name.
+    calls: HashMap<String, usize>,
     issued: Vec<String>,
     received: Vec<String>,
     baskets: HashMap<String, Vec<Value>>,
@@ -60,6 +63,8 @@ fn tools() -> Value {
               "quantity": { "type": "integer", "minimum": 1, "maximum": 99 } } } },
         { "name": "basket_delete", "annotations": { "destructiveHint": true },
           "inputSchema": { "type": "object", "properties": { "basket": handle }, "required": ["basket"] } },
+        { "name": "basket_close", "description": "Closes the basket: its handle stops working.",
+          "inputSchema": { "type": "object", "properties": { "basket": handle }, "required": ["basket"] } },
         { "name": "catalog_search", "annotations": { "readOnlyHint": true },
           "inputSchema": { "type": "object", "properties": { "query": { "type": "string" } } } }
     ])
@@ -85,6 +90,7 @@ async fn broken(State(shop): State<Shared>, headers: HeaderMap, body: Bytes) -> 
         Some("tools/call") => {
             let name = params.get("name").and_then(Value::as_str).unwrap_or_default();
             let arguments = params.get("arguments").cloned().unwrap_or(Value::Null);
+            *shop.calls.entry(name.to_owned()).or_default() += 1;
             if name == "basket_create" {
                 let mut raw = [0u8; 32];
                 aws_lc_rs::rand::fill(&mut raw).unwrap();
@@ -112,9 +118,9 @@ async fn broken(State(shop): State<Shared>, headers: HeaderMap, body: Bytes) -> 
                     let items = items.clone();
                     answer(&id, structured(json!({ "items": items, "totalCents": 450 * items.len() })))
                 }
-                "basket_delete" => {
+                "basket_delete" | "basket_close" => {
                     shop.baskets.remove(&handle);
-                    answer(&id, structured(json!({ "deleted": true })))
+                    answer(&id, structured(json!({ "closed": true })))
                 }
                 _ => error(StatusCode::BAD_REQUEST, &id, -32602, "unknown tool"),
             }
@@ -198,7 +204,7 @@ const MEANT_TO_FAIL: [&str; 12] = [
 ];
 
 /// What it gets right: handles exist only once issued, are random, never listed, need a token,
-/// and die when their owner deletes them.
+/// and die when their owner closes them.
 const MEANT_TO_PASS: [&str; 13] = [
     "handles.discover.create",
     "handles.read.no_token",
@@ -265,6 +271,48 @@ async fn handles_that_ignore_the_caller_are_caught() {
     let json = report.render(Format::Json);
     assert!(json.contains("[redacted:handle-alice]"), "the transcripts show where the handles were");
     assert!(json.contains("[redacted:handle-near-miss-"));
+
+    // The destructive tool was never called: revocation went through `basket_close`.
+    let calls = fixture.shop.lock().unwrap().calls.clone();
+    assert_eq!(calls.get("basket_delete"), None, "{calls:?}");
+    assert!(calls.get("basket_close").is_some_and(|n| *n >= 2), "{calls:?}");
+}
+
+/// Two identities that declare a `subject` only (`tenant` and `client` are optional): two
+/// subjects are two callers, so every cross-subject check runs and FAILs against handles that
+/// ignore the caller; the tenant and client cases are NOT TESTABLE (nothing says how the two
+/// relate there), and a detail says the tenant is unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subject_only_identities_catch_handles_that_ignore_the_caller() {
+    let fixture = fixture("handles-fixture-subject-only").await;
+    let mut argv = vec![fixture.url.clone(), "--i-am-authorized".into(), "--allow-mutations".into()];
+    argv.extend(["--module".into(), "handles".into()]);
+    for (name, token) in [("alice", &fixture.tokens[0]), ("bob", &fixture.tokens[1])] {
+        let file = fixture
+            .scratch
+            .file(&format!("{name}.toml"), &format!("name = \"{name}\"\ntoken = \"{token}\"\nsubject = \"{name}\"\n"));
+        argv.extend(["--identity".into(), file.to_str().unwrap().to_owned()]);
+    }
+    let report = verify(&VerifyArgs::parse_from(argv).unwrap(), &mut |_, _| {}).await.unwrap();
+    for id in [
+        "handles.read.other_subject",
+        "handles.write.other_subject",
+        "handles.substitution.foreign_handle",
+        "handles.oracle.other_subject",
+        "handles.oracle.no_echo",
+        "handles.lifecycle.revoke_other",
+    ] {
+        let entry = report.entries.iter().find(|entry| entry.check.id == id).unwrap();
+        assert_eq!(entry.outcome.verdict, Verdict::Fail, "{id}: {}", entry.outcome.detail);
+    }
+    for id in ["handles.read.other_subject", "handles.substitution.foreign_handle", "handles.oracle.other_subject"] {
+        let detail = &report.entries.iter().find(|entry| entry.check.id == id).unwrap().outcome.detail;
+        assert!(detail.contains("do not both declare a `tenant`"), "{id}: {detail}");
+    }
+    for id in ["handles.read.other_tenant", "handles.read.other_client", "handles.oracle.other_tenant"] {
+        assert_eq!(verdict(&report, id), Verdict::NotTestable, "{id}");
+    }
+    assert_eq!(report.exit_code(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -96,7 +96,7 @@ async fn serve(State(fixture): State<Shared>, method: Method, headers: HeaderMap
         "tools/list" => reply(
             &id,
             json!({ "resultType": "complete", "ttlMs": 0, "cacheScope": "public",
-            "tools": [tool("catalog"), tool("export"), tool("confirm_order")] }),
+            "tools": [tool("catalog"), tool("export"), tool("confirm_note")] }),
         ),
         "resources/list" => reply(
             &id,
@@ -125,18 +125,18 @@ async fn serve(State(fixture): State<Shared>, method: Method, headers: HeaderMap
             }
             // The flaw: any non-empty state with an accepted answer completes the round, whoever
             // presents it, however changed.
-            "confirm_order" => {
+            "confirm_note" => {
                 let state = params.get("requestState").and_then(Value::as_str).unwrap_or_default();
                 let accepted = params.pointer("/inputResponses/confirm/action") == Some(&json!("accept"));
                 if !state.is_empty() && accepted {
                     return reply(
                         &id,
-                        json!({ "resultType": "complete", "content": [{ "type": "text", "text": "ordered" }] }),
+                        json!({ "resultType": "complete", "content": [{ "type": "text", "text": "noted" }] }),
                     );
                 }
                 let n = fixture.counter.fetch_add(1, Ordering::SeqCst);
                 let state = URL_SAFE_NO_PAD.encode(
-                    json!({ "tool": "confirm_order", "confirmed": false, "round": n, "pad": "0123456789" }).to_string(),
+                    json!({ "tool": "confirm_note", "confirmed": false, "round": n, "pad": "0123456789" }).to_string(),
                 );
                 fixture.issued.lock().unwrap().push(state.clone());
                 reply(
@@ -359,7 +359,7 @@ async fn a_server_whose_request_state_is_unsigned_json_is_caught() {
         let entry = report.entries.iter().find(|entry| entry.check.id == id).unwrap();
         assert!(entry.outcome.detail.contains("proceeded with the altered state"), "{id}: {}", entry.outcome.detail);
         // The control (a fresh state echoed by its owner) went through too.
-        assert!(entry.outcome.transcript.iter().any(|t| t.contains("ordered")), "{id}");
+        assert!(entry.outcome.transcript.iter().any(|t| t.contains("noted")), "{id}");
     }
     // Its catalogue, its reads and a completed round take any state: warnings, not failures.
     for id in ["state.replay.other_tool", "state.replay.other_method", "state.replay.after_use"] {

@@ -698,7 +698,7 @@ async fn header_repeated(ctx: &Context, check: Check) -> Outcome {
 }
 
 /// The read-only requests probed for a 403 `insufficient_scope` (tool calls only with
-/// `--allow-mutations`).
+/// `--allow-mutations`, and only of tools the one rule lets a check call).
 async fn insufficient_scope(ctx: &Context, check: Check) -> Outcome {
     let control = ctx.target.send(ctx.base()).await;
     let mut probes = vec![
@@ -708,11 +708,10 @@ async fn insufficient_scope(ctx: &Context, check: Check) -> Outcome {
     ];
     let tools = control.result().and_then(|r| r.get("tools")).and_then(Value::as_array).cloned().unwrap_or_default();
     // A tool call may have effects (even one annotated read-only may start a task): only
-    // with --allow-mutations.
+    // with --allow-mutations, and never of a tool the rule keeps from every check.
     if ctx.allow_mutations {
-        for tool in tools.iter().take(20) {
-            let Some(name) = tool.get("name").and_then(Value::as_str) else { continue };
-            probes.push(Probe::request("tools/call", json!({ "name": name, "arguments": {} }), ctx.auth()));
+        for (tool, _) in ctx.callable_tools(&tools).into_iter().take(20) {
+            probes.push(Probe::request("tools/call", json!({ "name": tool.name(), "arguments": {} }), ctx.auth()));
         }
     }
     for probe in probes {

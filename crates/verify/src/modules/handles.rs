@@ -10,8 +10,11 @@
 //! object; and that handles are distinct, long enough and never listed.
 //!
 //! Creating a handle is a side effect: without `--allow-mutations` every case is NOT TESTABLE
-//! and nothing is sent. Handles are credentials: each one (real, guessed, near-miss) is added to
-//! the run's redactor before a transcript that could show it is kept.
+//! and nothing is sent. Only tools the one rule of [`crate::callable`] permits are considered at
+//! all (never one annotated destructive or named like delete, revoke or checkout), so a revoke
+//! case needs a tool named like close, discard, release or invalidate. Handles are credentials:
+//! each one (real, guessed, near-miss) is added to the run's redactor before a transcript that
+//! could show it is kept.
 
 use std::collections::BTreeSet;
 
@@ -19,8 +22,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value, json};
 
+use crate::callable::{CallableTool, words as name_words};
 use crate::check::{Check, Judgement, Outcome, Verdict, paired};
-use crate::identity::Identity;
+use crate::identity::{Other, Relation};
 use crate::modules::{Context, Module, cases, estimated_bits};
 use crate::target::{Auth, Exchange, Probe};
 
@@ -100,7 +104,8 @@ const MAX_EXPIRY_WAIT_MS: u64 = 2_000;
 
 /// Words of tool names that create a handle.
 const CREATE_WORDS: &[&str] = &["create", "new", "open", "start"];
-/// Words of tool names that consume or end the object: never called as an ordinary use.
+/// Words of tool names that consume or end the object: never called as an ordinary use (the
+/// ones of [`crate::callable::NEVER_WORDS`] are never called at all).
 const CONSUMING_WORDS: &[&str] = &[
     "checkout",
     "pay",
@@ -138,14 +143,15 @@ const CONSUMING_WORDS: &[&str] = &[
     "drop",
     "archive",
 ];
-/// Words of tool names that revoke the handle.
-const REVOKE_WORDS: &[&str] = &["revoke", "close", "delete", "discard", "destroy", "release", "invalidate", "drop"];
+/// Words of tool names that revoke the handle (`revoke`, `delete`, `drop` or `destroy` names
+/// are never called: [`crate::callable`]).
+const REVOKE_WORDS: &[&str] = &["close", "discard", "release", "invalidate"];
 /// Words of tool names that replace the object (a new version: old handles must die).
-const REPLACE_WORDS: &[&str] = &["replace", "rotate", "regenerate", "renew", "reissue", "reset"];
+const REPLACE_WORDS: &[&str] = &["replace", "rotate", "regenerate", "renew", "reissue"];
 /// Words of tool names that only read.
 const READ_WORDS: &[&str] = &["view", "get", "read", "show", "list", "describe", "status", "inspect", "peek", "fetch"];
 
-/// One tool of `tools/list`.
+/// One tool of `tools/list` a check may call (made only from a [`CallableTool`]).
 #[derive(Debug, Clone)]
 struct Tool {
     name: String,
@@ -155,13 +161,13 @@ struct Tool {
 }
 
 impl Tool {
-    fn from_listing(tool: &Value) -> Option<Self> {
-        Some(Self {
-            name: tool.get("name")?.as_str()?.to_owned(),
+    fn from_listing(callable: &CallableTool, tool: &Value) -> Self {
+        Self {
+            name: callable.name().to_owned(),
             input: tool.get("inputSchema").cloned().unwrap_or(Value::Null),
             output: tool.get("outputSchema").cloned().unwrap_or(Value::Null),
             annotations: tool.get("annotations").cloned().unwrap_or(Value::Null),
-        })
+        }
     }
 
     fn properties(&self) -> Option<&Map<String, Value>> {
@@ -207,32 +213,6 @@ fn without_description(schema: &Value) -> Value {
         object.remove("title");
     }
     schema
-}
-
-/// A tool name's words, lower case: split at `_`, `-`, `.`, `/`, spaces and lower-to-upper
-/// case changes (`basket_create`, `createBasket`, `basket.new`).
-fn name_words(name: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut word = String::new();
-    let mut previous_lower = false;
-    for c in name.chars() {
-        if !c.is_ascii_alphanumeric() {
-            if !word.is_empty() {
-                words.push(std::mem::take(&mut word));
-            }
-            previous_lower = false;
-            continue;
-        }
-        if c.is_ascii_uppercase() && previous_lower && !word.is_empty() {
-            words.push(std::mem::take(&mut word));
-        }
-        previous_lower = c.is_ascii_lowercase() || c.is_ascii_digit();
-        word.push(c.to_ascii_lowercase());
-    }
-    if !word.is_empty() {
-        words.push(word);
-    }
-    words
 }
 
 /// What the target offers around one kind of handle.
@@ -462,8 +442,8 @@ async fn use_handle(ctx: &Context, surface: &Surface, tool: &Tool, handle: &str,
 }
 
 /// Every tool of `tools/list` (following `nextCursor`, five pages at most), as the first
-/// identity; the listing exchanges.
-async fn list_tools(ctx: &Context) -> (Vec<Tool>, Vec<Exchange>) {
+/// identity, as listed; the listing exchanges.
+async fn list_tools(ctx: &Context) -> (Vec<Value>, Vec<Exchange>) {
     let mut tools = Vec::new();
     let mut exchanges = Vec::new();
     let mut cursor: Option<String> = None;
@@ -471,7 +451,7 @@ async fn list_tools(ctx: &Context) -> (Vec<Tool>, Vec<Exchange>) {
         let params = cursor.as_ref().map_or_else(|| json!({}), |cursor| json!({ "cursor": cursor }));
         let listed = ctx.target.send(Probe::request("tools/list", params, ctx.auth())).await;
         let page = listed.result().and_then(|result| result.get("tools")).and_then(Value::as_array);
-        tools.extend(page.into_iter().flatten().filter_map(Tool::from_listing));
+        tools.extend(page.into_iter().flatten().cloned());
         cursor = listed.result().and_then(|result| result.get("nextCursor")).and_then(Value::as_str).map(str::to_owned);
         exchanges.push(listed);
         if cursor.is_none() {
@@ -496,15 +476,21 @@ fn declared_properties(creator: &Tool, tools: &[Tool]) -> Vec<String> {
 /// The handle tools of the target. `Err`: why the module cannot run (NOT TESTABLE, or
 /// INCONCLUSIVE when the listing itself was refused).
 async fn discover(ctx: &Context, check: &Check) -> Result<Surface, Stop> {
-    let (tools, mut found) = list_tools(ctx).await;
-    if tools.is_empty() {
+    let (listed, mut found) = list_tools(ctx).await;
+    let all: Vec<&Exchange> = found.iter().collect();
+    if listed.is_empty() {
         let refused = found.first().is_some_and(|listed| !listed.accepted());
-        let all: Vec<&Exchange> = found.iter().collect();
         return Err(Stop(if refused {
             inconclusive(check, "the first identity's tools/list was not served", &all)
         } else {
             not_testable(check, "the target lists no tools").with(&all)
         }));
+    }
+    let tools: Vec<Tool> =
+        ctx.callable_tools(&listed).into_iter().map(|(callable, tool)| Tool::from_listing(&callable, tool)).collect();
+    if tools.is_empty() {
+        let why = "no tool the target lists may be called (each is annotated destructive or named like one)";
+        return Err(Stop(not_testable(check, why).with(&all)));
     }
     let creators: Vec<&Tool> = tools
         .iter()
@@ -594,64 +580,28 @@ macro_rules! ready {
     };
 }
 
-/// The index of the first identity after the first for which `matches(first, other)` holds.
-fn find_identity(ctx: &Context, matches: impl Fn(&Identity, &Identity) -> bool) -> Option<usize> {
-    let first = ctx.identities.first()?;
-    ctx.identities.iter().enumerate().skip(1).find(|(_, other)| matches(first, other)).map(|(i, _)| i)
-}
-
-fn same(a: Option<&String>, b: Option<&String>) -> bool {
-    matches!((a, b), (Some(a), Some(b)) if a == b)
-}
-
-fn differs(a: Option<&String>, b: Option<&String>) -> bool {
-    matches!((a, b), (Some(a), Some(b)) if a != b)
-}
-
 /// Who a cross-identity case calls as.
 #[derive(Debug, Clone, Copy)]
 enum Caller {
-    OtherSubject,
-    OtherTenant,
-    OtherClient,
+    Other(Other),
     NoToken,
 }
 
-/// The caller's authentication; `Err`: why no identity fits (from the identity files).
-fn caller_auth(ctx: &Context, caller: Caller) -> Result<Auth, &'static str> {
-    let index = match caller {
-        Caller::NoToken => return Ok(Auth::None),
-        Caller::OtherSubject => other_subject(ctx).ok_or(
-            "no identity of another subject in the first identity's tenant (the identity files' `subject` and `tenant`)",
-        )?,
-        Caller::OtherTenant => other_tenant(ctx)
-            .ok_or("no identity of another tenant than the first's (the identity files' `tenant`)")?,
-        Caller::OtherClient => find_identity(ctx, |first, other| {
-            same(first.subject.as_ref(), other.subject.as_ref())
-                && !differs(first.tenant.as_ref(), other.tenant.as_ref())
-                && differs(first.client.as_ref(), other.client.as_ref())
-        })
-        .ok_or("no identity of the first identity's subject through another client (`subject` equal, `client` different)")?,
-    };
-    Ok(ctx.auth_of(index))
+/// The caller's authentication and what the identity files leave unknown about it; `Err`: why
+/// no identity fits.
+fn caller_auth(ctx: &Context, caller: Caller) -> Result<(Auth, Option<String>), &'static str> {
+    match caller {
+        Caller::NoToken => Ok((Auth::None, None)),
+        Caller::Other(kind) => ctx.other(kind).map(|found| (ctx.auth_of(found.index), found.caveat)),
+    }
 }
 
-fn other_subject(ctx: &Context) -> Option<usize> {
-    find_identity(ctx, |first, other| {
-        differs(first.subject.as_ref(), other.subject.as_ref()) && same(first.tenant.as_ref(), other.tenant.as_ref())
-    })
-}
-
-fn other_tenant(ctx: &Context) -> Option<usize> {
-    find_identity(ctx, |first, other| differs(first.tenant.as_ref(), other.tenant.as_ref()))
-}
-
-/// Why a case that needs any other caller is not testable.
-const NO_OTHER_CALLER: &str = "no identity of another subject or tenant (the identity files' `subject`, `tenant`)";
-
-/// An identity of another subject, else of another tenant.
-fn other_caller(ctx: &Context) -> Option<usize> {
-    other_subject(ctx).or_else(|| other_tenant(ctx))
+/// The outcome with the caveat about its caller (a tenant not declared) added to its detail.
+fn noted(mut outcome: Outcome, caveat: Option<&str>) -> Outcome {
+    if let Some(caveat) = caveat {
+        outcome.detail = format!("{} ({caveat})", outcome.detail);
+    }
+    outcome
 }
 
 /// Which tools a role case uses.
@@ -667,8 +617,8 @@ async fn cross(ctx: &Context, check: Check, role: Role, caller: Caller) -> Outco
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let auth = match caller_auth(ctx, caller) {
-        Ok(auth) => auth,
+    let (auth, caveat) = match caller_auth(ctx, caller) {
+        Ok(found) => found,
         Err(why) => return not_testable(&check, why),
     };
     let (surface, minted) = ready!(setup(ctx, &check).await);
@@ -690,7 +640,7 @@ async fn cross(ctx: &Context, check: Check, role: Role, caller: Caller) -> Outco
         let prelude: Vec<&Exchange> = if i == 0 { vec![&minted.exchange] } else { Vec::new() };
         parts.push((tool.name.clone(), pair(&check, &prelude, &control, &negative)));
     }
-    merge(&check, parts)
+    noted(merge(&check, parts), caveat.as_deref())
 }
 
 async fn create(ctx: &Context, check: Check) -> Outcome {
@@ -724,15 +674,15 @@ async fn create(ctx: &Context, check: Check) -> Outcome {
 }
 
 async fn read_other_subject(ctx: &Context, check: Check) -> Outcome {
-    cross(ctx, check, Role::Read, Caller::OtherSubject).await
+    cross(ctx, check, Role::Read, Caller::Other(Other::Subject)).await
 }
 
 async fn read_other_tenant(ctx: &Context, check: Check) -> Outcome {
-    cross(ctx, check, Role::Read, Caller::OtherTenant).await
+    cross(ctx, check, Role::Read, Caller::Other(Other::Tenant)).await
 }
 
 async fn read_other_client(ctx: &Context, check: Check) -> Outcome {
-    cross(ctx, check, Role::Read, Caller::OtherClient).await
+    cross(ctx, check, Role::Read, Caller::Other(Other::Client)).await
 }
 
 async fn read_no_token(ctx: &Context, check: Check) -> Outcome {
@@ -740,15 +690,15 @@ async fn read_no_token(ctx: &Context, check: Check) -> Outcome {
 }
 
 async fn write_other_subject(ctx: &Context, check: Check) -> Outcome {
-    cross(ctx, check, Role::Write, Caller::OtherSubject).await
+    cross(ctx, check, Role::Write, Caller::Other(Other::Subject)).await
 }
 
 async fn write_other_tenant(ctx: &Context, check: Check) -> Outcome {
-    cross(ctx, check, Role::Write, Caller::OtherTenant).await
+    cross(ctx, check, Role::Write, Caller::Other(Other::Tenant)).await
 }
 
 async fn write_other_client(ctx: &Context, check: Check) -> Outcome {
-    cross(ctx, check, Role::Write, Caller::OtherClient).await
+    cross(ctx, check, Role::Write, Caller::Other(Other::Client)).await
 }
 
 async fn write_no_token(ctx: &Context, check: Check) -> Outcome {
@@ -912,14 +862,14 @@ async fn forge_case_flipped(ctx: &Context, check: Check) -> Outcome {
     forged_use(ctx, check, |real| near_miss(real, NearMiss::CaseFlipped), "near-miss-case").await
 }
 
-const NO_OTHER_SUBJECT: &str =
-    "no identity of another subject in the first identity's tenant (the identity files' `subject` and `tenant`)";
-
 async fn foreign_handle(ctx: &Context, check: Check) -> Outcome {
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let Some(other) = other_subject(ctx) else { return not_testable(&check, NO_OTHER_SUBJECT) };
+    let (other, caveat) = match ctx.other(Other::Subject) {
+        Ok(found) => (found.index, found.caveat),
+        Err(why) => return not_testable(&check, why),
+    };
     let (surface, _) = ready!(setup(ctx, &check).await);
     let Some(tool) = surface.primary().cloned() else {
         return not_testable(&check, format!("every tool taking `{}` consumes the object", surface.property));
@@ -939,15 +889,16 @@ async fn foreign_handle(ctx: &Context, check: Check) -> Outcome {
     // The control: the other identity uses its own handle; the negative: the first identity uses it.
     let control = use_handle(ctx, &surface, &tool, &theirs.value, ctx.auth_of(other)).await;
     let negative = use_handle(ctx, &surface, &tool, &theirs.value, ctx.auth()).await;
-    pair(&check, &[&theirs.exchange], &control, &negative)
+    noted(pair(&check, &[&theirs.exchange], &control, &negative), caveat.as_deref())
 }
 
 async fn other_position(ctx: &Context, check: Check) -> Outcome {
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let Some(other) = other_caller(ctx) else {
-        return not_testable(&check, NO_OTHER_CALLER);
+    let other = match ctx.other(Other::Caller) {
+        Ok(found) => found.index,
+        Err(why) => return not_testable(&check, why),
     };
     let (surface, mine) = ready!(setup(ctx, &check).await);
     let Some((tool, position)) = surface.two_handles.first().cloned() else {
@@ -1002,11 +953,14 @@ fn message(exchange: &Exchange, handles: &[&str]) -> String {
 
 /// The refusal for the owner's handle and for a handle that does not exist, both presented by
 /// identity `other`, must be the same refusal.
-async fn oracle(ctx: &Context, check: Check, other: Option<usize>, missing: &str) -> Outcome {
+async fn oracle(ctx: &Context, check: Check, kind: Other) -> Outcome {
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let Some(other) = other else { return not_testable(&check, missing.to_owned()) };
+    let (other, caveat) = match ctx.other(kind) {
+        Ok(found) => (found.index, found.caveat),
+        Err(why) => return not_testable(&check, why),
+    };
     let (surface, minted) = ready!(setup(ctx, &check).await);
     let Some(tool) = surface.primary().cloned() else {
         return not_testable(&check, format!("every tool taking `{}` consumes the object", surface.property));
@@ -1053,21 +1007,15 @@ async fn oracle(ctx: &Context, check: Check, other: Option<usize>, missing: &str
     } else {
         (Verdict::Pass, format!("both refused alike ({}); the owner's own use was served", signature(&foreign)))
     };
-    Outcome::new(&check, verdict, detail).with(&exchanges)
+    noted(Outcome::new(&check, verdict, detail).with(&exchanges), caveat.as_deref())
 }
 
 async fn oracle_other_subject(ctx: &Context, check: Check) -> Outcome {
-    oracle(ctx, check, other_subject(ctx), NO_OTHER_SUBJECT).await
+    oracle(ctx, check, Other::Subject).await
 }
 
 async fn oracle_other_tenant(ctx: &Context, check: Check) -> Outcome {
-    oracle(
-        ctx,
-        check,
-        other_tenant(ctx),
-        "no identity of another tenant than the first's (the identity files' `tenant`)",
-    )
-    .await
+    oracle(ctx, check, Other::Tenant).await
 }
 
 /// The pieces of an object's answer a foreign refusal must not show: string values of three
@@ -1094,8 +1042,9 @@ async fn no_echo(ctx: &Context, check: Check) -> Outcome {
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let Some(other) = other_caller(ctx) else {
-        return not_testable(&check, NO_OTHER_CALLER);
+    let other = match ctx.other(Other::Caller) {
+        Ok(found) => found.index,
+        Err(why) => return not_testable(&check, why),
     };
     let (surface, minted) = ready!(setup(ctx, &check).await);
     let Some(tool) = surface.read.first().cloned() else {
@@ -1245,12 +1194,15 @@ async fn after_step(ctx: &Context, check: Check, pick: fn(&Surface) -> Option<&T
     pair(&check, &[&minted.exchange, &stepped], &control, &negative)
 }
 
+/// What a revoking tool is, for NOT TESTABLE details.
+const REVOKES: &str = "revokes it (a close/discard/release/invalidate name; a revoke or delete one is never called)";
+
 async fn revoked(ctx: &Context, check: Check) -> Outcome {
-    after_step(ctx, check, |surface| surface.revoke.as_ref(), "revokes it (a revoke/close/delete name)").await
+    after_step(ctx, check, |surface| surface.revoke.as_ref(), REVOKES).await
 }
 
 async fn replaced(ctx: &Context, check: Check) -> Outcome {
-    after_step(ctx, check, |surface| surface.replace.as_ref(), "replaces the object (a replace/rotate/reset name)")
+    after_step(ctx, check, |surface| surface.replace.as_ref(), "replaces the object (a replace/rotate/renew name)")
         .await
 }
 
@@ -1258,15 +1210,13 @@ async fn revoke_other(ctx: &Context, check: Check) -> Outcome {
     if !ctx.allow_mutations {
         return not_testable(&check, NEEDS_MUTATIONS);
     }
-    let Some(other) = other_caller(ctx) else {
-        return not_testable(&check, NO_OTHER_CALLER);
+    let other = match ctx.other(Other::Caller) {
+        Ok(found) => found.index,
+        Err(why) => return not_testable(&check, why),
     };
     let (surface, minted) = ready!(setup(ctx, &check).await);
     let Some(step) = surface.revoke.clone() else {
-        return not_testable(
-            &check,
-            format!("no tool taking `{}` revokes it (a revoke/close/delete name)", surface.property),
-        );
+        return not_testable(&check, format!("no tool taking `{}` {REVOKES}", surface.property));
     };
     let Some(tool) = surface.primary().cloned() else {
         return not_testable(&check, format!("every tool taking `{}` consumes the object", surface.property));
@@ -1349,11 +1299,12 @@ fn token_scopes(token: &str) -> Option<BTreeSet<String>> {
 fn fewer_scopes(ctx: &Context) -> Option<usize> {
     let first = ctx.identities.first()?;
     let owned = token_scopes(first.token.expose())?;
-    find_identity(ctx, |first, other| {
-        same(first.subject.as_ref(), other.subject.as_ref())
-            && !differs(first.tenant.as_ref(), other.tenant.as_ref())
-            && !differs(first.client.as_ref(), other.client.as_ref())
-            && token_scopes(other.token.expose()).is_some_and(|scopes| scopes.is_subset(&owned) && scopes != owned)
+    ctx.identities.iter().enumerate().skip(1).find_map(|(i, other)| {
+        let fits = first.subject_relation(other) == Relation::Same
+            && first.tenant_relation(other) != Relation::Different
+            && first.client_relation(other) != Relation::Different
+            && token_scopes(other.token.expose()).is_some_and(|scopes| scopes.is_subset(&owned) && scopes != owned);
+        fits.then_some(i)
     })
 }
 

@@ -233,8 +233,7 @@ impl<'a> Run<'a> {
     /// Every check, in an order where no flip overlaps another.
     async fn all(mut self) -> HashMap<&'static str, Outcome> {
         let listed = self.ctx.target.send(Probe::request("tools/list", json!({}), self.ctx.auth())).await;
-        let tools: Vec<Value> =
-            listed.result().and_then(|r| r.get("tools")).and_then(Value::as_array).cloned().unwrap_or_default();
+        let tools = self.callable_tools(&listed);
         let probe_tool = self.probe_tool(&tools).await;
         let refusal_code = self.tool_checks(&listed, &tools, probe_tool.as_ref()).await;
         self.prompt_checks().await;
@@ -252,8 +251,7 @@ impl<'a> Run<'a> {
     /// full run would use.
     async fn unlisted_only(mut self) -> HashMap<&'static str, Outcome> {
         let listed = self.ctx.target.send(Probe::request("tools/list", json!({}), self.ctx.auth())).await;
-        let tools: Vec<Value> =
-            listed.result().and_then(|r| r.get("tools")).and_then(Value::as_array).cloned().unwrap_or_default();
+        let tools = self.callable_tools(&listed);
         let probe_tool = self.probe_tool(&tools).await;
         self.unlisted_checks(&listed, probe_tool.as_ref()).await;
         match self.first_prompt().await {
@@ -319,6 +317,12 @@ impl<'a> Run<'a> {
             }
         }
         None
+    }
+
+    /// The listed tools the one rule lets a check call (every tool this module calls is one).
+    fn callable_tools(&self, listed: &Exchange) -> Vec<Value> {
+        let tools = listed.result().and_then(|r| r.get("tools")).and_then(Value::as_array).cloned().unwrap_or_default();
+        self.ctx.callable_tools(&tools).into_iter().map(|(_, tool)| tool.clone()).collect()
     }
 
     /// Runs a flip command for `target`; `Err` says why it failed.

@@ -23,7 +23,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value, json};
 
 use crate::check::{Check, Judgement, Outcome, Verdict};
-use crate::identity::{Identity, Token};
+use crate::identity::{Identity, Other, Token};
 use crate::modules::{Context, Module, cases};
 use crate::target::{Auth, Exchange, Probe};
 
@@ -230,12 +230,6 @@ fn judge_ignored(negative: &Exchange, key: &str, shows: impl Fn(&Value) -> bool)
 
 fn not_testable(check: &Check, why: impl Into<String>) -> Outcome {
     Outcome::new(check, Verdict::NotTestable, why)
-}
-
-/// The first identity after the first whose `field` is known and differs from the first's.
-fn differing(ctx: &Context, field: fn(&Identity) -> Option<&str>) -> Option<usize> {
-    let first = field(ctx.identities.first()?)?;
-    ctx.identities.iter().enumerate().skip(1).find(|(_, i)| field(i).is_some_and(|v| v != first)).map(|(i, _)| i)
 }
 
 /// 32 random bytes, base64url (a made-up id).
@@ -464,12 +458,15 @@ fn task_request(ctx: &Context, who: usize, method: &str, params: Value) -> Probe
     probe
 }
 
-/// Read-only tools without required arguments, those that say they run as tasks first.
-fn task_candidates(listed: &Exchange) -> Vec<String> {
+/// Read-only tools without required arguments (of those the one rule lets a check call), those
+/// that say they run as tasks first.
+fn task_candidates(ctx: &Context, listed: &Exchange) -> Vec<String> {
     let tools = listed.result().and_then(|r| r.get("tools")).and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut candidates: Vec<(u8, String)> = tools
-        .iter()
-        .filter(|tool| tool.pointer("/annotations/readOnlyHint") == Some(&json!(true)))
+    let mut candidates: Vec<(u8, String)> = ctx
+        .callable_tools(&tools)
+        .into_iter()
+        .filter(|(callable, _)| callable.read_only())
+        .map(|(_, tool)| tool)
         .filter(|tool| {
             tool.pointer("/inputSchema/required").and_then(Value::as_array).is_none_or(|required| required.is_empty())
         })
@@ -498,7 +495,7 @@ async fn create_task(ctx: &Context, owner: usize) -> Result<Task, (String, Vec<E
     }
     let listed = ctx.target.send(task_request(ctx, owner, "tools/list", json!({}))).await;
     let mut made = vec![discover];
-    let candidates = task_candidates(&listed);
+    let candidates = task_candidates(ctx, &listed);
     made.push(listed);
     for name in candidates {
         let call = task_request(ctx, owner, "tools/call", json!({ "name": name, "arguments": {} }));
@@ -570,13 +567,17 @@ fn honours_task(exchange: &Exchange, id: &str) -> bool {
 }
 
 async fn task_other(ctx: &Context, check: Check) -> Outcome {
+    let other = match ctx.other(Other::Caller) {
+        Ok(found) => found.index,
+        Err(why) => return not_testable(&check, why),
+    };
     let task = match create_task(ctx, 0).await {
         Ok(task) => task,
         Err((why, made)) => return after(not_testable(&check, why), &made),
     };
     let filter = json!({ "taskIds": [task.id] });
     let control = first(ctx, listen(filter.clone(), ctx.auth(), true)).await;
-    let negative = first(ctx, listen(filter, ctx.auth_of(1), true)).await;
+    let negative = first(ctx, listen(filter, ctx.auth_of(other), true)).await;
     let cleanup = cancel(ctx, &task).await;
     let judgement = if honours_task(&negative, &task.id) {
         Judgement::Accepted(format!("another identity's task id was acknowledged ({})", summary(&negative)))
@@ -604,6 +605,10 @@ fn shape(exchange: &Exchange) -> (Option<u16>, Option<i64>, bool, bool) {
 }
 
 async fn task_oracle(ctx: &Context, check: Check) -> Outcome {
+    let other = match ctx.other(Other::Caller) {
+        Ok(found) => found.index,
+        Err(why) => return not_testable(&check, why),
+    };
     let task = match create_task(ctx, 0).await {
         Ok(task) => task,
         Err((why, made)) => return after(not_testable(&check, why), &made),
@@ -613,8 +618,8 @@ async fn task_oracle(ctx: &Context, check: Check) -> Outcome {
     };
     ctx.target.redactor().add(&made_up, "task-made-up");
     let control = first(ctx, listen(json!({ "taskIds": [task.id] }), ctx.auth(), true)).await;
-    let foreign = first(ctx, listen(json!({ "taskIds": [task.id] }), ctx.auth_of(1), true)).await;
-    let unknown = first(ctx, listen(json!({ "taskIds": [made_up] }), ctx.auth_of(1), true)).await;
+    let foreign = first(ctx, listen(json!({ "taskIds": [task.id] }), ctx.auth_of(other), true)).await;
+    let unknown = first(ctx, listen(json!({ "taskIds": [made_up] }), ctx.auth_of(other), true)).await;
     let cleanup = cancel(ctx, &task).await;
     let judgement = if shape(&foreign) == shape(&unknown) {
         Judgement::Refused
@@ -755,13 +760,16 @@ async fn cross(ctx: &Context, check: Check, other: usize) -> Outcome {
 }
 
 async fn other_identity(ctx: &Context, check: Check) -> Outcome {
-    cross(ctx, check, 1).await
+    match ctx.other(Other::Caller) {
+        Ok(found) => cross(ctx, check, found.index).await,
+        Err(why) => not_testable(&check, why),
+    }
 }
 
 async fn other_tenant(ctx: &Context, check: Check) -> Outcome {
-    match differing(ctx, |identity| identity.tenant.as_deref()) {
-        Some(i) => cross(ctx, check, i).await,
-        None => not_testable(&check, "no identity of another tenant than the first's (the identity files' `tenant`)"),
+    match ctx.other(Other::Tenant) {
+        Ok(found) => cross(ctx, check, found.index).await,
+        Err(why) => not_testable(&check, why),
     }
 }
 

@@ -8,8 +8,9 @@ use std::pin::Pin;
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
+use crate::callable::{CallableTool, NotCallable};
 use crate::check::{Check, Outcome};
-use crate::identity::Identity;
+use crate::identity::{Identity, Other, OtherCaller};
 use crate::target::{Auth, Probe, Target};
 
 pub mod auth;
@@ -58,6 +59,22 @@ impl Context {
     /// Identity `i`'s bearer authentication.
     pub fn auth_of(&self, i: usize) -> Auth {
         self.identities.get(i).map_or(Auth::None, |identity| Auth::Bearer(identity.token.clone()))
+    }
+
+    /// Whether a check may call `tool` (an entry of a `tools/list` result) in this run: the one
+    /// rule of [`crate::callable::permit`].
+    pub fn permit(&self, tool: &Value) -> Result<CallableTool, NotCallable> {
+        crate::callable::permit(tool, self.allow_mutations)
+    }
+
+    /// The tools of a `tools/list` result a check may call in this run, in listing order.
+    pub fn callable_tools<'a>(&self, tools: &'a [Value]) -> Vec<(CallableTool, &'a Value)> {
+        crate::callable::permitted(tools, self.allow_mutations)
+    }
+
+    /// The identity a cross-identity check calls as ([`Other::find`]); `Err`: why none fits.
+    pub fn other(&self, other: Other) -> Result<OtherCaller, &'static str> {
+        other.find(&self.identities)
     }
 
     /// The read-only request every transport case breaks one thing of: `tools/list` as the

@@ -15,8 +15,9 @@
 //! again or the wait ends. A restored definition served again is a PASS (its digest is the reviewed
 //! one, which is all seed 004 asks), and so is one still held awaiting review (stricter).
 //!
-//! Calls of the chosen tool (and of another tool, for over-blocking) are made only with
-//! `--allow-mutations` or when the tool is annotated `readOnlyHint: true`; the change command
+//! Calls of the chosen tool (and of another tool, for over-blocking) are made only when the one
+//! rule of [`crate::callable`] permits them (a tool annotated `readOnlyHint: true`, or with
+//! `--allow-mutations` one not destructive by annotation or name); the change command
 //! is the operator's own consent to flip their fixture. Run this module alone (`--module
 //! pinning`) against a gateway whose tools other modules also call: while the tool is held,
 //! their calls of it are refused.
@@ -245,15 +246,15 @@ fn has_required(tool: &Value) -> bool {
     tool.pointer("/inputSchema/required").and_then(Value::as_array).is_some_and(|required| !required.is_empty())
 }
 
-fn read_only(tool: &Value) -> bool {
-    tool.pointer("/annotations/readOnlyHint") == Some(&json!(true))
-}
-
-/// The tool to change: the first listed without required arguments, else the first listed
-/// (names outside the spec's alphabet are skipped).
-fn choose(tools: &[Value]) -> Option<&Value> {
+/// The tool to change: the first listed without required arguments that `may_call` allows,
+/// else the first without required arguments, else the first listed (names outside the spec's
+/// alphabet are skipped).
+fn choose(tools: &[Value], may_call: impl Fn(&Value) -> bool) -> Option<&Value> {
     let plain = || tools.iter().filter(|tool| name_of(tool).is_some_and(plain_name));
-    plain().find(|tool| !has_required(tool)).or_else(|| plain().next())
+    plain()
+        .find(|tool| !has_required(tool) && may_call(tool))
+        .or_else(|| plain().find(|tool| !has_required(tool)))
+        .or_else(|| plain().next())
 }
 
 /// The tool's state in `listing`, against the definition listed before the change.
@@ -297,14 +298,13 @@ async fn run_scenario(ctx: &Context) -> Scenario {
         let summary = before.exchanges.last().map(Exchange::summary).unwrap_or_default();
         return Scenario::Inconclusive(format!("tools/list was not served ({summary})"), transcripts(&before));
     };
-    let Some(chosen) = choose(&tools).cloned() else {
+    // Calls only of tools the one rule lets a check call.
+    let may_call = |t: &Value| ctx.permit(t).is_ok();
+    let Some(chosen) = choose(&tools, may_call).cloned() else {
         return Scenario::NotTestable("the target lists no tool (with a name of the spec's alphabet) to change".into());
     };
     let tool = name_of(&chosen).unwrap_or_default().to_owned();
-    let may_call = |t: &Value| ctx.allow_mutations || read_only(t);
-    let no_calls = (!may_call(&chosen)).then(|| {
-        format!("calling {tool:?} needs --allow-mutations (it is not annotated readOnlyHint: true): not called")
-    });
+    let no_calls = ctx.permit(&chosen).err().map(|why| why.to_string());
     let control_call = if no_calls.is_none() { Some(call(ctx, &tool).await) } else { None };
     if let Some(control) = control_call.as_ref().filter(|control| !served(control)) {
         let mut shown = transcripts(&before);
@@ -785,12 +785,16 @@ mod tests {
     }
 
     #[test]
-    fn the_chosen_tool_has_no_required_arguments_and_a_plain_name() {
+    fn the_chosen_tool_has_no_required_arguments_and_a_plain_name_and_may_be_called() {
+        let any = |_: &Value| true;
         let tools = [tool("needs", &["x"]), tool("bad name;rm", &[]), tool("free", &[]), tool("also", &[])];
-        assert_eq!(choose(&tools).and_then(name_of), Some("free"));
+        assert_eq!(choose(&tools, any).and_then(name_of), Some("free"));
+        // One the rule lets a check call first; else one that is not called.
+        assert_eq!(choose(&tools, |t: &Value| name_of(t) == Some("also")).and_then(name_of), Some("also"));
+        assert_eq!(choose(&tools, |_: &Value| false).and_then(name_of), Some("free"));
         let only_required = [tool("needs", &["x"]), tool("more", &["y"])];
-        assert_eq!(choose(&only_required).and_then(name_of), Some("needs"));
-        assert!(choose(&[]).is_none());
+        assert_eq!(choose(&only_required, any).and_then(name_of), Some("needs"));
+        assert!(choose(&[], any).is_none());
         assert_eq!(never_listed("free", &[tool("free_unlisted", &[])]), "free_unlistedx");
     }
 

@@ -14,6 +14,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 
 use crate::check::{Check, Judgement, Outcome, Verdict, paired};
+use crate::identity::Other;
 use crate::modules::{Context, Module, cases};
 use crate::target::{Auth, Exchange, Probe};
 
@@ -188,18 +189,6 @@ async fn against(ctx: &Context, check: Check, auth: Auth, expected: Option<u16>)
     outcome(&check, &session, &control, &negative, expected)
 }
 
-/// The index of the first identity after the first whose `field` is known and differs from the
-/// first identity's (known too).
-fn differing(ctx: &Context, field: fn(&crate::identity::Identity) -> Option<&str>) -> Option<usize> {
-    let first = field(ctx.identities.first()?)?;
-    ctx.identities
-        .iter()
-        .enumerate()
-        .skip(1)
-        .find(|(_, identity)| field(identity).is_some_and(|v| v != first))
-        .map(|(i, _)| i)
-}
-
 async fn open(ctx: &Context, check: Check) -> Outcome {
     let session = match open_session(ctx).await {
         Ok(session) => session,
@@ -221,19 +210,28 @@ async fn open(ctx: &Context, check: Check) -> Outcome {
 }
 
 async fn other_identity(ctx: &Context, check: Check) -> Outcome {
-    against(ctx, check, ctx.auth_of(1), None).await
-}
-
-async fn other_tenant(ctx: &Context, check: Check) -> Outcome {
-    match differing(ctx, |identity| identity.tenant.as_deref()) {
-        Some(i) => against(ctx, check, ctx.auth_of(i), None).await,
-        None => not_testable(&check, "no identity of another tenant than the first's (the identity files' `tenant`)"),
+    match ctx.other(Other::Caller) {
+        Ok(found) => against(ctx, check, ctx.auth_of(found.index), None).await,
+        Err(why) => not_testable(&check, why),
     }
 }
 
+async fn other_tenant(ctx: &Context, check: Check) -> Outcome {
+    match ctx.other(Other::Tenant) {
+        Ok(found) => against(ctx, check, ctx.auth_of(found.index), None).await,
+        Err(why) => not_testable(&check, why),
+    }
+}
+
+/// Another client's token (any identity whose declared client differs: a session is its
+/// client's whoever the subject is).
 async fn other_client(ctx: &Context, check: Check) -> Outcome {
-    match differing(ctx, |identity| identity.client.as_deref()) {
-        Some(i) => against(ctx, check, ctx.auth_of(i), None).await,
+    let first = ctx.identities.first();
+    let other = ctx.identities.iter().enumerate().skip(1).find(|(_, other)| {
+        first.is_some_and(|first| first.client_relation(other) == crate::identity::Relation::Different)
+    });
+    match other {
+        Some((i, _)) => against(ctx, check, ctx.auth_of(i), None).await,
         None => not_testable(&check, "no identity of another client than the first's (the identity files' `client`)"),
     }
 }
@@ -283,12 +281,16 @@ async fn near_miss(ctx: &Context, check: Check) -> Outcome {
 }
 
 async fn delete_other(ctx: &Context, check: Check) -> Outcome {
+    let other = match ctx.other(Other::Caller) {
+        Ok(found) => found.index,
+        Err(why) => return not_testable(&check, why),
+    };
     let session = match open_session(ctx).await {
         Ok(session) => session,
         Err(why) => return not_testable(&check, why),
     };
     let control = ctx.target.send(list(ctx.auth(), &session.id, &session.version)).await;
-    let negative = ctx.target.send(delete(ctx.auth_of(1), &session.id, &session.version)).await;
+    let negative = ctx.target.send(delete(ctx.auth_of(other), &session.id, &session.version)).await;
     let after = ctx.target.send(list(ctx.auth(), &session.id, &session.version)).await;
     close(ctx, &session).await;
     let deleted = negative.status.is_some_and(|status| (200..300).contains(&status));

@@ -21,7 +21,7 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde_json::{Map, Value, json};
 
 use crate::check::{Check, Judgement, Outcome, Verdict, paired};
-use crate::identity::Identity;
+use crate::identity::Other;
 use crate::modules::{Context, Module, cases};
 use crate::target::{Exchange, Probe};
 
@@ -171,21 +171,21 @@ async fn discover(ctx: &Context) -> Result<Recipe, String> {
             "no resource or prompt asks for input with a requestState; tool calls need --allow-mutations".into()
         );
     }
-    let tools = ctx.target.send(request(ctx, 0, "tools/list", json!({}))).await;
-    let tools = listed(&tools, "tools");
-    let name = |tool: &Value| tool.get("name").and_then(Value::as_str).map(str::to_owned);
-    let read_only = |tool: &&&Value| tool.pointer("/annotations/readOnlyHint") == Some(&json!(true));
-    for tool in tools.iter().filter(read_only).filter(|t| required(t.get("inputSchema")).is_empty()).take(5) {
-        let Some(tool) = name(tool) else { continue };
-        let params = json!({ "name": tool, "arguments": {} });
+    let listing = ctx.target.send(request(ctx, 0, "tools/list", json!({}))).await;
+    let every: Vec<Value> = listed(&listing, "tools").into_iter().cloned().collect();
+    // Only the tools the one rule lets a check call.
+    let tools = ctx.callable_tools(&every);
+    let no_required = |tool: &Value| required(tool.get("inputSchema")).is_empty();
+    for (tool, _) in tools.iter().filter(|(tool, listing)| tool.read_only() && no_required(listing)).take(5) {
+        let params = json!({ "name": tool.name(), "arguments": {} });
         if asks(&ctx.target.send(request(ctx, 0, "tools/call", params.clone())).await) {
             return Ok(Recipe::Fixed { method: "tools/call".into(), params });
         }
     }
     let creators = tools
         .iter()
-        .filter(|t| required(t.get("inputSchema")).is_empty() && name(t).is_some_and(|n| creates(&n)))
-        .filter_map(|t| name(t))
+        .filter(|(tool, listing)| no_required(listing) && creates(tool.name()))
+        .map(|(tool, _)| tool.name().to_owned())
         .take(3);
     for creator in creators {
         let made = ctx.target.send(request(ctx, 0, "tools/call", json!({ "name": creator, "arguments": {} }))).await;
@@ -193,12 +193,14 @@ async fn discover(ctx: &Context) -> Result<Recipe, String> {
         for (field, handle) in structured.into_iter().flatten() {
             let Some(handle) = handle.as_str() else { continue };
             ctx.target.redactor().add(handle, "handle");
-            let users =
-                tools.iter().filter(|t| required(t.get("inputSchema")) == [field.as_str()]).filter_map(|t| name(t));
+            let users = tools
+                .iter()
+                .filter(|(_, listing)| required(listing.get("inputSchema")) == [field.as_str()])
+                .map(|(tool, _)| tool.name());
             for tool in users.take(4) {
                 let params = json!({ "name": tool, "arguments": { field.as_str(): handle } });
                 if asks(&ctx.target.send(request(ctx, 0, "tools/call", params.clone())).await) {
-                    return Ok(Recipe::Chain { creator, field: field.clone(), tool, shared: params });
+                    return Ok(Recipe::Chain { creator, field: field.clone(), tool: tool.to_owned(), shared: params });
                 }
             }
         }
@@ -598,23 +600,24 @@ fn replayed_by(who: usize) -> Build<'static> {
 }
 
 async fn other_identity(ctx: &Context, check: Check) -> Outcome {
-    against(ctx, check, replayed_by(1), Vec::new(), false).await
-}
-
-/// The first identity after the first whose `field` is known and differs from the first's.
-fn differing(ctx: &Context, field: fn(&Identity) -> Option<&str>) -> Option<usize> {
-    let first = field(ctx.identities.first()?)?;
-    ctx.identities.iter().enumerate().skip(1).find(|(_, i)| field(i).is_some_and(|v| v != first)).map(|(i, _)| i)
+    match ctx.other(Other::Caller) {
+        Ok(found) => against(ctx, check, replayed_by(found.index), Vec::new(), false).await,
+        Err(why) => not_testable(&check, why),
+    }
 }
 
 async fn other_tenant(ctx: &Context, check: Check) -> Outcome {
-    match differing(ctx, |identity| identity.tenant.as_deref()) {
-        Some(i) => against(ctx, check, replayed_by(i), Vec::new(), false).await,
-        None => not_testable(&check, "no identity of another tenant than the first's (the identity files' `tenant`)"),
+    match ctx.other(Other::Tenant) {
+        Ok(found) => against(ctx, check, replayed_by(found.index), Vec::new(), false).await,
+        Err(why) => not_testable(&check, why),
     }
 }
 
 async fn oracle(ctx: &Context, check: Check) -> Outcome {
+    let other = match ctx.other(Other::Caller) {
+        Ok(found) => found.index,
+        Err(why) => return not_testable(&check, why),
+    };
     let Started { call, first, mut log } = match begin(ctx, &check, Vec::new()).await {
         Ok(started) => started,
         Err(outcome) => return outcome,
@@ -623,8 +626,8 @@ async fn oracle(ctx: &Context, check: Check) -> Outcome {
         return after(not_testable(&check, "no state could be made up (the random source failed)"), &log);
     };
     ctx.target.redactor().add(&random, "request-state-made-up");
-    let foreign = send(ctx, retry(ctx, 1, &call.method, &call.params, &first.state, &first.responses)).await;
-    let made_up = send(ctx, retry(ctx, 1, &call.method, &call.params, &random, &first.responses)).await;
+    let foreign = send(ctx, retry(ctx, other, &call.method, &call.params, &first.state, &first.responses)).await;
+    let made_up = send(ctx, retry(ctx, other, &call.method, &call.params, &random, &first.responses)).await;
     let Some(second) = ask(ctx, &call, 0, &mut log).await else {
         let why = "the call did not ask for input a second time";
         return after(Outcome::new(&check, Verdict::Inconclusive, why).with(&[&foreign, &made_up]), &log);
@@ -678,11 +681,12 @@ async fn other_tool(ctx: &Context, check: Check) -> Outcome {
         Ok(Recipe::Fixed { params, .. }) => params.get("name").and_then(Value::as_str).map(str::to_owned),
         Err(why) => return not_testable(&check, why),
     };
-    let other = listed(&tools, "tools")
+    let every: Vec<Value> = listed(&tools, "tools").into_iter().cloned().collect();
+    let other = ctx
+        .callable_tools(&every)
         .into_iter()
-        .filter(|t| t.pointer("/annotations/readOnlyHint") == Some(&json!(true)))
-        .filter(|t| required(t.get("inputSchema")).is_empty())
-        .filter_map(|t| t.get("name").and_then(Value::as_str).map(str::to_owned))
+        .filter(|(tool, listing)| tool.read_only() && required(listing.get("inputSchema")).is_empty())
+        .map(|(tool, _)| tool.name().to_owned())
         .find(|name| Some(name) != recipe_tool.as_ref());
     let Some(other) = other else {
         return after(not_testable(&check, "no other read-only tool without required arguments"), &[tools]);

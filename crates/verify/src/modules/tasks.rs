@@ -23,7 +23,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value, json};
 
 use crate::check::{Check, Judgement, Outcome, Verdict, paired};
-use crate::identity::Identity;
+use crate::identity::{Other, OtherCaller};
 use crate::modules::{Context, Module, cases, estimated_bits};
 use crate::target::{Auth, Exchange, Probe, meta};
 
@@ -208,48 +208,17 @@ enum Role {
     NoToken,
 }
 
-fn known_differs(a: Option<&str>, b: Option<&str>) -> bool {
-    matches!((a, b), (Some(a), Some(b)) if a != b)
-}
-
-fn subject_of(identity: &Identity) -> Option<&str> {
-    identity.subject.as_deref()
-}
-
 impl Role {
-    /// The index of the identity to call as (`Ok(None)`: no token), or why there is none.
-    fn pick(self, ctx: &Context) -> Result<Option<usize>, &'static str> {
-        let Some(first) = ctx.identities.first() else { return Err("no identity") };
-        let others = || ctx.identities.iter().enumerate().skip(1);
-        let subject_differs = |other: &Identity| match (subject_of(first), subject_of(other)) {
-            (Some(a), Some(b)) => a != b,
-            // Unknown subjects: two identity files are taken to be two users.
-            _ => true,
+    /// The identity to call as (`Ok(None)`: no token), or why there is none: the one notion of
+    /// another caller ([`Other`]).
+    fn pick(self, ctx: &Context) -> Result<Option<OtherCaller>, &'static str> {
+        let kind = match self {
+            Self::NoToken => return Ok(None),
+            Self::Subject => Other::Subject,
+            Self::Tenant => Other::Tenant,
+            Self::Client => Other::Client,
         };
-        match self {
-            Self::NoToken => Ok(None),
-            Self::Subject => {
-                let same_tenant = |other: &Identity| other.tenant == first.tenant;
-                others()
-                    .find(|(_, other)| subject_differs(other) && same_tenant(other) && other.client == first.client)
-                    .or_else(|| others().find(|(_, other)| subject_differs(other) && same_tenant(other)))
-                    .map(|(i, _)| Some(i))
-                    .ok_or("no identity of another subject in the first identity's tenant (the identity files' `subject` and `tenant`)")
-            }
-            Self::Tenant => others()
-                .find(|(_, other)| known_differs(first.tenant.as_deref(), other.tenant.as_deref()))
-                .map(|(i, _)| Some(i))
-                .ok_or("no identity of another tenant than the first's (the identity files' `tenant`)"),
-            Self::Client => others()
-                .find(|(_, other)| {
-                    subject_of(first).is_some()
-                        && subject_of(other) == subject_of(first)
-                        && other.tenant == first.tenant
-                        && known_differs(first.client.as_deref(), other.client.as_deref())
-                })
-                .map(|(i, _)| Some(i))
-                .ok_or("no identity of the first identity's subject and tenant through another client (the identity files' `subject`, `tenant`, `client`)"),
-        }
+        ctx.other(kind).map(Some)
     }
 
     fn label(self) -> &'static str {
@@ -262,8 +231,8 @@ impl Role {
     }
 }
 
-fn auth_for(ctx: &Context, pick: Option<usize>) -> Auth {
-    pick.map_or(Auth::None, |i| ctx.auth_of(i))
+fn auth_for(ctx: &Context, pick: Option<&OtherCaller>) -> Auth {
+    pick.map_or(Auth::None, |found| ctx.auth_of(found.index))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -340,19 +309,21 @@ impl Blocked {
 }
 
 /// The tools worth trying for a task: those whose text mentions a task first, then read-only
-/// ones; never one marked destructive or with required arguments (they are called with none).
-fn candidates(list: &Exchange) -> Vec<String> {
+/// ones; only tools the one rule lets a check call, and none with required arguments (they are
+/// called with none).
+fn candidates(ctx: &Context, list: &Exchange) -> Vec<String> {
     let tools = list.result().and_then(|r| r.get("tools")).and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut ranked: Vec<(u8, String)> = tools
-        .iter()
-        .filter_map(|tool| {
-            let name = tool.get("name").and_then(Value::as_str)?;
+    let mut ranked: Vec<(u8, String)> = ctx
+        .callable_tools(&tools)
+        .into_iter()
+        .filter_map(|(callable, tool)| {
+            let name = callable.name();
             let hint = |key: &str| tool.pointer(&format!("/annotations/{key}")) == Some(&json!(true));
             let required = tool
                 .pointer("/inputSchema/required")
                 .and_then(Value::as_array)
                 .is_some_and(|required| !required.is_empty());
-            if hint("destructiveHint") || required {
+            if required {
                 return None;
             }
             let text = ["description", "title"]
@@ -392,7 +363,7 @@ async fn create_task(ctx: &Context) -> Result<Task, Blocked> {
     if !list.accepted() {
         return Err(Blocked::Inconclusive(format!("tools/list was not served ({})", list.summary()), vec![list]));
     }
-    let tried = candidates(&list);
+    let tried = candidates(ctx, &list);
     for name in &tried {
         let call = probe("tools/call", json!({ "name": name, "arguments": {} }), ctx.auth(), true);
         let mut created = ctx.target.send(call.clone()).await;
@@ -830,7 +801,7 @@ async fn cross(ctx: &Context, check: Check, op: Op, role: Role) -> Outcome {
     };
     let control = task.last.clone();
     let before = status_of(&control).map(str::to_owned);
-    let negative = ctx.target.send(op.probe(auth_for(ctx, pick), &task, &task.id)).await;
+    let negative = ctx.target.send(op.probe(auth_for(ctx, pick.as_ref()), &task, &task.id)).await;
     let (judgement, odd, after) = if op == Op::Get {
         let (judgement, odd) = if negative.accepted() {
             let shown = status_of(&negative).map_or("its answer".to_owned(), |status| format!("status {status}"));
@@ -888,6 +859,9 @@ async fn cross(ctx: &Context, check: Check, op: Op, role: Role) -> Outcome {
             outcome.detail.push_str(" before and after, the task unchanged");
         }
     }
+    if let Some(caveat) = pick.as_ref().and_then(|found| found.caveat.as_deref()) {
+        outcome.detail = format!("{} ({caveat})", outcome.detail);
+    }
     dispose(ctx, &task).await;
     with_creation(outcome, &task)
 }
@@ -934,11 +908,10 @@ async fn cancel_no_token(ctx: &Context, check: Check) -> Outcome {
 
 /// Another identity's call on the owner's task and on a made-up id must be answered alike.
 async fn oracle(ctx: &Context, check: Check, op: Op) -> Outcome {
-    let pick = match Role::Subject.pick(ctx).or_else(|_| Role::Tenant.pick(ctx)) {
-        Ok(pick) => pick,
-        Err(_) => Some(1).filter(|i| *i < ctx.identities.len()),
+    let other = match ctx.other(Other::Caller) {
+        Ok(found) => found.index,
+        Err(why) => return not_testable(&check, why),
     };
-    let Some(other) = pick else { return not_testable(&check, "no second identity") };
     let mut task = match create_task(ctx).await {
         Ok(task) => task,
         Err(blocked) => return blocked.outcome(&check),
