@@ -103,8 +103,8 @@ pub(super) struct LineRead {
 /// What to do with the rest of a line past the cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Overflow {
-    /// Read and discard it up to the newline (counted in [`LineRead::discarded`] and in
-    /// `counter` as it goes): the next call starts at the next line.
+    /// Read and discard it up to the newline (counted in [`LineRead::discarded`], and as
+    /// stderr bytes in `stderr_drops` as it goes): the next call starts at the next line.
     Discard,
     /// Stop at once, the rest unread; [`LineRead::discarded`] is 1 or more. The reader is then
     /// mid-line: for a stream that is given up.
@@ -120,7 +120,7 @@ pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     line: &mut Vec<u8>,
     cap: usize,
     overflow: Overflow,
-    counter: Option<&Drops>,
+    stderr_drops: Option<&Drops>,
 ) -> io::Result<LineRead> {
     let mut read = LineRead { consumed: 0, discarded: 0 };
     loop {
@@ -151,9 +151,9 @@ pub(super) async fn read_line_bounded<R: AsyncBufRead + Unpin>(
         }
         read.discarded += excess;
         if excess > 0
-            && let Some(counter) = counter
+            && let Some(drops) = stderr_drops
         {
-            counter.stderr_bytes(excess);
+            drops.stderr_bytes(excess);
         }
         reader.consume(used);
         read.consumed += used;

@@ -70,7 +70,8 @@ pub struct UpstreamLimits {
     /// Longest a request may take, from sending to the last byte of its answer, event streams
     /// included (default 30 s).
     pub request_timeout: Duration,
-    /// Most bytes read of one answer, or of one event of a change stream (default 4 MiB).
+    /// Most bytes read of one answer, of one event of a change stream, or of one stdout frame of
+    /// a stdio server (default 4 MiB); a larger one fails that call or closes that stream.
     pub max_response_bytes: usize,
     /// Most items one listing may have over all its pages (default 10,000; more is an error).
     pub max_list_items: usize,
