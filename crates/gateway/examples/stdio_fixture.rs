@@ -2,7 +2,7 @@
 //! newline-delimited JSON-RPC on stdin/stdout (MCP 2026-07-28 by default, 2025-11-25 with
 //! `--legacy`) and offers tools that report who it runs as, keep per-process state, burn CPU, and
 //! try to break out of its sandbox (network, files, environment, signals, processes, memory),
-//! reporting what it observed for each attempt.
+//! reporting what it observed for each attempt, and flood its stderr.
 //!
 //! Usage: `stdio_fixture [--legacy]`. If `FIXTURE_START_MARKER` names a path, the line
 //! `started <pid>` is appended to it at start. The process exits on stdin EOF.
@@ -28,6 +28,7 @@ const DETAIL_BYTES: usize = 200;
 const MAX_FORK: u64 = 10_000;
 const MAX_ALLOC_MIB: u64 = 1 << 20;
 const MAX_SPIN_SECS: u64 = 3_600;
+const MAX_NOISE_BYTES: u64 = 1 << 30;
 const PAGE: usize = 4096;
 
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -243,9 +244,30 @@ impl Fixture {
                 Ok(json!({"spun_secs": secs}))
             }
             "echo" => Ok(json!({"text": required_string(arguments, "text")?})),
+            "noise" => {
+                let bytes = optional_u64(arguments, "stderr_bytes", MAX_NOISE_BYTES)?.unwrap_or(0);
+                Ok(json!({"stderr_bytes": noise(bytes)}))
+            }
             other => Err(RpcError::invalid_params(format!("unknown tool: {other}"))),
         }
     }
+}
+
+/// Writes `bytes` bytes of `x` to stderr, no newline; how many were written.
+fn noise(bytes: u64) -> u64 {
+    let chunk = [b'x'; 64 * 1024];
+    let stderr = std::io::stderr();
+    let mut err = stderr.lock();
+    let mut written = 0u64;
+    while written < bytes {
+        let n = usize::try_from((bytes - written).min(chunk.len() as u64)).unwrap_or(chunk.len());
+        if err.write_all(&chunk[..n]).is_err() {
+            break;
+        }
+        written += n as u64;
+    }
+    let _ = err.flush();
+    written
 }
 
 fn server_info() -> Value {
@@ -307,6 +329,15 @@ fn tool_definitions() -> Value {
                 "type": "object",
                 "properties": {"secs": {"type": "integer", "minimum": 0}},
                 "required": ["secs"],
+            },
+        },
+        {
+            "name": "noise",
+            "description": "Writes the given number of bytes to stderr, without a newline.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"stderr_bytes": {"type": "integer", "minimum": 0}},
+                "required": ["stderr_bytes"],
             },
         },
         {

@@ -160,7 +160,8 @@ pub struct RawUpstream {
     pub connect_timeout_secs: Option<u64>,
     /// Seconds for one request, start to end. Default 30.
     pub request_timeout_secs: Option<u64>,
-    /// Largest upstream response body, bytes. Default 4 MiB.
+    /// Largest upstream response body, event-stream event or stdio stdout frame, bytes. Default
+    /// 4 MiB.
     pub max_response_bytes: Option<u64>,
     /// Scopes a caller needs for every tool, prompt and resource of this upstream.
     #[serde(default)]

@@ -248,3 +248,22 @@ async fn a_confined_process_runs_as_its_own_uid_without_the_gateway_environment(
         assert_ne!(other["uid"], me["uid"], "one uid per process");
     }
 }
+
+#[tokio::test]
+async fn a_stderr_line_without_end_is_read_under_its_cap_and_the_rest_counted() {
+    let settings = unconfined("");
+    let client = client(&settings);
+    client.set_launch_approved(Some(digest(&settings))).await;
+    let bytes: u64 = 10 * 1024 * 1024;
+    let wrote = call(&client, "alice", "noise", json!({"stderr_bytes": bytes})).await.unwrap();
+    assert_eq!(wrote["stderr_bytes"], bytes);
+    // One line, never ended: its first bytes are kept (and logged), the rest discarded as read.
+    let kept = u64::try_from(palisade_gateway::upstream::MAX_STDERR_LINE).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client.health().dropped.stderr_bytes < bytes - kept {
+        assert!(std::time::Instant::now() < deadline, "{:?}", client.health().dropped);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(client.health().dropped.stderr_bytes, bytes - kept);
+    assert_eq!(call(&client, "alice", "echo", json!({"text": "still here"})).await.unwrap()["text"], "still here");
+}

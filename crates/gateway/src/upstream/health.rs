@@ -1,11 +1,13 @@
 //! Health of one upstream: consecutive failures, the last failure's fixed reason, and an
 //! exponential backoff (1 s doubling to 60 s) during which calls are refused at once.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use palisade_base::clock::{Clock, SystemClock};
 use serde::Serialize;
+
+use super::bounds::{DropReport, Drops};
 
 /// Consecutive failures after which the upstream is in backoff: a single failed call (one
 /// timeout, one broken connection) does not take an upstream out of service.
@@ -26,6 +28,8 @@ pub struct HealthReport {
     pub last_error: Option<String>,
     /// When the backoff ends (milliseconds since the epoch), while one is in force.
     pub retry_at_ms: Option<i64>,
+    /// What the per-upstream bounds dropped (SECURITY.md, "Gateway → upstream").
+    pub dropped: DropReport,
 }
 
 #[derive(Debug, Default)]
@@ -39,6 +43,8 @@ struct State {
 #[derive(Debug, Default)]
 pub(super) struct Health {
     state: Mutex<State>,
+    /// The counters of what the upstream's bounds dropped.
+    pub drops: Arc<Drops>,
 }
 
 impl Health {
@@ -81,6 +87,7 @@ impl Health {
             consecutive_failures: state.consecutive_failures,
             last_error: state.last_error.clone(),
             retry_at_ms: backoff.map(|(_, at_ms)| at_ms),
+            dropped: self.drops.report(),
         }
     }
 }

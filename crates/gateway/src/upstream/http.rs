@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use super::UpstreamError;
+use super::bounds::{Drops, RefusalLimit};
 use super::sse;
 
 /// The content negotiation every POST sends (protocol.md §6).
@@ -62,10 +63,17 @@ pub(super) struct Answer {
 }
 
 /// The transport shared by every exchange of one upstream.
+#[derive(Clone)]
 pub(super) struct Transport {
+    /// The upstream's id (for the log).
+    pub upstream: String,
     pub http: reqwest::Client,
     pub url: url::Url,
     pub max_response_bytes: usize,
+    /// The cap on refusals of server-to-client requests in flight.
+    pub refusals: Arc<RefusalLimit>,
+    /// The upstream's drop counters.
+    pub drops: Arc<Drops>,
 }
 
 /// A non-success status, with the `WWW-Authenticate` challenge's scopes when it was an
@@ -153,7 +161,7 @@ impl Transport {
             // A modern server answers most refusals as a JSON-RPC error with a 4xx status: read
             // it when it is one for our id; anything else is the status itself.
             if is_json(response.headers()) {
-                let bytes = read_capped(response, self.max_response_bytes).await?;
+                let bytes = self.read_body(response).await?;
                 if let Ok(value) = strict::from_slice(&bytes)
                     && let Ok(body @ Body::Error { .. }) = response_body(value, id)
                 {
@@ -163,7 +171,7 @@ impl Transport {
             return Err(UpstreamError::Status(status.as_u16()).into());
         }
         if is_json(response.headers()) {
-            let bytes = read_capped(response, self.max_response_bytes).await?;
+            let bytes = self.read_body(response).await?;
             let value = strict::from_slice(&bytes).map_err(|_| protocol("answered with a body that is not JSON"))?;
             return Ok(Answer { body: response_body(value, id)?, session_id });
         }
@@ -234,6 +242,16 @@ impl Transport {
         Ok(response)
     }
 
+    /// A whole JSON body under the cap; a larger one is refused, logged and counted.
+    async fn read_body(&self, response: reqwest::Response) -> Result<Vec<u8>, UpstreamError> {
+        let read = read_capped(response, self.max_response_bytes).await;
+        if matches!(read, Err(UpstreamError::TooLarge)) {
+            self.drops.oversized_message();
+            tracing::warn!(upstream = %self.upstream, cap = self.max_response_bytes, "upstream's answer passed the size limit: the call fails");
+        }
+        read
+    }
+
     async fn read_stream(
         &self,
         response: reqwest::Response,
@@ -251,10 +269,11 @@ impl Transport {
             };
             let chunk = chunk.map_err(body_error)?;
             total = total.saturating_add(chunk.len());
-            if total > cap {
+            if total > cap || parser.push(&chunk).is_err() {
+                self.drops.oversized_message();
+                tracing::warn!(upstream = %self.upstream, cap, "upstream's event stream passed the size limit: the call fails");
                 return Err(UpstreamError::TooLarge);
             }
-            parser.push(&chunk).map_err(|_| UpstreamError::TooLarge)?;
             while let Some(event) = parser.next_event() {
                 if !event.is_message() || event.data.iter().all(u8::is_ascii_whitespace) {
                     continue;
@@ -277,18 +296,17 @@ impl Transport {
     }
 
     /// Answers a server-to-client request (sampling, elicitation, roots, ping of a 2025-era
-    /// upstream) with -32601, in the background: the stream keeps being read meanwhile.
+    /// upstream) with -32601, in the background: the stream keeps being read meanwhile. At most
+    /// [`super::bounds::MAX_CONCURRENT_REFUSALS`] refusals of one upstream are in flight (one
+    /// connection each at most); a request past that is dropped unanswered, and counted.
     pub fn refuse_server_request(&self, id: Value, out: &Outgoing) {
+        let Some(permit) = self.refusals.try_start(&self.upstream, &self.drops) else { return };
         let frame = json!({
             "jsonrpc": "2.0",
             "id": id,
             "error": {"code": palisade_wire::error::codes::METHOD_NOT_FOUND, "message": "not supported through this gateway"},
         });
-        let transport = Arc::new(Transport {
-            http: self.http.clone(),
-            url: self.url.clone(),
-            max_response_bytes: self.max_response_bytes,
-        });
+        let transport = self.clone();
         let out = Outgoing {
             protocol_version: out.protocol_version.clone(),
             session: out.session.clone(),
@@ -299,8 +317,9 @@ impl Transport {
             // Best effort, bounded by the client's connect timeout and the upstream's answer.
             let send = transport.send_frame(&frame, &out);
             if tokio::time::timeout(std::time::Duration::from_secs(10), send).await.is_err() {
-                tracing::debug!("upstream did not take the refusal of its request in time");
+                tracing::debug!(upstream = %transport.upstream, "upstream did not take the refusal of its request in time");
             }
+            drop(permit);
         });
     }
 }

@@ -31,6 +31,7 @@
 //!   last tools listing ([`UpstreamClient::list`] with [`ListKind::Tools`]); a tool whose
 //!   declarations are invalid gets none.
 
+mod bounds;
 mod health;
 mod http;
 mod legacy;
@@ -40,7 +41,7 @@ pub mod stdio;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
@@ -50,6 +51,10 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub use bounds::{
+    CHANGE_STREAM_BURST, CHANGE_STREAM_MAX_BYTES, CHANGE_STREAM_PER_SECOND, DropReport, MAX_CONCURRENT_REFUSALS,
+    MAX_STDERR_LINE,
+};
 pub use health::HealthReport;
 
 use crate::credentials::{CallerContext, CredentialError, UpstreamCredential};
@@ -65,7 +70,8 @@ pub struct UpstreamLimits {
     /// Longest a request may take, from sending to the last byte of its answer, event streams
     /// included (default 30 s).
     pub request_timeout: Duration,
-    /// Most bytes read of one answer, or of one event of a change stream (default 4 MiB).
+    /// Most bytes read of one answer, of one event of a change stream, or of one stdout frame of
+    /// a stdio server (default 4 MiB); a larger one fails that call or closes that stream.
     pub max_response_bytes: usize,
     /// Most items one listing may have over all its pages (default 10,000; more is an error).
     pub max_list_items: usize,
@@ -395,9 +401,18 @@ impl UpstreamClient {
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .connect_timeout(limits.connect_timeout)
+            .pool_max_idle_per_host(bounds::MAX_IDLE_CONNECTIONS)
             .build()
             .map_err(|_| UpstreamError::Unavailable("the HTTP client could not be built".into()))?;
-        let transport = Transport { http, url: url.clone(), max_response_bytes: limits.max_response_bytes };
+        let health = Health::default();
+        let transport = Transport {
+            upstream: id.to_owned(),
+            http,
+            url: url.clone(),
+            max_response_bytes: limits.max_response_bytes,
+            refusals: Arc::new(bounds::RefusalLimit::new(bounds::MAX_CONCURRENT_REFUSALS)),
+            drops: health.drops.clone(),
+        };
         Ok(Self {
             link: Link::Http(Arc::new(Inner {
                 id: id.to_owned(),
@@ -408,7 +423,7 @@ impl UpstreamClient {
                 transport,
                 next_id: AtomicI64::new(1),
                 info: Mutex::new(None),
-                health: Health::default(),
+                health,
                 sessions: Sessions::default(),
                 tool_headers: Mutex::new(HashMap::new()),
             })),
@@ -738,7 +753,10 @@ impl UpstreamClient {
 
 /// Reads a change stream in the background; the returned stream yields the list-changed
 /// methods it carries. `subscription`: the listen request's id every modern notification
-/// must carry (and whose response ends the stream).
+/// must carry (and whose response ends the stream). The stream is closed (and the gateway
+/// re-opens it with backoff) when it passes [`bounds::CHANGE_STREAM_MAX_BYTES`], carries
+/// messages faster than [`bounds::CHANGE_STREAM_PER_SECOND`] a second after a burst of
+/// [`bounds::CHANGE_STREAM_BURST`], or sends an event over `max_response_bytes`.
 fn spawn_reader(
     inner: Arc<Inner>,
     response: reqwest::Response,
@@ -748,19 +766,34 @@ fn spawn_reader(
     let (tx, mut rx) = mpsc::channel::<String>(16);
     tokio::spawn(async move {
         let mut parser = sse::Parser::new(inner.limits.max_response_bytes);
+        let mut rate =
+            bounds::RateLimit::new(bounds::CHANGE_STREAM_BURST, bounds::CHANGE_STREAM_PER_SECOND, Instant::now());
+        let mut total = 0usize;
         let mut bytes = response.bytes_stream();
+        let cut = |why: &str| {
+            inner.health.drops.change_stream_cut();
+            tracing::warn!(upstream = %inner.id, reason = why, "upstream change stream closed");
+        };
         loop {
             let chunk = tokio::select! {
                 () = tx.closed() => return,
                 chunk = bytes.next() => chunk,
             };
             let Some(Ok(chunk)) = chunk else { return };
+            total = total.saturating_add(chunk.len());
+            if total > bounds::CHANGE_STREAM_MAX_BYTES {
+                return cut("it passed its byte cap");
+            }
             if parser.push(&chunk).is_err() {
-                return;
+                inner.health.drops.oversized_message();
+                return cut("it sent an event over the size limit");
             }
             while let Some(event) = parser.next_event() {
                 if !event.is_message() || event.data.iter().all(u8::is_ascii_whitespace) {
                     continue;
+                }
+                if !rate.allow(Instant::now()) {
+                    return cut("it sent messages faster than its rate cap");
                 }
                 let Ok(value) = palisade_wire::strict::from_slice(&event.data) else { return };
                 match http::classify(value) {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::{Exchange, Palisade, TempDir, send, tool_call, with_meta};
-use crate::hostile_upstream::{Closer, HostileUpstream, Recorded, Wire};
+use crate::hostile_upstream::{Closer, FLOOD, HostileUpstream, Recorded, Wire};
 
 /// Longest any single call may take before the test calls it a hang.
 const HANG_GUARD: Duration = Duration::from_secs(15);
@@ -496,5 +496,38 @@ async fn the_kill_switch_stops_one_upstream_before_anything_is_forwarded() {
     let late =
         stdout.lines().find(|line| line.contains("not served: a tool late")).unwrap_or_else(|| panic!("{stdout}"));
     assert!(late.contains("the signed kill-switch registry does not list tools/call:a_late"), "{stdout}");
+    gateway.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_server_requests_opens_at_most_the_refusal_cap_of_connections() {
+    // The documented cap of refusals in flight per upstream (SECURITY.md, gateway → upstream).
+    const REFUSALS_IN_FLIGHT: u64 = 8;
+    let hostile = HostileUpstream::start(Wire::Modern);
+    let mut gateway = GatewayUnderTest::new(&upstream_entry("a", &hostile.url, "request_timeout_secs = 10"));
+    gateway.start();
+    gateway.approve_all("a");
+    let token = gateway.token("alice");
+    gateway.wait_for_tools(&token, &["a_flood", "a_echo"]).await;
+    let before = hostile.connections();
+
+    // 2,000 sampling requests, then the answer, on one event stream: the caller gets the answer.
+    let answer = gateway.call(&token, "a_flood", json!({"text": "flooded"})).await;
+    assert_eq!(echoed(&answer), json!({"text": "flooded"}), "{:?}", answer.response());
+    // The upstream holds every refusal open, so each one in flight keeps its connection.
+    let deadline = Instant::now() + HANG_GUARD;
+    while hostile.answers() < REFUSALS_IN_FLIGHT {
+        assert!(Instant::now() < deadline, "only {} refusals arrived", hostile.answers());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Another round trip through the gateway, while the held refusals fill the cap.
+    assert_eq!(echoed(&gateway.call(&token, "a_echo", json!({"text": "after"})).await), json!({"text": "after"}));
+    assert_eq!(hostile.answers(), REFUSALS_IN_FLIGHT, "the rest of the {FLOOD} requests were dropped");
+    let opened = hostile.connections() - before;
+    assert!(
+        opened <= usize::try_from(REFUSALS_IN_FLIGHT).unwrap() + 2,
+        "{opened} connections for {FLOOD} server requests"
+    );
+    assert!(gateway.is_running());
     gateway.stop();
 }

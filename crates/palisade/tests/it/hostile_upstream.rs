@@ -2,7 +2,10 @@
 //! on its own thread and runtime, that speaks 2026-07-28 statelessly (or, in legacy mode, only
 //! the 2025-11-25 session wire), records every request it receives (headers, method, session
 //! id, body), and misbehaves per tool: `garbage`, `huge`, `bad_output`, `endless_sse`, `slow`,
-//! `wrong_id`; `echo` and `late` answer normally. Stopping it drops every connection at once.
+//! `wrong_id`, `flood` (2,000 `sampling/createMessage` requests on the answer's event stream
+//! before the answer); `echo` and `late` answer normally. It counts the connections it accepts,
+//! and holds every answer to a request of its own open, unanswered (so each one in flight keeps
+//! its connection). Stopping it drops every connection at once.
 //! Also [`Closer`], a listener that accepts connections and closes them unanswered, counting
 //! them.
 
@@ -66,7 +69,14 @@ struct State {
     next_session: AtomicU64,
     /// Whether the 404 for an unknown session names the request's id (else `null`).
     not_found_names_id: std::sync::atomic::AtomicBool,
+    /// The peer address of every connection accepted.
+    peers: Mutex<HashSet<SocketAddr>>,
+    /// Answers received to requests of this upstream's own (each held open).
+    answers: AtomicU64,
 }
+
+/// Server-to-client requests the `flood` tool sends.
+pub const FLOOD: usize = 2000;
 
 /// A running upstream; stopped (every connection dropped) on [`HostileUpstream::stop`] or drop.
 pub struct HostileUpstream {
@@ -102,6 +112,7 @@ pub fn tool_definitions() -> Vec<Value> {
         plain("endless_sse", "Opens an event stream that never carries the response."),
         plain("slow", "Answers after a minute."),
         plain("wrong_id", "Answers with an id it never received."),
+        plain("flood", "Sends 2,000 sampling requests on its answer's event stream, then the answer."),
     ]
 }
 
@@ -114,6 +125,8 @@ impl HostileUpstream {
             sessions: Mutex::new(HashSet::new()),
             next_session: AtomicU64::new(1),
             not_found_names_id: std::sync::atomic::AtomicBool::new(false),
+            peers: Mutex::new(HashSet::new()),
+            answers: AtomicU64::new(0),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, bound) = std::sync::mpsc::channel::<SocketAddr>();
@@ -125,7 +138,7 @@ impl HostileUpstream {
                 ready.send(listener.local_addr().expect("address")).expect("report address");
                 let app = axum::Router::new().route("/mcp", axum::routing::any(handle)).with_state(shared);
                 tokio::spawn(async move {
-                    let _ = axum::serve(listener, app).await;
+                    let _ = axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await;
                 });
                 let _ = stopped.await;
             });
@@ -134,6 +147,16 @@ impl HostileUpstream {
         });
         let addr = bound.recv().expect("the upstream reports its address");
         Self { url: format!("http://{addr}/mcp"), addr, state, stop: Some(stop), thread: Some(thread) }
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.state.peers.lock().unwrap().len()
+    }
+
+    /// Answers to requests of its own received so far.
+    pub fn answers(&self) -> u64 {
+        self.state.answers.load(Ordering::SeqCst)
     }
 
     /// Every request received so far.
@@ -189,10 +212,12 @@ fn rpc_error(status: StatusCode, id: &Value, code: i64, message: &str) -> Respon
 
 async fn handle(
     axum::extract::State(state): axum::extract::State<Arc<State>>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<SocketAddr>,
     method: Method,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    state.peers.lock().unwrap().insert(peer);
     let session = headers.get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let rpc_method = parsed.get("method").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -227,6 +252,11 @@ async fn handle(
     }
     if parsed.get("jsonrpc") != Some(&json!("2.0")) {
         return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, -32700, "parse error");
+    }
+    if parsed.get("method").is_none() && parsed.get("id").is_some() {
+        // An answer to a request of this upstream's own: held open, never answered.
+        state.answers.fetch_add(1, Ordering::SeqCst);
+        std::future::pending::<()>().await;
     }
     let Some(id) = parsed.get("id").cloned() else {
         // A notification (`notifications/initialized`).
@@ -327,6 +357,20 @@ async fn call(request: &Value, id: &Value, wire: Wire) -> Response {
         "slow" => {
             tokio::time::sleep(Duration::from_secs(60)).await;
             json_response(StatusCode::OK, &echoed, None)
+        }
+        "flood" => {
+            let event =
+                |value: &Value| Ok::<_, std::io::Error>(Bytes::from(format!("event: message\ndata: {value}\n\n")));
+            let requests = (0..FLOOD).map(move |n| {
+                event(&json!({"jsonrpc": "2.0", "id": format!("srv-{n}"), "method": "sampling/createMessage",
+                    "params": {"messages": [], "maxTokens": 1}}))
+            });
+            let events: Vec<_> = requests.chain([event(&echoed)]).collect();
+            Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "text/event-stream")
+                .body(Body::from_stream(futures::stream::iter(events)))
+                .expect("response")
         }
         "wrong_id" => {
             let other = id.as_i64().map_or_else(|| json!("someone-else"), |n| json!(n + 1000));

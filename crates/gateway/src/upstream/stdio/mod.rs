@@ -260,6 +260,7 @@ impl StdioLink {
                         changes: (key == GATEWAY_PARTITION).then(|| self.changes.clone()),
                         relay_messages: !spec.settings.shared,
                         uid,
+                        drops: self.health.drops.clone(),
                     },
                 )
             });

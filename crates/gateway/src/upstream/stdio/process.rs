@@ -10,18 +10,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWriteExt as _, BufReader};
+use tokio::io::{AsyncRead, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::super::bounds::{Drops, MAX_STDERR_LINE, Overflow, read_line_bounded};
 use super::super::http::{self, Body, Incoming};
 use super::super::{LIST_CHANGED, UpstreamError, lock};
 
 /// Most bytes of one process's stderr that reach the log; the rest is counted, not logged.
 const MAX_STDERR_BYTES: usize = 64 * 1024;
-/// Longest stderr line logged (longer ones are cut).
-const MAX_STDERR_LINE: usize = 1024;
 /// How long a stopping server has to exit after its stdin closes, and again after SIGTERM.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
@@ -87,6 +86,8 @@ pub(crate) struct StartOptions {
     pub changes: Option<Arc<Mutex<Option<mpsc::Sender<String>>>>>,
     pub relay_messages: bool,
     pub uid: Option<u32>,
+    /// The upstream's drop counters.
+    pub drops: Arc<Drops>,
 }
 
 impl Process {
@@ -127,9 +128,10 @@ impl Process {
             uid: options.uid,
         });
         tracing::info!(upstream = %options.upstream, pid = ?process.pid, uid = ?options.uid, "stdio server started");
-        tokio::spawn(log_stderr(options.upstream.clone(), stderr));
+        tokio::spawn(log_stderr(options.upstream.clone(), stderr, options.drops.clone()));
         let weak = Arc::downgrade(&process);
-        tokio::spawn(read_stdout(weak, shared, stdout, options.max_line_bytes, options.upstream));
+        let limits = StdoutLimits { max_line_bytes: options.max_line_bytes, drops: options.drops };
+        tokio::spawn(read_stdout(weak, shared, stdout, limits, options.upstream));
         Ok(process)
     }
 
@@ -265,23 +267,34 @@ impl Drop for Forget<'_> {
     }
 }
 
-/// Reads stdout line by line until it ends; the process is dead after.
+/// The bound on one stdout frame, and where an oversized one is counted.
+struct StdoutLimits {
+    max_line_bytes: usize,
+    drops: Arc<Drops>,
+}
+
+/// Reads stdout line by line until it ends; the process is dead after. A frame over
+/// `max_line_bytes` is a protocol error: reading stops at the cap (the rest is never read), the
+/// process is given up and the requests waiting on it fail.
 async fn read_stdout(
     process: std::sync::Weak<Process>,
     shared: Arc<Shared>,
     stdout: impl AsyncRead + Unpin,
-    max_line_bytes: usize,
+    limits: StdoutLimits,
     upstream: String,
 ) {
     let mut reader = BufReader::new(stdout);
     let mut line = Vec::new();
     let why = loop {
         line.clear();
-        match read_line_capped(&mut reader, &mut line, max_line_bytes).await {
-            Ok(0) => break "the stdio server closed its stdout",
+        match read_line_bounded(&mut reader, &mut line, limits.max_line_bytes, Overflow::Stop, None).await {
+            Ok(read) if read.discarded > 0 => {
+                limits.drops.oversized_message();
+                break "the stdio server wrote a message over the size limit";
+            }
+            Ok(read) if read.consumed == 0 => break "the stdio server closed its stdout",
             Ok(_) => {}
-            Err(LineError::TooLong) => break "the stdio server wrote a message over the size limit",
-            Err(LineError::Io) => break "the stdio server's stdout broke",
+            Err(_) => break "the stdio server's stdout broke",
         }
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
@@ -361,68 +374,38 @@ async fn route_notification(shared: &Shared, method: &str, mut frame: Value) {
     }
 }
 
-enum LineError {
-    TooLong,
-    Io,
-}
-
-/// One line (without its newline) into `line`, refusing it once it passes `cap` bytes; `Ok(0)`
-/// at the end of the stream.
-async fn read_line_capped(
-    reader: &mut BufReader<impl AsyncRead + Unpin>,
-    line: &mut Vec<u8>,
-    cap: usize,
-) -> Result<usize, LineError> {
-    let mut total = 0;
-    loop {
-        let buffer = reader.fill_buf().await.map_err(|_| LineError::Io)?;
-        if buffer.is_empty() {
-            return Ok(total);
-        }
-        let (chunk, done) = match buffer.iter().position(|b| *b == b'\n') {
-            Some(end) => (&buffer[..end], Some(end + 1)),
-            None => (buffer, None),
-        };
-        if line.len() + chunk.len() > cap {
-            return Err(LineError::TooLong);
-        }
-        line.extend_from_slice(chunk);
-        let used = done.unwrap_or(chunk.len());
-        total += used;
-        reader.consume(used);
-        if done.is_some() {
-            return Ok(total.max(1));
-        }
-    }
-}
-
-/// Logs stderr lines (control characters escaped, long lines cut) up to [`MAX_STDERR_BYTES`].
-async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin) {
+/// Logs stderr lines (control characters escaped, each cut to [`MAX_STDERR_LINE`] bytes) up to
+/// [`MAX_STDERR_BYTES`]. Only the kept part of a line is ever held: the rest of a long line, and
+/// everything past the log cap, is read through the reader's fixed buffer, discarded and counted.
+async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc<Drops>) {
     let mut reader = BufReader::new(stderr);
     let mut logged = 0usize;
     let mut dropped = 0usize;
-    let mut line = Vec::new();
+    let mut line = Vec::with_capacity(MAX_STDERR_LINE);
     loop {
         line.clear();
-        match reader.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
-            Ok(read) => {
-                if logged >= MAX_STDERR_BYTES {
-                    dropped += read;
-                    continue;
-                }
-                logged += read;
-                let text = String::from_utf8_lossy(&line[..line.len().min(MAX_STDERR_LINE)]);
-                let text: String = text
-                    .trim_end()
-                    .chars()
-                    .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
-                    .collect();
-                tracing::info!(%upstream, stderr = %text, "stdio server stderr");
-                if logged >= MAX_STDERR_BYTES {
-                    tracing::warn!(%upstream, "stdio server stderr reached its log cap; the rest is not logged");
-                }
-            }
+        let read =
+            match read_line_bounded(&mut reader, &mut line, MAX_STDERR_LINE, Overflow::Discard, Some(&drops)).await {
+                Ok(read) if read.consumed > 0 => read,
+                Ok(_) | Err(_) => break,
+            };
+        dropped = dropped.saturating_add(read.discarded);
+        let kept = read.consumed - read.discarded;
+        if logged >= MAX_STDERR_BYTES {
+            dropped = dropped.saturating_add(kept);
+            drops.stderr_bytes(kept);
+            continue;
+        }
+        logged += kept;
+        let text = String::from_utf8_lossy(&line);
+        let text: String = text
+            .trim_end()
+            .chars()
+            .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
+            .collect();
+        tracing::info!(%upstream, stderr = %text, "stdio server stderr");
+        if logged >= MAX_STDERR_BYTES {
+            tracing::warn!(%upstream, "stdio server stderr reached its log cap; the rest is not logged");
         }
     }
     if dropped > 0 {
