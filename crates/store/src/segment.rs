@@ -632,11 +632,15 @@ fn walk_chain(chain: &str, dir: &Path) -> Result<Option<Walk>, StoreError> {
 }
 
 /// Every checksummed frame holding a canonical record in `path` from `from` on, resynchronising
-/// byte by byte past anything else; and how many bytes were no such frame. Reads the whole
-/// file: only run past damage.
+/// byte by byte past anything else; and how many bytes were no such frame. Reads the rest of the
+/// file at once: only run past damage.
 fn scan_frames(path: &Path, from: u64) -> std::io::Result<(Vec<Found>, u64)> {
-    let bytes = fs::read(path)?;
-    let mut at = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut bytes = vec![0u8; usize::try_from(len.saturating_sub(from)).unwrap_or(usize::MAX)];
+    let read = read_at_most(&file, &mut bytes, from)?;
+    bytes.truncate(read);
+    let mut at = 0;
     let mut found = Vec::new();
     let mut skipped = 0u64;
     while at < bytes.len() {
@@ -729,7 +733,9 @@ pub const DAMAGED_DIR: &str = "damaged";
 /// store does not hold yet are written, in order and unchanged, to a new chain whose first
 /// record (stage `operator`, operation `audit.salvage`) states the break: the file, the offset,
 /// the counts and where the original is. The damaged chain then ends where its intact part ends
-/// and both are shipped by the next start; nothing is dropped.
+/// and both are shipped by the next start; nothing is dropped. A run interrupted after the new
+/// chain was written and before the cut writes another one when run again (each with its own
+/// record of the break): a duplicate, never a loss.
 pub async fn salvage(
     config: &SegmentConfig,
     store: &dyn AuditStore,
