@@ -252,6 +252,17 @@ enum AuditCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
+    /// Read this instance's audit segment and show where a chain is damaged (exit 1 if one is);
+    /// with `--apply`, keep the records after the damage in a new chain that begins with a
+    /// record of the break, and move the damaged file aside, so the server starts again.
+    Salvage {
+        /// Configuration file (for the segment directory and the store URL).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Do it (without: only report).
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -366,6 +377,9 @@ fn main() -> ExitCode {
             Command::Config { command: ConfigCommand::Options } => config_options(),
             Command::Dev { command: DevCommand::Token(args) } => dev_token(args),
             Command::Audit { command: AuditCommand::Verify { config } } => audit_verify(config.as_deref()).await,
+            Command::Audit { command: AuditCommand::Salvage { config, apply } } => {
+                audit_salvage(config.as_deref(), apply).await
+            }
             Command::Handles { command: HandlesCommand::List { subject, issuer, limit, config } } => {
                 handles_list(config.as_deref(), issuer, &subject, limit).await
             }
@@ -578,6 +592,74 @@ async fn audit_verify(config: Option<&Path>) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if report.is_intact() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn audit_salvage(config: Option<&Path>, apply: bool) -> anyhow::Result<ExitCode> {
+    let settings = settings(config, None)?;
+    prepare_sqlite_dir(&settings)?;
+    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let segment = palisade_store::segment::SegmentConfig::new(&settings.audit_segment_dir);
+    let report = palisade_store::segment::salvage(&segment, store.as_ref(), apply, SystemClock.now_unsigned_ms())
+        .await
+        .with_context(|| format!("salvaging the audit segment {}", settings.audit_segment_dir.display()))?;
+    let mut damaged = false;
+    #[allow(clippy::print_stdout)]
+    {
+        if report.is_empty() {
+            println!("audit segment {}: no chain", settings.audit_segment_dir.display());
+        }
+        for chain in &report {
+            if chain.held {
+                println!("chain {}: held by a running process; left alone", chain.chain);
+                continue;
+            }
+            let Some(damage) = &chain.damage else {
+                let tail = if chain.torn_tail_bytes > 0 {
+                    format!(
+                        "; a torn tail of {} bytes (nothing valid after it) is cut at the next start",
+                        chain.torn_tail_bytes
+                    )
+                } else {
+                    String::new()
+                };
+                println!("chain {}: intact, {} records{tail}", chain.chain, chain.records);
+                continue;
+            };
+            damaged = true;
+            let following = match damage.following_seqs {
+                Some((first, last)) => {
+                    format!("{} valid records follow it (seq {first} to {last} as written)", damage.following)
+                }
+                None => "no valid record follows it".to_owned(),
+            };
+            println!(
+                "chain {}: DAMAGED: file {} at offset {} ({}); {} records before it are intact; {following}; {} unreadable bytes; {} newer files",
+                chain.chain,
+                damage.path.display(),
+                damage.offset,
+                damage.reason,
+                damage.records_before,
+                damage.unreadable_bytes,
+                damage.later_files.len()
+            );
+            match &chain.applied {
+                Some(salvaged) => {
+                    println!(
+                        "  salvaged: {} records re-chained into the new chain {} after a record of this salvage (audit.salvage); {} held by the store already",
+                        salvaged.rechained, salvaged.chain, salvaged.in_store
+                    );
+                    for path in &salvaged.aside {
+                        println!("  kept aside: {}", path.display());
+                    }
+                }
+                None => println!("  run `palisade audit salvage --apply` to keep these records and start again"),
+            }
+        }
+        if apply && damaged {
+            println!("salvaged; the server starts again");
+        }
+    }
+    Ok(if damaged && !apply { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// The handle subject key: `PALISADE_HANDLES_SUBJECT_KEY` (64 hex characters) or the key file

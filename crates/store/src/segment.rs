@@ -14,8 +14,10 @@
 //! handler runs (survives the process being killed, as a commit to SQLite's WAL did before it);
 //! [`Durability::Power`] adds a group-committed `fdatasync` that the append waits for. Opening
 //! recovers every chain of the directory no other process holds: frames are read and checked
-//! (framing, CRC, link, hash) and a torn tail of the newest file is cut at the first bad frame;
-//! damage anywhere else refuses the start (fail closed: an operator moves the file aside). The
+//! (framing, CRC, link, hash) and a torn tail of the newest file is cut at the first bad frame
+//! when no checksummed record follows it (a write cut by a crash); damage anywhere else, or
+//! followed by valid frames, refuses the start (fail closed: nothing is cut, and [`salvage`]
+//! shows the damage and keeps what follows it in a new chain that records the break). The
 //! live chain continues where its files end, unless the store is ahead of them (records shipped
 //! and then lost from the page cache by a power loss), in which case a new chain begins rather
 //! than fork it; other recovered chains are drained by the shipper and removed.
@@ -458,12 +460,80 @@ fn read_at_most(file: &File, buffer: &mut [u8], offset: u64) -> std::io::Result<
     Ok(filled)
 }
 
-/// Reads a chain directory's files and repairs a torn tail. `None` for a directory without any
-/// segment file (removed).
-fn recover(chain: &str, dir: &Path) -> Result<Option<WriterState>, StoreError> {
-    let io = |during| move |error| StoreError::from_io(during, error);
+/// A checksummed record found while scanning past damage.
+#[derive(Debug, Clone)]
+struct Found {
+    seq: u64,
+    record: AuditRecord,
+}
+
+/// Where a chain's files stop continuing the chain, and what follows: checksummed records (in
+/// the rest of the file and in the newer files) that the chain cannot take, since what links
+/// them to it is gone. Nothing is cut then (only a torn tail, with nothing after it, is): the
+/// start is refused and [`salvage`] shows and keeps what follows.
+#[derive(Debug, Clone)]
+pub struct Damage {
+    /// The damaged file.
+    pub path: PathBuf,
+    /// Offset in it of the first byte that does not continue the chain.
+    pub offset: u64,
+    /// What is wrong there.
+    pub reason: &'static str,
+    /// Whole, linked records of the chain before it (in this file and the older ones).
+    pub records_before: u64,
+    /// Checksummed records after it (the rest of the file and every newer file).
+    pub following: u64,
+    /// Their first and last `seq` as written.
+    pub following_seqs: Option<(u64, u64)>,
+    /// Bytes after it that are no checksummed record.
+    pub unreadable_bytes: u64,
+    /// The chain's newer files (they follow the damage too).
+    pub later_files: Vec<PathBuf>,
+    found: Vec<Found>,
+}
+
+impl std::fmt::Display for Damage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "audit segment file {} is damaged at offset {} ({}): ",
+            self.path.display(),
+            self.offset,
+            self.reason
+        )?;
+        match self.following_seqs {
+            Some((first, last)) => write!(
+                f,
+                "{} valid records follow it (seq {first} to {last} as written, {} unreadable bytes)",
+                self.following, self.unreadable_bytes
+            )?,
+            None => write!(f, "no valid record follows it ({} unreadable bytes)", self.unreadable_bytes)?,
+        }
+        write!(
+            f,
+            "; {} records before it are intact. Not started: `palisade audit salvage` shows the damage, `palisade audit salvage --apply` keeps the records after it in a new chain (recording the break) and moves the damaged file aside",
+            self.records_before
+        )
+    }
+}
+
+/// A chain directory's files read and checked, nothing changed yet.
+struct Walk {
+    files: VecDeque<SegmentFile>,
+    /// The newest readable file: opened, the end of its last whole frame, and its length (longer
+    /// by a torn tail).
+    last: Option<(File, u64, u64)>,
+    next: Option<(u64, [u8; 32])>,
+    records: u64,
+    /// The newest file, torn while being created (shorter than a header, nothing in it).
+    torn_header: Option<PathBuf>,
+    damage: Option<Damage>,
+}
+
+/// The `.seg` files of a chain directory, by first seq.
+fn segment_paths(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     let mut paths: Vec<(u64, PathBuf)> = fs::read_dir(dir)
-        .map_err(io("audit segment (reading a chain directory)"))?
+        .map_err(|error| StoreError::from_io("audit segment (reading a chain directory)", error))?
         .filter_map(|entry| entry.ok())
         .filter_map(|entry| {
             let name = entry.file_name().into_string().ok()?;
@@ -472,64 +542,347 @@ fn recover(chain: &str, dir: &Path) -> Result<Option<WriterState>, StoreError> {
         })
         .collect();
     paths.sort();
+    Ok(paths)
+}
+
+/// Reads every file of a chain in order, checking framing, CRC, link and hash, up to the first
+/// place that does not continue the chain. A bad or short frame at the end of the newest file
+/// with no checksummed record anywhere after it is a torn tail (a write cut by a crash); any
+/// other is [`Damage`], with what follows it counted. `None` for a directory without files.
+fn walk_chain(chain: &str, dir: &Path) -> Result<Option<Walk>, StoreError> {
+    let io = |during| move |error| StoreError::from_io(during, error);
+    let paths = segment_paths(dir)?;
     if paths.is_empty() {
-        tracing::warn!(%chain, "audit segment chain directory without files; removed");
-        let _ = fs::remove_dir_all(dir);
         return Ok(None);
     }
-    let damaged = |path: &Path, why: &str| {
-        StoreError::corrupt(format!(
-            "audit segment file {} is damaged ({why}); move it aside to start (its records may be in the store already)",
-            path.display()
-        ))
-    };
     let count = paths.len();
-    let mut files = VecDeque::new();
-    let mut next: Option<(u64, [u8; 32])> = None;
-    let mut last_len = HEADER_LEN;
-    let mut last_file = None;
-    for (index, (named_seq, path)) in paths.into_iter().enumerate() {
+    let mut walk = Walk { files: VecDeque::new(), last: None, next: None, records: 0, torn_header: None, damage: None };
+    for (index, (named_seq, path)) in paths.iter().enumerate() {
         let newest = index + 1 == count;
         let file =
-            OpenOptions::new().read(true).append(true).open(&path).map_err(io("audit segment (opening a file)"))?;
+            OpenOptions::new().read(true).append(true).open(path).map_err(io("audit segment (opening a file)"))?;
         let len = file.metadata().map_err(io("audit segment (reading a file)"))?.len();
         let mut header = vec![0u8; HEADER_LEN as usize];
         let read = read_at_most(&file, &mut header, 0).map_err(io("audit segment (reading a file)"))?;
-        let Some((first_seq, prev_hash)) = decode_header(&header[..read], chain).filter(|(seq, _)| *seq == named_seq)
-        else {
-            if newest && len < HEADER_LEN && next.is_some() {
-                // Torn while being created: the previous file is the newest.
-                tracing::warn!(chain, path = %path.display(), "removed a torn audit segment header");
-                let _ = fs::remove_file(&path);
+        let decoded = decode_header(&header[..read], chain).filter(|(seq, _)| seq == named_seq);
+        let found = match decoded {
+            None if newest && len < HEADER_LEN && walk.next.is_some() => {
+                walk.torn_header = Some(path.clone());
                 break;
             }
-            return Err(damaged(&path, "bad header"));
-        };
-        if let Some(expected) = next
-            && expected != (first_seq, prev_hash)
-        {
-            return Err(damaged(&path, "does not continue the file before it"));
-        }
-        let (records, end, bad) = read_frames(&file, chain, HEADER_LEN, len, (first_seq, prev_hash), usize::MAX)
-            .map_err(io("audit segment (reading a file)"))?;
-        let last = records.last().map(|record| (record.seq + 1, record.hash)).unwrap_or((first_seq, prev_hash));
-        if end < len {
-            if !newest {
-                return Err(damaged(&path, if bad { "a bad frame" } else { "a torn frame" }));
+            None => Some((0, "bad header", false)),
+            Some(linked) if walk.next.is_some_and(|expected| expected != linked) => {
+                Some((0, "the file does not continue the one before it", false))
             }
-            tracing::warn!(chain, path = %path.display(), kept = end, cut = len - end, "cut the torn tail of the audit segment");
-            file.set_len(end).map_err(io("audit segment (cutting a torn tail)"))?;
-            file.sync_data().map_err(io("audit segment (cutting a torn tail)"))?;
+            Some((first_seq, prev_hash)) => {
+                let (records, end, bad) =
+                    read_frames(&file, chain, HEADER_LEN, len, (first_seq, prev_hash), usize::MAX)
+                        .map_err(io("audit segment (reading a file)"))?;
+                walk.records += records.len() as u64;
+                walk.next =
+                    Some(records.last().map(|record| (record.seq + 1, record.hash)).unwrap_or((first_seq, prev_hash)));
+                (end < len).then_some((end, if bad { "a bad frame" } else { "a frame cut short" }, true))
+            }
+        };
+        let Some((offset, reason, frames_before)) = found else {
+            if let Some((first_seq, _)) = decoded {
+                walk.files.push_back(SegmentFile { first_seq, path: path.clone() });
+            }
+            walk.last = Some((file, len, len));
+            continue;
+        };
+        let mut following = Vec::new();
+        let mut unreadable = 0;
+        for (later, (_, later_path)) in paths.iter().enumerate().skip(index) {
+            let from = if later == index {
+                offset
+            } else {
+                let mut header = vec![0u8; HEADER_LEN as usize];
+                let read = File::open(later_path)
+                    .and_then(|later| read_at_most(&later, &mut header, 0))
+                    .map_err(io("audit segment (reading a file)"))?;
+                if decode_header(&header[..read], chain).is_some() { HEADER_LEN } else { 0 }
+            };
+            let (found, skipped) = scan_frames(later_path, from).map_err(io("audit segment (reading a file)"))?;
+            following.extend(found);
+            unreadable += skipped;
         }
-        next = Some(last);
-        last_len = end;
-        files.push_back(SegmentFile { first_seq, path });
-        last_file = Some(file);
+        if newest && frames_before && following.is_empty() {
+            // A torn tail: nothing checksummed after it.
+            if let Some((first_seq, _)) = decoded {
+                walk.files.push_back(SegmentFile { first_seq, path: path.clone() });
+            }
+            walk.last = Some((file, offset, len));
+            break;
+        }
+        walk.damage = Some(Damage {
+            path: path.clone(),
+            offset,
+            reason,
+            records_before: walk.records,
+            following: following.len() as u64,
+            following_seqs: following.first().zip(following.last()).map(|(first, last)| (first.seq, last.seq)),
+            unreadable_bytes: unreadable,
+            later_files: paths[index + 1..].iter().map(|(_, path)| path.clone()).collect(),
+            found: following,
+        });
+        break;
     }
-    let (Some(file), Some((next_seq, prev_hash))) = (last_file, next) else {
+    Ok(Some(walk))
+}
+
+/// Every checksummed frame holding a canonical record in `path` from `from` on, resynchronising
+/// byte by byte past anything else; and how many bytes were no such frame. Reads the rest of the
+/// file at once: only run past damage.
+fn scan_frames(path: &Path, from: u64) -> std::io::Result<(Vec<Found>, u64)> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let mut bytes = vec![0u8; usize::try_from(len.saturating_sub(from)).unwrap_or(usize::MAX)];
+    let read = read_at_most(&file, &mut bytes, from)?;
+    bytes.truncate(read);
+    let mut at = 0;
+    let mut found = Vec::new();
+    let mut skipped = 0u64;
+    while at < bytes.len() {
+        if let Frame::Whole { seq, json_range, len, .. } = parse_frame(&bytes[at..]) {
+            let json = &bytes[at + json_range.start..at + json_range.end];
+            if let Some(record) =
+                serde_json::from_slice::<AuditRecord>(json).ok().filter(|record| record.canonical_bytes() == json)
+            {
+                found.push(Found { seq, record });
+                at += len;
+                continue;
+            }
+        }
+        at += 1;
+        skipped += 1;
+    }
+    Ok((found, skipped))
+}
+
+/// Reads a chain directory's files and repairs a torn tail; refuses [`Damage`]. `None` for a
+/// directory without any segment file (removed).
+fn recover(chain: &str, dir: &Path) -> Result<Option<WriterState>, StoreError> {
+    let io = |during| move |error| StoreError::from_io(during, error);
+    let Some(walk) = walk_chain(chain, dir)? else {
+        tracing::warn!(%chain, "audit segment chain directory without files; removed");
+        let _ = fs::remove_dir_all(dir);
+        return Ok(None);
+    };
+    if let Some(damage) = walk.damage {
+        return Err(StoreError::corrupt(damage.to_string()));
+    }
+    if let Some(path) = walk.torn_header {
+        // Torn while being created: the previous file is the newest.
+        tracing::warn!(chain, path = %path.display(), "removed a torn audit segment header");
+        let _ = fs::remove_file(&path);
+    }
+    let (Some((file, end, len)), Some((next_seq, prev_hash))) = (walk.last, walk.next) else {
         return Err(StoreError::corrupt("audit segment: no usable file"));
     };
-    Ok(Some(WriterState { file: Arc::new(file), file_len: last_len, files, next_seq, prev_hash, broken: false }))
+    if end < len {
+        tracing::warn!(
+            chain,
+            kept = end,
+            cut = len - end,
+            "cut the torn tail of the audit segment (nothing valid follows it)"
+        );
+        file.set_len(end).map_err(io("audit segment (cutting a torn tail)"))?;
+        file.sync_data().map_err(io("audit segment (cutting a torn tail)"))?;
+    }
+    Ok(Some(WriterState { file: Arc::new(file), file_len: end, files: walk.files, next_seq, prev_hash, broken: false }))
+}
+
+/// What [`salvage`] found in one chain of the segment directory, and what it did.
+#[derive(Debug, Clone)]
+pub struct ChainSalvage {
+    /// The chain id.
+    pub chain: String,
+    /// Held by a running process: left alone, not read.
+    pub held: bool,
+    /// Whole, linked records readable in order (before any damage).
+    pub records: u64,
+    /// Bytes of a torn tail that the next start cuts (nothing valid follows them).
+    pub torn_tail_bytes: u64,
+    /// Where the chain stops, if it does before its end.
+    pub damage: Option<Damage>,
+    /// What `apply` did.
+    pub applied: Option<Salvaged>,
+}
+
+/// What [`salvage`] did with a damaged chain.
+#[derive(Debug, Clone)]
+pub struct Salvaged {
+    /// The new chain, beginning with a record of this salvage, then the records re-chained.
+    pub chain: String,
+    /// Records after the damage written to it (their content as it was, new seq and hash).
+    pub rechained: u64,
+    /// Records after the damage not written: the store holds the chain up to their seq already.
+    pub in_store: u64,
+    /// Where the damaged file (whole, as it was) and the chain's newer files now are.
+    pub aside: Vec<PathBuf>,
+}
+
+/// The directory of the segment directory where salvaged files are kept.
+pub const DAMAGED_DIR: &str = "damaged";
+
+/// Reads every chain of the segment directory that no process holds and reports where any stops
+/// before its end. With `apply`, for each damaged chain: the damaged file is copied whole to
+/// `<dir>/damaged/` and cut at the damage (moved there whole when the damage is its header), the
+/// chain's newer files are moved there, and the checksummed records after the damage that the
+/// store does not hold yet are written, in order and unchanged, to a new chain whose first
+/// record (stage `operator`, operation `audit.salvage`) states the break: the file, the offset,
+/// the counts and where the original is. The damaged chain then ends where its intact part ends
+/// and both are shipped by the next start; nothing is dropped. A run interrupted after the new
+/// chain was written and before the cut writes another one when run again (each with its own
+/// record of the break): a duplicate, never a loss.
+pub async fn salvage(
+    config: &SegmentConfig,
+    store: &dyn AuditStore,
+    apply: bool,
+    now_ms: u64,
+) -> Result<Vec<ChainSalvage>, StoreError> {
+    let io = |during| move |error| StoreError::from_io(during, error);
+    let mut names: Vec<String> = match fs::read_dir(&config.dir) {
+        Ok(entries) => entries
+            .filter_map(|entry| entry.ok())
+            .filter_map(|entry| entry.file_name().into_string().ok())
+            .filter(|name| is_chain_id(name))
+            .collect(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(io("audit segment (reading the directory)")(error)),
+    };
+    names.sort();
+    let mut report = Vec::new();
+    for chain in names {
+        let dir = config.dir.join(&chain);
+        let Some(_lock) = try_lock(&dir)? else {
+            report.push(ChainSalvage {
+                chain,
+                held: true,
+                records: 0,
+                torn_tail_bytes: 0,
+                damage: None,
+                applied: None,
+            });
+            continue;
+        };
+        let Some(walk) = walk_chain(&chain, &dir)? else { continue };
+        let torn_tail_bytes = walk.last.as_ref().map(|(_, end, len)| len - end).unwrap_or(0);
+        let mut entry = ChainSalvage {
+            chain,
+            held: false,
+            records: walk.records,
+            torn_tail_bytes,
+            damage: walk.damage,
+            applied: None,
+        };
+        if apply && let Some(damage) = &entry.damage {
+            let stored = store.chain_head(&entry.chain).await?.map(|head| head.seq).unwrap_or(0);
+            entry.applied = Some(apply_salvage(config, &entry.chain, damage, stored, now_ms)?);
+        }
+        report.push(entry);
+    }
+    Ok(report)
+}
+
+fn apply_salvage(
+    config: &SegmentConfig,
+    chain: &str,
+    damage: &Damage,
+    stored: u64,
+    now_ms: u64,
+) -> Result<Salvaged, StoreError> {
+    let io = |during| move |error| StoreError::from_io(during, error);
+    let aside_dir = config.dir.join(DAMAGED_DIR);
+    create_private_dir(&aside_dir)?;
+    let aside_path = |path: &Path| {
+        let name = path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+        aside_dir.join(format!("{chain}-{name}.{now_ms}.damaged"))
+    };
+    let damaged_aside = aside_path(&damage.path);
+    let cut = damage.offset >= HEADER_LEN;
+    // 1. The damaged file, whole, kept aside (durably) before anything changes.
+    if cut {
+        fs::copy(&damage.path, &damaged_aside).map_err(io("audit salvage (copying the damaged file aside)"))?;
+        File::open(&damaged_aside)
+            .and_then(|file| file.sync_all())
+            .map_err(io("audit salvage (syncing the copy of the damaged file)"))?;
+    }
+    // 2. The records after the damage, in a new chain that begins with the record of the break.
+    let kept: Vec<&Found> = damage.found.iter().filter(|found| found.seq > stored).collect();
+    let in_store = damage.found.len() as u64 - kept.len() as u64;
+    let name = damage.path.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+    let written = damage
+        .following_seqs
+        .map(|(first, last)| format!("seq {first} to {last} as written"))
+        .unwrap_or_else(|| "none".into());
+    let detail = format!(
+        "audit segment salvage: chain {chain} file {name} damaged at offset {offset} ({reason}); {before} records before it stay in that chain; {following} valid records after it ({written}): {in_store} held by the store already, {rechained} re-chained here after this record; {unreadable} bytes unreadable; the original file is kept as {damaged_dir}/{aside}",
+        offset = damage.offset,
+        reason = damage.reason,
+        before = damage.records_before,
+        following = damage.following,
+        rechained = kept.len(),
+        unreadable = damage.unreadable_bytes,
+        damaged_dir = DAMAGED_DIR,
+        aside = damaged_aside.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default(),
+    );
+    let marker = AuditRecord {
+        at_ms: now_ms,
+        trace_id: format!("audit-salvage-{now_ms}"),
+        stage: "operator".into(),
+        decision: crate::Decision::Allow,
+        operation: "audit.salvage".into(),
+        principal_digest: None,
+        tenant_digest: None,
+        client_digest: None,
+        scopes: Vec::new(),
+        policy_version: None,
+        code: None,
+        detail: Some(detail),
+    };
+    marker.validate()?;
+    let new_chain = new_chain_id()?;
+    let new_dir = config.dir.join(&new_chain);
+    create_private_dir(&new_dir)?;
+    let _new_lock =
+        try_lock(&new_dir)?.ok_or_else(|| StoreError::unavailable("audit salvage (lock of the new chain)"))?;
+    let (mut file, _) = create_segment_file(&new_dir, &new_chain, 1, &GENESIS_HASH)?;
+    let mut frames = Vec::new();
+    let mut prev_hash = GENESIS_HASH;
+    for (seq, record) in (1u64..).zip(std::iter::once(&marker).chain(kept.iter().map(|found| &found.record))) {
+        let canonical = record.canonical_bytes();
+        let hash = hash_canonical(&prev_hash, &canonical);
+        frames.extend_from_slice(&encode_frame(seq, &hash, &canonical));
+        prev_hash = hash;
+    }
+    file.write_all(&frames).map_err(io("audit salvage (writing the new chain)"))?;
+    file.sync_all().map_err(io("audit salvage (syncing the new chain)"))?;
+    sync_dir(&new_dir);
+    sync_dir(&config.dir);
+    // 3. The damaged chain ends where its intact part ends.
+    let mut aside = vec![damaged_aside.clone()];
+    if cut {
+        let file = OpenOptions::new()
+            .write(true)
+            .open(&damage.path)
+            .map_err(io("audit salvage (cutting the damaged file)"))?;
+        file.set_len(damage.offset).map_err(io("audit salvage (cutting the damaged file)"))?;
+        file.sync_all().map_err(io("audit salvage (cutting the damaged file)"))?;
+    } else {
+        fs::rename(&damage.path, &damaged_aside).map_err(io("audit salvage (moving the damaged file aside)"))?;
+    }
+    for later in &damage.later_files {
+        let target = aside_path(later);
+        fs::rename(later, &target).map_err(io("audit salvage (moving a newer file aside)"))?;
+        aside.push(target);
+    }
+    sync_dir(&aside_dir);
+    if let Some(parent) = damage.path.parent() {
+        sync_dir(parent);
+    }
+    Ok(Salvaged { chain: new_chain, rechained: kept.len() as u64, in_store, aside })
 }
 
 fn create_segment_file(
@@ -877,6 +1230,166 @@ mod tests {
         fs::write(&files[0].path, bytes).unwrap();
         let error = open(&config, &store).await.unwrap_err();
         assert!(error.to_string().contains("damaged"), "{error}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Writes `count` records to a new chain (nothing shipped); returns the chain, its one file
+    /// and each frame's offset.
+    async fn one_file(config: &SegmentConfig, store: &dyn AuditStore, count: u64) -> (String, PathBuf, Vec<u64>) {
+        let logs = open(config, store).await.unwrap();
+        let mut offsets = Vec::new();
+        let mut at = HEADER_LEN;
+        for n in 0..count {
+            let record = sample_record(n);
+            offsets.push(at);
+            at += (FRAME_HEAD + PAYLOAD_FIXED + record.canonical_bytes().len()) as u64;
+            logs[0].append(&record).await.unwrap();
+        }
+        let (files, len) = logs[0].view();
+        assert_eq!((files.len(), len), (1, at));
+        (logs[0].chain().to_owned(), files[0].path.clone(), offsets)
+    }
+
+    fn flip(path: &Path, offset: u64) {
+        let mut bytes = fs::read(path).unwrap();
+        bytes[usize::try_from(offset).unwrap()] ^= 0x20;
+        fs::write(path, bytes).unwrap();
+    }
+
+    #[tokio::test]
+    async fn damage_in_the_middle_of_the_newest_file_refuses_the_start_and_cuts_nothing() {
+        let dir = temp_dir("middle");
+        let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+        let config = SegmentConfig::new(&dir);
+        let (_, path, offsets) = one_file(&config, &store, 30).await;
+        // One byte flipped inside the 15th record's JSON; 15 whole records follow it.
+        flip(&path, offsets[14] + (FRAME_HEAD + PAYLOAD_FIXED) as u64 + 5);
+        let len = fs::metadata(&path).unwrap().len();
+        let error = open(&config, &store).await.unwrap_err().to_string();
+        for expected in [
+            format!("{} is damaged at offset {}", path.display(), offsets[14]),
+            "15 valid records follow it (seq 16 to 30".to_owned(),
+            "14 records before it are intact".to_owned(),
+            "palisade audit salvage".to_owned(),
+        ] {
+            assert!(error.contains(&expected), "{expected}: {error}");
+        }
+        assert_eq!(fs::metadata(&path).unwrap().len(), len, "nothing cut");
+        // Every start refuses the same way until the damage is dealt with.
+        assert!(open(&config, &store).await.is_err());
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_damaged_last_frame_is_a_torn_tail() {
+        let dir = temp_dir("last");
+        let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+        let config = SegmentConfig::new(&dir);
+        let (chain, path, offsets) = one_file(&config, &store, 10).await;
+        flip(&path, offsets[9] + (FRAME_HEAD + PAYLOAD_FIXED) as u64 + 5);
+        let logs = open(&config, &store).await.unwrap();
+        assert_eq!(logs[0].chain(), chain, "the chain continues");
+        assert_eq!(fs::metadata(&path).unwrap().len(), offsets[9], "the last frame is cut");
+        logs[0].append(&sample_record(10)).await.unwrap();
+        ship_all(&logs, &store).await;
+        let report = store.verify_chain().await.unwrap();
+        assert!(report.is_intact(), "{report:?}");
+        assert_eq!((report.records, report.chains), (10, 1));
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn salvage_shows_the_damage_and_keeps_every_record_after_it_in_a_new_chain() {
+        let dir = temp_dir("salvage");
+        let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+        let config = SegmentConfig::new(&dir);
+        let (chain, path, offsets) = one_file(&config, &store, 30).await;
+        flip(&path, offsets[14] + (FRAME_HEAD + PAYLOAD_FIXED) as u64 + 5);
+        let original = fs::read(&path).unwrap();
+
+        // Looking changes nothing.
+        let report = salvage(&config, &store, false, 1_000).await.unwrap();
+        assert_eq!(report.len(), 1);
+        let damage = report[0].damage.as_ref().expect("damage found");
+        assert_eq!((damage.offset, damage.records_before, damage.following), (offsets[14], 14, 15));
+        assert_eq!(damage.following_seqs, Some((16, 30)));
+        assert!(report[0].applied.is_none());
+        assert_eq!(fs::read(&path).unwrap(), original);
+
+        let report = salvage(&config, &store, true, 1_000).await.unwrap();
+        let applied = report[0].applied.as_ref().expect("applied");
+        assert_eq!((applied.rechained, applied.in_store), (15, 0));
+        assert_eq!(fs::read(&applied.aside[0]).unwrap(), original, "the damaged file is kept whole");
+        assert!(applied.aside[0].starts_with(dir.join(DAMAGED_DIR)));
+        assert_eq!(fs::metadata(&path).unwrap().len(), offsets[14], "cut at the damage");
+        assert_ne!(applied.chain, chain);
+
+        // The next start takes both chains and ships them: 14 + the salvage record + 15.
+        let logs = open(&config, &store).await.unwrap();
+        assert_eq!(logs.len(), 2);
+        ship_all(&logs, &store).await;
+        let report = store.verify_chain().await.unwrap();
+        assert!(report.is_intact(), "{report:?}");
+        assert_eq!((report.records, report.chains), (30, 2));
+        let salvaged = store.recent(50).await.unwrap();
+        let marker =
+            salvaged.iter().find(|record| record.record.operation == "audit.salvage").expect("the break is recorded");
+        assert_eq!((marker.chain.as_str(), marker.seq), (applied.chain.as_str(), 1));
+        let detail = marker.record.detail.as_deref().unwrap();
+        assert!(
+            detail.contains(&format!("chain {chain}")) && detail.contains(&format!("offset {}", offsets[14])),
+            "{detail}"
+        );
+        assert!(detail.contains("15 re-chained"), "{detail}");
+        drop(logs);
+        let report = salvage(&config, &store, false, 2_000).await.unwrap();
+        assert!(report.iter().all(|chain| chain.damage.is_none()), "{report:?}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn salvage_does_not_rechain_what_the_store_holds_and_moves_newer_files_aside() {
+        let dir = temp_dir("salvage-shipped");
+        let store = SqliteStore::open("sqlite::memory:").await.unwrap();
+        let mut config = SegmentConfig::new(&dir);
+        config.max_file_bytes = 8192;
+        let logs = open(&config, &store).await.unwrap();
+        for n in 0..60 {
+            logs[0].append(&sample_record(n)).await.unwrap();
+        }
+        let (files, _) = logs[0].view();
+        assert!(files.len() > 2);
+        let chain = logs[0].chain().to_owned();
+        drop(logs);
+        // The first 50 records shipped (the files not deleted yet).
+        let mut stored = Vec::new();
+        let mut next = (1, GENESIS_HASH);
+        for file in &files {
+            let (records, _, _) =
+                read_frames(&File::open(&file.path).unwrap(), &chain, HEADER_LEN, u64::MAX, next, usize::MAX).unwrap();
+            next = records.last().map(|record| (record.seq + 1, record.hash)).unwrap_or(next);
+            stored.extend(records);
+        }
+        assert_eq!(stored.len(), 60);
+        store.ship(&chain, stored[..50].to_vec()).await.unwrap();
+        // Damage in the middle of the first file.
+        let first_len = fs::metadata(&files[0].path).unwrap().len();
+        flip(&files[0].path, first_len / 2);
+        let report = salvage(&config, &store, true, 1_000).await.unwrap();
+        let damage = report[0].damage.as_ref().unwrap();
+        let applied = report[0].applied.as_ref().unwrap();
+        assert_eq!(damage.later_files.len(), files.len() - 1);
+        assert_eq!(applied.in_store + applied.rechained, damage.following);
+        assert_eq!(applied.rechained, 10, "only seq 51 to 60 are not in the store");
+        assert_eq!(applied.aside.len(), files.len());
+        for file in &files[1..] {
+            assert!(!file.path.exists(), "newer files moved aside");
+        }
+        let logs = open(&config, &store).await.unwrap();
+        ship_all(&logs, &store).await;
+        let report = store.verify_chain().await.unwrap();
+        assert!(report.is_intact(), "{report:?}");
+        assert_eq!(report.chains, 2);
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -84,19 +84,29 @@ pub(crate) fn authorization_server_metadata_urls(issuer: &Url) -> Vec<Url> {
     }
 }
 
-/// Fetches and checks the upstream's protected-resource metadata: from `hint` (the challenge's
-/// URL) when there is one, else from the well-known locations in order. The document's
-/// `resource` must be the upstream's URI (RFC 9728 §3.3), and it must list an authorization
-/// server.
-pub(crate) async fn protected_resource(
+/// Fetches and checks the upstream's protected-resource metadata from the RFC 9728 §3.1
+/// well-known locations, in order. The document's `resource` must be the upstream's URI (RFC
+/// 9728 §3.3), and it must list an authorization server.
+pub(crate) async fn protected_resource(guard: &EgressGuard, resource: &Url) -> Result<ProtectedResource, OAuthError> {
+    protected_resource_from(guard, resource, resource_metadata_urls(resource)).await
+}
+
+/// The same from `hint` alone: the `resource_metadata` URL of an upstream's 401 challenge. Its
+/// refusal (guard, unreachable, missing, a document that fails its checks) is the caller's to
+/// handle: the hint is untrusted, and the well-known locations stay the fallback.
+pub(crate) async fn protected_resource_at(
     guard: &EgressGuard,
     resource: &Url,
-    hint: Option<&Url>,
+    hint: &Url,
 ) -> Result<ProtectedResource, OAuthError> {
-    let candidates = match hint {
-        Some(hint) => vec![hint.clone()],
-        None => resource_metadata_urls(resource),
-    };
+    protected_resource_from(guard, resource, vec![hint.clone()]).await
+}
+
+async fn protected_resource_from(
+    guard: &EgressGuard,
+    resource: &Url,
+    candidates: Vec<Url>,
+) -> Result<ProtectedResource, OAuthError> {
     let mut last = OAuthError::Discovery("the upstream publishes no protected-resource metadata".into());
     for url in candidates {
         let document = match fetch_json(guard, &url).await {
@@ -221,6 +231,46 @@ pub(crate) fn check_browser_url(url: &Url, allow_loopback_http: bool) -> Result<
         }
         _ => Err("is not an https URL"),
     }
+}
+
+/// Largest metadata document of an MCP client read for its name.
+pub(crate) const MAX_CLIENT_DOCUMENT_BYTES: usize = 5 * 1024;
+
+/// The MCP client's name for the consent page ([`client_document_name`]); a refusal is logged
+/// with the SHA-256 of the client id and the reason, never the URL, and the page shows the name
+/// as not stated.
+pub(crate) async fn client_name(guard: &EgressGuard, client_id: &str) -> Option<String> {
+    client_document_name(guard, client_id).await.unwrap_or_else(|reason| {
+        tracing::warn!(
+            client_id_sha256 = %palisade_base::hex::hex(&super::id_digest(client_id)),
+            %reason,
+            "user_oauth: the MCP client's metadata document was refused; the consent page shows its name as not stated"
+        );
+        None
+    })
+}
+
+/// The MCP client's name from its Client ID Metadata Document: `Ok(None)` when its id is not an
+/// https URL (there is nothing to fetch) or the document names none; `Err` with the reason (a
+/// fixed category, never the URL or the response) when the fetch was refused or the document
+/// says nothing of this client.
+pub(crate) async fn client_document_name(guard: &EgressGuard, client_id: &str) -> Result<Option<String>, String> {
+    let Some(url) = Url::parse(client_id).ok().filter(|url| url.scheme() == "https") else { return Ok(None) };
+    let fetched = guard.get(&url, "application/json").await.map_err(|error| match error {
+        EgressError::Transport | EgressError::Timeout => format!("unreachable ({error})"),
+        other => format!("refused by the egress guard ({other})"),
+    })?;
+    if fetched.status != 200 {
+        return Err(format!("answered HTTP {}", fetched.status));
+    }
+    if fetched.body.len() > MAX_CLIENT_DOCUMENT_BYTES {
+        return Err("the document is too large".into());
+    }
+    let document: Value = serde_json::from_slice(&fetched.body).map_err(|_| "the document is not JSON".to_owned())?;
+    if document.get("client_id").and_then(Value::as_str) != Some(client_id) {
+        return Err("the document's client_id is not the URL it was fetched from".into());
+    }
+    Ok(document.get("client_name").and_then(Value::as_str).map(|name| name.chars().take(200).collect()))
 }
 
 enum FetchFailure {

@@ -99,6 +99,17 @@ pub enum OAuthError {
     Refused(&'static str),
 }
 
+impl OAuthError {
+    /// The error without the URL it may name, for a log line about an untrusted URL.
+    fn without_url(&self) -> String {
+        match self {
+            Self::Egress { error, .. } => format!("refused by the egress guard ({error})"),
+            Self::Unreachable(_) => "unreachable".into(),
+            other => other.to_string(),
+        }
+    }
+}
+
 impl From<StoreError> for OAuthError {
     fn from(error: StoreError) -> Self {
         Self::Store(error.to_string())
@@ -253,8 +264,8 @@ pub struct UserOAuth {
     pub(crate) keys: PageKeys,
     sign_in_secret: Option<Secret>,
     discovered: Mutex<HashMap<String, Arc<Discovered>>>,
-    /// `resource_metadata` URLs named by upstream 401 challenges, tried first next time.
-    hints: Mutex<HashMap<String, Url>>,
+    /// `resource_metadata` URLs named by upstream 401 challenges, per upstream.
+    hints: Mutex<HashMap<String, Hints>>,
     /// One refresh at a time per (person, upstream) on this instance; instances race through
     /// the store's compare-and-swap.
     refreshing: Mutex<HashMap<([u8; 32], String), Flight>>,
@@ -267,6 +278,18 @@ impl std::fmt::Debug for UserOAuth {
             .field("upstreams", &self.upstreams.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
+}
+
+/// The `resource_metadata` URLs an upstream's 401 challenges named. A new one is a candidate,
+/// tried first at the next discovery; it is kept only once it produced valid metadata, and a
+/// hint that is refused (guard, unreachable, missing, a document that fails its checks) is
+/// dropped, discovery falling back to the next hint and then to the well-known locations.
+#[derive(Debug, Default)]
+struct Hints {
+    /// Named by the latest challenge, not tried yet.
+    candidate: Option<Url>,
+    /// Produced valid metadata when it was last tried.
+    kept: Option<Url>,
 }
 
 /// One refresh in flight for a (person, upstream): others wait on it, then re-read.
@@ -569,8 +592,12 @@ impl UserOAuth {
     /// elicits a new one, and the challenge's metadata URL is remembered for discovery.
     pub(crate) async fn rejected(&self, person: &Person, upstream: &str, resource_metadata: Option<&str>) {
         if let Some(hint) = resource_metadata.and_then(|text| Url::parse(text).ok()) {
-            lock(&self.hints).insert(upstream.to_owned(), hint);
-            lock(&self.discovered).remove(upstream);
+            let mut hints = lock(&self.hints);
+            let hints = hints.entry(upstream.to_owned()).or_default();
+            if hints.kept.as_ref() != Some(&hint) {
+                hints.candidate = Some(hint);
+                lock(&self.discovered).remove(upstream);
+            }
         }
         let key = self.person_key(person);
         if let Err(error) = self.store.delete_connection(key, upstream).await {
@@ -588,13 +615,59 @@ impl UserOAuth {
         {
             return Ok(found.clone());
         }
-        let hint = lock(&self.hints).get(&config.id).cloned();
-        let resource = discovery::protected_resource(&self.guard, &config.resource, hint.as_ref()).await?;
+        let resource = self.protected_resource(config).await?;
         let server =
             discovery::authorization_server(&self.guard, &resource.issuer, self.settings.egress.allow_loopback).await?;
         let found = Arc::new(Discovered { server, fetched_ms: now });
         lock(&self.discovered).insert(config.id.clone(), found.clone());
         Ok(found)
+    }
+
+    /// The upstream's protected-resource metadata: from its challenges' hints first (the newest
+    /// candidate, then the one kept), each dropped when refused, then from the well-known
+    /// locations.
+    async fn protected_resource(&self, config: &UpstreamOAuth) -> Result<discovery::ProtectedResource, OAuthError> {
+        let hints: Vec<Url> = {
+            let hints = lock(&self.hints);
+            let found = hints.get(&config.id);
+            found
+                .and_then(|hints| hints.candidate.clone())
+                .into_iter()
+                .chain(found.and_then(|hints| hints.kept.clone()))
+                .collect()
+        };
+        let mut tried: Vec<&Url> = Vec::new();
+        for hint in &hints {
+            if tried.contains(&hint) {
+                continue;
+            }
+            tried.push(hint);
+            let found = discovery::protected_resource_at(&self.guard, &config.resource, hint).await;
+            let mut all = lock(&self.hints);
+            let kept = all.entry(config.id.clone()).or_default();
+            if kept.candidate.as_ref() == Some(hint) {
+                kept.candidate = None;
+            }
+            match found {
+                Ok(metadata) => {
+                    kept.kept = Some(hint.clone());
+                    return Ok(metadata);
+                }
+                Err(error) => {
+                    if kept.kept.as_ref() == Some(hint) {
+                        kept.kept = None;
+                    }
+                    drop(all);
+                    tracing::warn!(
+                        upstream = %config.id,
+                        hint_sha256 = %palisade_base::hex::hex(&id_digest(hint.as_str())),
+                        reason = %error.without_url(),
+                        "user_oauth: the resource_metadata URL of the upstream's challenge was refused and dropped; discovery falls back"
+                    );
+                }
+            }
+        }
+        discovery::protected_resource(&self.guard, &config.resource).await
     }
 
     /// Palisade's client identity at `server`: its Client ID Metadata Document URL where the

@@ -42,7 +42,6 @@ use palisade_base::hex::hex;
 use palisade_store::StoreError;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use url::Url;
 
 use super::discovery::{self, AuthorizationServer};
 use super::token::{self, ClientIdentity, Grant};
@@ -63,8 +62,6 @@ const CONSENT_COOKIE: &str = "palisade_consent";
 const SESSION_TTL_SECS: u64 = 3600;
 /// How long the consent cookie lasts.
 const CONSENT_COOKIE_TTL_SECS: u64 = 30 * 24 * 3600;
-/// Largest metadata document of an MCP client read for its name.
-const MAX_CLIENT_DOCUMENT_BYTES: usize = 5 * 1024;
 /// The key the identity provider's metadata is cached under (no upstream id has a NUL).
 const SIGN_IN_CACHE_KEY: &str = "\u{0}sign-in";
 
@@ -274,18 +271,10 @@ impl UserOAuth {
     }
 
     /// The MCP client's name from its Client ID Metadata Document, when its id is an https URL
-    /// (fetched through the guard; a document whose `client_id` is not that URL says nothing).
+    /// (fetched through the guard; a document whose `client_id` is not that URL says nothing). A
+    /// refusal is logged with the id's digest and the reason, never the URL.
     async fn client_name(&self, client_id: &str) -> Option<String> {
-        let url = Url::parse(client_id).ok().filter(|url| url.scheme() == "https")?;
-        let fetched = self.guard.get(&url, "application/json").await.ok()?;
-        if fetched.status != 200 || fetched.body.len() > MAX_CLIENT_DOCUMENT_BYTES {
-            return None;
-        }
-        let document: Value = serde_json::from_slice(&fetched.body).ok()?;
-        if document.get("client_id").and_then(Value::as_str) != Some(client_id) {
-            return None;
-        }
-        document.get("client_name").and_then(Value::as_str).map(|name| name.chars().take(200).collect())
+        discovery::client_name(&self.guard, client_id).await
     }
 
     /// After consent: consumes the link, stores the authorization `state` and sends the browser

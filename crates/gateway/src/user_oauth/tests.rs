@@ -481,3 +481,129 @@ fn a_step_up_asks_only_for_scopes_within_the_maximum() {
     let asked = ["files:write".to_owned(), "admin".to_owned()];
     assert_eq!(config.scopes_to_ask(Some(&asked)), ["files:read", "files:write"], "admin is beyond the maximum");
 }
+
+/// Log lines written while a test runs (WARN and above).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        lock(&self.0).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn start(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&lock(&self.0)).into_owned()
+    }
+}
+
+fn hex_sha256(text: &str) -> String {
+    palisade_base::hex::hex(&id_digest(text))
+}
+
+#[tokio::test]
+async fn a_refused_resource_metadata_hint_is_dropped_and_discovery_falls_back_to_the_well_known_location() {
+    let logs = Captured::default();
+    let _logging = logs.start();
+    let fixture = Fixture::start().await;
+    let client = client(&fixture).await;
+    let issuer = fixture.url("as.test", "");
+    fixture.upstream_names(&issuer);
+    fixture.server_metadata("/.well-known/oauth-authorization-server", &issuer, &issuer);
+    // A document at the hint that names another resource.
+    fixture.set(
+        "/wrong-resource",
+        json_answer(json!({ "resource": fixture.url("files.test", "/other"), "authorization_servers": [issuer] })),
+    );
+    let hostile = [
+        (format!("https://127.0.0.2:{}/.well-known/oauth-protected-resource", fixture.port), "loopback"),
+        ("https://169.254.169.254/latest/meta-data/?token=hint-secret".to_owned(), "cloud metadata"),
+        (fixture.url("files.test", "/wrong-resource"), "its resource is not this upstream's URI"),
+        (fixture.url("files.test", "/missing"), "publishes no protected-resource metadata"),
+    ];
+    for (hint, reason) in &hostile {
+        client.oauth.rejected(&alice(), "files", Some(hint)).await;
+        let discovered = client.oauth.discover(&client.config, false).await;
+        let discovered = discovered.unwrap_or_else(|error| panic!("{hint}: {error}"));
+        assert_eq!(discovered.server.issuer, issuer, "{hint}");
+        let hints = lock(&client.oauth.hints);
+        let kept = hints.get("files").expect("an entry");
+        assert!(kept.candidate.is_none() && kept.kept.is_none(), "{hint}: the refused hint is not kept");
+        drop(hints);
+        let text = logs.text();
+        let line = text.lines().find(|line| line.contains(&hex_sha256(hint))).unwrap_or_else(|| panic!("{text}"));
+        assert!(line.contains("was refused and dropped") && line.contains(reason), "{line}");
+    }
+    assert_eq!(fixture.hits("/.well-known/oauth-protected-resource/mcp"), hostile.len(), "fell back each time");
+    assert_eq!(fixture.hits("/wrong-resource"), 1);
+    let text = logs.text();
+    assert!(!text.contains("127.0.0.2") && !text.contains("169.254") && !text.contains("hint-secret"), "{text}");
+
+    // A hint that produces valid metadata is kept and used again.
+    fixture.set(
+        "/hinted",
+        json_answer(json!({ "resource": fixture.url("files.test", "/mcp"), "authorization_servers": [issuer] })),
+    );
+    let good = fixture.url("files.test", "/hinted");
+    client.oauth.rejected(&alice(), "files", Some(&good)).await;
+    client.oauth.discover(&client.config, false).await.unwrap();
+    client.oauth.discover(&client.config, true).await.unwrap();
+    assert_eq!(fixture.hits("/hinted"), 2);
+    assert_eq!(lock(&client.oauth.hints).get("files").and_then(|hints| hints.kept.clone()), Url::parse(&good).ok());
+    // A later refused candidate is dropped; the kept hint still answers.
+    client.oauth.rejected(&alice(), "files", Some(&hostile[0].0)).await;
+    client.oauth.discover(&client.config, false).await.unwrap();
+    assert_eq!(fixture.hits("/hinted"), 3);
+    assert_eq!(fixture.hits("/.well-known/oauth-protected-resource/mcp"), hostile.len());
+    assert_eq!(fixture.trapped.load(Ordering::SeqCst), 0, "nothing connected to the forbidden address");
+}
+
+#[tokio::test]
+async fn a_refused_client_metadata_document_is_logged_by_digest_and_shown_as_not_stated() {
+    let logs = Captured::default();
+    let _logging = logs.start();
+    let fixture = Fixture::start().await;
+    let client = client(&fixture).await;
+    let guard = &client.oauth.guard;
+    let good = fixture.url("files.test", "/client.json");
+    fixture.set("/client.json", json_answer(json!({ "client_id": good, "client_name": "Good client" })));
+    assert_eq!(discovery::client_name(guard, &good).await.as_deref(), Some("Good client"));
+    // Not a URL: nothing to fetch, nothing to say.
+    assert_eq!(discovery::client_document_name(guard, "cursor").await, Ok(None));
+    let other = fixture.url("files.test", "/other-client.json");
+    fixture.set("/other-client.json", json_answer(json!({ "client_id": good, "client_name": "Impostor" })));
+    let cases = [
+        (
+            format!("https://127.0.0.2:{}/client.json?secret=query", fixture.port),
+            "refused by the egress guard (the host's address is not allowed: loopback)",
+        ),
+        (fixture.url("files.test", "/absent.json"), "answered HTTP 404"),
+        (other, "the document's client_id is not the URL it was fetched from"),
+    ];
+    for (client_id, reason) in &cases {
+        assert_eq!(discovery::client_document_name(guard, client_id).await, Err((*reason).to_owned()), "{client_id}");
+        assert_eq!(discovery::client_name(guard, client_id).await, None, "{client_id}");
+        let text = logs.text();
+        let line = text.lines().find(|line| line.contains(&hex_sha256(client_id))).unwrap_or_else(|| panic!("{text}"));
+        assert!(line.contains("metadata document was refused") && line.contains(reason), "{line}");
+    }
+    let text = logs.text();
+    assert!(!text.contains("127.0.0.2") && !text.contains("secret=query") && !text.contains("other-client"), "{text}");
+    assert_eq!(fixture.trapped.load(Ordering::SeqCst), 0);
+}
