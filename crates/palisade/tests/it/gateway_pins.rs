@@ -303,6 +303,24 @@ async fn hidden_characters_are_shown_as_markers_and_names_outside_the_alphabet_a
     assert!(held.contains(" tool evil\u{27E8}U+001B\u{27E9}[1A\u{27E8}U+001B\u{27E9}[2Kapproved ("), "{held}");
     assert!(held.contains("the tool's name is not a valid MCP name") && held.contains("held, never served"), "{held}");
 
+    // A pin written before names were checked (straight into the database) is listed and shown
+    // with its escapes as markers: no column prints a raw control.
+    let database = rusqlite::Connection::open(gateway.server.data_dir.0.join("palisade.db")).unwrap();
+    database
+        .execute(
+            "INSERT INTO pins (pin_id, upstream_id, upstream_url, kind, name, digest, definition, first_seen_ms, \
+             seen_at_ms) VALUES ('old-0123456789abcdef', 'old', 'https://old.example/mcp', 'tool', ?1, ?2, ?3, 1, 1)",
+            rusqlite::params![spoof, "ab".repeat(32), json!({ "name": spoof }).to_string()],
+        )
+        .unwrap();
+    let listing = gateway.cli(&["pins", "list"]);
+    assert!(!listing.chars().any(is_raw_hidden), "{listing:?}");
+    let old = listing.lines().find(|l| l.starts_with("old-0123456789abcdef")).expect("the old pin is listed");
+    assert!(old.ends_with(" evil\u{27E8}U+001B\u{27E9}[1A\u{27E8}U+001B\u{27E9}[2Kapproved"), "{old}");
+    let show = gateway.cli(&["pins", "show", "old-0123456789abcdef"]);
+    assert!(!show.chars().any(is_raw_hidden), "{show:?}");
+    assert!(show.contains("name:      evil\u{27E8}U+001B\u{27E9}[1A"), "{show}");
+
     // Findings never block: approving serves the poisoned tool (the reviewer's call), never the
     // spoof.
     gateway.approve_all("docs");
