@@ -22,8 +22,9 @@
 //! `icons`, and `$schema`, `$id`, `$ref` and `mimeType` anywhere. A launch (`kind = launch`) is
 //! the operator's own configuration: only hidden characters are flagged there.
 //!
-//! Every summary is one line with hidden characters shown as markers ([`reveal_line`]), safe to
-//! print to a terminal; a page escapes it as HTML.
+//! Every summary is one line with hidden characters shown as markers
+//! ([`palisade_base::reveal::reveal_line`]), safe to print to a terminal; a page escapes it as
+//! HTML.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;

@@ -22,7 +22,7 @@
 //! - Everything an upstream wrote is shown with its hidden characters (terminal escapes, bidi
 //!   controls, zero-width and tag characters, …) as visible `⟨U+XXXX⟩` markers
 //!   ([`palisade_base::reveal`]), with their count above the definition, and the review
-//!   [`findings`](crate::findings) are listed beside it: flags for the reviewer, never a block.
+//!   [`findings`] are listed beside it: flags for the reviewer, never a block.
 
 use std::sync::Arc;
 use std::time::Duration;
