@@ -298,6 +298,7 @@ impl Gateway {
                 self.inner.store.clone(),
                 self.inner.clock.clone(),
                 self.inner.settings.pins.clone(),
+                crate::findings::ToolNames::new(&self.inner.settings),
                 token,
                 secret,
             );
@@ -999,6 +1000,15 @@ impl Definition {
         };
         let digest = if name.is_none() {
             Err(format!("the {} has no name", kind.as_str()))
+        } else if matches!(kind, DefinitionKind::Tool | DefinitionKind::Prompt)
+            && !name.is_some_and(crate::names::is_spec_name)
+        {
+            // Held before it is stored: never served, never offered for review, and a name
+            // with terminal escapes or invisible characters never reaches a table.
+            Err(format!(
+                "the {}'s name is not a valid MCP name (1 to 128 characters of A-Z a-z 0-9 _ - .): held, never served",
+                kind.as_str()
+            ))
         } else {
             match (definition_digest(raw), canonical_text(raw)) {
                 (Ok(digest), Ok(text)) => Ok((digest, text)),

@@ -23,6 +23,7 @@
 pub mod config;
 pub mod credentials;
 pub mod decisions;
+pub mod findings;
 pub mod gateway;
 pub mod launch;
 pub mod names;

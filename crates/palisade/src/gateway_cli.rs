@@ -9,8 +9,10 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::Subcommand;
 use palisade_base::clock::{Clock as _, SystemClock};
+use palisade_base::reveal::{count_hidden_json, notice, notice_for, reveal, reveal_line};
 use palisade_gateway::config::GatewaySettings;
 use palisade_gateway::decisions::{Reviewer, record, state_of};
+use palisade_gateway::findings::{ToolNames, for_row, render_text};
 use palisade_gateway::launch::LaunchSpec;
 use palisade_gateway::pins::{DefinitionKind, PinState, diff};
 use palisade_store::{PinRow, PinVerdict, Store};
@@ -31,7 +33,7 @@ pub enum PinsCommand {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Show one pin: its current definition, digest and decision.
+    /// Show one pin: its current definition, digest and decision, and the review findings.
     Show {
         /// The pin id (`pins list`).
         id: String,
@@ -39,7 +41,8 @@ pub enum PinsCommand {
         #[arg(long)]
         config: PathBuf,
     },
-    /// A readable diff of the definition last decided on and the current one.
+    /// A readable diff of the definition last decided on and the current one, and the review
+    /// findings.
     Diff {
         /// The pin id.
         id: String,
@@ -125,6 +128,18 @@ pub struct DecisionArgs {
     config: PathBuf,
 }
 
+/// The review findings of `row` as printed, computed against every pin of the store (the other
+/// tools a definition may name).
+async fn findings_text(gateway: &GatewaySettings, store: &dyn Store, row: &PinRow) -> anyhow::Result<String> {
+    let rows = store.pins(None).await.context("reading pins")?;
+    Ok(render_text(&for_row(row, &ToolNames::new(gateway).others(&rows, row))))
+}
+
+/// The line above a definition that says how many hidden characters it has (empty for none).
+fn hidden_line(definition: &str) -> String {
+    notice(count_hidden_json(definition)).map(|line| format!("{line}\n")).unwrap_or_default()
+}
+
 /// The gateway settings of a configuration file, and its store.
 async fn open(config: &Path) -> anyhow::Result<(Settings, GatewaySettings, std::sync::Arc<dyn Store>)> {
     let settings = crate::settings_for_app(Some(config), Some("gateway"))?;
@@ -154,14 +169,16 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
                     continue;
                 }
                 let o = &row.observation;
+                // Every column is shown with its hidden characters as markers: a name with
+                // terminal escapes cannot rewrite the table.
                 println!(
                     "{:<40} {:<9} {:<18} {:<16} {:<14} {}",
-                    o.pin_id,
+                    reveal_line(&o.pin_id),
                     state.as_str(),
-                    o.kind,
-                    o.upstream_id,
-                    &o.digest[..12],
-                    o.name
+                    reveal_line(&o.kind),
+                    reveal_line(&o.upstream_id),
+                    reveal_line(o.digest.get(..12).unwrap_or(&o.digest)),
+                    reveal_line(&o.name)
                 );
             }
         }
@@ -169,42 +186,51 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
             let (_, gateway, store) = open(&config).await?;
             let row = store.pin(&id).await.context("reading the pin")?.with_context(|| format!("no pin {id}"))?;
             let o = &row.observation;
-            println!("pin:       {}", o.pin_id);
+            println!("pin:       {}", reveal_line(&o.pin_id));
             println!("state:     {}", state_of(&row, &gateway.pins).as_str());
-            println!("upstream:  {} ({})", o.upstream_id, o.upstream_url);
-            println!("kind:      {}", o.kind);
-            println!("name:      {}", o.name);
-            println!("digest:    {}", o.digest);
+            println!("upstream:  {} ({})", reveal_line(&o.upstream_id), reveal_line(&o.upstream_url));
+            println!("kind:      {}", reveal_line(&o.kind));
+            println!("name:      {}", reveal_line(&o.name));
+            println!("digest:    {}", reveal_line(&o.digest));
             if let Some(decision) = &row.decision {
                 println!(
                     "decision:  {} by {} of {}{}{}",
                     decision.verdict.as_str(),
-                    decision.reviewer,
-                    &decision.digest[..12],
+                    reveal_line(&decision.reviewer),
+                    reveal_line(decision.digest.get(..12).unwrap_or(&decision.digest)),
                     if decision.signature.is_some() { " (signed)" } else { "" },
-                    decision.note.as_deref().map(|note| format!(": {note}")).unwrap_or_default()
+                    decision.note.as_deref().map(|note| format!(": {}", reveal_line(note))).unwrap_or_default()
                 );
             }
+            print!("{}", findings_text(&gateway, store.as_ref(), &row).await?);
             let pretty = serde_json::from_str::<serde_json::Value>(&o.definition)
                 .ok()
                 .and_then(|value| serde_json::to_string_pretty(&value).ok())
                 .unwrap_or_else(|| o.definition.clone());
-            println!("definition (as the upstream sent it):\n{pretty}");
+            print!("definition (as the upstream sent it):\n{}", hidden_line(&o.definition));
+            println!("{}", reveal(&pretty));
         }
         PinsCommand::Diff { id, config } => {
-            let (_, _, store) = open(&config).await?;
+            let (_, gateway, store) = open(&config).await?;
             let row = store.pin(&id).await.context("reading the pin")?.with_context(|| format!("no pin {id}"))?;
+            let shown = reveal_line(&id);
             match &row.decided_definition {
-                None => println!("{id} was never decided on: `palisade pins show {id}` shows its definition"),
+                None => println!("{shown} was never decided on: `palisade pins show {shown}` shows its definition"),
                 Some(decided) => {
                     let text = diff(decided, &row.observation.definition);
                     if text.is_empty() {
-                        println!("{id}: the current definition is the one decided on");
+                        println!("{shown}: the current definition is the one decided on");
                     } else {
-                        print!("{text}");
+                        if let Some(line) =
+                            notice_for("the current definition", count_hidden_json(&row.observation.definition))
+                        {
+                            println!("{line}");
+                        }
+                        print!("{}", reveal(&text));
                     }
                 }
             }
+            print!("{}", findings_text(&gateway, store.as_ref(), &row).await?);
         }
         PinsCommand::Approve(args) => return decide(args, PinVerdict::Approved).await,
         PinsCommand::Reject(args) => return decide(args, PinVerdict::Rejected).await,
@@ -261,7 +287,7 @@ async fn decide(args: DecideArgs, verdict: PinVerdict) -> anyhow::Result<ExitCod
         };
         if record(store.as_ref(), &SystemClock, &row, verdict, reviewer).await.context("recording the decision")? {
             // Instructions and launches have no name of their own: the upstream's stands in.
-            let name = if o.name.is_empty() { &o.upstream_id } else { &o.name };
+            let name = reveal_line(if o.name.is_empty() { &o.upstream_id } else { &o.name });
             println!("{}: {} ({} {name})", o.pin_id, verdict.as_str(), o.kind);
         } else {
             println!(
@@ -406,7 +432,7 @@ pub async fn status(config: &Path) -> anyhow::Result<ExitCode> {
                 .listing_error
                 .as_deref()
                 .or(status.health.last_error.as_deref())
-                .map(|e| format!("  last error: {e}"))
+                .map(|e| format!("  last error: {}", reveal_line(e)))
                 .unwrap_or_default()
         );
     }
@@ -423,13 +449,14 @@ pub async fn status(config: &Path) -> anyhow::Result<ExitCode> {
         }
     }
     for entry in report.iter().filter(|entry| !entry.served && entry.kind != DefinitionKind::Launch.as_str()) {
+        // The name is the upstream's: shown with its hidden characters as markers.
         println!(
             "  not served: {} {} {} ({}): {}",
             entry.upstream,
             entry.kind,
-            entry.name,
+            reveal_line(&entry.name),
             entry.pin_id,
-            entry.reason.as_deref().unwrap_or("")
+            reveal_line(entry.reason.as_deref().unwrap_or(""))
         );
     }
     Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::FAILURE })

@@ -48,8 +48,8 @@ pub struct PinObservation {
     /// One of [`PIN_KINDS`]: `tool`, `prompt`, `resource`, `resource_template`, `instructions` or
     /// `launch` (a stdio upstream's launch).
     pub kind: String,
-    /// The upstream's own name, URI or URI template: 1..=2048 bytes; empty for `instructions`
-    /// (and only there).
+    /// The upstream's own name, URI or URI template: 1..=2048 bytes without control characters;
+    /// empty for `instructions` and `launch` (and only there).
     pub name: String,
     /// SHA-256 of the canonical definition: 64 lowercase hex digits.
     pub digest: String,
@@ -74,8 +74,10 @@ impl PinObservation {
         if !PIN_KINDS.contains(&self.kind.as_str()) {
             return invalid("a pin's kind must be tool, prompt, resource, resource_template or instructions");
         }
-        if self.name.len() > MAX_PIN_TEXT_BYTES {
-            return invalid("a pin's name must be at most 2048 bytes");
+        // A name is printed in tables and pages: a control character (a terminal escape) in it
+        // could rewrite what a reviewer sees.
+        if self.name.len() > MAX_PIN_TEXT_BYTES || self.name.chars().any(char::is_control) {
+            return invalid("a pin's name must be at most 2048 bytes without control characters");
         }
         if self.name.is_empty() != matches!(self.kind.as_str(), "instructions" | "launch") {
             return invalid("a pin's name must be empty for instructions and launches, and only for them");
@@ -548,6 +550,9 @@ mod tests {
             |p| p.kind = "Tool".into(),
             |p| p.kind = "tools".into(),
             |p| p.name = "n".repeat(2049),
+            |p| p.name = "x\u{1b}[1A\u{1b}[2K".into(),
+            |p| p.name = "tab\tname".into(),
+            |p| p.name = "c1\u{9b}".into(),
             |p| p.name.clear(),
             |p| p.kind = "instructions".into(),
             |p| p.digest = "AB".repeat(32),
