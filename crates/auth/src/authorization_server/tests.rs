@@ -50,11 +50,11 @@ fn fixture(auto_approve: bool) -> Fixture {
 fn get(path: &str, query: &str) -> HttpRequest<'static> {
     let query: &'static str = Box::leak(query.to_owned().into_boxed_str());
     let path: &'static str = Box::leak(path.to_owned().into_boxed_str());
-    HttpRequest { method: "GET", path, query: Some(query), content_type: None, cookie: None, body: b"" }
+    HttpRequest { method: "GET", path, query: Some(query), content_type: None, cookie: None, body: b"", peer: None }
 }
 
 fn post<'a>(path: &'a str, content_type: &'a str, body: &'a [u8]) -> HttpRequest<'a> {
-    HttpRequest { method: "POST", path, query: None, content_type: Some(content_type), cookie: None, body }
+    HttpRequest { method: "POST", path, query: None, content_type: Some(content_type), cookie: None, body, peer: None }
 }
 
 fn form(pairs: &[(&str, &str)]) -> Vec<u8> {
@@ -385,6 +385,7 @@ async fn the_consent_page_is_unframeable_and_needs_its_csrf_token() {
                 content_type: Some("application/x-www-form-urlencoded"),
                 cookie: cookie.as_deref(),
                 body: &bytes,
+                peer: None,
             };
             fx.server.handle(request).await
         }
