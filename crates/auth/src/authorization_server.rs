@@ -152,7 +152,7 @@ pub struct AuditEvent {
     pub endpoint: &'static str,
     /// A grant (`true`: a client registered, a code or a token issued) or a refusal.
     pub granted: bool,
-    /// The stable code: of a grant (`client_registered`, `code_issued`, `token_issued`), or of a
+    /// The stable code: of a grant (`registered`, `code_issued`, `issued`), or of a
     /// refusal (the OAuth error code, `rate_limited`, `csrf`, `redirect_uri_unregistered`, …).
     pub reason: &'static str,
     /// The client the answer concerns.
@@ -869,7 +869,7 @@ impl DevAuthorizationServer {
         }
         state.clients.insert(client_id.clone(), Client { created: now, ..client });
         HttpResponse::json(201, &answer).granting(AuditEvent {
-            reason: "client_registered",
+            reason: "registered",
             client_id: Some(client_id),
             ..AuditEvent::default()
         })
@@ -1033,7 +1033,7 @@ impl DevAuthorizationServer {
                 client.tokens_until = client.tokens_until.max(now + ttl);
             }
         }
-        let event = grant_event("token_issued", &grant, Some(grant_detail));
+        let event = grant_event("issued", &grant, Some(grant_detail));
         HttpResponse::json(
             200,
             &json!({
@@ -1178,7 +1178,7 @@ fn method_not_allowed() -> HttpResponse {
     HttpResponse::oauth_error(405, "invalid_request", "method not allowed")
 }
 
-/// The audit event of granting `grant` (`reason` `code_issued` or `token_issued`).
+/// The audit event of granting `grant` (`reason` `code_issued` or `issued`).
 fn grant_event(reason: &'static str, grant: &Grant, detail: Option<&'static str>) -> AuditEvent {
     AuditEvent {
         reason,

@@ -779,3 +779,7 @@ async fn client_metadata(State(oauth): State<Arc<UserOAuth>>) -> Response {
     });
     (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "application/json")], document.to_string()).into_response()
 }
+
+#[cfg(test)]
+#[path = "pages_tests.rs"]
+mod tests;
