@@ -139,26 +139,42 @@ async fn a_consent_without_its_csrf_token_and_a_replayed_state_are_recorded_refu
     let redirect = pages.oauth.redirect_uri();
     let missing = consent_form(&id, &cookie, &[("decision", "approve"), ("redirect_uri", &redirect)]);
     assert_eq!(pages.send(missing).await.0, StatusCode::FORBIDDEN);
-    // A state that is not (or no longer) the store's: replayed, forged or expired.
-    let replayed = Request::get("/oauth/callback?code=c&state=replayed-state&iss=https%3A%2F%2Fas.test")
-        .header("cookie", &cookie)
-        .body(Body::empty())
-        .unwrap();
-    assert_eq!(pages.send(replayed).await.0, StatusCode::BAD_REQUEST);
-    // Another person opening alice's link.
+    // An authorization `state` answered once (by another person's browser: refused, and spent),
+    // then replayed.
+    let flow = AuthorizeFlow {
+        person: alice(),
+        upstream: "files".into(),
+        issuer: "https://as.test".into(),
+        client_id: pages.oauth.client_metadata_url(),
+        redirect_uri: redirect.clone(),
+        verifier: random_id().unwrap(),
+        scopes: vec!["files:read".into()],
+    };
+    let body = serde_json::to_string(&flow).unwrap();
+    let expires = pages.oauth.now_ms() + 600_000;
+    pages.store.put_flow(id_digest("replayed-state"), AUTHORIZE, &body, expires).await.unwrap();
     let mallory = Person { subject: "mallory".into(), ..alice() };
+    let callback = |cookie: &str| {
+        Request::get("/oauth/callback?code=c&state=replayed-state&iss=https%3A%2F%2Fas.test")
+            .header("cookie", cookie)
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(pages.send(callback(&pages.signed_in(&mallory))).await.0, StatusCode::FORBIDDEN);
+    assert_eq!(pages.send(callback(&cookie)).await.0, StatusCode::BAD_REQUEST);
+    // Another person opening alice's link.
     let opened = Request::get(format!("/connect/{id}")).header("cookie", pages.signed_in(&mallory)).body(Body::empty());
     assert_eq!(pages.send(opened.unwrap()).await.0, StatusCode::FORBIDDEN);
     let source = &pages.audit.digest("192.0.2.30")[..16];
     let records = pages.records().await;
-    for operation in ["consent/csrf", "callback/state_unknown", "connect/another_person"] {
+    for operation in ["consent/csrf", "callback/another_person", "callback/state_unknown", "connect/another_person"] {
         assert_eq!(
             records.get(operation),
             Some(&("deny".to_owned(), format!("source={source} count=1"))),
             "{records:?}"
         );
     }
-    assert_eq!(records.len(), 3, "{records:?}");
+    assert_eq!(records.len(), 4, "{records:?}");
     assert!(!format!("{records:?}").contains("replayed-state"));
 }
 
