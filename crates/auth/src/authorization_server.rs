@@ -31,7 +31,8 @@
 //! State (clients, pending consents, codes, refresh tokens) lives in memory, bounded, and is lost
 //! on restart: clients then register again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 
 use aws_lc_rs::digest::{SHA256, digest};
@@ -40,6 +41,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use palisade_base::clock::{Clock, SystemClock};
 use palisade_base::html::escape;
+use palisade_base::limit::{Limits, SourceLimiter};
 use serde_json::{Map, Value, json};
 use subtle::ConstantTimeEq;
 use url::Url;
@@ -62,6 +64,10 @@ const MAX_REGISTRATION_BYTES: usize = 16 * 1024;
 const MAX_REDIRECT_URIS: usize = 10;
 /// Name of the CSRF cookie set with the consent page.
 const CSRF_COOKIE: &str = "palisade_dev_csrf";
+/// Registrations (RFC 7591) one source may make: 20 at once, then one every 3 s; all sources
+/// together 200 at once, then 5 a second. Past them: 429 before the request is read.
+const REGISTRATION_LIMITS: Limits =
+    Limits { burst: 20, refill_ms: 3000, total_burst: 200, total_refill_ms: 200, max_sources: 4096 };
 
 /// What the authorization server is configured with.
 #[derive(Debug, Clone)]
@@ -133,6 +139,32 @@ pub struct HttpRequest<'a> {
     pub cookie: Option<&'a str>,
     /// The body.
     pub body: &'a [u8],
+    /// The peer's address (registrations are limited per source; `None`: one shared source).
+    pub peer: Option<IpAddr>,
+}
+
+/// What the audit record of one answer says: the server that mounts this one writes it
+/// (digesting every identifier; see `palisade_server::surface_audit`). Answers of the metadata
+/// and JWKS paths, and the consent page itself (nothing decided yet), carry none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AuditEvent {
+    /// `register`, `authorize`, `consent` or `token`.
+    pub endpoint: &'static str,
+    /// A grant (`true`: a client registered, a code or a token issued) or a refusal.
+    pub granted: bool,
+    /// The stable code: of a grant (`registered`, `code_issued`, `issued`), or of a
+    /// refusal (the OAuth error code, `rate_limited`, `csrf`, `redirect_uri_unregistered`, …).
+    pub reason: &'static str,
+    /// The client the answer concerns.
+    pub client_id: Option<String>,
+    /// The subject and tenant granted (a code or a token).
+    pub subject: Option<String>,
+    /// See `subject`.
+    pub tenant: Option<String>,
+    /// The scopes granted.
+    pub scopes: Vec<String>,
+    /// Fixed words (`grant=refresh_token`).
+    pub detail: Option<&'static str>,
 }
 
 /// One HTTP response.
@@ -144,11 +176,14 @@ pub struct HttpResponse {
     pub headers: Vec<(&'static str, String)>,
     /// The body.
     pub body: Vec<u8>,
+    /// What the audit record of this answer says (`None`: nothing to record).
+    pub audit: Option<AuditEvent>,
 }
 
 impl HttpResponse {
     fn json(status: u16, value: &Value) -> Self {
         Self {
+            audit: None,
             status,
             headers: vec![
                 ("content-type", "application/json".into()),
@@ -159,12 +194,29 @@ impl HttpResponse {
         }
     }
 
-    fn oauth_error(status: u16, error: &str, description: &str) -> Self {
-        Self::json(status, &json!({ "error": error, "error_description": description }))
+    fn oauth_error(status: u16, error: &'static str, description: &str) -> Self {
+        Self::json(status, &json!({ "error": error, "error_description": description })).because(error)
     }
 
     fn redirect(status: u16, location: String) -> Self {
-        Self { status, headers: vec![("location", location), ("cache-control", "no-store".into())], body: Vec::new() }
+        Self {
+            status,
+            headers: vec![("location", location), ("cache-control", "no-store".into())],
+            body: Vec::new(),
+            audit: None,
+        }
+    }
+
+    /// This answer as a refusal for `reason` (the record's stable code).
+    fn because(mut self, reason: &'static str) -> Self {
+        self.audit = Some(AuditEvent { reason, ..AuditEvent::default() });
+        self
+    }
+
+    /// This answer as the grant `event`.
+    fn granting(mut self, event: AuditEvent) -> Self {
+        self.audit = Some(AuditEvent { granted: true, ..event });
+        self
     }
 
     /// An HTML page that cannot be framed, runs no script and loads nothing.
@@ -189,16 +241,24 @@ impl HttpResponse {
         if let Some(cookie) = cookie {
             headers.push(("set-cookie", cookie));
         }
-        Self { status, headers, body: html.into_bytes() }
+        Self { status, headers, body: html.into_bytes(), audit: None }
     }
 
+    /// A refusal page; its audit reason by status (`csrf` for the one 403, else
+    /// `invalid_request`, `content_type`, `server_error`) unless [`Self::because`] names one.
     fn error_page(status: u16, message: &str) -> Self {
         let html = format!(
             "<!doctype html><html><head><meta charset=\"utf-8\"><title>Authorization refused</title></head>\
              <body><h1>Authorization refused</h1><p id=\"error\">{}</p></body></html>",
             escape(message)
         );
-        Self::page(status, html, "", None)
+        let reason = match status {
+            403 => "csrf",
+            415 => "content_type",
+            500.. => "server_error",
+            _ => "invalid_request",
+        };
+        Self::page(status, html, "", None).because(reason)
     }
 }
 
@@ -207,6 +267,8 @@ impl HttpResponse {
 struct Client {
     name: Option<String>,
     redirect_uris: Vec<String>,
+    /// Unix seconds until which an access token issued to it is valid (0: none issued).
+    tokens_until: u64,
     /// Unix seconds after which a fetched document is fetched again (`None`: registered).
     refetch_after: Option<u64>,
     created: u64,
@@ -269,8 +331,13 @@ struct State {
 /// A refusal of an authorization request: shown as a page (the client or its redirect URI is
 /// not trusted), or sent back to the client's redirect URI.
 enum AuthorizeRefusal {
-    Page(u16, &'static str),
-    Redirect { request: Box<AuthorizationRequest>, error: &'static str, description: &'static str },
+    /// Status, the audit reason, the message.
+    Page(u16, &'static str, &'static str),
+    Redirect {
+        request: Box<AuthorizationRequest>,
+        error: &'static str,
+        description: &'static str,
+    },
 }
 
 /// The authorization server. Holds the development issuer's key, so it has no `Debug` of its
@@ -284,6 +351,7 @@ pub struct DevAuthorizationServer {
     clock: Arc<dyn Clock>,
     rng: SystemRandom,
     state: Mutex<State>,
+    registrations: SourceLimiter,
 }
 
 impl std::fmt::Debug for DevAuthorizationServer {
@@ -311,6 +379,7 @@ impl DevAuthorizationServer {
             clock: Arc::new(SystemClock),
             rng: SystemRandom::new(),
             state: Mutex::new(State::default()),
+            registrations: SourceLimiter::new(REGISTRATION_LIMITS),
         })
     }
 
@@ -386,15 +455,19 @@ impl DevAuthorizationServer {
         let Some(name) = path.strip_prefix(self.base_path.as_str()).and_then(|rest| rest.strip_prefix('/')) else {
             return HttpResponse::oauth_error(404, "not_found", "no such endpoint");
         };
-        match (name, request.method) {
-            ("jwks", "GET" | "HEAD") => HttpResponse::json(200, &json!(self.issuer.jwks())),
-            ("authorize", "GET") => self.authorize(request.query.unwrap_or(""), request.cookie).await,
-            ("authorize", "POST") => self.consent_answer(request),
-            ("token", "POST") => self.token(request),
-            ("register", "POST") => self.register(request),
-            ("jwks" | "authorize" | "token" | "register", _) => method_not_allowed(),
-            _ => HttpResponse::oauth_error(404, "not_found", "no such endpoint"),
-        }
+        let (endpoint, mut answer) = match (name, request.method) {
+            ("authorize", "GET") => ("authorize", self.authorize(request.query.unwrap_or(""), request.cookie).await),
+            ("authorize", "POST") => ("consent", self.consent_answer(request)),
+            ("token", "POST") => ("token", self.token(request)),
+            ("register", "POST") => ("register", self.register(request)),
+            ("jwks", "GET" | "HEAD") => ("", HttpResponse::json(200, &json!(self.issuer.jwks()))),
+            ("jwks" | "authorize" | "token" | "register", _) => ("", method_not_allowed()),
+            _ => ("", HttpResponse::oauth_error(404, "not_found", "no such endpoint")),
+        };
+        // Only the four decision endpoints are on the audit record.
+        answer.audit =
+            answer.audit.take().filter(|_| !endpoint.is_empty()).map(|event| AuditEvent { endpoint, ..event });
+        answer
     }
 
     fn now(&self) -> u64 {
@@ -457,14 +530,23 @@ impl DevAuthorizationServer {
     }
 
     async fn validate_authorization(&self, query: &str) -> Result<AuthorizationRequest, AuthorizeRefusal> {
-        let params = unique_params(query.as_bytes())
-            .ok_or(AuthorizeRefusal::Page(400, "a parameter is repeated or malformed"))?;
+        let params = unique_params(query.as_bytes()).ok_or(AuthorizeRefusal::Page(
+            400,
+            "invalid_request",
+            "a parameter is repeated or malformed",
+        ))?;
         let get = |name: &str| params.get(name).map(String::as_str);
-        let client_id = get("client_id").ok_or(AuthorizeRefusal::Page(400, "client_id is missing"))?;
-        let client = self.client(client_id).await.map_err(|why| AuthorizeRefusal::Page(400, why))?;
-        let redirect_uri = get("redirect_uri").ok_or(AuthorizeRefusal::Page(400, "redirect_uri is missing"))?;
+        let client_id =
+            get("client_id").ok_or(AuthorizeRefusal::Page(400, "invalid_request", "client_id is missing"))?;
+        let client = self.client(client_id).await.map_err(|why| AuthorizeRefusal::Page(400, "client_unknown", why))?;
+        let redirect_uri =
+            get("redirect_uri").ok_or(AuthorizeRefusal::Page(400, "invalid_request", "redirect_uri is missing"))?;
         if !client.redirect_uris.iter().any(|registered| registered == redirect_uri) {
-            return Err(AuthorizeRefusal::Page(400, "redirect_uri is not registered for this client"));
+            return Err(AuthorizeRefusal::Page(
+                400,
+                "redirect_uri_unregistered",
+                "redirect_uri is not registered for this client",
+            ));
         }
         let mut request = Box::new(AuthorizationRequest {
             client_id: client_id.to_owned(),
@@ -509,10 +591,12 @@ impl DevAuthorizationServer {
 
     fn refuse_authorization(&self, refusal: AuthorizeRefusal) -> HttpResponse {
         match refusal {
-            AuthorizeRefusal::Page(status, message) => HttpResponse::error_page(status, message),
+            AuthorizeRefusal::Page(status, reason, message) => {
+                HttpResponse::error_page(status, message).because(reason)
+            }
             AuthorizeRefusal::Redirect { request, error, description } => {
                 let params = [("error", error), ("error_description", description)];
-                self.redirect_to_client(&request, &params, 302)
+                self.redirect_to_client(&request, &params, 302).because(error)
             }
         }
     }
@@ -558,7 +642,9 @@ impl DevAuthorizationServer {
         }
         tracing::info!(client_id = %grant.client_id, subject = %grant.subject, tenant = %grant.tenant,
             scopes = %grant.scopes.join(" "), "development issuer: authorization granted");
-        self.redirect_to_client(request, &[("code", &code)], status)
+        let event = grant_event("code_issued", &grant, None);
+        let answer = self.redirect_to_client(request, &[("code", &code)], status);
+        if answer.status == status { answer.granting(event) } else { answer }
     }
 
     // ---------------------------------------------------------------------------------------
@@ -626,11 +712,13 @@ impl DevAuthorizationServer {
         let pending = {
             let mut state = self.lock();
             let Some(pending) = state.pending.get(id) else {
-                return HttpResponse::error_page(400, "the authorization request is unknown or expired");
+                return HttpResponse::error_page(400, "the authorization request is unknown or expired")
+                    .because("request_unknown");
             };
             if pending.expires <= now {
                 state.pending.remove(id);
-                return HttpResponse::error_page(400, "the authorization request is unknown or expired");
+                return HttpResponse::error_page(400, "the authorization request is unknown or expired")
+                    .because("request_unknown");
             }
             // Both the form field and the cookie must equal the token bound to this request: a
             // page on another site can send neither (the cookie is SameSite=Strict).
@@ -651,7 +739,7 @@ impl DevAuthorizationServer {
             Some("approve") => {}
             Some("deny") => {
                 let params = [("error", "access_denied"), ("error_description", "the user denied the request")];
-                return self.redirect_to_client(&authorization, &params, 303);
+                return self.redirect_to_client(&authorization, &params, 303).because("access_denied");
             }
             _ => return HttpResponse::error_page(400, "approve or deny"),
         }
@@ -689,8 +777,11 @@ impl DevAuthorizationServer {
         }
         let client = self.fetch_client_metadata(client_id).await?;
         let mut state = self.lock();
-        evict_oldest(&mut state.clients, MAX_CLIENTS, |c| c.created);
-        state.clients.insert(client_id.to_owned(), client.clone());
+        // Cached only if there is room without evicting a client that is in use.
+        if state.clients.contains_key(client_id) || make_room(&mut state, now) {
+            let tokens_until = state.clients.get(client_id).map_or(0, |known| known.tokens_until);
+            state.clients.insert(client_id.to_owned(), Client { tokens_until, ..client.clone() });
+        }
         Ok(client)
     }
 
@@ -729,6 +820,12 @@ impl DevAuthorizationServer {
     }
 
     fn register(&self, request: HttpRequest<'_>) -> HttpResponse {
+        if self.registrations.try_take(request.peer, self.clock.now_ms()).is_err() {
+            let mut answer = HttpResponse::oauth_error(429, "too_many_requests", "too many registrations; try later")
+                .because("rate_limited");
+            answer.headers.push(("retry-after", "3".into()));
+            return answer;
+        }
         if !request
             .content_type
             .is_some_and(|ct| ct.split(';').next().is_some_and(|m| m.trim().eq_ignore_ascii_case("application/json")))
@@ -765,9 +862,17 @@ impl DevAuthorizationServer {
             answer["scope"] = json!(scope);
         }
         let mut state = self.lock();
-        evict_oldest(&mut state.clients, MAX_CLIENTS, |c| c.created);
-        state.clients.insert(client_id, Client { created: now, ..client });
-        HttpResponse::json(201, &answer)
+        if !make_room(&mut state, now) {
+            // Every client holds a token, a code or a pending consent: none is dropped for a newcomer.
+            return HttpResponse::oauth_error(503, "temporarily_unavailable", "the client table is full; try later")
+                .because("clients_full");
+        }
+        state.clients.insert(client_id.clone(), Client { created: now, ..client });
+        HttpResponse::json(201, &answer).granting(AuditEvent {
+            reason: "registered",
+            client_id: Some(client_id),
+            ..AuditEvent::default()
+        })
     }
 
     // ---------------------------------------------------------------------------------------
@@ -849,7 +954,7 @@ impl DevAuthorizationServer {
             }
             (entry.grant.clone(), family)
         };
-        self.tokens(grant.0, grant.1)
+        self.tokens(grant.0, grant.1, "grant=authorization_code")
     }
 
     fn refresh(&self, params: &HashMap<String, String>, client_id: &str) -> HttpResponse {
@@ -888,11 +993,11 @@ impl DevAuthorizationServer {
             }
             (grant, family)
         };
-        self.tokens(grant, family)
+        self.tokens(grant, family, "grant=refresh_token")
     }
 
     /// An access token and a new refresh token of `family` for `grant`.
-    fn tokens(&self, grant: Grant, family: u64) -> HttpResponse {
+    fn tokens(&self, grant: Grant, family: u64, grant_detail: &'static str) -> HttpResponse {
         let scopes: Vec<&str> = grant.scopes.iter().map(String::as_str).collect();
         let ttl = self.settings.access_token_ttl_secs;
         let access = match self.issuer.mint(
@@ -924,7 +1029,11 @@ impl DevAuthorizationServer {
                     used: false,
                 },
             );
+            if let Some(client) = state.clients.get_mut(&grant.client_id) {
+                client.tokens_until = client.tokens_until.max(now + ttl);
+            }
         }
+        let event = grant_event("issued", &grant, Some(grant_detail));
         HttpResponse::json(
             200,
             &json!({
@@ -935,6 +1044,7 @@ impl DevAuthorizationServer {
                 "scope": grant.scopes.join(" "),
             }),
         )
+        .granting(event)
     }
 }
 
@@ -983,7 +1093,7 @@ fn client_from_metadata(document: &Map<String, Value>) -> Result<Client, (&'stat
         Some(Value::String(name)) if name.chars().count() <= 200 => Some(name.clone()),
         Some(_) => return Err(invalid("client_name must be a string of at most 200 characters")),
     };
-    Ok(Client { name, redirect_uris, refetch_after: None, created: 0 })
+    Ok(Client { name, redirect_uris, tokens_until: 0, refetch_after: None, created: 0 })
 }
 
 fn acceptable_redirect_uri(uri: &str) -> bool {
@@ -1066,6 +1176,59 @@ fn sha256(text: &str) -> [u8; 32] {
 
 fn method_not_allowed() -> HttpResponse {
     HttpResponse::oauth_error(405, "invalid_request", "method not allowed")
+}
+
+/// The audit event of granting `grant` (`reason` `code_issued` or `issued`).
+fn grant_event(reason: &'static str, grant: &Grant, detail: Option<&'static str>) -> AuditEvent {
+    AuditEvent {
+        reason,
+        client_id: Some(grant.client_id.clone()),
+        subject: Some(grant.subject.clone()),
+        tenant: Some(grant.tenant.clone()),
+        scopes: grant.scopes.clone(),
+        detail,
+        ..AuditEvent::default()
+    }
+}
+
+/// Makes room for one more client at `now` by dropping the oldest clients that are not in use:
+/// none has an unexpired access token, an unredeemed code, an unused refresh token or a pending
+/// consent. `false` when every client is in use (nothing is dropped).
+fn make_room(state: &mut State, now: u64) -> bool {
+    if state.clients.len() < MAX_CLIENTS {
+        return true;
+    }
+    let mut in_use: HashSet<&str> = HashSet::new();
+    in_use.extend(state.pending.values().filter(|p| p.expires > now).map(|p| p.request.client_id.as_str()));
+    in_use.extend(
+        state
+            .codes
+            .values()
+            .filter(|c| c.expires > now && c.redeemed_family.is_none())
+            .map(|c| c.grant.client_id.as_str()),
+    );
+    in_use.extend(
+        state
+            .refresh
+            .values()
+            .filter(|r| r.expires > now && !r.used && !state.revoked_families.contains(&r.family))
+            .map(|r| r.grant.client_id.as_str()),
+    );
+    let mut idle: Vec<(u64, String)> = state
+        .clients
+        .iter()
+        .filter(|(id, client)| client.tokens_until <= now && !in_use.contains(id.as_str()))
+        .map(|(id, client)| (client.created, id.clone()))
+        .collect();
+    let excess = state.clients.len() + 1 - MAX_CLIENTS;
+    if idle.len() < excess {
+        return false;
+    }
+    idle.sort();
+    for (_, id) in idle.into_iter().take(excess) {
+        state.clients.remove(&id);
+    }
+    true
 }
 
 /// Drops the entries with the smallest `key` until there is room for one more.

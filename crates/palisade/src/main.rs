@@ -1233,6 +1233,13 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         }
         _ => None,
     };
+    // The pages' grants and refusals go to the request path's audit chain, digested alike.
+    let web_audit = Arc::new(palisade_server::surface_audit::SurfaceAudit::new(
+        Some(audit_writer.clone()),
+        &secret,
+        Arc::new(SystemClock),
+    ));
+    let web_audit_stop = tokio_util::sync::CancellationToken::new();
     let mut builder = Server::builder(app, config, authenticator, secret)
         .sessions(sessions_store.clone())
         .once_store(once_store.clone())
@@ -1251,8 +1258,14 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         gateway.spawn(server.clone(), server.shutdown_token().clone());
     }
     // The gateway's browser pages on their own TLS listener.
+    let web_audit_flusher = web.is_some().then(|| {
+        web_audit.spawn_flusher(
+            std::time::Duration::from_secs(settings.transport_refusal_interval_secs),
+            web_audit_stop.clone(),
+        )
+    });
     if let Some((web, routes)) = web {
-        let local = palisade_gateway::web::start(web, routes, server.shutdown_token().clone())
+        let local = palisade_gateway::web::start(web, routes, web_audit.clone(), server.shutdown_token().clone())
             .await
             .context("starting the gateway's web pages ([web])")?;
         eprintln!("web pages on https://{local}/ (public URL {})", web.public_url);
@@ -1279,6 +1292,10 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         palisade_server::stdio::serve(server.clone(), tokio::io::stdin(), tokio::io::stdout())
             .await
             .context("stdio transport")?;
+        web_audit_stop.cancel();
+        if let Some(flusher) = web_audit_flusher {
+            let _ = flusher.await;
+        }
         server.flush_audit().await;
         checkpointer.shutdown().await;
         return Ok(ExitCode::SUCCESS);
@@ -1306,6 +1323,11 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     retention.abort();
     maintenance.abort();
     session_purge.abort();
+    // The pages' last refusal counts, before the writer closes.
+    web_audit_stop.cancel();
+    if let Some(flusher) = web_audit_flusher {
+        let _ = flusher.await;
+    }
     server.flush_audit().await;
     checkpointer.shutdown().await;
     Ok(ExitCode::SUCCESS)

@@ -733,7 +733,8 @@ async fn authorization_endpoint(
         return payload_too_large();
     };
     let text = |name: header::HeaderName| parts.headers.get(name).and_then(|value| value.to_str().ok());
-    let answer = authorization_server
+    let peer = peer_of(&parts);
+    let mut answer = authorization_server
         .handle(palisade_auth::authorization_server::HttpRequest {
             method: parts.method.as_str(),
             path: parts.uri.path(),
@@ -741,8 +742,20 @@ async fn authorization_endpoint(
             content_type: text(header::CONTENT_TYPE),
             cookie: text(header::COOKIE),
             body: &body,
+            peer,
         })
         .await;
+    if let Some(event) = answer.audit.take()
+        && !record_authorization(&state.server, &authorization_server, event, answer.status, peer).await
+    {
+        // A grant that is not on the record is not handed out (fail closed, like an allow).
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::CONTENT_TYPE, "application/json"), (header::CACHE_CONTROL, "no-store")],
+            r#"{"error":"temporarily_unavailable","error_description":"the audit log is unavailable"}"#,
+        )
+            .into_response();
+    }
     let mut response = Response::new(Body::from(answer.body));
     *response.status_mut() = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     for (name, value) in answer.headers {
@@ -751,6 +764,35 @@ async fn authorization_endpoint(
         }
     }
     response
+}
+
+/// Puts one answer of the development authorization server on the audit record: a grant at once
+/// (`false` when it could not be made durable), a refusal counted ([`crate::surface_audit`]).
+async fn record_authorization(
+    server: &crate::Server,
+    authorization_server: &palisade_auth::authorization_server::DevAuthorizationServer,
+    event: palisade_auth::authorization_server::AuditEvent,
+    status: u16,
+    peer: Option<IpAddr>,
+) -> bool {
+    use crate::surface_audit::{Grant, STAGE_AUTHORIZATION_SERVER};
+    let audit = &server.surface_audit;
+    if !event.granted {
+        audit.refuse(STAGE_AUTHORIZATION_SERVER, event.endpoint, event.reason, status, peer);
+        return true;
+    }
+    let grant = Grant {
+        stage: STAGE_AUTHORIZATION_SERVER,
+        endpoint: event.endpoint,
+        outcome: event.reason,
+        person: event.subject.as_deref().map(|subject| (authorization_server.issuer(), subject)),
+        tenant: event.tenant.as_deref(),
+        client: event.client_id.as_deref(),
+        scopes: event.scopes,
+        detail: event.detail.map(str::to_owned),
+        source: peer,
+    };
+    audit.grant(grant).await.is_ok()
 }
 
 async fn readyz(State(state): State<Arc<HttpState>>) -> Response {

@@ -44,6 +44,7 @@ pub mod sessions;
 pub mod stdio;
 mod store_errors;
 mod streams;
+pub mod surface_audit;
 pub mod tasks;
 pub mod telemetry;
 

@@ -55,6 +55,8 @@ pub struct Server {
     pub(crate) streams: Arc<StreamLimiter>,
     /// Refusals of the HTTP transport, aggregated for the audit log (see [`crate::refusals`]).
     pub(crate) transport_refusals: TransportRefusals,
+    /// The development authorization server's grants and refusals (see [`crate::surface_audit`]).
+    pub(crate) surface_audit: Arc<crate::surface_audit::SurfaceAudit>,
     /// Serializes [`Server::publish`] (readers never wait: they load the current snapshot).
     publishing: std::sync::Mutex<()>,
 }
@@ -307,6 +309,7 @@ impl ServerBuilder {
             delegation.attach(recorder.clone());
         }
         let transport_refusals = TransportRefusals::new(secret.derive("palisade/audit-digest/v1"));
+        let surface_audit = Arc::new(crate::surface_audit::SurfaceAudit::new(writer.clone(), &secret, clock.clone()));
         if let Some(writer) = writer {
             transport_refusals.attach(writer);
         }
@@ -331,6 +334,7 @@ impl ServerBuilder {
             delegation,
             streams: Arc::default(),
             transport_refusals,
+            surface_audit,
             config,
             publishing: std::sync::Mutex::new(()),
         })
@@ -618,6 +622,7 @@ pub(crate) fn spawn_refusal_flusher(server: &Arc<Server>) {
             };
             let Some(server) = server.upgrade() else { return };
             server.transport_refusals().flush(server.clock().now_unsigned_ms()).await;
+            server.surface_audit.flush().await;
             if last {
                 return;
             }

@@ -50,11 +50,11 @@ fn fixture(auto_approve: bool) -> Fixture {
 fn get(path: &str, query: &str) -> HttpRequest<'static> {
     let query: &'static str = Box::leak(query.to_owned().into_boxed_str());
     let path: &'static str = Box::leak(path.to_owned().into_boxed_str());
-    HttpRequest { method: "GET", path, query: Some(query), content_type: None, cookie: None, body: b"" }
+    HttpRequest { method: "GET", path, query: Some(query), content_type: None, cookie: None, body: b"", peer: None }
 }
 
 fn post<'a>(path: &'a str, content_type: &'a str, body: &'a [u8]) -> HttpRequest<'a> {
-    HttpRequest { method: "POST", path, query: None, content_type: Some(content_type), cookie: None, body }
+    HttpRequest { method: "POST", path, query: None, content_type: Some(content_type), cookie: None, body, peer: None }
 }
 
 fn form(pairs: &[(&str, &str)]) -> Vec<u8> {
@@ -385,6 +385,7 @@ async fn the_consent_page_is_unframeable_and_needs_its_csrf_token() {
                 content_type: Some("application/x-www-form-urlencoded"),
                 cookie: cookie.as_deref(),
                 body: &bytes,
+                peer: None,
             };
             fx.server.handle(request).await
         }
@@ -415,4 +416,113 @@ async fn the_consent_page_is_unframeable_and_needs_its_csrf_token() {
     assert_eq!((claims["sub"].as_str(), claims["tenant"].as_str()), (Some("bob"), Some("globex")));
     // The pending request is spent.
     assert_eq!(answer(right, Some(&cookie)).await.status, 400);
+}
+
+fn register_from<'a>(peer: &str, doc: &'a [u8]) -> HttpRequest<'a> {
+    let mut request = post("/dev-issuer/register", "application/json", doc);
+    request.peer = Some(peer.parse().unwrap());
+    request
+}
+
+#[tokio::test]
+async fn grants_and_refusals_carry_their_audit_event() {
+    let fx = fixture(true);
+    let client_id = register(&fx, &[REDIRECT]).await;
+    let response = fx.server.handle(get("/dev-issuer/authorize", &authorize_query(&client_id, &[]))).await;
+    let event = response.audit.clone().unwrap();
+    assert_eq!((event.endpoint, event.granted, event.reason), ("authorize", true, "code_issued"));
+    assert_eq!((event.subject.as_deref(), event.tenant.as_deref()), (Some("alice"), Some("acme")));
+    let code = redirect_params(&response)["code"].clone();
+    let issued = redeem(&fx, &code, &client_id, REDIRECT).await;
+    assert_eq!(issued.status, 200);
+    let event = issued.audit.clone().unwrap();
+    assert_eq!((event.endpoint, event.granted, event.reason), ("token", true, "issued"));
+    assert_eq!(
+        (event.client_id.as_deref(), event.detail),
+        (Some(client_id.as_str()), Some("grant=authorization_code"))
+    );
+    assert_eq!(event.scopes, ["shop:read"]);
+    // The replayed code is a refusal with the OAuth error as its reason.
+    let replayed = redeem(&fx, &code, &client_id, REDIRECT).await;
+    let event = replayed.audit.clone().unwrap();
+    assert_eq!((event.endpoint, event.granted, event.reason), ("token", false, "invalid_grant"));
+    let unregistered = fx
+        .server
+        .handle(get(
+            "/dev-issuer/authorize",
+            &authorize_query(&client_id, &[("redirect_uri", Some("https://evil.example/cb"))]),
+        ))
+        .await;
+    let event = unregistered.audit.clone().unwrap();
+    assert_eq!((event.endpoint, event.granted, event.reason), ("authorize", false, "redirect_uri_unregistered"));
+    // Metadata and keys are not decisions.
+    let metadata = fx.server.handle(get("/.well-known/oauth-authorization-server/dev-issuer", "")).await;
+    assert!(metadata.audit.is_none());
+}
+
+#[tokio::test]
+async fn registrations_are_limited_per_source_and_a_flood_evicts_no_client_in_use() {
+    let fx = fixture(true);
+    let doc = json!({ "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none" }).to_string().into_bytes();
+    // A client in use: it holds an unexpired access token.
+    let used = register(&fx, &[REDIRECT]).await;
+    let code = code_for(&fx, &used).await;
+    assert_eq!(redeem(&fx, &code, &used, REDIRECT).await.status, 200);
+    // One source: its burst, then 429 before the request is looked at.
+    let statuses: Vec<u16> = futures_statuses(&fx, (0..100).map(|_| "198.51.100.1"), &doc).await;
+    let accepted = statuses.iter().filter(|s| **s == 201).count();
+    assert_eq!(accepted, REGISTRATION_LIMITS.burst as usize, "{statuses:?}");
+    assert!(statuses.iter().all(|s| matches!(s, 201 | 429)));
+    let limited = fx.server.handle(register_from("198.51.100.1", &doc)).await;
+    assert_eq!(limited.audit.map(|e| (e.endpoint, e.reason)), Some(("register", "rate_limited")));
+    // Many sources, over time: the table fills and the oldest idle clients make room; the client
+    // in use is kept.
+    for n in 0..MAX_CLIENTS as u32 + 50 {
+        fx.clock.advance(Duration::from_millis(REGISTRATION_LIMITS.total_refill_ms));
+        let peer = std::net::Ipv4Addr::from(0x0a00_0000 + n).to_string();
+        assert_eq!(fx.server.handle(register_from(&peer, &doc)).await.status, 201, "registration {n}");
+    }
+    assert!(fx.server.lock().clients.len() <= MAX_CLIENTS);
+    let again = fx.server.handle(get("/dev-issuer/authorize", &authorize_query(&used, &[]))).await;
+    assert_eq!(again.status, 302, "{}", String::from_utf8_lossy(&again.body));
+}
+
+#[tokio::test]
+async fn a_table_full_of_clients_in_use_refuses_a_registration_instead_of_evicting() {
+    let fx = fixture(false);
+    let doc = json!({ "redirect_uris": [REDIRECT], "token_endpoint_auth_method": "none" }).to_string().into_bytes();
+    let pending = |client_id: String| {
+        let fx = &fx;
+        async move {
+            let page = fx.server.handle(get("/dev-issuer/authorize", &authorize_query(&client_id, &[]))).await;
+            assert_eq!(page.status, 200);
+        }
+    };
+    let first = register(&fx, &[REDIRECT]).await;
+    pending(first.clone()).await;
+    // Every client in the table has a pending consent.
+    for n in 0..MAX_CLIENTS as u32 {
+        fx.clock.advance(Duration::from_millis(REGISTRATION_LIMITS.total_refill_ms));
+        let peer = std::net::Ipv4Addr::from(0x0b00_0000 + n).to_string();
+        let answer = fx.server.handle(register_from(&peer, &doc)).await;
+        if answer.status != 201 {
+            assert_eq!(answer.status, 503);
+            assert_eq!(answer.audit.map(|e| e.reason), Some("clients_full"));
+            break;
+        }
+        pending(body(&answer)["client_id"].as_str().unwrap().to_owned()).await;
+    }
+    let full = fx.server.handle(register_from("192.0.2.99", &doc)).await;
+    assert_eq!(full.status, 503, "{}", String::from_utf8_lossy(&full.body));
+    assert_eq!(fx.server.lock().clients.len(), MAX_CLIENTS);
+    assert!(fx.server.lock().clients.contains_key(&first));
+}
+
+/// The statuses of registrations of `doc` from each of `peers`, one after another.
+async fn futures_statuses<'a>(fx: &Fixture, peers: impl Iterator<Item = &'a str>, doc: &[u8]) -> Vec<u16> {
+    let mut statuses = Vec::new();
+    for peer in peers {
+        statuses.push(fx.server.handle(register_from(peer, doc)).await.status);
+    }
+    statuses
 }

@@ -28,6 +28,11 @@
 //! - Every page is unframeable and every POST same-origin ([`crate::web::surface`]).
 //! - The browser is only ever sent to an authorization URL built here from checked metadata
 //!   (https, or loopback http under the development flag).
+//! - Every refusal (`<step>/<reason>`: `connect/link_unknown`, `consent/csrf`,
+//!   `consent/redirect_uri`, `signin/another_person`, `callback/state_unknown`,
+//!   `callback/issuer_mismatch`, …) and every grant (`signin/signed_in`, `consent/approved`,
+//!   `consent/remembered`, `callback/connected`) is on the audit record
+//!   ([`crate::web::WebAudit`]); a grant that cannot be recorded is not made.
 
 use std::sync::Arc;
 
@@ -46,7 +51,7 @@ use serde_json::{Value, json};
 use super::discovery::{self, AuthorizationServer};
 use super::token::{self, ClientIdentity, Grant};
 use super::{CONNECT, ConnectFlow, OAuthError, Person, UserOAuth, id_digest, pkce_challenge, random_id};
-use crate::web::{Form, Page, SeeOther, error_page, escape, host_cookie, read_cookie};
+use crate::web::{Form, Page, SeeOther, WebAudit, error_page, escape, host_cookie, read_cookie};
 
 /// The store's flow kind of a sign-in at the identity provider.
 const SIGN_IN: &str = "signin";
@@ -225,15 +230,15 @@ impl UserOAuth {
     }
 
     /// The consent page for `flow` (link `id`), under the browser session `session`.
-    async fn consent_page(&self, id: &str, flow: &ConnectFlow, session: &str) -> Response {
+    async fn consent_page(&self, audit: &WebAudit, id: &str, flow: &ConnectFlow, session: &str) -> Response {
         let Some(config) = self.upstreams.get(&flow.upstream) else {
-            return refused(StatusCode::BAD_REQUEST, LINK_GONE);
+            return audit.refused("connect", "link_unknown", StatusCode::BAD_REQUEST, LINK_GONE);
         };
         // The browser is sent to this server's authorization endpoint after approval: the form
         // may be redirected there (CSP form-action), and nowhere else.
         let discovered = match self.discover(config, false).await {
             Ok(discovered) => discovered,
-            Err(error) => return failure(&error),
+            Err(error) => return failure(audit, "connect", &error),
         };
         let client_name = self.client_name(&flow.client_id).await;
         let csrf = self.keys.csrf().token(&[session, "connect", id]);
@@ -335,25 +340,54 @@ fn is_person(signed: &SignedIn, person: &Person) -> bool {
 const ANOTHER_PERSON: &str = "You are signed in as a different person than the one whose MCP client asked to connect. \
      Nothing was connected. Only the person who made the request can complete it.";
 
-fn failure(error: &OAuthError) -> Response {
+/// The refusal page of a failed step at `step`, on the audit record (`issuer_mismatch` for an
+/// RFC 9207 mix-up, `unavailable`, `refused`, `failed`).
+fn failure(audit: &WebAudit, step: &'static str, error: &OAuthError) -> Response {
     tracing::warn!(%error, "user_oauth: a connect step failed");
     match error {
-        OAuthError::Refused(message) => refused(StatusCode::BAD_REQUEST, message),
-        OAuthError::Store(_) | OAuthError::Unreachable(_) => {
-            refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not complete this step; nothing was connected")
+        OAuthError::Refused(message) => audit.refused(step, "refused", StatusCode::BAD_REQUEST, message),
+        OAuthError::Store(_) | OAuthError::Unreachable(_) => audit.refused(
+            step,
+            "unavailable",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway could not complete this step; nothing was connected",
+        ),
+        other => {
+            let reason = if matches!(other, OAuthError::IssuerMismatch) { "issuer_mismatch" } else { "failed" };
+            audit.refused(step, reason, StatusCode::BAD_GATEWAY, &format!("nothing was connected: {other}"))
         }
-        other => refused(StatusCode::BAD_GATEWAY, &format!("nothing was connected: {other}")),
     }
 }
 
 /// The connect link `id` (not taken: it answers until the flow completes), or the page
-/// refusing it (gone, expired or never issued: 400; the store failed: 503).
-async fn connect_flow(oauth: &UserOAuth, id: &str) -> Result<ConnectFlow, Response> {
+/// refusing it (gone, expired or never issued: 400; the store failed: 503), recorded at `step`.
+async fn connect_flow(
+    oauth: &UserOAuth,
+    audit: &WebAudit,
+    step: &'static str,
+    id: &str,
+) -> Result<ConnectFlow, Response> {
+    let gone = || audit.refused(step, "link_unknown", StatusCode::BAD_REQUEST, LINK_GONE);
     match oauth.store.flow(id_digest(id), CONNECT, oauth.now_ms()).await {
-        Ok(Some(body)) => serde_json::from_str(&body).map_err(|_| refused(StatusCode::BAD_REQUEST, LINK_GONE)),
-        Ok(None) => Err(refused(StatusCode::BAD_REQUEST, LINK_GONE)),
-        Err(_) => Err(refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this link; try again")),
+        Ok(Some(body)) => serde_json::from_str(&body).map_err(|_| gone()),
+        Ok(None) => Err(gone()),
+        Err(_) => Err(audit.refused(
+            step,
+            "unavailable",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway could not read this link; try again",
+        )),
     }
+}
+
+/// The person as the audit record's principal (issuer, subject).
+fn person_of(person: &Person) -> Option<(&str, &str)> {
+    Some((person.issuer.as_str(), person.subject.as_str()))
+}
+
+/// `upstream=<id>` (an operator's configuration id) for a record's detail.
+fn upstream_detail(upstream: &str) -> Option<String> {
+    Some(format!("upstream={upstream}"))
 }
 
 /// Takes the one-time flow `state` of `kind` (it answers once), parsed; `Ok(None)` when it is
@@ -370,18 +404,23 @@ async fn take_flow<T: serde::de::DeserializeOwned>(
         .and_then(|body| serde_json::from_str(&body).ok()))
 }
 
-async fn connect_page(State(oauth): State<Arc<UserOAuth>>, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let flow = match connect_flow(&oauth, &id).await {
+async fn connect_page(
+    State(oauth): State<Arc<UserOAuth>>,
+    audit: WebAudit,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let flow = match connect_flow(&oauth, &audit, "connect", &id).await {
         Ok(flow) => flow,
         Err(refusal) => return refusal,
     };
     let Some((signed, session)) = oauth.session(&headers).filter(|(signed, _)| signed.issuer == flow.person.issuer)
     else {
-        return oauth.start_sign_in(&id).await.unwrap_or_else(|error| failure(&error));
+        return oauth.start_sign_in(&id).await.unwrap_or_else(|error| failure(&audit, "connect", &error));
     };
     if !is_person(&signed, &flow.person) {
         tracing::warn!(upstream = %flow.upstream, "user_oauth: a connect link was opened by another person; refused");
-        return refused(StatusCode::FORBIDDEN, ANOTHER_PERSON);
+        return audit.refused("connect", "another_person", StatusCode::FORBIDDEN, ANOTHER_PERSON);
     }
     let approved = oauth
         .store
@@ -389,33 +428,52 @@ async fn connect_page(State(oauth): State<Arc<UserOAuth>>, Path(id): Path<String
         .await
         .unwrap_or(false);
     if approved && oauth.consent_cookie_matches(&headers, &flow.person, &flow.client_id) {
-        return oauth.start_authorize(&id, &flow).await.unwrap_or_else(|error| failure(&error));
+        let client = Some(flow.client_id.as_str());
+        if let Err(unrecorded) =
+            audit.grant("consent", "remembered", person_of(&flow.person), client, upstream_detail(&flow.upstream)).await
+        {
+            return unrecorded;
+        }
+        return oauth.start_authorize(&id, &flow).await.unwrap_or_else(|error| failure(&audit, "consent", &error));
     }
-    oauth.consent_page(&id, &flow, &session).await
+    oauth.consent_page(&audit, &id, &flow, &session).await
 }
 
 async fn connect_decision(
     State(oauth): State<Arc<UserOAuth>>,
+    audit: WebAudit,
     Path(id): Path<String>,
     headers: HeaderMap,
     form: Form,
 ) -> Response {
     let Some((signed, session)) = oauth.session(&headers) else {
-        return refused(StatusCode::FORBIDDEN, "sign in first: open the connect link again");
+        return audit.refused(
+            "consent",
+            "no_session",
+            StatusCode::FORBIDDEN,
+            "sign in first: open the connect link again",
+        );
     };
     let valid_csrf = form.one("csrf").is_some_and(|token| oauth.keys.csrf().check(&[&session, "connect", &id], token));
     if !valid_csrf {
-        return refused(StatusCode::FORBIDDEN, "the form's CSRF token is missing or wrong; nothing was done");
+        return audit.refused(
+            "consent",
+            "csrf",
+            StatusCode::FORBIDDEN,
+            "the form's CSRF token is missing or wrong; nothing was done",
+        );
     }
-    let flow = match connect_flow(&oauth, &id).await {
+    let flow = match connect_flow(&oauth, &audit, "consent", &id).await {
         Ok(flow) => flow,
         Err(refusal) => return refusal,
     };
     if !is_person(&signed, &flow.person) {
-        return refused(StatusCode::FORBIDDEN, ANOTHER_PERSON);
+        return audit.refused("consent", "another_person", StatusCode::FORBIDDEN, ANOTHER_PERSON);
     }
     match form.one("decision") {
         Some("deny") => {
+            // The person's own refusal: counted like every refusal.
+            audit.refuse("consent", "denied", StatusCode::OK);
             let _ = oauth.store.take_flow(id_digest(&id), CONNECT, oauth.now_ms()).await;
             return Page::new(
                 StatusCode::OK,
@@ -425,57 +483,100 @@ async fn connect_decision(
             .into_response();
         }
         Some("approve") => {}
-        _ => return refused(StatusCode::BAD_REQUEST, "the form has no decision"),
+        _ => return audit.refused("consent", "no_decision", StatusCode::BAD_REQUEST, "the form has no decision"),
     }
     // Exact string comparison: no normalization of case, slashes or encoding.
     if form.one("redirect_uri") != Some(oauth.redirect_uri().as_str()) {
-        return refused(StatusCode::BAD_REQUEST, "the redirect URI is not the registered one; nothing was done");
+        return audit.refused(
+            "consent",
+            "redirect_uri",
+            StatusCode::BAD_REQUEST,
+            "the redirect URI is not the registered one; nothing was done",
+        );
+    }
+    // On the record before the approval is stored.
+    let client = Some(flow.client_id.as_str());
+    if let Err(unrecorded) =
+        audit.grant("consent", "approved", person_of(&flow.person), client, upstream_detail(&flow.upstream)).await
+    {
+        return unrecorded;
     }
     let key = oauth.person_key(&flow.person);
     if let Err(error) = oauth.store.approve_client(key, &flow.upstream, &flow.client_id, oauth.now_ms()).await {
-        return failure(&OAuthError::from(error));
+        return failure(&audit, "consent", &OAuthError::from(error));
     }
-    oauth.start_authorize(&id, &flow).await.unwrap_or_else(|error| failure(&error))
+    oauth.start_authorize(&id, &flow).await.unwrap_or_else(|error| failure(&audit, "consent", &error))
 }
 
-async fn sign_in_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers: HeaderMap) -> Response {
+async fn sign_in_callback(
+    State(oauth): State<Arc<UserOAuth>>,
+    audit: WebAudit,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let callback = Callback::of(&uri);
     let Some(state) = callback.state.as_deref() else {
-        return refused(StatusCode::BAD_REQUEST, "the sign-in answer has no state");
+        return audit.refused("signin", "state_missing", StatusCode::BAD_REQUEST, "the sign-in answer has no state");
     };
     let Ok(flow) = take_flow::<SignInFlow>(&oauth, state, SIGN_IN).await else {
-        return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this sign-in; try again");
+        return audit.refused(
+            "signin",
+            "unavailable",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway could not read this sign-in; try again",
+        );
     };
     let Some(flow) = flow else {
-        return refused(StatusCode::BAD_REQUEST, "this sign-in is unknown, was completed already, or expired");
+        return audit.refused(
+            "signin",
+            "state_unknown",
+            StatusCode::BAD_REQUEST,
+            "this sign-in is unknown, was completed already, or expired",
+        );
     };
     let browser = read_cookie(&headers, SIGN_IN_COOKIE).map(|cookie| hex(&id_digest(&cookie)));
     if browser.as_deref() != Some(flow.browser.as_str()) {
-        return refused(StatusCode::FORBIDDEN, "this sign-in was started in another browser; nothing was done");
+        return audit.refused(
+            "signin",
+            "another_browser",
+            StatusCode::FORBIDDEN,
+            "this sign-in was started in another browser; nothing was done",
+        );
     }
     if callback.error.is_some() {
-        return refused(StatusCode::BAD_REQUEST, "the sign-in was not completed at the identity provider");
+        return audit.refused(
+            "signin",
+            "provider_error",
+            StatusCode::BAD_REQUEST,
+            "the sign-in was not completed at the identity provider",
+        );
     }
     let Some(code) = callback.code.as_deref() else {
-        return refused(StatusCode::BAD_REQUEST, "the sign-in answer has no code");
+        return audit.refused("signin", "code_missing", StatusCode::BAD_REQUEST, "the sign-in answer has no code");
     };
     let signed = match oauth.finish_sign_in(code, callback.iss.as_deref(), &flow).await {
         Ok(signed) => signed,
-        Err(error) => return failure(&error),
+        Err(error) => return failure(&audit, "signin", &error),
     };
-    let connect = match connect_flow(&oauth, &flow.connect).await {
+    let connect = match connect_flow(&oauth, &audit, "signin", &flow.connect).await {
         Ok(flow) => flow,
         Err(refusal) => return refusal,
     };
     if !is_person(&signed, &connect.person) {
         tracing::warn!(upstream = %connect.upstream, "user_oauth: another person signed in for a connect link; refused");
-        return refused(StatusCode::FORBIDDEN, ANOTHER_PERSON);
+        return audit.refused("signin", "another_person", StatusCode::FORBIDDEN, ANOTHER_PERSON);
     }
     let payload = serde_json::to_vec(&signed).unwrap_or_default();
     let session = host_cookie(SESSION_COOKIE, &oauth.keys.sign("session", &payload), SESSION_TTL_SECS);
     let clear = crate::web::clear_host_cookie(SIGN_IN_COOKIE);
     match (session, clear) {
         (Ok(session), Ok(clear)) => {
+            let person = Some((signed.issuer.as_str(), signed.subject.as_str()));
+            if let Err(unrecorded) =
+                audit.grant("signin", "signed_in", person, None, upstream_detail(&connect.upstream)).await
+            {
+                return unrecorded;
+            }
             SeeOther::to(format!("/connect/{}", flow.connect)).cookie(session).cookie(clear).into_response()
         }
         _ => refused(StatusCode::INTERNAL_SERVER_ERROR, "the session cookie could not be made"),
@@ -543,33 +644,69 @@ fn check_iss(iss: Option<&str>, expected: &str, required: bool) -> Result<(), OA
     }
 }
 
-async fn oauth_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers: HeaderMap) -> Response {
+async fn oauth_callback(
+    State(oauth): State<Arc<UserOAuth>>,
+    audit: WebAudit,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let callback = Callback::of(&uri);
     let Some(state) = callback.state.as_deref() else {
-        return refused(StatusCode::BAD_REQUEST, "the authorization answer has no state");
+        return audit.refused(
+            "callback",
+            "state_missing",
+            StatusCode::BAD_REQUEST,
+            "the authorization answer has no state",
+        );
     };
     let Ok(flow) = take_flow::<AuthorizeFlow>(&oauth, state, AUTHORIZE).await else {
-        return refused(StatusCode::SERVICE_UNAVAILABLE, "the gateway could not read this answer; try again");
+        return audit.refused(
+            "callback",
+            "unavailable",
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway could not read this answer; try again",
+        );
     };
     let Some(flow) = flow else {
-        return refused(
+        // Unknown, expired, or replayed: the state is taken once.
+        return audit.refused(
+            "callback",
+            "state_unknown",
             StatusCode::BAD_REQUEST,
             "this authorization answer's state is unknown, was used already, or expired; nothing was connected",
         );
     };
     if !oauth.session(&headers).is_some_and(|(signed, _)| is_person(&signed, &flow.person)) {
-        return refused(StatusCode::FORBIDDEN, ANOTHER_PERSON);
+        return audit.refused("callback", "another_person", StatusCode::FORBIDDEN, ANOTHER_PERSON);
     }
     if callback.error.is_some() {
-        return refused(
+        return audit.refused(
+            "callback",
+            "server_error",
             StatusCode::BAD_REQUEST,
             "the upstream's authorization server did not authorize; nothing was connected",
         );
     }
     let Some(code) = callback.code.as_deref() else {
-        return refused(StatusCode::BAD_REQUEST, "the authorization answer has no code");
+        return audit.refused(
+            "callback",
+            "code_missing",
+            StatusCode::BAD_REQUEST,
+            "the authorization answer has no code",
+        );
     };
-    match oauth.finish_authorize(code, callback.iss.as_deref(), &flow).await {
+    let connected = oauth.finish_authorize(code, callback.iss.as_deref(), &flow).await;
+    if connected.is_ok() {
+        let person = person_of(&flow.person);
+        if let Err(unrecorded) =
+            audit.grant("callback", "connected", person, None, upstream_detail(&flow.upstream)).await
+        {
+            // Not on the record: not connected either.
+            let _ = oauth.store.delete_connection(oauth.person_key(&flow.person), &flow.upstream).await;
+            return unrecorded;
+        }
+    }
+    match connected {
         Ok(()) => Page::new(
             StatusCode::OK,
             "Connected",
@@ -579,7 +716,7 @@ async fn oauth_callback(State(oauth): State<Arc<UserOAuth>>, uri: Uri, headers: 
             ),
         )
         .into_response(),
-        Err(error) => failure(&error),
+        Err(error) => failure(&audit, "callback", &error),
     }
 }
 
@@ -631,3 +768,7 @@ async fn client_metadata(State(oauth): State<Arc<UserOAuth>>) -> Response {
     });
     (StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "application/json")], document.to_string()).into_response()
 }
+
+#[cfg(test)]
+#[path = "pages_tests.rs"]
+mod tests;

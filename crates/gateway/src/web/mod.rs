@@ -10,14 +10,17 @@
 //! - [`host_cookie`], [`clear_host_cookie`], [`read_cookie`]: `__Host-` cookies only.
 //! - [`Form`]: an urlencoded form body of at most [`MAX_FORM_BYTES`].
 //! - [`surface`]: the routes wrapped in the guards every request passes (same-origin `Origin`
-//!   on every unsafe method, the request timeout, the body limit, the headers).
+//!   on every unsafe method, the request timeout, the body limit, the headers), and the audit
+//!   sink every page records its grants and refusals through ([`WebAudit`]).
 //! - [`tls_config`] and [`serve_web`]: TLS (rustls, aws-lc-rs) and the accept loop.
 //!
 //! **Architecture Invariant:** every response leaves through [`surface`]'s header layer, and
 //! every request whose method is not `GET` or `HEAD` is refused (403) before any handler runs
-//! unless its `Origin` is the public URL's origin. Pages never carry a secret in a URL.
+//! unless its `Origin` is the public URL's origin. Pages never carry a secret in a URL. Every
+//! grant and every refusal of a page is on the audit record ([`WebAudit`]: digest-only, the
+//! refusals aggregated per source and interval).
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +28,7 @@ use std::time::Duration;
 use aws_lc_rs::hmac;
 use aws_lc_rs::rand::{SecureRandom as _, SystemRandom};
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::extract::{ConnectInfo, DefaultBodyLimit, FromRequest, FromRequestParts, Request, State};
 use axum::http::header::{
     CACHE_CONTROL, CONTENT_LENGTH, CONTENT_SECURITY_POLICY, CONTENT_TYPE, COOKIE, LOCATION, ORIGIN, REFERRER_POLICY,
     SET_COOKIE, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
@@ -38,6 +41,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use palisade_server::surface_audit::{Grant, STAGE_WEB, SurfaceAudit};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
@@ -46,6 +50,7 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 
 pub use palisade_base::html::escape;
+pub use palisade_server::surface_audit::SurfaceAudit as Audit;
 
 use crate::credentials::SecretSource;
 
@@ -580,6 +585,94 @@ impl<S: Send + Sync> FromRequest<S> for Form {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The audit record
+// ---------------------------------------------------------------------------------------------
+
+/// The peer's address of a request, when the listener recorded it ([`serve_web`] does).
+pub fn peer_of(request: &axum::http::request::Parts) -> Option<IpAddr> {
+    request.extensions.get::<ConnectInfo<SocketAddr>>().map(|ConnectInfo(address)| address.ip())
+}
+
+/// A page's handle on the audit record (stage `web`), as an extractor: the surface's
+/// [`SurfaceAudit`] and the request's peer address. Refusals are counted per source and written
+/// every interval; grants are written at once and a page grants nothing that is not on the
+/// record. Only stable codes, fixed words and keyed digests are recorded.
+#[derive(Clone)]
+pub struct WebAudit {
+    audit: Arc<SurfaceAudit>,
+    peer: Option<IpAddr>,
+}
+
+impl std::fmt::Debug for WebAudit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebAudit").finish_non_exhaustive()
+    }
+}
+
+impl WebAudit {
+    /// The handle of `audit` for a request from `peer`.
+    pub fn new(audit: Arc<SurfaceAudit>, peer: Option<IpAddr>) -> Self {
+        Self { audit, peer }
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> Option<IpAddr> {
+        self.peer
+    }
+
+    /// Counts a refusal at `endpoint` (`review`, `consent`, …) for `reason`, answered `status`.
+    pub fn refuse(&self, endpoint: &'static str, reason: &'static str, status: StatusCode) {
+        self.audit.refuse(STAGE_WEB, endpoint, reason, status.as_u16(), self.peer);
+    }
+
+    /// [`Self::refuse`], answered with [`error_page`] of `message`.
+    pub fn refused(&self, endpoint: &'static str, reason: &'static str, status: StatusCode, message: &str) -> Response {
+        self.refuse(endpoint, reason, status);
+        error_page(status, message)
+    }
+
+    /// Records the grant `outcome` at `endpoint` to `person` (issuer, subject) for `client`,
+    /// with fixed words `detail`: `Err` (a 503 page; nothing may be granted) when it could not
+    /// be made durable.
+    pub async fn grant(
+        &self,
+        endpoint: &'static str,
+        outcome: &'static str,
+        person: Option<(&str, &str)>,
+        client: Option<&str>,
+        detail: Option<String>,
+    ) -> Result<(), Response> {
+        let grant = Grant {
+            stage: STAGE_WEB,
+            endpoint,
+            outcome,
+            person,
+            client,
+            detail,
+            source: self.peer,
+            ..Grant::default()
+        };
+        self.audit
+            .grant(grant)
+            .await
+            .map_err(|_| error_page(StatusCode::SERVICE_UNAVAILABLE, "the audit log is unavailable; nothing was done"))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for WebAudit {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, _state: &S) -> Result<Self, Response> {
+        let peer = peer_of(parts);
+        match parts.extensions.get::<Arc<SurfaceAudit>>() {
+            Some(audit) => Ok(Self { audit: audit.clone(), peer }),
+            // Only a page served outside `surface` has none: it must not run unrecorded.
+            None => Err(error_page(StatusCode::INTERNAL_SERVER_ERROR, "this page is not on the audit record")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The surface
 // ---------------------------------------------------------------------------------------------
 
@@ -590,14 +683,17 @@ impl<S: Send + Sync> FromRequest<S> for Form {
 /// 2. the body limit ([`MAX_FORM_BYTES`]) for any extractor that reads a body;
 /// 3. the request timeout ([`REQUEST_TIMEOUT`], then 503);
 /// 4. the same-origin check: a method other than `GET` or `HEAD` without `Origin` equal to
-///    the public URL's origin is 403 before any handler runs.
+///    the public URL's origin is 403 before any handler runs (counted on `audit`:
+///    `surface/origin_missing` or `surface/origin_foreign`);
+/// 5. `audit` as a request extension, which pages take as [`WebAudit`].
 ///
 /// Unknown paths answer a 404 page; `routes` should not set a fallback of their own.
-pub fn surface(settings: &WebSettings, routes: Router) -> Router {
+pub fn surface(settings: &WebSettings, audit: Arc<SurfaceAudit>, routes: Router) -> Router {
     let origin: Arc<str> = settings.origin().into();
     routes
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(origin, require_same_origin))
+        .layer(axum::Extension(audit))
         .layer(middleware::from_fn(request_timeout))
         .layer(DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(middleware::from_fn(security_headers))
@@ -623,6 +719,11 @@ async fn request_timeout(request: Request, next: Next) -> Response {
 async fn require_same_origin(State(origin): State<Arc<str>>, request: Request, next: Next) -> Response {
     let safe = request.method() == Method::GET || request.method() == Method::HEAD;
     if !safe && !same_origin(request.headers(), &origin) {
+        let reason = if request.headers().contains_key(ORIGIN) { "origin_foreign" } else { "origin_missing" };
+        let (parts, _) = request.into_parts();
+        if let Some(audit) = parts.extensions.get::<Arc<SurfaceAudit>>() {
+            audit.refuse(STAGE_WEB, "surface", reason, StatusCode::FORBIDDEN.as_u16(), peer_of(&parts));
+        }
         return error_page(
             StatusCode::FORBIDDEN,
             "this request did not come from this site's own pages (its Origin header is missing or another site's); nothing was done",
@@ -632,10 +733,12 @@ async fn require_same_origin(State(origin): State<Arc<str>>, request: Request, n
 }
 
 /// Binds the listener of `settings`, reads its certificate and key, and serves `routes` (inside
-/// [`surface`]) until `shutdown` is cancelled. Returns the bound address once listening.
+/// [`surface`], recording on `audit`) until `shutdown` is cancelled. Returns the bound address
+/// once listening.
 pub async fn start(
     settings: &WebSettings,
     routes: Router,
+    audit: Arc<SurfaceAudit>,
     shutdown: CancellationToken,
 ) -> Result<SocketAddr, WebError> {
     let tls = settings.load_tls()?;
@@ -644,13 +747,14 @@ pub async fn start(
         .map_err(|error| WebError::Bind { listen: settings.listen, reason: error.to_string() })?;
     let local =
         listener.local_addr().map_err(|error| WebError::Bind { listen: settings.listen, reason: error.to_string() })?;
-    tokio::spawn(serve_web(listener, tls, surface(settings, routes), shutdown));
+    tokio::spawn(serve_web(listener, tls, surface(settings, audit, routes), shutdown));
     Ok(local)
 }
 
 /// Serves `router` ([`surface`]) over TLS on `listener` until `shutdown` is cancelled; then
 /// stops accepting and lets open connections finish for a few seconds. HTTP/1.1, each request
-/// head within 10 s, each TLS handshake within 10 s, at most 256 connections at once.
+/// head within 10 s, each TLS handshake within 10 s, at most 256 connections at once. Every
+/// request carries the peer's address as [`ConnectInfo`] (see [`peer_of`]).
 pub async fn serve_web(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -686,7 +790,13 @@ pub async fn serve_web(
             },
         };
         let acceptor = acceptor.clone();
-        let service = TowerToHyperService::new(router.clone());
+        let service = TowerToHyperService::new(tower::util::MapRequest::new(
+            router.clone(),
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            },
+        ));
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _permit = permit;
@@ -710,6 +820,50 @@ pub async fn serve_web(
     drop(listener);
     if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
         tracing::warn!("web: connections still open {} s after shutdown began", SHUTDOWN_GRACE.as_secs());
+    }
+}
+
+/// Test helpers: an audit sink over an in-memory log, and what it recorded.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use palisade_server::surface_audit::SurfaceAudit;
+    use palisade_store::{AuditStore, AuditWriter};
+
+    /// An audit sink writing into `store`'s log (digest key of a fixed test secret).
+    pub(crate) fn recording(store: Arc<dyn AuditStore>) -> Arc<SurfaceAudit> {
+        let writer = Arc::new(AuditWriter::new(store, Default::default()));
+        let secret = palisade_server::secret::ServerSecret::from_bytes([5; 32]);
+        Arc::new(SurfaceAudit::new(Some(writer), &secret, Arc::new(palisade_base::clock::SystemClock)))
+    }
+
+    /// An audit sink that records nothing (no log).
+    pub(crate) fn none() -> Arc<SurfaceAudit> {
+        let secret = palisade_server::secret::ServerSecret::from_bytes([5; 32]);
+        Arc::new(SurfaceAudit::new(None, &secret, Arc::new(palisade_base::clock::SystemClock)))
+    }
+
+    /// After a flush of `audit`: every record of stage `web` in `store`, as
+    /// `(decision, operation, code, detail)`, sorted.
+    pub(crate) async fn records(
+        audit: &SurfaceAudit,
+        store: &dyn AuditStore,
+    ) -> Vec<(String, String, Option<i64>, String)> {
+        audit.flush().await;
+        let mut found: Vec<_> = store
+            .recent(1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|stored| stored.record.stage == "web")
+            .map(|stored| {
+                let r = stored.record;
+                (format!("{:?}", r.decision).to_lowercase(), r.operation, r.code, r.detail.unwrap_or_default())
+            })
+            .collect();
+        found.sort();
+        found
     }
 }
 

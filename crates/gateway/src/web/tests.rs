@@ -177,6 +177,11 @@ fn same_origin_wants_exactly_the_origin() {
 
 /// A surface with one form handler that counts its runs.
 fn counting_surface() -> (Router, Arc<AtomicUsize>) {
+    counting_surface_on(testing::none())
+}
+
+/// [`counting_surface`], recording on `audit`.
+fn counting_surface_on(audit: Arc<SurfaceAudit>) -> (Router, Arc<AtomicUsize>) {
     let runs = Arc::new(AtomicUsize::new(0));
     let counter = runs.clone();
     let routes = Router::new().route("/hello", get(|| async { page(StatusCode::OK, "hello", "<p>hi</p>") })).route(
@@ -189,7 +194,7 @@ fn counting_surface() -> (Router, Arc<AtomicUsize>) {
             }
         }),
     );
-    (surface(&settings(), routes), runs)
+    (surface(&settings(), audit, routes), runs)
 }
 
 fn form_post(origin: Option<&str>, content_type: &str, body: impl Into<Body>) -> HttpRequest<Body> {
@@ -216,6 +221,38 @@ async fn the_surface_refuses_a_post_from_another_origin_before_the_handler_runs(
     assert_guarded(response.headers());
     assert!(body_text(response).await.contains("a&lt;b"));
     assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_missing_or_foreign_origin_is_on_the_audit_record_per_source() {
+    let store: Arc<dyn palisade_store::AuditStore> =
+        Arc::new(palisade_store::SqliteStore::open("sqlite::memory:").await.unwrap());
+    let audit = testing::recording(store.clone());
+    let (router, runs) = counting_surface_on(audit.clone());
+    let form = "application/x-www-form-urlencoded";
+    let from = |origin: Option<&str>, peer: [u8; 4]| {
+        let mut request = form_post(origin, form, "field=x");
+        request.extensions_mut().insert(ConnectInfo(SocketAddr::from((peer, 40000))));
+        request
+    };
+    for request in [
+        from(None, [192, 0, 2, 1]),
+        from(None, [192, 0, 2, 1]),
+        from(Some("https://evil.example"), [192, 0, 2, 1]),
+        from(Some("null"), [192, 0, 2, 2]),
+    ] {
+        assert_eq!(router.clone().oneshot(request).await.unwrap().status(), StatusCode::FORBIDDEN);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let one = &audit.digest("192.0.2.1")[..16];
+    let two = &audit.digest("192.0.2.2")[..16];
+    let mut expected = vec![
+        ("deny".to_owned(), "surface/origin_foreign".to_owned(), Some(403), format!("source={one} count=1")),
+        ("deny".to_owned(), "surface/origin_foreign".to_owned(), Some(403), format!("source={two} count=1")),
+        ("deny".to_owned(), "surface/origin_missing".to_owned(), Some(403), format!("source={one} count=2")),
+    ];
+    expected.sort();
+    assert_eq!(testing::records(&audit, store.as_ref()).await, expected);
 }
 
 #[tokio::test]

@@ -43,6 +43,11 @@ fn write_config(data: &TempDir, text: &str) -> String {
 /// The demo on a fixed free port (its issuer and resource URIs must be reachable), auto-approving,
 /// with loopback client metadata documents allowed.
 fn start_demo() -> Demo {
+    start_demo_with(&[])
+}
+
+/// [`start_demo`] with `envs` set.
+fn start_demo_with(envs: &[(&str, &str)]) -> Demo {
     let data = TempDir::new();
     let port = free_port();
     let config = write_config(
@@ -52,6 +57,7 @@ fn start_demo() -> Demo {
     let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
         .args(["serve", "--app", "demo", "--config", &config, "--listen", &format!("127.0.0.1:{port}")])
         .args(["--data-dir", data.path()])
+        .envs(envs.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -304,4 +310,80 @@ impl DocumentHost {
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.origin)
     }
+}
+
+/// The development issuer's records in the data directory's audit log (shipped from the
+/// instance's segment): `(operation, decision, detail, principal digest)`.
+fn issuer_records(demo: &Demo) -> Vec<(String, String, String, Option<String>)> {
+    let Ok(database) = rusqlite::Connection::open(demo._data.0.join("palisade.db")) else { return Vec::new() };
+    let Ok(mut query) = database.prepare(
+        "SELECT operation, decision, coalesce(detail, ''), principal_digest FROM audit_log WHERE stage = 'authorization_server'",
+    ) else {
+        return Vec::new();
+    };
+    query
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+        .map(|rows| rows.filter_map(Result::ok).collect())
+        .unwrap_or_default()
+}
+
+/// The sum of the `count=` of `records` of `operation`.
+fn counted(records: &[(String, String, String, Option<String>)], operation: &str) -> u64 {
+    records
+        .iter()
+        .filter(|(op, decision, _, _)| op == operation && decision == "deny")
+        .filter_map(|(_, _, detail, _)| detail.rsplit("count=").next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_registration_flood_is_refused_past_the_rate_keeps_the_clients_in_use_and_is_on_the_audit_record() {
+    let demo = start_demo_with(&[("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS", "1")]);
+    let http = client();
+    let registration =
+        json!({ "redirect_uris": [REDIRECT], "client_name": "it", "token_endpoint_auth_method": "none" });
+    let endpoint = format!("{}/dev-issuer/register", demo.origin);
+    let register = || http.post(&endpoint).json(&registration).send();
+    let used: Value = register().await.unwrap().json().await.unwrap();
+    let used = used["client_id"].as_str().unwrap().to_owned();
+    let (status, pairs) = authorize(&demo, &used, &[]).await;
+    assert_eq!(status, 302);
+    let tokens = token(&demo, &used, param(&pairs, "code").unwrap()).await;
+    let access = tokens["access_token"].as_str().unwrap().to_owned();
+    // 1,000 registrations from this one address, 50 at a time.
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        for answer in futures::future::join_all((0..50).map(|_| register())).await {
+            statuses.push(answer.unwrap().status().as_u16());
+        }
+    }
+    let created = statuses.iter().filter(|status| **status == 201).count();
+    let limited = statuses.iter().filter(|status| **status == 429).count();
+    assert_eq!(created + limited, 1000, "{statuses:?}");
+    assert!(created < 25, "at most the source's burst is registered: {created}");
+    // The client that holds a token was not evicted: it authorizes again.
+    let (status, pairs) = authorize(&demo, &used, &[]).await;
+    assert_eq!(status, 302, "{pairs:?}");
+    assert!(param(&pairs, "code").is_some(), "{pairs:?}");
+    // On the record: the registrations, the codes and the token issued (at once), and the
+    // refused registrations (counted per interval), by digests only.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let records = loop {
+        let records = issuer_records(&demo);
+        let complete = counted(&records, "register/rate_limited") == limited as u64
+            && records.iter().any(|(op, decision, _, _)| op == "token/issued" && decision == "allow");
+        if complete || std::time::Instant::now() > deadline {
+            break records;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(counted(&records, "register/rate_limited"), limited as u64, "{records:?}");
+    let issued = records.iter().find(|(op, _, _, _)| op == "token/issued").expect("token/issued");
+    assert!(issued.2.starts_with("source=") && issued.2.ends_with("grant=authorization_code"), "{issued:?}");
+    assert!(issued.3.as_deref().is_some_and(|digest| digest.len() == 32), "{issued:?}");
+    let registered = records.iter().filter(|(op, _, _, _)| op == "register/registered").count();
+    assert_eq!(registered, created + 1, "{records:?}");
+    assert!(records.iter().any(|(op, _, _, _)| op == "authorize/code_issued"));
+    let text = format!("{records:?}");
+    assert!(!text.contains(&used) && !text.contains(&access) && !text.contains("127.0.0.1"), "{text}");
 }

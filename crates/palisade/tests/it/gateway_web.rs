@@ -1,0 +1,157 @@
+//! The gateway's web pages (`[web]`) through the real binary: the review page's sign-in limits
+//! (parallel wrong guesses past the per-source limit refused unchecked, the operator at another
+//! address still signing in) and the audit records of the pages' grants and refusals.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Palisade, TempDir};
+use crate::upstream_fixture::{Upstream, tool};
+
+const REVIEW_TOKEN: &str = "operator-review-token-it-0123";
+
+struct Pages {
+    _server: Palisade,
+    origin: String,
+    ca: reqwest::Certificate,
+    db: std::path::PathBuf,
+    _upstream: Upstream,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn boot() -> Pages {
+    let upstream = Upstream::start(vec![tool("echo", "Echoes its arguments.")]).await;
+    let dir = TempDir::new();
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    let cert = dir.0.join("web.crt");
+    let key = dir.0.join("web.key");
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let token = dir.0.join("review-token");
+    std::fs::write(&token, REVIEW_TOKEN).unwrap();
+    let port = free_port();
+    let config = dir.0.join("gateway.toml");
+    let db = dir.0.join("palisade.db");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n\n[web]\nlisten = \"127.0.0.1:{port}\"\n\
+             public_url = \"https://127.0.0.1:{port}/\"\ntls_cert_file = \"{cert}\"\ntls_key_file = \"{key}\"\n\
+             review_token_file = \"{token}\"\n\n[[upstreams]]\nid = \"docs\"\nurl = \"{url}\"\n",
+            data = dir.path(),
+            cert = cert.display(),
+            key = key.display(),
+            token = token.display(),
+            url = upstream.url,
+        ),
+    )
+    .unwrap();
+    let server = Palisade::spawn(
+        &["gateway", "--config", config.to_str().unwrap()],
+        &[("PALISADE_AUDIT_TRANSPORT_REFUSAL_INTERVAL_SECS", "1")],
+        dir,
+    );
+    Pages {
+        _server: server,
+        origin: format!("https://127.0.0.1:{port}"),
+        ca: reqwest::Certificate::from_pem(certified.cert.pem().as_bytes()).unwrap(),
+        db,
+        _upstream: upstream,
+    }
+}
+
+impl Pages {
+    /// A browser at `address` (a loopback address of this machine).
+    fn browser(&self, address: [u8; 4]) -> reqwest::Client {
+        reqwest::Client::builder()
+            .tls_certs_only([self.ca.clone()])
+            .local_address(std::net::IpAddr::from(address))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+
+    async fn sign_in(&self, browser: &reqwest::Client, token: &str) -> u16 {
+        let body = url::form_urlencoded::Serializer::new(String::new()).append_pair("token", token).finish();
+        let response = browser
+            .post(format!("{}/review/login", self.origin))
+            .header("origin", &self.origin)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    }
+
+    /// The records of stage `web`: `(decision, operation, code, detail)`.
+    fn records(&self) -> Vec<(String, String, Option<i64>, String)> {
+        let Ok(database) = rusqlite::Connection::open(&self.db) else { return Vec::new() };
+        let Ok(mut query) = database
+            .prepare("SELECT decision, operation, code, coalesce(detail, '') FROM audit_log WHERE stage = 'web'")
+        else {
+            return Vec::new();
+        };
+        query
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+            .map(|rows| rows.filter_map(Result::ok).collect())
+            .unwrap_or_default()
+    }
+}
+
+fn counted(records: &[(String, String, Option<i64>, String)], operation: &str) -> u64 {
+    records
+        .iter()
+        .filter(|(decision, op, _, _)| op == operation && decision == "deny")
+        .filter_map(|(_, _, _, detail)| detail.rsplit("count=").next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn parallel_wrong_review_tokens_are_limited_per_source_and_every_sign_in_and_refusal_is_audited() {
+    let pages = boot().await;
+    let guesser = pages.browser([127, 0, 0, 1]);
+    let guesses = (0..30).map(|n| {
+        let (pages, guesser) = (&pages, &guesser);
+        async move { pages.sign_in(guesser, &format!("operator-review-token-guess-{n:03}")).await }
+    });
+    let statuses = futures::future::join_all(guesses).await;
+    let checked = statuses.iter().filter(|status| **status == 403).count();
+    let limited = statuses.iter().filter(|status| **status == 429).count();
+    assert_eq!((checked, limited), (5, 25), "{statuses:?}");
+    // The operator at another address signs in.
+    let operator = pages.browser([127, 0, 0, 2]);
+    assert_eq!(pages.sign_in(&operator, REVIEW_TOKEN).await, 303);
+    // A form posted without Origin is refused before any page runs.
+    let bare = guesser
+        .post(format!("{}/review/login", pages.origin))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("token=x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bare.status(), 403);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let records = loop {
+        let records = pages.records();
+        let complete = counted(&records, "review/rate_limited") == 25
+            && counted(&records, "review/token_wrong") == 5
+            && counted(&records, "surface/origin_missing") == 1
+            && records.iter().any(|(decision, op, _, _)| decision == "allow" && op == "review/signed_in");
+        if complete || Instant::now() > deadline {
+            break records;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(counted(&records, "review/rate_limited"), 25, "{records:?}");
+    assert_eq!(counted(&records, "review/token_wrong"), 5, "{records:?}");
+    assert_eq!(counted(&records, "surface/origin_missing"), 1, "{records:?}");
+    let signed_in = records.iter().find(|(_, op, _, _)| op == "review/signed_in").expect("review/signed_in");
+    // The two sources are told apart by digests; no address, token or guess is recorded.
+    let guesser_source = records.iter().find(|(_, op, _, _)| op == "review/token_wrong").unwrap().3.clone();
+    assert_ne!(signed_in.3.split(' ').next(), guesser_source.split(' ').next());
+    let text = format!("{records:?}");
+    assert!(!text.contains("127.0.0") && !text.contains("operator-review-token"), "{text}");
+}
