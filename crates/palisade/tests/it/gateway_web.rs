@@ -37,7 +37,7 @@ async fn boot() -> Pages {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n\n[web]\nlisten = \"127.0.0.1:{port}\"\n\
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n\n[auth]\ndev_issuer = true\n\n[web]\nlisten = \"127.0.0.1:{port}\"\n\
              public_url = \"https://127.0.0.1:{port}/\"\ntls_cert_file = \"{cert}\"\ntls_key_file = \"{key}\"\n\
              review_token_file = \"{token}\"\n\n[[upstreams]]\nid = \"docs\"\nurl = \"{url}\"\n",
             data = dir.path(),
