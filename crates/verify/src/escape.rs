@@ -13,21 +13,12 @@
 
 use std::borrow::Cow;
 
-/// Whether `c` must not reach an output as itself.
+/// Whether `c` must not reach an output as itself: the one rule of what is hidden that the
+/// gateway's review also shows ([`palisade_base::reveal::classify`]: controls, bidi, zero-width,
+/// tag, variation-selector, other invisible, private-use, noncharacter and unassigned code
+/// points).
 pub fn hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061c}'
-                | '\u{180e}'
-                | '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{206f}'
-                | '\u{feff}'
-                | '\u{fff9}'..='\u{fffb}'
-                | '\u{fffe}'
-                | '\u{ffff}'
-        )
+    palisade_base::reveal::classify(c).is_some()
 }
 
 /// `text` with every [`hidden`] character written as a visible escape (`\n`, `\r`, `\t`, else
@@ -76,8 +67,12 @@ pub fn json(document: &str) -> Cow<'_, str> {
     let mut out = String::with_capacity(document.len() + 16);
     for c in document.chars() {
         if escaped(c) {
-            // Every hidden character is in the Basic Multilingual Plane: one `\uXXXX` each.
-            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            // One `\uXXXX` per UTF-16 unit: a surrogate pair outside the Basic Multilingual Plane
+            // (tag characters, private use), as JSON writes them.
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
         } else {
             out.push(c);
         }
@@ -89,12 +84,12 @@ pub fn json(document: &str) -> Cow<'_, str> {
 mod tests {
     use super::*;
 
-    const HOSTILE: &str = "tool\u{1b}[2K\u{1b}[1A\r\nFAIL\u{9b}31m\u{202e}evil\u{7f}";
+    const HOSTILE: &str = "tool\u{1b}[2K\u{1b}[1A\r\nFAIL\u{9b}31m\u{202e}evil\u{7f}\u{e0041}";
 
     #[test]
     fn nothing_hidden_reaches_a_terminal() {
         let shown = visible(HOSTILE);
-        assert_eq!(shown, "tool\\u{1b}[2K\\u{1b}[1A\\r\\nFAIL\\u{9b}31m\\u{202e}evil\\u{7f}");
+        assert_eq!(shown, "tool\\u{1b}[2K\\u{1b}[1A\\r\\nFAIL\\u{9b}31m\\u{202e}evil\\u{7f}\\u{e0041}");
         assert!(!shown.chars().any(hidden));
         assert!(matches!(visible("plain text, ünïcode"), Cow::Borrowed(_)));
     }
