@@ -1196,6 +1196,9 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         palisade_server::stdio::serve(server.clone(), tokio::io::stdin(), tokio::io::stdout())
             .await
             .context("stdio transport")?;
+        if let Some(gateway) = &gateway {
+            gateway.flush_churn().await;
+        }
         server.flush_audit().await;
         checkpointer.shutdown().await;
         return Ok(ExitCode::SUCCESS);
@@ -1223,6 +1226,10 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     retention.abort();
     maintenance.abort();
     session_purge.abort();
+    // Definition churn counted but not yet on the record is written before the exit.
+    if let Some(gateway) = &gateway {
+        gateway.flush_churn().await;
+    }
     server.flush_audit().await;
     checkpointer.shutdown().await;
     Ok(ExitCode::SUCCESS)
