@@ -34,10 +34,11 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::churn::{Churn, Summary, Verdict};
 use crate::config::{GatewaySettings, UpstreamSettings};
 use crate::credentials::{CallerContext, CredentialConfig, CredentialError, UpstreamCredential};
 use crate::launch::LaunchSpec;
-use crate::names::{Namer, collisions, shadows_prefix};
+use crate::names::{Namer, collisions};
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
 use crate::upstream::UpstreamError;
 use crate::upstream::stdio::SandboxIdentities;
@@ -174,6 +175,8 @@ struct Inner {
     report: Mutex<Vec<PinEntry>>,
     /// A fingerprint of the decisions the last rebuild saw.
     decisions_seen: Mutex<u64>,
+    /// Each upstream's definition churn, coalesced in the audit log.
+    churn: Mutex<Churn>,
     /// The per-user OAuth client of the `user_oauth` upstreams.
     oauth: Option<Arc<UserOAuth>>,
 }
@@ -218,6 +221,8 @@ impl Gateway {
         }
         let mut upstreams = Vec::with_capacity(settings.upstreams.len());
         let identities = SandboxIdentities::new(settings.sandbox);
+        // The unprefixed upstream's namer keeps out of every prefixed upstream's namespace.
+        let prefixes: Vec<String> = settings.upstreams.iter().filter_map(|u| u.prefix.clone()).collect();
         for upstream in &settings.upstreams {
             let fail = |reason: String| GatewayError::Upstream { upstream: upstream.id.clone(), reason };
             let per_user = matches!(upstream.credential, CredentialConfig::UserOAuth { .. });
@@ -248,7 +253,7 @@ impl Gateway {
             }
             .map_err(|error| fail(error.to_string()))?;
             upstreams.push(Arc::new(Upstream {
-                namer: Namer::new(upstream.prefix.as_deref(), settings.separator),
+                namer: Namer::new(upstream.prefix.as_deref(), settings.separator).reserving(&prefixes),
                 settings: upstream.clone(),
                 client,
                 listing: Mutex::new(None),
@@ -270,6 +275,7 @@ impl Gateway {
                 observed: Mutex::new(HashMap::new()),
                 report: Mutex::new(Vec::new()),
                 decisions_seen: Mutex::new(0),
+                churn: Mutex::new(Churn::default()),
                 oauth,
             }),
         })
@@ -562,6 +568,9 @@ impl Gateway {
         let gateway = self.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move { gateway.decisions_loop(stop).await });
+        let gateway = self.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move { gateway.churn_loop(stop).await });
         if let (Some(oauth), Some(server)) = (&self.inner.oauth, self.inner.server.get()) {
             oauth.spawn_upkeep(server.events(), shutdown.clone());
         }
@@ -648,6 +657,38 @@ impl Gateway {
             _ => return,
         };
         server.events().publish(event);
+    }
+
+    /// Writes the churn summaries whose window has elapsed, four times a window (so one is written
+    /// at most a quarter window late).
+    async fn churn_loop(&self, stop: CancellationToken) {
+        let every = Duration::from_millis(crate::churn::WINDOW_MS / 4);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let due = lock(&self.inner.churn).due(self.inner.clock.now_unsigned_ms(), false);
+            self.write_churn(due).await;
+        }
+    }
+
+    /// Writes every churn count not yet on the record, whether or not its window has elapsed:
+    /// for the gateway's shutdown, after its listener stopped.
+    pub async fn flush_churn(&self) {
+        let due = lock(&self.inner.churn).due(self.inner.clock.now_unsigned_ms(), true);
+        self.write_churn(due).await;
+    }
+
+    async fn write_churn(&self, summaries: Vec<Summary>) {
+        if summaries.is_empty() {
+            return;
+        }
+        let now = self.inner.clock.now_unsigned_ms();
+        let records = summaries.iter().map(|summary| churn_record(summary, now)).collect();
+        if let Err(error) = self.inner.store.append_batch(records).await {
+            tracing::error!(%error, "pin churn counts could not be audited");
+        }
     }
 
     /// Reviewers decide from the CLI, in another process: their decisions reach the registry
@@ -792,36 +833,28 @@ impl Gateway {
         entry
     }
 
-    /// Exposed names claimed twice, and unprefixed names inside another upstream's namespace,
-    /// are held: neither is served (no shadowing either way), each with its reason.
+    /// Exposed names claimed twice among the definitions that could be served are held: none of
+    /// them is served, each with its reason. Only servable definitions (approved, exposable, not
+    /// denied) claim a name: one no reviewer approved never withdraws another upstream's. An
+    /// unprefixed name or URI inside another upstream's namespace never gets this far: its
+    /// namer refuses to expose it ([`Namer::reserving`]), so it is held, alone, before any
+    /// name is counted.
     fn hold_ambiguous(&self, definitions: &[Definition], entries: &mut [PinEntry]) {
         // Instructions have no name: each upstream's are its own section, never a collision.
         let key = |d: &Definition, e: &PinEntry| {
-            (d.subject.kind != DefinitionKind::Instructions)
-                .then(|| e.exposed.as_ref().map(|name| (d.subject.kind.namespace(), name.clone())))
+            (e.served && d.subject.kind != DefinitionKind::Instructions)
+                .then(|| e.exposed.as_ref().map(|name| format!("{}\u{1f}{name}", d.subject.kind.namespace())))
                 .flatten()
         };
-        let claimed: Vec<String> = definitions
-            .iter()
-            .zip(entries.iter())
-            .filter_map(|(d, e)| key(d, e))
-            .map(|(ns, n)| format!("{ns}\u{1f}{n}"))
-            .collect();
+        let claimed: Vec<String> = definitions.iter().zip(entries.iter()).filter_map(|(d, e)| key(d, e)).collect();
         let twice = collisions(claimed.iter().map(String::as_str));
-        let prefixes: Vec<String> = self.inner.upstreams.iter().filter_map(|u| u.settings.prefix.clone()).collect();
         for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
-            let Some((ns, exposed)) = key(definition, entry) else { continue };
-            let upstream = &self.inner.upstreams[definition.upstream];
-            if twice.contains(&format!("{ns}\u{1f}{exposed}")) {
-                entry.served = false;
-                entry.reason = Some(format!("exposed name {exposed:?} is claimed by more than one definition"));
-            } else if upstream.settings.prefix.is_none()
-                && matches!(definition.subject.kind, DefinitionKind::Tool | DefinitionKind::Prompt)
-                && let Some(prefix) = shadows_prefix(&exposed, &prefixes, self.inner.settings.separator)
-            {
+            let Some(claim) = key(definition, entry) else { continue };
+            if twice.contains(&claim) {
+                let exposed = entry.exposed.as_deref().unwrap_or_default();
                 entry.served = false;
                 entry.reason =
-                    Some(format!("unprefixed name {exposed:?} lies in upstream prefix {prefix:?}'s namespace"));
+                    Some(format!("exposed name {exposed:?} is claimed by more than one approved definition"));
             }
         }
     }
@@ -924,21 +957,64 @@ impl Gateway {
     }
 
     /// Logs and audits every pin whose standing changed since the last build (a new definition,
-    /// a hold, an approval taking effect, a rejection).
+    /// a hold, an approval taking effect, a rejection). An upstream's own changes (new or changed
+    /// definitions, and what they do to the served flag) are coalesced while it churns
+    /// ([`crate::churn`]); a reviewer's decision taking effect is always recorded, and closes its
+    /// upstream's coalescing window.
     async fn record_transitions(&self, entries: &[PinEntry]) {
-        let before: HashMap<String, (String, bool)> = lock(&self.inner.report)
+        let before: HashMap<String, (&'static str, String, bool)> = lock(&self.inner.report)
             .iter()
-            .map(|entry| (entry.pin_id.clone(), (format!("{}:{}", entry.state, entry.digest), entry.served)))
+            .map(|entry| (entry.pin_id.clone(), (entry.state, entry.digest.clone(), entry.served)))
             .collect();
         let now = self.inner.clock.now_unsigned_ms();
-        let mut records = Vec::new();
+        // Per upstream: (coalescible changes, whether one is a listed definition).
+        let mut own: BTreeMap<&str, (Vec<&PinEntry>, bool)> = BTreeMap::new();
+        let mut changed = Vec::new();
         for entry in entries {
-            let standing = (format!("{}:{}", entry.state, entry.digest), entry.served);
-            if before.get(&entry.pin_id) == Some(&standing) {
-                continue;
+            let previous = before.get(&entry.pin_id);
+            match previous {
+                Some((state, digest, served))
+                    if *state == entry.state && *digest == entry.digest && *served == entry.served => {}
+                // The same definition in another state: a reviewer decided.
+                Some((state, digest, _)) if *digest == entry.digest && *state != entry.state => changed.push(entry),
+                _ => {
+                    let (list, definitions) = own.entry(entry.upstream.as_str()).or_default();
+                    list.push(entry);
+                    *definitions |= entry.kind != DefinitionKind::Launch.as_str();
+                }
             }
+        }
+        let mut records = Vec::new();
+        {
+            let mut churn = lock(&self.inner.churn);
+            // A decision took effect: its upstream's next change is recorded in full again.
+            let decided: BTreeSet<&str> = changed.iter().map(|entry| entry.upstream.as_str()).collect();
+            for upstream in decided {
+                records.extend(churn.reset(upstream).map(|summary| churn_record(&summary, now)));
+            }
+            for (upstream, (list, definitions)) in own {
+                let count = list.len() as u64;
+                match churn.observe(upstream, count, definitions, now) {
+                    Verdict::Record => changed.extend(list),
+                    Verdict::Coalesce { started } => {
+                        if started {
+                            tracing::warn!(%upstream, window_secs = crate::churn::WINDOW_MS / 1000,
+                                "upstream changes its definitions again and again: its changes are counted, \
+                                 and audited as one record per window");
+                        }
+                        for entry in list {
+                            tracing::debug!(pin = %entry.pin_id, %upstream, name = %entry.name, state = entry.state,
+                                served = entry.served, "definition changed again (coalesced)");
+                        }
+                    }
+                    Verdict::Summarize(summary) => records.push(churn_record(&summary, now)),
+                }
+            }
+            records.extend(churn.due(now, false).iter().map(|summary| churn_record(summary, now)));
+        }
+        for entry in changed {
             let digest = &entry.digest[..12.min(entry.digest.len())];
-            let was_served = before.get(&entry.pin_id).is_some_and(|(_, served)| *served);
+            let was_served = before.get(&entry.pin_id).is_some_and(|(_, _, served)| *served);
             let reason = entry.reason.as_deref().unwrap_or("");
             if entry.served {
                 tracing::info!(pin = %entry.pin_id, upstream = %entry.upstream, name = %entry.name, "definition served");
@@ -977,6 +1053,30 @@ impl Gateway {
         {
             tracing::error!(%error, "pin state changes could not be audited");
         }
+    }
+}
+
+/// The audit record of one upstream's coalesced churn: `pins/churn:<upstream>`, with the count.
+fn churn_record(summary: &Summary, now_ms: u64) -> AuditRecord {
+    AuditRecord {
+        at_ms: now_ms,
+        trace_id: palisade_server::audit::fresh_trace_id(),
+        stage: "pins".into(),
+        decision: Decision::Deny,
+        operation: format!("pins/churn:{}", summary.upstream),
+        principal_digest: None,
+        tenant_digest: None,
+        client_digest: None,
+        scopes: Vec::new(),
+        policy_version: None,
+        code: None,
+        detail: Some(format!(
+            "upstream={} coalesced={} since_ms={} window_secs={}",
+            summary.upstream,
+            summary.coalesced,
+            summary.since_ms,
+            crate::churn::WINDOW_MS / 1000
+        )),
     }
 }
 

@@ -10,6 +10,8 @@
 //! - [`upstream`]: the MCP client toward one upstream (both eras), its limits and health.
 //! - [`gateway`]: the application: listings → pin states → the published registry, and the
 //!   relayed handlers.
+//! - [`churn`]: an upstream that changes its definitions on every listing costs one audit
+//!   record per minute, with the count of the changes, not one per change.
 //! - [`web`]: the browser pages' HTTPS listener (`[web]`) and its primitives (headers, CSRF,
 //!   `__Host-` cookies, the same-origin check).
 //!
@@ -20,6 +22,7 @@
 // Tests may unwrap; the library may not (workspace lint `unwrap_used`).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod churn;
 pub mod config;
 pub mod credentials;
 pub mod decisions;

@@ -8,8 +8,11 @@
 //! first position where they could overlap one holds the separator and the other a label
 //! character. An exposed name or URI names at most one prefixed upstream, and its remainder is
 //! the upstream's own name, whatever characters (separators included) that name has. The one
-//! remaining ambiguity, an *unprefixed* upstream publishing a name that looks prefixed, is what
-//! [`shadows_prefix`] and [`shadows_uri_prefix`] detect; [`collisions`] finds the rest.
+//! remaining ambiguity, an *unprefixed* upstream publishing a name or URI that looks prefixed, is
+//! what [`shadows_prefix`] and [`shadows_uri_prefix`] detect: the unprefixed upstream's namer
+//! ([`Namer::reserving`] the other upstreams' prefixes) refuses to expose such a name or URI and
+//! never maps one back, so a read or call meant for a prefixed upstream cannot reach it.
+//! [`collisions`] finds the rest.
 
 use std::collections::BTreeSet;
 
@@ -118,6 +121,23 @@ pub enum NameRefusal {
     /// The URI contains a control character.
     #[error("the URI contains a control character")]
     UriControlChar,
+    /// An unprefixed upstream's name lies in a prefixed upstream's namespace.
+    #[error("unprefixed name {exposed:?} lies in upstream prefix {prefix:?}'s namespace")]
+    ShadowsPrefix {
+        /// The name as it would be exposed.
+        exposed: String,
+        /// The prefix it would shadow.
+        prefix: String,
+    },
+    /// An unprefixed upstream's resource URI or template lies in a prefixed upstream's URI
+    /// namespace (`<prefix>+…`, the scheme compared without regard to case).
+    #[error("unprefixed URI {exposed:?} lies in upstream prefix {prefix:?}'s namespace")]
+    UriShadowsPrefix {
+        /// The URI as it would be exposed.
+        exposed: String,
+        /// The prefix it would shadow.
+        prefix: String,
+    },
 }
 
 /// The namer for one upstream: its prefix (or none) and the gateway's separator.
@@ -130,6 +150,10 @@ pub struct Namer {
     name_head: Option<String>,
     /// `"<prefix>+"` for URIs, `None` when unprefixed.
     uri_head: Option<String>,
+    separator: Separator,
+    /// An unprefixed namer's view of the other upstreams' prefixes: names and URIs inside them
+    /// are never its own (empty for a prefixed namer, whose namespace is its own by construction).
+    reserved: Vec<String>,
 }
 
 impl Namer {
@@ -138,7 +162,20 @@ impl Namer {
         Self {
             name_head: prefix.map(|prefix| format!("{prefix}{}", separator.as_str())),
             uri_head: prefix.map(|prefix| format!("{prefix}+")),
+            separator,
+            reserved: Vec::new(),
         }
+    }
+
+    /// This namer, kept out of the namespaces of `prefixes` (the prefixed upstreams' prefixes)
+    /// when it is unprefixed: it refuses to expose a name or URI inside one
+    /// ([`NameRefusal::ShadowsPrefix`], [`NameRefusal::UriShadowsPrefix`]) and never maps one
+    /// back. A prefixed namer is unchanged.
+    pub fn reserving(mut self, prefixes: &[String]) -> Self {
+        if self.name_head.is_none() {
+            self.reserved = prefixes.to_vec();
+        }
+        self
     }
 
     /// The exposed tool or prompt name for the upstream's `upstream_name`, or why it cannot be
@@ -154,27 +191,30 @@ impl Namer {
         if exposed.len() > MAX_EXPOSED_NAME {
             return Err(NameRefusal::TooLong { len: exposed.len() });
         }
+        if let Some(prefix) = shadows_prefix(&exposed, &self.reserved, self.separator) {
+            return Err(NameRefusal::ShadowsPrefix { prefix: prefix.to_owned(), exposed });
+        }
         Ok(exposed)
     }
 
     /// The reverse of [`Self::expose_name`]: `Some(upstream name)` exactly when `exposed` is what
-    /// this namer makes of that name. An unprefixed namer claims every valid exposed name; a
-    /// router consults the registry's map (or the prefixed namers first), and
-    /// [`shadows_prefix`] keeps an unprefixed upstream out of the prefixed namespaces.
+    /// this namer makes of that name. An unprefixed namer claims every valid exposed name outside
+    /// the prefixes it reserves; a router consults the registry's map (or the prefixed namers
+    /// first).
     pub fn upstream_name<'a>(&self, exposed: &'a str) -> Option<&'a str> {
         if exposed.len() > MAX_EXPOSED_NAME || !is_spec_name(exposed) {
             return None;
         }
         match &self.name_head {
             Some(head) => exposed.strip_prefix(head.as_str()).filter(|rest| !rest.is_empty()),
-            None => Some(exposed),
+            None => shadows_prefix(exposed, &self.reserved, self.separator).is_none().then_some(exposed),
         }
     }
 
     /// The exposed resource URI or URI template: `"<prefix>+<uri>"` (so `file:///x` becomes
     /// `docs+file:///x`, itself a valid URI whose scheme is `docs+file`); unprefixed, unchanged.
     /// Refuses a URI without a scheme, with a control character, or longer than
-    /// [`MAX_EXPOSED_URI`] bytes once exposed.
+    /// [`MAX_EXPOSED_URI`] bytes once exposed, and, unprefixed, one inside a reserved prefix.
     pub fn expose_uri(&self, upstream_uri: &str) -> Result<String, NameRefusal> {
         check_uri(upstream_uri)?;
         let exposed = match &self.uri_head {
@@ -184,17 +224,23 @@ impl Namer {
         if exposed.len() > MAX_EXPOSED_URI {
             return Err(NameRefusal::UriTooLong { len: exposed.len() });
         }
+        if let Some(prefix) = shadows_uri_prefix(&exposed, &self.reserved) {
+            return Err(NameRefusal::UriShadowsPrefix { prefix: prefix.to_owned(), exposed });
+        }
         Ok(exposed)
     }
 
     /// The reverse of [`Self::expose_uri`]: `Some(upstream URI)` exactly when `exposed` is what
     /// this namer makes of that URI (the prefix alphabet has no `+`, so the first `+` splits).
+    /// An unprefixed namer never claims a URI inside a reserved prefix: a read of
+    /// `<prefix>+…` can only ever reach that prefix's upstream.
     pub fn upstream_uri<'a>(&self, exposed: &'a str) -> Option<&'a str> {
         if exposed.len() > MAX_EXPOSED_URI {
             return None;
         }
         let upstream = match &self.uri_head {
             Some(head) => exposed.strip_prefix(head.as_str())?,
+            None if shadows_uri_prefix(exposed, &self.reserved).is_some() => return None,
             None => exposed,
         };
         check_uri(upstream).ok().map(|()| upstream)
@@ -239,12 +285,18 @@ pub fn shadows_prefix<'p>(exposed: &str, prefixes: &'p [String], sep: Separator)
         .map(String::as_str)
 }
 
-/// The URI counterpart of [`shadows_prefix`]: whether an unprefixed upstream's URI starts with
-/// `<prefix>+` for one of `prefixes` (a scheme may contain `+`). Returns the shadowed prefix.
+/// The URI counterpart of [`shadows_prefix`]: whether an unprefixed upstream's URI (or template)
+/// starts with `<prefix>+` for one of `prefixes` (a scheme may contain `+`). Schemes are
+/// case-insensitive (RFC 3986), so `FX+file:` lies in prefix `fx`'s namespace too. Returns the
+/// shadowed prefix.
 pub fn shadows_uri_prefix<'p>(exposed: &str, prefixes: &'p [String]) -> Option<&'p str> {
     prefixes
         .iter()
-        .find(|prefix| exposed.strip_prefix(prefix.as_str()).is_some_and(|rest| rest.starts_with('+')))
+        .find(|prefix| {
+            let head = exposed.as_bytes().get(..prefix.len());
+            head.is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+                && exposed.as_bytes().get(prefix.len()) == Some(&b'+')
+        })
         .map(String::as_str)
 }
 
@@ -418,5 +470,39 @@ mod tests {
         assert_eq!(shadows_uri_prefix("git+ssh://h", &prefixes), Some("git"));
         assert_eq!(shadows_uri_prefix("https://github+x", &prefixes), None);
         assert_eq!(shadows_uri_prefix("svn+ssh://h", &prefixes), None);
+        assert_eq!(shadows_uri_prefix("GitHub+https://h", &prefixes), Some("github"), "schemes ignore case");
+        assert_eq!(shadows_uri_prefix("github", &prefixes), None);
+        assert_eq!(shadows_uri_prefix("gi+x:", &prefixes), None);
+        assert_eq!(shadows_uri_prefix("é+x:", &["e".to_owned()]), None, "no panic inside a character");
+    }
+
+    #[test]
+    fn an_unprefixed_namer_keeps_out_of_the_reserved_namespaces() {
+        let prefixes = ["fx".to_owned(), "git".to_owned()];
+        let root = Namer::new(None, Separator::Underscore).reserving(&prefixes);
+        assert_eq!(
+            root.expose_name("fx_echo"),
+            Err(NameRefusal::ShadowsPrefix { exposed: "fx_echo".into(), prefix: "fx".into() })
+        );
+        assert_eq!(root.upstream_name("fx_echo"), None);
+        assert_eq!(root.expose_name("fxecho").unwrap(), "fxecho");
+        assert_eq!(root.upstream_name("git.log"), Some("git.log"), "another separator is not the namespace");
+        for uri in ["fx+file:///docs/secret.txt", "fx+file:///{dir}/{name}", "FX+file:///docs/secret.txt"] {
+            assert_eq!(
+                root.expose_uri(uri),
+                Err(NameRefusal::UriShadowsPrefix { exposed: uri.into(), prefix: "fx".into() }),
+                "{uri}"
+            );
+            assert_eq!(root.upstream_uri(uri), None, "{uri}");
+        }
+        assert_eq!(root.expose_uri("file:///fx+x").unwrap(), "file:///fx+x");
+        assert_eq!(root.upstream_uri("fxx+file:///a"), Some("fxx+file:///a"));
+        let reason = root.expose_uri("fx+file:///a").unwrap_err().to_string();
+        assert_eq!(reason, "unprefixed URI \"fx+file:///a\" lies in upstream prefix \"fx\"'s namespace");
+        // A prefixed namer's namespace is its own: reserving changes nothing.
+        let fx = Namer::new(Some("fx"), Separator::Underscore).reserving(&prefixes);
+        assert_eq!(fx.expose_uri("file:///a").unwrap(), "fx+file:///a");
+        assert_eq!(fx.upstream_uri("fx+file:///a"), Some("file:///a"));
+        assert_eq!(fx.expose_name("git_x").unwrap(), "fx_git_x");
     }
 }

@@ -1296,6 +1296,9 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         if let Some(flusher) = web_audit_flusher {
             let _ = flusher.await;
         }
+        if let Some(gateway) = &gateway {
+            gateway.flush_churn().await;
+        }
         server.flush_audit().await;
         checkpointer.shutdown().await;
         return Ok(ExitCode::SUCCESS);
@@ -1327,6 +1330,10 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     web_audit_stop.cancel();
     if let Some(flusher) = web_audit_flusher {
         let _ = flusher.await;
+    }
+    // Definition churn counted but not yet on the record is written before the exit.
+    if let Some(gateway) = &gateway {
+        gateway.flush_churn().await;
     }
     server.flush_audit().await;
     checkpointer.shutdown().await;

@@ -14,17 +14,17 @@ use crate::harness::{Exchange, Palisade, Stream, TempDir, confirmed_tool_call, s
 use crate::upstream_fixture::{Upstream, tool};
 
 /// How long any awaited change may take (the gateway re-lists and polls decisions every second).
-const PATIENCE: Duration = Duration::from_secs(30);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A running gateway and its configuration file.
-struct Gateway {
-    server: Palisade,
-    config: String,
+pub(crate) struct Gateway {
+    pub(crate) server: Palisade,
+    pub(crate) config: String,
 }
 
 /// Boots `palisade gateway` with `[pins]` polling every second (plus `pins`, more `[pins]`
 /// lines) and `upstreams` (the `[[upstreams]]` tables).
-fn boot(pins: &str, upstreams: &str) -> Gateway {
+pub(crate) fn boot(pins: &str, upstreams: &str) -> Gateway {
     let dir = TempDir::new();
     let config = dir.0.join("gateway.toml").to_str().unwrap().to_owned();
     let text = format!(
@@ -37,12 +37,12 @@ fn boot(pins: &str, upstreams: &str) -> Gateway {
 }
 
 /// `[[upstreams]]` for `id` at `url` with `extra` lines.
-fn upstream(id: &str, url: &str, extra: &str) -> String {
+pub(crate) fn upstream(id: &str, url: &str, extra: &str) -> String {
     format!("[[upstreams]]\nid = \"{id}\"\nurl = \"{url}\"\n{extra}\n")
 }
 
 /// Runs `palisade ARGS`: (exit code, stdout, stderr).
-fn palisade(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
+pub(crate) fn palisade(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_palisade"))
         .args(args)
         .envs(envs.iter().copied())
@@ -57,7 +57,7 @@ fn palisade(args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
 
 impl Gateway {
     /// `palisade ARGS --config <this gateway's file>`, which must succeed; its stdout.
-    fn cli(&self, args: &[&str]) -> String {
+    pub(crate) fn cli(&self, args: &[&str]) -> String {
         let mut all = args.to_vec();
         all.extend(["--config", &self.config]);
         let (code, stdout, stderr) = palisade(&all, &[]);
@@ -66,19 +66,19 @@ impl Gateway {
     }
 
     /// A bearer token for this gateway with `scope`.
-    fn token(&self, subject: &str, scope: &str) -> String {
+    pub(crate) fn token(&self, subject: &str, scope: &str) -> String {
         self.cli(&["dev", "token", "--subject", subject, "--tenant", "t1", "--client", "c1", "--scope", scope])
             .trim()
             .to_owned()
     }
 
     /// Approves every pending or held definition of `upstream`.
-    fn approve_all(&self, upstream: &str) {
+    pub(crate) fn approve_all(&self, upstream: &str) {
         self.cli(&["pins", "approve", "--upstream", upstream, "--all", "--reviewer", "rita"]);
     }
 
     /// The pin id `pins list` shows for `upstream`'s `kind` named `name`, and its state.
-    fn pin(&self, upstream: &str, kind: &str, name: &str) -> Option<(String, String)> {
+    pub(crate) fn pin(&self, upstream: &str, kind: &str, name: &str) -> Option<(String, String)> {
         let listing = self.cli(&["pins", "list", "--upstream", upstream]);
         listing.lines().skip(1).find_map(|line| {
             let columns: Vec<&str> = line.split_whitespace().collect();
@@ -90,7 +90,7 @@ impl Gateway {
     }
 
     /// The names `tools/list` shows `token`.
-    async fn tools(&self, token: &str) -> Vec<String> {
+    pub(crate) async fn tools(&self, token: &str) -> Vec<String> {
         let params = with_meta(json!({}), json!({}));
         let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params });
         let listing = send(post(&self.server, token, "tools/list").body(body.to_string())).await;
@@ -102,7 +102,7 @@ impl Gateway {
     /// Waits (bounded) until `tools/list` satisfies `wanted`; returns that listing. While no
     /// tool is served the gateway answers `tools/list` as an unknown method (see
     /// `an_unreviewed_gateway_still_serves_an_empty_tools_list`): read as an empty list here.
-    async fn wait_tools(&self, token: &str, what: &str, wanted: impl Fn(&[String]) -> bool) -> Vec<String> {
+    pub(crate) async fn wait_tools(&self, token: &str, what: &str, wanted: impl Fn(&[String]) -> bool) -> Vec<String> {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             let tools = self.tools_or_none(token).await;
@@ -127,7 +127,7 @@ impl Gateway {
     }
 
     /// Waits (bounded) until `pins list` shows `upstream`'s tool `name` in `state`; its pin id.
-    async fn wait_pin(&self, upstream: &str, name: &str, state: &str) -> String {
+    pub(crate) async fn wait_pin(&self, upstream: &str, name: &str, state: &str) -> String {
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             let pin = self.pin(upstream, "tool", name);
@@ -141,13 +141,13 @@ impl Gateway {
         }
     }
 
-    async fn call(&self, token: &str, name: &str, arguments: Value) -> Exchange {
+    pub(crate) async fn call(&self, token: &str, name: &str, arguments: Value) -> Exchange {
         send(tool_call(&self.server, token, name, arguments)).await
     }
 }
 
 /// A 2026-07-28 POST to `server` with a bearer token (no `Mcp-Name`).
-fn post(server: &Palisade, token: &str, method: &str) -> reqwest::RequestBuilder {
+pub(crate) fn post(server: &Palisade, token: &str, method: &str) -> reqwest::RequestBuilder {
     reqwest::Client::new()
         .post(&server.url)
         .header("content-type", "application/json")
@@ -158,7 +158,7 @@ fn post(server: &Palisade, token: &str, method: &str) -> reqwest::RequestBuilder
 }
 
 /// The text of a successful tool result's first content block.
-fn text_of(exchange: &Exchange) -> String {
+pub(crate) fn text_of(exchange: &Exchange) -> String {
     assert_eq!(exchange.status, 200, "{exchange:?}");
     let result = exchange.result();
     assert_eq!(result["resultType"], "complete", "{result}");
@@ -167,7 +167,7 @@ fn text_of(exchange: &Exchange) -> String {
 }
 
 /// The answer to a name that is not served must be the very answer to a name that never existed.
-async fn assert_unknown(gateway: &Gateway, token: &str, name: &str) {
+pub(crate) async fn assert_unknown(gateway: &Gateway, token: &str, name: &str) {
     let refused = gateway.call(token, name, json!({ "text": "x" })).await;
     let never = gateway.call(token, "never_existed_anywhere", json!({ "text": "x" })).await;
     assert_eq!(refused.error_code(), -32602, "{:?}", refused.response());

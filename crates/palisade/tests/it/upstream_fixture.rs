@@ -1,7 +1,9 @@
 //! An MCP upstream for gateway tests: 2026-07-28 over Streamable HTTP on `127.0.0.1:0`,
 //! stateless (`server/discover`, `tools/list`, `tools/call` echoing its arguments, `prompts/list`,
-//! `prompts/get`, `subscriptions/listen`), whose tool list a test can change while it serves and
-//! which records every request it receives (headers and body).
+//! `prompts/get`, `subscriptions/listen`, and, once [`Upstream::set_resources`] was called before
+//! the gateway connects, `resources/list`, `resources/templates/list` and `resources/read`
+//! answering the URI it was asked), whose tool list a test can change while it serves and which
+//! records every request it receives (headers and body).
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -42,6 +44,8 @@ impl RecordedRequest {
 struct Shared {
     tools: Mutex<Vec<Value>>,
     prompts: Mutex<Vec<Value>>,
+    /// (resources, resource templates), when it offers resources.
+    resources: Mutex<Option<(Vec<Value>, Vec<Value>)>>,
     requests: Mutex<Vec<RecordedRequest>>,
     /// List-changed notification methods for the open listen streams.
     changes: broadcast::Sender<String>,
@@ -65,6 +69,7 @@ impl Upstream {
         let shared = Arc::new(Shared {
             tools: Mutex::new(tools),
             prompts: Mutex::new(Vec::new()),
+            resources: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             changes: broadcast::channel(16).0,
         });
@@ -92,6 +97,21 @@ impl Upstream {
     /// Replaces the prompt list.
     pub fn set_prompts(&self, prompts: Vec<Value>) {
         *self.shared.prompts.lock().unwrap() = prompts;
+    }
+
+    /// Offers `resources` and resource `templates` (and the `resources` capability, to a client
+    /// that discovers it after this call).
+    pub fn set_resources(&self, resources: Vec<Value>, templates: Vec<Value>) {
+        *self.shared.resources.lock().unwrap() = Some((resources, templates));
+    }
+
+    /// The URIs of the `resources/read` requests received so far.
+    pub fn reads(&self) -> Vec<String> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r.method() == "resources/read")
+            .map(|r| r.body["params"]["uri"].as_str().unwrap_or("").to_owned())
+            .collect()
     }
 
     /// Sends `notifications/tools/list_changed` on every open listen stream.
@@ -164,17 +184,37 @@ async fn handle(State(shared): State<Arc<Shared>>, method: Method, headers: Head
         return Response::builder().status(StatusCode::ACCEPTED).body(Body::empty()).expect("response");
     };
     let params = &rpc["params"];
+    let resources = shared.resources.lock().unwrap().clone();
     match rpc["method"].as_str().unwrap_or("") {
-        "server/discover" => complete(
-            &id,
-            json!({
-                "supportedVersions": ["2026-07-28"],
-                "capabilities": { "tools": { "listChanged": true }, "prompts": { "listChanged": true } },
-                "instructions": INSTRUCTIONS,
-                "ttlMs": 0,
-                "cacheScope": "public",
-            }),
-        ),
+        "server/discover" => {
+            let mut capabilities = json!({ "tools": { "listChanged": true }, "prompts": { "listChanged": true } });
+            if resources.is_some() {
+                capabilities["resources"] = json!({});
+            }
+            complete(
+                &id,
+                json!({
+                    "supportedVersions": ["2026-07-28"],
+                    "capabilities": capabilities,
+                    "instructions": INSTRUCTIONS,
+                    "ttlMs": 0,
+                    "cacheScope": "public",
+                }),
+            )
+        }
+        "resources/list" if resources.is_some() => {
+            let listed = resources.map(|(listed, _)| listed).unwrap_or_default();
+            complete(&id, json!({ "resources": listed, "ttlMs": 0, "cacheScope": "public" }))
+        }
+        "resources/templates/list" if resources.is_some() => {
+            let listed = resources.map(|(_, templates)| templates).unwrap_or_default();
+            complete(&id, json!({ "resourceTemplates": listed, "ttlMs": 0, "cacheScope": "public" }))
+        }
+        "resources/read" if resources.is_some() => {
+            let uri = params["uri"].as_str().unwrap_or("");
+            let text = format!("read {uri}");
+            complete(&id, json!({ "contents": [{ "uri": uri, "mimeType": "text/plain", "text": text }] }))
+        }
         "tools/list" => {
             let tools = shared.tools.lock().unwrap().clone();
             complete(&id, json!({ "tools": tools, "ttlMs": 0, "cacheScope": "public" }))
