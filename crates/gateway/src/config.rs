@@ -392,6 +392,30 @@ pub struct UpstreamSettings {
     pub credential: CredentialConfig,
 }
 
+impl UpstreamSettings {
+    /// The per-tool rules (`deny`, `confirm`, `no_confirm`, `tasks`, `tool_scopes`) that name a
+    /// tool `listed` does not contain, as a sentence each: a rule that matches nothing protects
+    /// nothing (a misspelt or renamed tool), so the gateway warns at start and `gateway status`
+    /// shows it.
+    pub fn unmatched_tool_rules<'a>(&self, listed: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let listed: BTreeSet<&str> = listed.into_iter().collect();
+        let rules = [
+            ("deny", self.deny.iter().collect::<Vec<_>>()),
+            ("confirm", self.confirm.iter().collect()),
+            ("no_confirm", self.no_confirm.iter().collect()),
+            ("tasks", self.tasks.iter().collect()),
+            ("tool_scopes", self.tool_scopes.keys().collect()),
+        ];
+        let mut unmatched = Vec::new();
+        for (key, names) in rules {
+            for name in names.into_iter().filter(|name| !listed.contains(name.as_str())) {
+                unmatched.push(format!("{key} names {name:?}, which this upstream does not list: it matches nothing"));
+            }
+        }
+        unmatched
+    }
+}
+
 /// Largest accepted `max_response_bytes` (256 MiB).
 const MAX_RESPONSE_CAP: u64 = 256 * 1024 * 1024;
 
@@ -1172,5 +1196,18 @@ mod tests {
         assert_eq!(key_of("[web]\ntls_cert_file = \"/c\"\ntls_key_file = \"/k\"\n"), "web.public_url");
         assert_eq!(key_of("[web]\npublic_url = \"https://h/\"\ntls_key_file = \"/k\"\n"), "web.tls_cert_file");
         assert_eq!(key_of("[web]\npublic_url = \"https://h/\"\ntls_cert_file = \"/c\"\n"), "web.tls_key_file");
+    }
+
+    #[test]
+    fn per_tool_rules_naming_no_listed_tool_are_reported() {
+        let text = "[[upstreams]]\nid = \"ops\"\nurl = \"https://ops.example/mcp\"\ndeny = [\"printEnv\", \"get-env\"]\n\
+                    tasks = [\"slow\"]\nno_confirm = [\"x\"]\n";
+        let settings = upstreams(text).unwrap();
+        let upstream = &settings.upstreams[0];
+        let unmatched = upstream.unmatched_tool_rules(["get-env", "slow"]);
+        assert_eq!(unmatched.len(), 2, "{unmatched:?}");
+        assert!(unmatched[0].starts_with("deny names \"printEnv\""), "{unmatched:?}");
+        assert!(unmatched[1].starts_with("no_confirm names \"x\""), "{unmatched:?}");
+        assert!(upstream.unmatched_tool_rules(["get-env", "slow", "printEnv", "x"]).is_empty());
     }
 }

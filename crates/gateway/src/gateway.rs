@@ -156,6 +156,9 @@ pub struct UpstreamStatus {
     pub launch: Option<PinEntry>,
     /// A stdio upstream's running processes.
     pub processes: Option<usize>,
+    /// Its per-tool rules that match no listed tool
+    /// ([`crate::config::UpstreamSettings::unmatched_tool_rules`]; empty before a listing).
+    pub unmatched_rules: Vec<String>,
 }
 
 struct Inner {
@@ -540,6 +543,13 @@ impl Gateway {
                     listed,
                     launch: lock(&upstream.launch).clone(),
                     processes: upstream.client.processes(),
+                    unmatched_rules: lock(&upstream.listing)
+                        .as_ref()
+                        .map(|listing| {
+                            let names = listing.tools.iter().filter_map(|tool| tool.get("name")?.as_str());
+                            upstream.settings.unmatched_tool_rules(names)
+                        })
+                        .unwrap_or_default(),
                 }
             })
             .collect()

@@ -448,6 +448,11 @@ pub async fn status(config: &Path) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    for status in gateway.status() {
+        for rule in &status.unmatched_rules {
+            println!("  warning: {}: {rule}", status.id);
+        }
+    }
     for entry in report.iter().filter(|entry| !entry.served && entry.kind != DefinitionKind::Launch.as_str()) {
         // The name is the upstream's: shown with its hidden characters as markers.
         println!(

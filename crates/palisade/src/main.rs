@@ -1094,6 +1094,9 @@ async fn start_gateway(
                 _ => "unreachable; retrying",
             }
         );
+        for rule in &status.unmatched_rules {
+            eprintln!("WARNING: upstream {}: {rule}", status.id);
+        }
     }
     Ok((gateway, app))
 }

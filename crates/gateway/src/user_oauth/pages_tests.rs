@@ -11,6 +11,7 @@ use palisade_server::secret::ServerSecret;
 use palisade_server::surface_audit::SurfaceAudit;
 use palisade_store::{SqliteStore, Store};
 use tower::ServiceExt as _;
+use url::Url;
 
 use super::super::{Discovered, UpstreamOAuth, UserOAuthSettings, lock};
 use super::*;

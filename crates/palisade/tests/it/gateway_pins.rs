@@ -640,3 +640,31 @@ fn config_check_of_a_gateway_file_names_the_bad_key_and_shows_no_secret() {
     assert!(!stdout.contains(secret) && !stderr.contains(secret), "the secret is shown: {stdout}{stderr}");
     assert!(!stdout.contains("9f8e7d6c5b4a"), "{stdout}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_per_tool_rule_that_matches_no_tool_is_a_warning_in_gateway_status() {
+    let ops = Upstream::start(vec![tool("get-env", "Prints the environment."), tool("plain", "")]).await;
+    // README once denied `printEnv`, a name the server no longer lists: the rule protected nothing.
+    let policy = "deny = [\"printEnv\", \"get-env\"]\nconfirm = [\"plain\", \"plian\"]\n[upstreams.tool_scopes]\nnope = [\"ops:admin\"]";
+    let dir = TempDir::new();
+    let config = dir.0.join("gateway.toml");
+    let text = format!(
+        "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[auth]\ndev_issuer = true\n\n{}",
+        dir.path(),
+        upstream("ops", &ops.url, policy)
+    );
+    std::fs::write(&config, text).unwrap();
+    let (code, stdout, stderr) = palisade(&["gateway", "status", "--config", config.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let warnings: Vec<&str> = stdout.lines().filter(|line| line.contains("warning: ops:")).collect();
+    assert_eq!(warnings.len(), 3, "{stdout}");
+    for (key, name) in [("deny", "printEnv"), ("confirm", "plian"), ("tool_scopes", "nope")] {
+        assert!(
+            warnings.iter().any(|w| w.contains(&format!("{key} names \"{name}\"")) && w.contains("matches nothing")),
+            "{key} {name}: {stdout}"
+        );
+    }
+    assert!(!stdout.contains("names \"get-env\"") && !stdout.contains("names \"plain\""), "{stdout}");
+    // The gateway says so at start too.
+    assert!(stderr.contains("WARNING: upstream ops: deny names \"printEnv\""), "{stderr}");
+}
