@@ -19,6 +19,23 @@ pub fn subject_of(row: &PinRow) -> Option<PinSubject> {
     })
 }
 
+/// The diff of the definition last decided on and the current one, each side labelled with its
+/// state (`rejected by alice at …`, `current, pending`): `None` when nothing was decided yet,
+/// empty when the current definition is the one decided on. Shared by `pins diff` and the
+/// review page.
+pub fn decided_diff(row: &PinRow, pins: &PinSettings) -> Option<String> {
+    let decision = row.decision.as_ref()?;
+    let decided = row.decided_definition.as_deref()?;
+    let decided_label = format!(
+        "{} by {} at {}",
+        decision.verdict.as_str(),
+        decision.reviewer,
+        palisade_base::time::format_rfc3339_ms(decision.decided_at_ms)
+    );
+    let current_label = format!("current, {}", state_of(row, pins).as_str());
+    Some(crate::pins::diff(&decided_label, decided, &current_label, &row.observation.definition))
+}
+
 /// The state `row` is in under `pins` (signatures checked against its reviewer keys).
 pub fn state_of(row: &PinRow, pins: &PinSettings) -> PinState {
     let subject = subject_of(row);

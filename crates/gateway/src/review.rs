@@ -44,9 +44,9 @@ use palisade_store::{PinRow, PinVerdict, Store};
 
 use crate::config::PinSettings;
 use crate::credentials::Secret;
-use crate::decisions::{Reviewer, record, state_of};
+use crate::decisions::{Reviewer, decided_diff, record, state_of};
 use crate::findings::{self, Finding, ToolNames};
-use crate::pins::{PinState, diff};
+use crate::pins::PinState;
 use crate::web::{
     Form, Page, PageKeys, SeeOther, WebAudit, clear_host_cookie, error_page, escape, host_cookie, random_token,
     read_cookie,
@@ -302,9 +302,8 @@ async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response
     for (row, state, found) in &rows {
         let o = &row.observation;
         let hidden = hidden_notice(&o.definition);
-        let change = match &row.decided_definition {
-            Some(decided) => {
-                let text = diff(decided, &o.definition);
+        let change = match decided_diff(row, &review.pins) {
+            Some(text) => {
                 format!(
                     "<p>Changed since it was last decided on:</p>{hidden}<pre class=\"diff\">{}</pre>",
                     revealed_html(&text, false)

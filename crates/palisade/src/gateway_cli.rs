@@ -11,10 +11,10 @@ use clap::Subcommand;
 use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_base::reveal::{count_hidden_json, notice, notice_for, reveal, reveal_line};
 use palisade_gateway::config::GatewaySettings;
-use palisade_gateway::decisions::{Reviewer, record, state_of};
+use palisade_gateway::decisions::{Reviewer, decided_diff, record, state_of};
 use palisade_gateway::findings::{ToolNames, for_row, render_text};
 use palisade_gateway::launch::LaunchSpec;
-use palisade_gateway::pins::{DefinitionKind, PinState, diff};
+use palisade_gateway::pins::{DefinitionKind, PinState};
 use palisade_store::{PinRow, PinVerdict, Store};
 
 use crate::config::Settings;
@@ -214,10 +214,9 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
             let (_, gateway, store) = open(&config).await?;
             let row = store.pin(&id).await.context("reading the pin")?.with_context(|| format!("no pin {id}"))?;
             let shown = reveal_line(&id);
-            match &row.decided_definition {
+            match decided_diff(&row, &gateway.pins) {
                 None => println!("{shown} was never decided on: `palisade pins show {shown}` shows its definition"),
-                Some(decided) => {
-                    let text = diff(decided, &row.observation.definition);
+                Some(text) => {
                     if text.is_empty() {
                         println!("{shown}: the current definition is the one decided on");
                     } else {
