@@ -292,13 +292,34 @@ pub struct RawAuth {
 }
 
 /// `[auth] dev_issuer = true|false`, or the `[auth.dev_issuer]` table.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RawDevIssuer {
     /// `dev_issuer = true|false`.
     Enabled(bool),
     /// `[auth.dev_issuer]`.
     Table(RawDevIssuerTable),
+}
+
+/// `true`/`false` or the table, with the table's own errors (an unknown key, a bad value) kept:
+/// an untagged enum would answer every mistake with "did not match any variant".
+impl<'de> Deserialize<'de> for RawDevIssuer {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = RawDevIssuer;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or an [auth.dev_issuer] table")
+            }
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<RawDevIssuer, E> {
+                Ok(RawDevIssuer::Enabled(on))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<RawDevIssuer, A::Error> {
+                RawDevIssuerTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawDevIssuer::Table)
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
 }
 
 /// `[auth.dev_issuer]`: the development issuer and its authorization server.
@@ -804,18 +825,50 @@ fn validate_killswitch(
 
 /// Parses TOML text.
 pub fn parse(text: &str) -> Result<RawConfig, ConfigError> {
-    toml::from_str(text).map_err(|e| {
-        let message = e.message().to_owned();
-        let named = message.split('`').nth(1).map(str::to_owned);
-        // An unknown key names itself; a bad value (`max_connections = -1`) is named by the line
-        // it is on.
-        let key = if message.starts_with("unknown field") {
-            named
-        } else {
-            e.span().and_then(|span| key_at(text, span.start)).or(named)
+    let syntax = |e: toml::de::Error| {
+        let key = e.span().and_then(|span| key_at(text, span.start));
+        bad(&key.unwrap_or_else(|| "(file)".to_owned()), e.message().to_owned())
+    };
+    let deserializer = toml::Deserializer::parse(text).map_err(syntax)?;
+    // The path of the key being read when an error happened (`pins.relist_sec`,
+    // `upstreams[1].prefix`): serde's own errors name only the last part.
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().message().to_owned();
+        let unknown = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next());
+        let key = match unknown {
+            // The path ends at the table holding the unknown key (or at the key itself).
+            Some(name) if path == "." || path.is_empty() => name.to_owned(),
+            Some(name) if path.ends_with(name) => path,
+            Some(name) => format!("{path}.{name}"),
+            None if path == "." || path.is_empty() => {
+                e.inner().span().and_then(|span| key_at(text, span.start)).unwrap_or_else(|| "(file)".to_owned())
+            }
+            None => path,
         };
-        bad(&key.unwrap_or_else(|| "(file)".to_owned()), message)
+        let reason = match unknown.and_then(|name| closest(name, &expected_names(&message))) {
+            Some(near) => format!("unknown key; did you mean `{near}`? ({message})"),
+            None if unknown.is_some() => format!("unknown key ({message})"),
+            None => message,
+        };
+        bad(&key, reason)
     })
+}
+
+/// The names in serde's "expected one of `a`, `b`" (or "expected `a`") tail of an error.
+fn expected_names(message: &str) -> Vec<&str> {
+    let Some((_, tail)) = message.split_once("expected") else { return Vec::new() };
+    tail.split('`').skip(1).step_by(2).collect()
+}
+
+/// The candidate nearest to `name`, when it is close enough to be a typo of it.
+fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    candidates
+        .iter()
+        .map(|candidate| (strsim::jaro_winkler(name, candidate), *candidate))
+        .filter(|(similarity, _)| *similarity >= 0.85)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, candidate)| candidate)
 }
 
 /// The dotted key of the `name = value` line holding byte `at` of `text`: the table header above
@@ -1345,7 +1398,98 @@ impl Settings {
     }
 }
 
+/// `url` with any password in it replaced (a store or Redis URL may carry one).
+fn without_password(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("redacted"));
+            parsed.to_string()
+        }
+        _ => url.to_owned(),
+    }
+}
+
 impl Settings {
+    /// What `palisade config check` prints: what will run, on which addresses, with which
+    /// issuers and upstreams, one line each (never a secret: passwords in URLs and header
+    /// values are left out).
+    pub fn summary(&self) -> String {
+        let mut out = String::new();
+        let mut line = |label: &str, value: String| out.push_str(&format!("{:<20}{value}\n", format!("{label}:")));
+        let app = match self.app {
+            AppChoice::Demo => "demo (the tea shop)",
+            AppChoice::Conformance => "conformance (the fixture of the official conformance suite)",
+            AppChoice::Gateway => "gateway",
+        };
+        line("app", app.to_owned());
+        line("listen", format!("http://{} (public URL {})", self.listen, self.public_url));
+        line("metrics", self.metrics_listen.map_or("not served".to_owned(), |a| format!("http://{a}/metrics")));
+        line("store", without_password(&self.store));
+        line("data directory", self.data_dir.display().to_string());
+        let auth = match self.auth_mode {
+            AuthMode::None => "none (loopback and stdio only)".to_owned(),
+            AuthMode::Bearer if self.issuers.is_empty() => "bearer".to_owned(),
+            AuthMode::Bearer => format!(
+                "bearer, issuers {}",
+                self.issuers.iter().map(|issuer| issuer.issuer.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        };
+        line("authentication", auth);
+        line("development issuer", self.dev_issuer_why.to_owned());
+        let killswitch = match &self.killswitch.mode {
+            KillSwitchMode::Off => "off".to_owned(),
+            KillSwitchMode::Dev { dir } => format!("development authority in-process ({})", dir.display()),
+            KillSwitchMode::Authority(authority) => format!("authority at {}", authority.authority_url),
+        };
+        line("kill switch", killswitch);
+        line(
+            "audit",
+            format!(
+                "segment {}, checkpoints every {} s",
+                self.audit_segment_dir.display(),
+                self.audit_checkpoint_interval_secs
+            ),
+        );
+        line("session wire", if self.legacy.enabled { self.legacy.versions.join(", ") } else { "off".to_owned() });
+        line("delegation", if self.delegation.is_some() { "on" } else { "off" }.to_owned());
+        let telemetry = match &self.telemetry {
+            None => "off".to_owned(),
+            Some(telemetry) => format!(
+                "traces to {}{}",
+                telemetry.traces_url,
+                if telemetry.headers.0.is_empty() {
+                    String::new()
+                } else {
+                    let names: Vec<&str> = telemetry.headers.0.iter().map(|(name, _)| name.as_str()).collect();
+                    format!(" with headers {} (values not shown)", names.join(", "))
+                }
+            ),
+        };
+        line("telemetry", telemetry);
+        if let Some(events) = &self.events_redis {
+            line("events", without_password(events));
+        }
+        if let Some(gateway) = &self.gateway {
+            for upstream in &gateway.upstreams {
+                let target = match &upstream.stdio {
+                    Some(stdio) => format!("runs {} (confinement {})", stdio.command, stdio.confinement.as_str()),
+                    None => upstream.url.to_string(),
+                };
+                let prefix = match &upstream.prefix {
+                    Some(prefix) => format!("names {prefix}{}…", gateway.separator.as_str()),
+                    None => "unprefixed".to_owned(),
+                };
+                line("upstream", format!("{}: {target}, {prefix}", upstream.id));
+            }
+            if let Some(web) = &gateway.web {
+                let review = if web.review_token.is_some() { "review page on" } else { "review page off" };
+                let sign_in = web.sign_in.as_ref().map_or(String::new(), |s| format!(", sign-in at {}", s.issuer));
+                line("web pages", format!("https://{} as {} ({review}{sign_in})", web.listen, web.public_url));
+            }
+        }
+        out
+    }
+
     /// The value of every option marked [`OptionSpec::protected`], by key (`None`: not set in
     /// this configuration). A test holds this list to the option table, so a new secret-file
     /// option cannot be left out of what stdio upstreams are kept from.
@@ -1765,6 +1909,28 @@ mod tests {
     }
 
     #[test]
+    fn a_misspelt_key_is_named_by_its_full_path_with_the_key_it_is_close_to() {
+        let upstream = "[[upstreams]]\nid = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+        for (text, key, near) in [
+            ("[pins]\nrelist_sec = 5\n", "pins.relist_sec", Some("relist_secs")),
+            (&format!("{upstream}{upstream}prefx = \"b\"\n") as &str, "upstreams[1].prefx", Some("prefix")),
+            ("[auth.dev_issuer]\nauto_aprove = true\n", "auth.dev_issuer.auto_aprove", Some("auto_approve")),
+            ("[auth]\ndev_isuer = true\n", "auth.dev_isuer", Some("dev_issuer")),
+            ("colour = \"blue\"\n", "colour", None),
+            ("[limits]\nmax_connections = -1\n", "limits.max_connections", None),
+            ("[auth.dev_issuer]\nauto_approve = \"yes\"\n", "auth.dev_issuer.auto_approve", None),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert_eq!(error.key, key, "{text}: {error}");
+            match near {
+                Some(near) => assert!(error.reason.contains(&format!("did you mean `{near}`?")), "{text}: {error}"),
+                None => assert!(!error.reason.contains("did you mean"), "{text}: {error}"),
+            }
+            assert!(!error.reason.contains("untagged"), "{text}: {error}");
+        }
+    }
+
+    #[test]
     fn bad_values_name_their_key() {
         for (text, key) in [
             ("app = \"shop\"", "app"),
@@ -1786,7 +1952,7 @@ mod tests {
             ("[audit]\ntransport_refusal_interval_secs = 86400", "audit.transport_refusal_interval_secs"),
             ("[audit]\ncheckpoint_interval_secs = 0", "audit.checkpoint_interval_secs"),
             ("[audit]\ndurability = \"always\"", "audit.durability"),
-            ("[audit]\nretention = 1", "retention"),
+            ("[audit]\nretention = 1", "audit.retention"),
             ("[auth]\nleeway_secs = 3600", "auth.leeway_secs"),
             ("[auth]\nmode = \"magic\"", "auth.mode"),
             (
@@ -1821,7 +1987,7 @@ mod tests {
                 "[handles.policies.basket]\nttl_secs = 60\nallowed_scopes = [\"a\"]\nmax_scopes = 1\npolicy_version = 0",
                 "handles.policies.basket",
             ),
-            ("[handles]\nsubject_key = \"x\"", "subject_key"),
+            ("[handles]\nsubject_key = \"x\"", "handles.subject_key"),
             ("[killswitch]\nmode = \"maybe\"", "killswitch.mode"),
             ("[killswitch]\nmode = \"authority\"", "killswitch.authority_url"),
             ("[killswitch]\nmode = \"authority\"\nauthority_url = \"http://a:1\"", "killswitch.authority_url"),
@@ -1837,7 +2003,7 @@ mod tests {
             ("[legacy]\nversions = [\"2024-11-05\"]", "legacy.versions"),
             ("[legacy]\nidle_timeout_secs = 1", "legacy.idle_timeout_secs"),
             ("[legacy]\nidle_timeout_secs = 600\nabsolute_timeout_secs = 60", "legacy.absolute_timeout_secs"),
-            ("[legacy]\nsticky = true", "sticky"),
+            ("[legacy]\nsticky = true", "legacy.sticky"),
             ("[telemetry]\notlp_endpoint = \"\"", "telemetry.otlp_endpoint"),
             ("[telemetry]\notlp_endpoint = \"collector:4318\"", "telemetry.otlp_endpoint"),
             ("[telemetry]\notlp_endpoint = \"grpc://collector:4317\"", "telemetry.otlp_endpoint"),
@@ -1850,8 +2016,8 @@ mod tests {
             ("[telemetry]\nsampling_ratio = nan", "telemetry.sampling_ratio"),
             ("[telemetry]\notlp_headers_file = \"/nonexistent/otlp-headers\"", "telemetry.otlp_headers_file"),
             // Collector credentials never come from the file itself.
-            ("[telemetry]\notlp_headers = \"authorization=x\"", "otlp_headers"),
-            ("[telemetry]\nendpoint = \"http://collector:4318\"", "endpoint"),
+            ("[telemetry]\notlp_headers = \"authorization=x\"", "telemetry.otlp_headers"),
+            ("[telemetry]\nendpoint = \"http://collector:4318\"", "telemetry.endpoint"),
         ] {
             let error = check(text).unwrap_err();
             assert_eq!(error.key, key, "{text}: {error}");
@@ -2167,7 +2333,7 @@ mod tests {
         // An environment-only option is refused in the file.
         for spec in OPTIONS.iter().filter(|spec| !spec.in_file) {
             let (section, name) = spec.key.rsplit_once('.').unwrap();
-            assert_eq!(parse(&format!("[{section}]\n{name} = \"x\"")).unwrap_err().key, name);
+            assert_eq!(parse(&format!("[{section}]\n{name} = \"x\"")).unwrap_err().key, spec.key);
         }
     }
 

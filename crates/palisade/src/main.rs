@@ -489,8 +489,8 @@ fn config_check(file: &Path) -> anyhow::Result<ExitCode> {
     let settings = settings(Some(file), None)?;
     #[allow(clippy::print_stdout)]
     {
-        println!("development issuer: {}", settings.dev_issuer_why);
-        println!("ok: {settings:#?}");
+        print!("{}", settings.summary());
+        println!("ok");
     }
     Ok(ExitCode::SUCCESS)
 }

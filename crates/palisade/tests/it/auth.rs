@@ -313,6 +313,37 @@ fn config_check_names_the_bad_key() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("colour"));
 }
 
+#[test]
+fn config_check_names_a_misspelt_key_by_its_path_and_summarises_without_secrets() {
+    let dir = TempDir::new();
+    let upstream = "[[upstreams]]\nid = \"fx\"\nurl = \"http://127.0.0.1:9/mcp\"\n";
+    for (text, key, near) in [
+        (format!("[pins]\nrelist_sec = 5\n{upstream}"), "pins.relist_sec", "relist_secs"),
+        (format!("{upstream}{upstream}prefx = \"b\"\n"), "upstreams[1].prefx", "prefix"),
+        ("[auth.dev_issuer]\nauto_aprove = true\n".to_owned(), "auth.dev_issuer.auto_aprove", "auto_approve"),
+    ] {
+        let file = dir.0.join("typo.toml");
+        std::fs::write(&file, &text).unwrap();
+        let output = palisade(&["config", "check", file.to_str().unwrap()], &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{text}: {stderr}");
+        assert!(stderr.contains(&format!("{key}: unknown key; did you mean `{near}`?")), "{text}: {stderr}");
+        assert!(!stderr.contains("untagged"), "{stderr}");
+    }
+    let file = dir.0.join("good.toml");
+    let text = format!(
+        "store = \"postgres://palisade:pg-canary-password@db.internal/palisade\"\n[auth]\ndev_issuer = true\n{upstream}"
+    );
+    std::fs::write(&file, text).unwrap();
+    let output = palisade(&["config", "check", file.to_str().unwrap()], &[]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("app:                gateway"), "{stdout}");
+    assert!(stdout.contains("upstream:           fx: http://127.0.0.1:9/mcp"), "{stdout}");
+    assert!(stdout.contains("postgres://palisade:redacted@db.internal/palisade"), "{stdout}");
+    assert!(!stdout.contains("pg-canary-password") && !stdout.contains("Settings {"), "{stdout}");
+}
+
 /// `dev token` takes `serve`'s own flags (`--listen`, `--public-url`, `--data-dir`), so a token
 /// minted with the flags a server was started with is for that server; one minted for another
 /// address is refused by it (its audience is another resource).
