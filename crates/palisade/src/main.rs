@@ -310,11 +310,16 @@ struct GatewayArgs {
 #[derive(Subcommand)]
 enum GatewayCommand {
     /// Connect to every upstream now and print its health, protocol and pin states (exit 1 if
-    /// any upstream is unreachable).
+    /// any upstream is unreachable). Resolved as `palisade gateway` resolves: the same file,
+    /// environment and configuration flags, and stdio commands on the `PATH` the gateway recorded.
     Status {
         /// The gateway's configuration file.
         #[arg(long)]
         config: PathBuf,
+        /// `palisade gateway`'s configuration flags (`--data-dir`, `--store`, …), resolved exactly
+        /// as it resolves them.
+        #[command(flatten)]
+        flags: config::ConfigFlags,
     },
 }
 
@@ -374,8 +379,8 @@ fn main() -> ExitCode {
                 Some(settings) => serve(args, settings).await,
                 None => Err(anyhow::anyhow!("serve without settings")),
             },
-            Command::Gateway(GatewayArgs { command: Some(GatewayCommand::Status { config }), .. }) => {
-                gateway_cli::status(&config).await
+            Command::Gateway(GatewayArgs { command: Some(GatewayCommand::Status { config, flags }), .. }) => {
+                gateway_cli::status(&config, &flags).await
             }
             Command::Pins { command } => gateway_cli::pins(command).await,
             Command::Upstreams { command } => gateway_cli::upstreams(command).await,
@@ -448,6 +453,11 @@ fn settings(config: Option<&Path>, args: Option<&ServeArgs>) -> anyhow::Result<S
 /// whatever the file's `app` says.
 fn settings_for_app(config: Option<&Path>, app: Option<&str>) -> anyhow::Result<Settings> {
     resolve(config, &config::ConfigFlags::default(), false, app)
+}
+
+/// The settings `palisade gateway --config FILE FLAGS` runs with (`gateway status`).
+fn gateway_settings(config: &Path, flags: &config::ConfigFlags) -> anyhow::Result<Settings> {
+    resolve(Some(config), flags, false, Some("gateway"))
 }
 
 /// The one resolution of settings, for `serve` and every command that must agree with it
@@ -1212,6 +1222,10 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     };
     prepare_sqlite_dir(&settings)?;
     let secret = server_secret(&settings)?;
+    if settings.gateway.is_some() {
+        // Its operator's commands look stdio commands up where this process does.
+        gateway_cli::record_search_path(&settings)?;
+    }
     let subject_key = subject_key_bytes(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     let (audit_writer, checkpointer) = start_audit(&settings, &store, &secret).await?;
