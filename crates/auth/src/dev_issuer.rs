@@ -96,11 +96,32 @@ impl DevIssuer {
             Some(bytes) => bytes,
             None => create_key_file(&key_path)?,
         });
-        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &pkcs8)
-            .map_err(|_| DevIssuerError::InvalidKey { path: key_path.clone() })?;
+        let issuer = Self::from_pkcs8(&key_path, &pkcs8, issuer)?;
+        issuer.write_jwks_file(&data_dir.join(JWKS_FILE_NAME))?;
+        Ok(issuer)
+    }
+
+    /// Loads the key a server already created in `data_dir`; `None` when there is no key file.
+    /// Never creates a key, a directory or a file: a token signed by a key no server holds is
+    /// refused by every server (what a minting tool must not hand out).
+    pub fn load_existing(data_dir: &Path, issuer: &str) -> Result<Option<Self>, DevIssuerError> {
+        crate::install_crypto_provider();
+        check_url(issuer, true).map_err(DevIssuerError::InvalidIssuer)?;
+        let key_path = data_dir.join(KEY_FILE_NAME);
+        let Some(bytes) = read_key_file(&key_path)? else {
+            return Ok(None);
+        };
+        let pkcs8 = zeroize::Zeroizing::new(bytes);
+        Self::from_pkcs8(&key_path, &pkcs8, issuer).map(Some)
+    }
+
+    /// The issuer of a PKCS#8 P-256 key read from (or just written to) `key_path`.
+    fn from_pkcs8(key_path: &Path, pkcs8: &[u8], issuer: &str) -> Result<Self, DevIssuerError> {
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8)
+            .map_err(|_| DevIssuerError::InvalidKey { path: key_path.to_owned() })?;
         let public = pair.public_key().as_ref();
         if public.len() != 65 || public[0] != 0x04 {
-            return Err(DevIssuerError::InvalidKey { path: key_path });
+            return Err(DevIssuerError::InvalidKey { path: key_path.to_owned() });
         }
         let x = URL_SAFE_NO_PAD.encode(&public[1..33]);
         let y = URL_SAFE_NO_PAD.encode(&public[33..65]);
@@ -111,16 +132,14 @@ impl DevIssuer {
             "kty": "EC", "crv": "P-256", "x": x, "y": y, "kid": kid, "use": "sig", "alg": "ES256",
         }))
         .map_err(|_| DevIssuerError::Crypto)?;
-        let issuer = Self {
+        Ok(Self {
             issuer: issuer.to_owned(),
             kid,
-            encoding_key: EncodingKey::from_ec_der(&pkcs8),
+            encoding_key: EncodingKey::from_ec_der(pkcs8),
             public_jwk,
             clock: Arc::new(SystemClock),
             rng: SystemRandom::new(),
-        };
-        issuer.write_jwks_file(&data_dir.join(JWKS_FILE_NAME))?;
-        Ok(issuer)
+        })
     }
 
     /// Uses `clock` for `iat`/`nbf`/`exp` of minted tokens.

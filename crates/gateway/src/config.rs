@@ -304,6 +304,10 @@ pub struct StdioSettings {
     /// The paths the gateway protects ([`GatewaySettings::protected_paths`]): an argument may not
     /// name one (it would be hashed and shown). Not part of the launch.
     pub protected: Vec<PathBuf>,
+    /// The `PATH` a bare `command` is looked up on: the gateway's, read with the configuration
+    /// (a command that shows the running gateway's launches sets the running gateway's with
+    /// [`GatewaySettings::set_search_path`]). Not part of the launch; its result is.
+    pub search_path: Option<String>,
 }
 
 /// One directory a stdio process sees.
@@ -506,6 +510,17 @@ pub fn validate(
 }
 
 impl GatewaySettings {
+    /// Looks every stdio upstream's bare command up on `path` (the running gateway's `PATH`)
+    /// instead of this process's, so that what is resolved, hashed and pinned is what that
+    /// gateway runs.
+    pub fn set_search_path(&mut self, path: Option<&str>) {
+        for upstream in &mut self.upstreams {
+            if let Some(stdio) = upstream.stdio.as_mut() {
+                stdio.search_path = path.map(str::to_owned);
+            }
+        }
+    }
+
     /// Adds paths no stdio upstream may see or name (the runtime adds its own secret files,
     /// data and audit directories and configuration file to the gateway's).
     pub fn protect(&mut self, paths: impl IntoIterator<Item = PathBuf>) {
@@ -875,6 +890,7 @@ fn validate_stdio(raw: &RawUpstream, key: &dyn Fn(&str) -> String) -> Result<Std
         idle: Duration::from_secs(idle),
         limits,
         protected: Vec::new(),
+        search_path: std::env::var("PATH").ok(),
     })
 }
 

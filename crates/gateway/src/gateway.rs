@@ -365,7 +365,7 @@ impl Gateway {
     async fn gate_launch(&self, upstream: &Upstream) -> Result<(), String> {
         let settings = upstream.settings.clone();
         let resolved = tokio::task::spawn_blocking(move || {
-            let path = std::env::var("PATH").ok();
+            let path = settings.stdio.as_ref().and_then(|stdio| stdio.search_path.clone());
             LaunchSpec::resolve(&settings, path.as_deref())
         })
         .await

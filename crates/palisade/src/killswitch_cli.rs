@@ -334,28 +334,78 @@ pub async fn authority(command: AuthorityCommand) -> anyhow::Result<ExitCode> {
         AuthorityCommand::Status(args) => {
             let (db_path, key_path) = locate(&args.location)?;
             let db = AuthorityDb::open(path_text(&db_path)?).await.context("opening the authority database")?;
-            let statuses = match &args.target {
+            // The authority keeps keyed digests only; names are recovered here, with the target
+            // key, from the names this deployment knows.
+            let (statuses, names) = match &args.target {
                 Some(spec) => {
                     let (kind, value) = parse_target(spec)?;
                     let key = TargetKey::read(&key_path).context("reading the target key")?;
-                    vec![db.target_status(&key.digest(kind, &value)).await.context("reading the target")?]
+                    let digest = key.digest(kind, &value);
+                    let names = std::collections::BTreeMap::from([(digest.clone(), format!("{kind}:{value}"))]);
+                    (vec![db.target_status(&digest).await.context("reading the target")?], names)
                 }
-                None => db.status().await.context("reading the authority state")?,
+                None => {
+                    let names = match TargetKey::read(&key_path) {
+                        Ok(key) => known_target_names(&args.location, &key),
+                        Err(error) => {
+                            eprintln!("WARNING: reading the target key ({error}): targets are shown by digest only");
+                            std::collections::BTreeMap::new()
+                        }
+                    };
+                    (db.status().await.context("reading the authority state")?, names)
+                }
             };
             for status in statuses {
+                let name = names.get(&status.target).cloned().unwrap_or_else(|| format!("{}:?", status.target.kind));
                 println!(
-                    "{}:{} {} generation={} reason={:?} updated_at={}",
-                    status.target.kind,
-                    status.target.digest,
+                    "{name} {} generation={} reason={:?} updated_at={} digest={}:{}",
                     status.state.as_str(),
                     status.generation,
                     status.reason_code,
-                    format_rfc3339_ms(status.updated_at_ms)
+                    format_rfc3339_ms(status.updated_at_ms),
+                    status.target.kind,
+                    status.target.digest,
                 );
             }
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The names of targets this deployment can name, by keyed digest: every operation target of the
+/// active signed policy's registry (tools, prompts, resources and templates as served), the
+/// gateway's upstreams and this server's release. Tenants, clients, agents, tasks and objects
+/// are not enumerable here; `authority status` shows those as `KIND:?` with their digest (an
+/// operator names one with `--target`). What cannot be read is left out, with a warning.
+#[allow(clippy::print_stderr)]
+fn known_target_names(
+    location: &AuthorityLocation,
+    key: &TargetKey,
+) -> std::collections::BTreeMap<palisade_killswitch::TargetDigest, String> {
+    use palisade_killswitch::TargetKind;
+    let mut candidates: Vec<(TargetKind, String)> = Vec::new();
+    match location_settings(location) {
+        Ok(settings) => {
+            candidates.push((TargetKind::ServerRelease, settings.killswitch.server_release.clone()));
+            if let Some(gateway) = &settings.gateway {
+                candidates.extend(gateway.upstreams.iter().map(|upstream| (TargetKind::Upstream, upstream.id.clone())));
+            }
+            match active_policy(&settings) {
+                Ok(Some(policy)) => {
+                    // `METHOD:TARGET`: a tool's or prompt's name, a resource's URI or template.
+                    for operation in policy.payload().operations.keys() {
+                        let Some((_, value)) = operation.split_once(':') else { continue };
+                        candidates.push((TargetKind::Tool, value.to_owned()));
+                        candidates.push((TargetKind::Resource, value.to_owned()));
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => eprintln!("WARNING: {error:#}: operation targets are shown by digest only"),
+            }
+        }
+        Err(error) => eprintln!("WARNING: {error:#}: targets are shown by digest only"),
+    }
+    candidates.into_iter().map(|(kind, value)| (key.digest(kind, &value), format!("{kind}:{value}"))).collect()
 }
 
 /// `palisade authority disable|enable`.

@@ -190,7 +190,9 @@ enum HandlesCommand {
         #[arg(long)]
         config: Option<PathBuf>,
     },
-    /// Revoke handles: one by digest, or in bulk. Recorded in the audit log with the receipt.
+    /// Revoke handles: one by digest, or in bulk. A revocation that would end more than one
+    /// handle is refused (it says how many) unless `--all` is given. Recorded in the audit log
+    /// with the receipt.
     Revoke(RevokeArgs),
 }
 
@@ -225,6 +227,10 @@ struct RevokeArgs {
     /// The operator's receipt id for this revocation (recorded with each handle).
     #[arg(long)]
     receipt: String,
+    /// Revoke every handle the selector covers, however many. Without it, a selector covering
+    /// more than one live handle revokes nothing and says how many it covers.
+    #[arg(long)]
+    all: bool,
     /// Configuration file (store URL, subject key).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -304,11 +310,16 @@ struct GatewayArgs {
 #[derive(Subcommand)]
 enum GatewayCommand {
     /// Connect to every upstream now and print its health, protocol and pin states (exit 1 if
-    /// any upstream is unreachable).
+    /// any upstream is unreachable). Resolved as `palisade gateway` resolves: the same file,
+    /// environment and configuration flags, and stdio commands on the `PATH` the gateway recorded.
     Status {
         /// The gateway's configuration file.
         #[arg(long)]
         config: PathBuf,
+        /// `palisade gateway`'s configuration flags (`--data-dir`, `--store`, …), resolved exactly
+        /// as it resolves them.
+        #[command(flatten)]
+        flags: config::ConfigFlags,
     },
 }
 
@@ -368,8 +379,8 @@ fn main() -> ExitCode {
                 Some(settings) => serve(args, settings).await,
                 None => Err(anyhow::anyhow!("serve without settings")),
             },
-            Command::Gateway(GatewayArgs { command: Some(GatewayCommand::Status { config }), .. }) => {
-                gateway_cli::status(&config).await
+            Command::Gateway(GatewayArgs { command: Some(GatewayCommand::Status { config, flags }), .. }) => {
+                gateway_cli::status(&config, &flags).await
             }
             Command::Pins { command } => gateway_cli::pins(command).await,
             Command::Upstreams { command } => gateway_cli::upstreams(command).await,
@@ -442,6 +453,11 @@ fn settings(config: Option<&Path>, args: Option<&ServeArgs>) -> anyhow::Result<S
 /// whatever the file's `app` says.
 fn settings_for_app(config: Option<&Path>, app: Option<&str>) -> anyhow::Result<Settings> {
     resolve(config, &config::ConfigFlags::default(), false, app)
+}
+
+/// The settings `palisade gateway --config FILE FLAGS` runs with (`gateway status`).
+fn gateway_settings(config: &Path, flags: &config::ConfigFlags) -> anyhow::Result<Settings> {
+    resolve(Some(config), flags, false, Some("gateway"))
 }
 
 /// The one resolution of settings, for `serve` and every command that must agree with it
@@ -535,8 +551,16 @@ fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
     if !settings.dev_issuer {
         anyhow::bail!("the development issuer is disabled in this configuration (auth.dev_issuer = false)");
     }
-    let issuer = DevIssuer::load_or_create(&settings.data_dir, &dev_issuer_id(&settings))
-        .context("loading the dev issuer key")?;
+    // Only the key the server created: a new key here would sign tokens no server accepts.
+    let issuer = DevIssuer::load_existing(&settings.data_dir, &dev_issuer_id(&settings))
+        .context("loading the dev issuer key")?
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "no development issuer key in the data directory {}: `palisade serve` creates it on its first \
+                 start; start the server first, and pass the --config (or --data-dir) the server runs with",
+                std::path::absolute(&settings.data_dir).unwrap_or_else(|_| settings.data_dir.clone()).display()
+            )
+        })?;
     let scopes: Vec<&str> = args.scope.split_whitespace().collect();
     let token = issuer.mint(&args.subject, &args.tenant, &args.client, &scopes, &settings.public_url, args.ttl)?;
     #[allow(clippy::print_stdout)]
@@ -546,7 +570,23 @@ fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `palisade audit verify`: exit 0 when the log is intact, 1 when it was read and is not intact,
+/// 2 when it could not be read at all (no server secret, a store that does not open or answer):
+/// a script must not take "could not look" for "tampered with", nor the other way round.
 async fn audit_verify(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+    match audit_verify_report(config).await {
+        Ok(code) => Ok(code),
+        Err(error) => {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("error: the audit log could not be read, so it was not verified: {error:#}");
+            }
+            Ok(ExitCode::from(2))
+        }
+    }
+}
+
+async fn audit_verify_report(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     let settings = settings(config, None)?;
     prepare_sqlite_dir(&settings)?;
     // The checkpoint key is derived from the deployment's server secret; verifying never creates
@@ -562,7 +602,18 @@ async fn audit_verify(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     })?);
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     let key = secret.audit_checkpoint_key().verifying();
-    let report = palisade_store::verify_log(store.as_ref(), &key).await.context("reading the audit log")?;
+    let report = match palisade_store::verify_log(store.as_ref(), &key).await {
+        Ok(report) => report,
+        // A record that was read but does not decode is damage, not a failure to read.
+        Err(error @ palisade_store::StoreError::Corrupt { .. }) => {
+            #[allow(clippy::print_stdout)]
+            {
+                println!("audit log BROKEN: {error}");
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(error) => return Err(anyhow::Error::new(error).context("reading the audit log")),
+    };
     let chains = &report.chains;
     let checkpoints = match &report.last {
         Some(last) => format!(
@@ -694,13 +745,19 @@ async fn handles_list(
     #[allow(clippy::print_stdout)]
     for row in rows {
         let digest: String = palisade_base::hex::hex(&row.digest);
+        let time = palisade_base::time::format_rfc3339_ms;
         let state = match (&row.revoked_ms, &row.revocation_reason) {
-            (Some(at), reason) => format!("revoked at {at} ({})", reason.as_deref().unwrap_or("")),
-            (None, _) => format!("expires at {}", row.expires_ms),
+            (Some(at), reason) => format!("revoked at {} ({})", time(*at), reason.as_deref().unwrap_or("")),
+            (None, _) => format!("expires at {}", time(row.expires_ms)),
         };
         println!(
             "{digest} tenant={} client={} {}:{} policy={} created={} {state}",
-            row.tenant, row.client, row.object_type, row.object_ref, row.policy_version, row.created_ms
+            row.tenant,
+            row.client,
+            row.object_type,
+            row.object_ref,
+            row.policy_version,
+            time(row.created_ms)
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -740,6 +797,17 @@ async fn handles_revoke(args: RevokeArgs) -> anyhow::Result<ExitCode> {
     };
     let what = selector_kind(&selector);
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
+    let covered = store.count_handles(selector.clone()).await.context("counting the handles to revoke")?;
+    if covered > 1 && !args.all {
+        let pick = match &args.subject {
+            Some(subject) => format!("`palisade handles list --subject {subject}` shows their digests"),
+            None => "`palisade handles list --subject SUBJECT` shows a subject's digests".to_owned(),
+        };
+        anyhow::bail!(
+            "{covered} live handles match this {what} selector; nothing was revoked: pass --all to \
+             revoke all {covered}, or revoke one with --digest ({pick})"
+        );
+    }
     let now = SystemClock.now_ms();
     let revocation = Revocation { reason: args.reason.clone(), receipt: Some(args.receipt.clone()), at_ms: now };
     let count = store.revoke_handles(selector, revocation).await.context("revoking handles")?;
@@ -1154,6 +1222,10 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     };
     prepare_sqlite_dir(&settings)?;
     let secret = server_secret(&settings)?;
+    if settings.gateway.is_some() {
+        // Its operator's commands look stdio commands up where this process does.
+        gateway_cli::record_search_path(&settings)?;
+    }
     let subject_key = subject_key_bytes(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     let (audit_writer, checkpointer) = start_audit(&settings, &store, &secret).await?;

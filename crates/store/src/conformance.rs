@@ -784,7 +784,19 @@ pub async fn handle_revocation_selectors_cover_exactly_their_rows(harness: &dyn 
         alive
     };
 
-    let revoke = |selector| store.revoke_handles(selector, revocation("test"));
+    // Each revocation revokes exactly what `count_handles` counted just before it.
+    let revoke = |selector: RevokeSelector| {
+        let store = store.clone();
+        async move {
+            let counted = store.count_handles(selector.clone()).await.expect("count");
+            let revoked = store.revoke_handles(selector, revocation("test")).await;
+            if let Ok(revoked) = &revoked {
+                assert_eq!(*revoked, counted, "count_handles and revoke_handles disagree");
+            }
+            revoked
+        }
+    };
+    assert_eq!(store.count_handles(RevokeSelector::Subject([1; 32])).await.expect("count"), 4);
     assert_eq!(
         revoke(RevokeSelector::PolicyBelow { object_type: "basket".into(), below: 2 }).await.expect("revoke"),
         1
@@ -807,6 +819,7 @@ pub async fn handle_revocation_selectors_cover_exactly_their_rows(harness: &dyn 
     );
     assert_eq!(revoke(RevokeSelector::Tenant("shop".into())).await.expect("revoke"), 1);
     assert!(alive(store.clone()).await.is_empty());
+    assert_eq!(store.count_handles(RevokeSelector::Subject([1; 32])).await.expect("count"), 0);
     // Already revoked: nothing changes, the first reason and receipt stand.
     let again = Revocation { reason: "later".into(), receipt: None, at_ms: 1_700 };
     assert_eq!(store.revoke_handles(RevokeSelector::Subject([1; 32]), again).await.expect("revoke"), 0);
@@ -895,6 +908,7 @@ pub async fn closed_store_refuses_handle_operations(harness: &dyn Harness) {
     expect_unavailable(store.lookup_handle([1; 32], &alice, 1_500).await, "lookup_handle");
     expect_unavailable(store.insert_handle(sample_handle(2, &alice)).await, "insert_handle");
     expect_unavailable(store.revoke_handles(RevokeSelector::Digest([1; 32]), revocation("x")).await, "revoke");
+    expect_unavailable(store.count_handles(RevokeSelector::Digest([1; 32])).await, "count");
     expect_unavailable(store.list_handles([1; 32], 5).await, "list_handles");
     expect_unavailable(store.purge_handles(5_000, 5).await, "purge_handles");
     fixture.cleanup().await;

@@ -230,6 +230,11 @@ pub trait HandleStore: Send + Sync + std::fmt::Debug + 'static {
     /// statement: once it returns, no lookup sees any of them live.
     fn revoke_handles(&self, selector: RevokeSelector, revocation: Revocation) -> StoreFuture<'_, u64>;
 
+    /// How many handles [`revoke_handles`](Self::revoke_handles) with `selector` would revoke
+    /// now (those it covers that are not revoked yet), changing nothing: what an operator is
+    /// told before a revocation that ends more than one.
+    fn count_handles(&self, selector: RevokeSelector) -> StoreFuture<'_, u64>;
+
     /// Handles of a subject (revoked ones included), newest first, at most `limit`
     /// (capped at [`MAX_HANDLE_LIST`]).
     fn list_handles(&self, subject_key: [u8; 32], limit: u32) -> StoreFuture<'_, Vec<HandleSummary>>;
@@ -314,13 +319,20 @@ pub(crate) mod sql {
         WHERE expires_ms < $1 OR revoked_ms < $1 LIMIT $2)";
 }
 
-/// The `UPDATE` for a revocation and its bound values, in placeholder order.
-pub(crate) fn revoke_statement(selector: RevokeSelector, revocation: Revocation) -> (String, Vec<Bind>) {
-    let mut binds = vec![Bind::Int(revocation.at_ms), Bind::Text(revocation.reason), Bind::OptText(revocation.receipt)];
-    let (clause, more): (&str, Vec<Bind>) = match selector {
-        RevokeSelector::Digest(digest) => ("handle_digest = $4", vec![Bind::Bytes(digest.to_vec())]),
+/// The `WHERE` condition naming the rows `selector` covers, with placeholders from `$first` on,
+/// and its bound values in placeholder order.
+fn selector_clause(selector: RevokeSelector, first: usize) -> (String, Vec<Bind>) {
+    let p = |n: usize| format!("${}", first + n);
+    match selector {
+        RevokeSelector::Digest(digest) => (format!("handle_digest = {}", p(0)), vec![Bind::Bytes(digest.to_vec())]),
         RevokeSelector::Owned { digest, owner } => (
-            "handle_digest = $4 AND subject_key = $5 AND tenant_id = $6 AND client_id = $7",
+            format!(
+                "handle_digest = {} AND subject_key = {} AND tenant_id = {} AND client_id = {}",
+                p(0),
+                p(1),
+                p(2),
+                p(3)
+            ),
             vec![
                 Bind::Bytes(digest.to_vec()),
                 Bind::Bytes(owner.subject_key.to_vec()),
@@ -328,26 +340,43 @@ pub(crate) fn revoke_statement(selector: RevokeSelector, revocation: Revocation)
                 Bind::Text(owner.client),
             ],
         ),
-        RevokeSelector::Subject(subject_key) => ("subject_key = $4", vec![Bind::Bytes(subject_key.to_vec())]),
-        RevokeSelector::SubjectInTenant { subject_key, tenant } => {
-            ("subject_key = $4 AND tenant_id = $5", vec![Bind::Bytes(subject_key.to_vec()), Bind::Text(tenant)])
+        RevokeSelector::Subject(subject_key) => {
+            (format!("subject_key = {}", p(0)), vec![Bind::Bytes(subject_key.to_vec())])
         }
-        RevokeSelector::Tenant(tenant) => ("tenant_id = $4", vec![Bind::Text(tenant)]),
-        RevokeSelector::Client(client) => ("client_id = $4", vec![Bind::Text(client)]),
+        RevokeSelector::SubjectInTenant { subject_key, tenant } => (
+            format!("subject_key = {} AND tenant_id = {}", p(0), p(1)),
+            vec![Bind::Bytes(subject_key.to_vec()), Bind::Text(tenant)],
+        ),
+        RevokeSelector::Tenant(tenant) => (format!("tenant_id = {}", p(0)), vec![Bind::Text(tenant)]),
+        RevokeSelector::Client(client) => (format!("client_id = {}", p(0)), vec![Bind::Text(client)]),
         RevokeSelector::Object { tenant, object_type, object_ref } => (
-            "tenant_id = $4 AND object_type = $5 AND object_ref = $6",
+            format!("tenant_id = {} AND object_type = {} AND object_ref = {}", p(0), p(1), p(2)),
             vec![Bind::Text(tenant), Bind::Text(object_type), Bind::Text(object_ref)],
         ),
-        RevokeSelector::PolicyBelow { object_type, below } => {
-            ("object_type = $4 AND policy_version < $5", vec![Bind::Text(object_type), Bind::Int(below)])
-        }
-    };
+        RevokeSelector::PolicyBelow { object_type, below } => (
+            format!("object_type = {} AND policy_version < {}", p(0), p(1)),
+            vec![Bind::Text(object_type), Bind::Int(below)],
+        ),
+    }
+}
+
+/// The `UPDATE` for a revocation and its bound values, in placeholder order.
+pub(crate) fn revoke_statement(selector: RevokeSelector, revocation: Revocation) -> (String, Vec<Bind>) {
+    let mut binds = vec![Bind::Int(revocation.at_ms), Bind::Text(revocation.reason), Bind::OptText(revocation.receipt)];
+    let (clause, more) = selector_clause(selector, 4);
     binds.extend(more);
     let statement = format!(
         "UPDATE handles SET revoked_ms = $1, revocation_reason = $2, revocation_receipt = $3 \
          WHERE revoked_ms IS NULL AND {clause}"
     );
     (statement, binds)
+}
+
+/// The `SELECT COUNT(*)` of the handles a revocation by `selector` would revoke now (those not
+/// revoked yet), and its bound values.
+pub(crate) fn count_statement(selector: RevokeSelector) -> (String, Vec<Bind>) {
+    let (clause, binds) = selector_clause(selector, 1);
+    (format!("SELECT COUNT(*) FROM handles WHERE revoked_ms IS NULL AND {clause}"), binds)
 }
 
 /// Implements [`HandleStore`] for a backend from the shared statements (one text for both).
@@ -442,6 +471,26 @@ macro_rules! impl_handle_store {
                 Ok(done.rows_affected())
             }
 
+            async fn count_handles_inner(&self, selector: RevokeSelector) -> Result<u64, StoreError> {
+                let (statement, binds) = count_statement(selector);
+                // Built by `count_statement` from constant clauses: safe to send as SQL.
+                let mut query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe($dynamic(statement)));
+                for bind in binds {
+                    query = match bind {
+                        Bind::Bytes(bytes) => query.bind(bytes),
+                        Bind::Text(text) => query.bind(text),
+                        Bind::OptText(text) => query.bind(text),
+                        Bind::Int(int) => query.bind(int),
+                    };
+                }
+                let count = query
+                    .fetch_one(&self.$reader)
+                    .await
+                    .map_err(|error| StoreError::from_sqlx("count_handles", error))?;
+                u64::try_from(count)
+                    .map_err(|_| StoreError::Corrupt { what: "a negative handle count".into(), source: None })
+            }
+
             async fn list_handles_inner(
                 &self,
                 subject_key: [u8; 32],
@@ -484,6 +533,10 @@ macro_rules! impl_handle_store {
 
             fn revoke_handles(&self, selector: RevokeSelector, revocation: Revocation) -> StoreFuture<'_, u64> {
                 Box::pin(self.revoke_handles_inner(selector, revocation))
+            }
+
+            fn count_handles(&self, selector: RevokeSelector) -> StoreFuture<'_, u64> {
+                Box::pin(self.count_handles_inner(selector))
             }
 
             fn list_handles(&self, subject_key: [u8; 32], limit: u32) -> StoreFuture<'_, Vec<HandleSummary>> {

@@ -10,7 +10,7 @@ use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::audit_sql::OwnChain;
-use crate::handles::{Bind, SummaryRow, decode_summary, revoke_statement, sql};
+use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
 use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
 use crate::store::StoreFuture;
 use crate::tasks::{

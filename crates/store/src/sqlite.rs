@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::audit_sql::OwnChain;
-use crate::handles::{Bind, SummaryRow, decode_summary, revoke_statement, sql};
+use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
 use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
 use crate::sqlite_sync::SyncSqlite;
 use crate::store::StoreFuture;

@@ -15,13 +15,19 @@ const SECRET: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3
 
 /// Runs `palisade audit verify` on the data directory: (exit success, stdout and stderr).
 fn verify(data_dir: &str) -> (bool, String) {
+    let (code, text) = verify_code(data_dir);
+    (code == Some(0), text)
+}
+
+/// Runs `palisade audit verify` on the data directory: (exit code, stdout and stderr).
+fn verify_code(data_dir: &str) -> (Option<i32>, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_palisade"))
         .args(["audit", "verify"])
         .env("PALISADE_DATA_DIR", data_dir)
         .output()
         .expect("run palisade");
     let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-    (output.status.success(), text)
+    (output.status.code(), text)
 }
 
 fn with_secret() -> TempDir {
@@ -56,9 +62,29 @@ fn a_log_written_before_rfc_8785_still_verifies() {
         .execute("UPDATE audit_log SET operation = 'tools/call:cafe ' || char(129408) WHERE seq = 2", [])
         .unwrap();
     assert_eq!(edited, 1);
-    let (intact, output) = verify(dir.path());
-    assert!(!intact, "{output}");
+    let (code, output) = verify_code(dir.path());
+    assert_eq!(code, Some(1), "a log read and found damaged is exit 1: {output}");
     assert!(output.contains("audit log BROKEN: chain 00000000000000000000000000000000 at record 2"), "{output}");
+}
+
+/// "Could not read" is exit 2, never the "not intact" of exit 1 (nor success): a missing or bad
+/// server secret, and a store that does not open.
+#[test]
+fn verify_tells_could_not_read_from_not_intact() {
+    let dir = TempDir::new();
+    let (code, output) = verify_code(dir.path());
+    assert_eq!(code, Some(2), "{output}");
+    assert!(output.contains("could not be read") && output.contains("reading the server secret"), "{output}");
+    std::fs::write(dir.0.join("server-secret"), "not hex").unwrap();
+    let (code, output) = verify_code(dir.path());
+    assert_eq!(code, Some(2), "{output}");
+
+    // A store file that is not a database: nothing could be read.
+    let dir = with_secret();
+    std::fs::write(dir.0.join("palisade.db"), vec![0x5a; 8192]).unwrap();
+    let (code, output) = verify_code(dir.path());
+    assert_eq!(code, Some(2), "{output}");
+    assert!(output.contains("could not be read"), "{output}");
 }
 
 #[test]

@@ -192,6 +192,76 @@ async fn demo_baskets_are_held_by_handles_only_their_owner_can_use() {
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }
 
+/// `handles revoke` ends more than one handle only with `--all`: without it, a selector covering
+/// several live handles revokes nothing and says how many it covers (and how to pick one); a
+/// selector covering one revokes it; with `--all` every covered handle is revoked and counted.
+/// `handles list` prints its times in RFC 3339.
+#[tokio::test]
+async fn revoking_more_than_one_handle_needs_all_and_says_how_many() {
+    let server = Palisade::start_app("demo", &[]);
+    let alice = token(&server, "alice", "shop:read shop:basket");
+    let mut baskets = Vec::new();
+    for _ in 0..3 {
+        let created = send(tool_call(&server, &alice, "basket_create", json!({}))).await;
+        baskets.push(created.result()["structuredContent"]["basket"].as_str().unwrap().to_owned());
+    }
+    let live = |basket: String| {
+        let (server, alice) = (&server, &alice);
+        async move {
+            let viewed = send(tool_call(server, alice, "basket_view", json!({ "basket": basket }))).await;
+            viewed.response().get("result").is_some()
+        }
+    };
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let run = |args: &[&str]| {
+        let output = palisade(args, &env);
+        let text = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        (output.status.success(), text)
+    };
+
+    let (ok, listed) = run(&["handles", "list", "--subject", "alice"]);
+    assert!(ok, "{listed}");
+    assert_eq!(listed.lines().count(), 3, "{listed}");
+    for line in listed.lines() {
+        let created = line.split(" created=").nth(1).and_then(|rest| rest.split(' ').next()).unwrap();
+        assert!(palisade_base::time::parse_rfc3339_ms(created).is_some(), "created is RFC 3339: {line}");
+        let expires = line.split("expires at ").nth(1).unwrap();
+        assert!(palisade_base::time::parse_rfc3339_ms(expires).is_some(), "expiry is RFC 3339: {line}");
+    }
+
+    let by_subject = ["handles", "revoke", "--subject", "alice", "--reason", "logout", "--receipt", "T-1"];
+    let (ok, refused) = run(&by_subject);
+    assert!(!ok, "{refused}");
+    assert!(refused.contains("3 live handles match") && refused.contains("nothing was revoked"), "{refused}");
+    assert!(refused.contains("--all") && refused.contains("--digest"), "{refused}");
+    for basket in &baskets {
+        assert!(live(basket.clone()).await, "a refused revocation revoked a handle");
+    }
+    // The other bulk selectors are held to the same rule.
+    let (ok, refused) = run(&["handles", "revoke", "--tenant", "acme", "--reason", "r", "--receipt", "T-2"]);
+    assert!(!ok && refused.contains("3 live handles match"), "{refused}");
+
+    // One handle by the digest the listing shows.
+    let digest = listed.lines().next().unwrap().split(' ').next().unwrap().to_owned();
+    let (ok, one) = run(&["handles", "revoke", "--digest", &digest, "--reason", "logout", "--receipt", "T-3"]);
+    assert!(ok && one.contains("revoked 1 handle(s)"), "{one}");
+    let mut alive = 0;
+    for basket in &baskets {
+        alive += usize::from(live(basket.clone()).await);
+    }
+    assert_eq!(alive, 2);
+
+    let mut all = by_subject.to_vec();
+    all.push("--all");
+    let (ok, revoked) = run(&all);
+    assert!(ok && revoked.contains("revoked 2 handle(s)"), "{revoked}");
+    for basket in &baskets {
+        assert!(!live(basket.clone()).await, "--all left a handle live");
+    }
+    let (ok, listed) = run(&["handles", "list", "--subject", "alice"]);
+    assert!(ok && listed.lines().all(|line| line.contains("revoked at 20")), "{listed}");
+}
+
 /// A demo request with a bearer token and the tasks extension declared; every frame is checked
 /// against the core or the tasks extension schema.
 async fn demo_task_rpc(server: &Palisade, token: &str, method: &str, params: Value) -> Value {
@@ -417,6 +487,49 @@ async fn dev_token_reads_the_config_file_serve_runs_with() {
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );
+}
+
+/// `dev token` never creates a signing key: run where no server created one (another working
+/// directory, a data directory no server ran in), it refuses, names the data directory it looked
+/// in and the flags that point it at the server's, and leaves nothing behind. (A new key would
+/// sign a token every server refuses with 401.)
+#[tokio::test]
+async fn dev_token_refuses_to_mint_with_a_key_no_server_holds() {
+    let elsewhere = TempDir::new();
+    let mint = |extra: &[&str]| {
+        let mut args = vec!["dev", "token", "--subject", "alice", "--tenant", "acme", "--client", "it"];
+        args.extend(extra);
+        Command::new(env!("CARGO_BIN_EXE_palisade"))
+            .args(&args)
+            .current_dir(elsewhere.path())
+            .env_remove("PALISADE_DATA_DIR")
+            .output()
+            .expect("run palisade")
+    };
+    let refused = mint(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && refused.stdout.is_empty(), "{stderr}");
+    let expected = elsewhere.0.join("palisade-data");
+    assert!(stderr.contains(&expected.display().to_string()), "names the data directory: {stderr}");
+    assert!(stderr.contains("--config") && stderr.contains("--data-dir"), "{stderr}");
+    assert!(!expected.exists(), "dev token created the data directory");
+
+    // A data directory no server ran in: refused, and still empty.
+    let empty = TempDir::new();
+    let refused = mint(&["--data-dir", empty.path()]);
+    assert!(!refused.status.success(), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains(empty.path()));
+    assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0, "dev token wrote into the data directory");
+
+    // Once the server created its key there, the same command mints a token it accepts.
+    let dir = empty.path().to_owned();
+    let server =
+        Palisade::spawn(&["serve", "--app", "demo", "--listen", "127.0.0.1:0", "--data-dir", &dir], &[], empty);
+    let minted = mint(&["--data-dir", server.data_dir.path(), "--listen", "127.0.0.1:0", "--scope", "shop:read"]);
+    assert!(minted.status.success(), "{}", String::from_utf8_lossy(&minted.stderr));
+    let token = String::from_utf8(minted.stdout).unwrap().trim().to_owned();
+    let accepted = send(product_call(&server, Some(&token))).await;
+    assert_eq!(accepted.status, 200, "{:?}", accepted.response());
 }
 
 /// `metrics_listen` is a second HTTP listener: with `--stdio` it is a configuration error

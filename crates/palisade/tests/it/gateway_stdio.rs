@@ -509,6 +509,74 @@ async fn a_2025_era_stdio_server_is_served_one_process_per_caller() {
     assert!(line.contains("protocol=2025-"), "{line}");
 }
 
+/// `upstreams show|approve` and `gateway status` resolve a bare stdio command on the `PATH` the
+/// running gateway recorded at its start, not on the operator's shell's: the command here is
+/// found only on the gateway's. Before any gateway ran, they say whose `PATH` they used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_commands_resolve_a_bare_command_on_the_gateways_path() {
+    let mut gateway = GatewayUnderTest::new("");
+    let root = config_dir(&gateway);
+    let bin = dir(&format!("{root}/gateway-bin"), 0o755);
+    let executable = format!("{bin}/palisade-path-fixture");
+    std::fs::copy(stdio_fixture::fixture_path(), &executable).unwrap();
+    chmod(&executable, 0o755);
+    append_config(&gateway, &(uid_range(655_000) + &stdio_entry("bare", "palisade-path-fixture", "")));
+    assert!(!std::env::var("PATH").unwrap_or_default().contains(&bin), "the test's own PATH must not find it");
+
+    let before = gateway.cli(&["upstreams", "show", "bare"]);
+    let stderr = String::from_utf8_lossy(&before.stderr);
+    assert!(!before.status.success(), "{stderr}");
+    assert!(stderr.contains("no gateway has started") && stderr.contains("this shell's PATH"), "{stderr}");
+
+    let path = format!("{bin}:{}", std::env::var("PATH").unwrap_or_default());
+    start_with_env(&mut gateway, &[("PATH", &path)]);
+    let shown = gateway.cli_ok(&["upstreams", "show", "bare"]);
+    assert!(shown.lines().any(|line| line.starts_with("executable ") && line.ends_with(&executable)), "{shown}");
+    let status = gateway.cli(&["gateway", "status"]);
+    let stdout = String::from_utf8_lossy(&status.stdout);
+    assert!(!stdout.contains("cannot be resolved"), "status resolved on its own PATH: {stdout}");
+    let launch = stdout.lines().find(|line| line.starts_with("  launch: bare ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(launch.contains("pending"), "{launch}");
+    // The launch the operator approves is the gateway's: it starts the process and lists.
+    gateway.cli_ok(&["upstreams", "approve", "bare", "--reviewer", "alice"]);
+    let alice = gateway.token("alice");
+    wait_until("the gateway listed the approved launch's tools", || {
+        gateway.cli_ok(&["pins", "list", "--upstream", "bare"]).lines().any(|line| line.contains("pending"))
+    })
+    .await;
+    gateway.approve_all("bare");
+    gateway.wait_for_tools(&alice, &["bare_echo"]).await;
+    echo(&gateway, &alice, "bare_echo", "found").await;
+}
+
+/// `gateway status` takes `palisade gateway`'s configuration flags and resolves them as it
+/// does: with the gateway's `--data-dir` it reads that gateway's state (here, the `PATH` it
+/// recorded); without it, it is another data directory, and it says so.
+#[test]
+fn gateway_status_resolves_the_flags_the_gateway_runs_with() {
+    let gateway = GatewayUnderTest::new("");
+    let root = config_dir(&gateway);
+    let bin = dir(&format!("{root}/gateway-bin"), 0o755);
+    let executable = format!("{bin}/palisade-flags-fixture");
+    std::fs::copy(stdio_fixture::fixture_path(), &executable).unwrap();
+    chmod(&executable, 0o755);
+    append_config(&gateway, &(uid_range(656_000) + &stdio_entry("flagged", "palisade-flags-fixture", "")));
+    let data = TempDir::new();
+    let path = format!("{bin}:{}", std::env::var("PATH").unwrap_or_default());
+    let args = ["gateway", "--config", gateway.config.as_str(), "--data-dir", data.path()];
+    let _server = Palisade::spawn(&args, &[("PATH", &path)], TempDir::new());
+
+    let status = gateway.cli(&["gateway", "status", "--data-dir", data.path()]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&status.stdout), String::from_utf8_lossy(&status.stderr));
+    assert!(!stderr.contains("no gateway has started"), "{stderr}");
+    let launch =
+        stdout.lines().find(|line| line.starts_with("  launch: flagged ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(launch.contains("pending") && !stdout.contains("cannot be resolved"), "{stdout}");
+
+    let elsewhere = gateway.cli(&["gateway", "status"]);
+    assert!(String::from_utf8_lossy(&elsewhere.stderr).contains("no gateway has started"));
+}
+
 /// The host's processes whose command line names `program` (the sandbox's bubblewrap and the
 /// server inside it).
 fn processes_running(program: &str) -> usize {

@@ -42,8 +42,17 @@ async fn the_demo_tool_flips_off_and_on_live() {
     let viewed = send(tool_call(&server, token, "basket_view", json!({ "basket": first }))).await;
     assert_eq!(viewed.result()["structuredContent"]["totalCents"], 1450);
     let status = succeed(&["authority", "status", "--target", "tool:basket_checkout"], &env);
-    assert!(status.contains(" DISABLE ") && status.contains("reason=\"test\""), "{status}");
-    assert!(!status.contains("basket_checkout"), "status names targets by digest only: {status}");
+    assert!(status.starts_with("tool:basket_checkout DISABLE ") && status.contains("reason=\"test\""), "{status}");
+    assert!(status.contains(" digest=tool:"), "{status}");
+    // Without --target, every stored target is named where this deployment can name it (the
+    // authority keeps keyed digests only): the signed registry's tools by name, a tenant (which
+    // nothing here enumerates) as `tenant:?` with its digest.
+    succeed(&["authority", "disable", "--target", "tenant:globex", "--reason", "test", "--force"], &env);
+    let all = succeed(&["authority", "status"], &env);
+    assert!(all.lines().any(|line| line.starts_with("tool:basket_checkout DISABLE ")), "{all}");
+    let tenant = all.lines().find(|line| line.contains(" DISABLE ") && line.contains(" digest=tenant:"));
+    assert!(tenant.expect("the tenant's row").starts_with("tenant:? DISABLE ") && !all.contains("globex"), "{all}");
+    succeed(&["authority", "enable", "--target", "tenant:globex", "--reason", "done", "--force"], &env);
 
     let enabled = succeed(&["authority", "enable", "--target", "tool:basket_checkout", "--reason", "fixed"], &env);
     assert!(enabled.contains("is now ENABLE"), "{enabled}");

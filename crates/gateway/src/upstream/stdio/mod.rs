@@ -218,7 +218,7 @@ impl StdioLink {
         };
         let settings = self.settings.clone();
         let resolved = tokio::task::spawn_blocking(move || {
-            let path = std::env::var("PATH").ok();
+            let path = settings.stdio.as_ref().and_then(|stdio| stdio.search_path.clone());
             LaunchSpec::resolve(&settings, path.as_deref()).map(|spec| {
                 spec.and_then(|spec| {
                     let digest = spec.digest()?;

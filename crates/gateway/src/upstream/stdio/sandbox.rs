@@ -348,6 +348,7 @@ mod tests {
                 idle: Duration::from_secs(60),
                 limits: ProcessLimits { memory_bytes: 1 << 30, processes: 64, cpu_secs: 60, open_files: 256 },
                 protected: Vec::new(),
+                search_path: None,
             },
             executable: "/usr/bin/env".into(),
             executable_sha256: "0".repeat(64),
