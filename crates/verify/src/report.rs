@@ -77,6 +77,8 @@ pub struct Entry {
 pub struct Report {
     /// The target URL.
     pub target: String,
+    /// When the report was made (RFC 3339, UTC).
+    pub date: String,
     /// Every check, in catalogue order.
     pub entries: Vec<Entry>,
     /// Baseline entries that no longer match a finding: the check passes now, or no such check ran.
@@ -105,7 +107,9 @@ impl Report {
             })
             .cloned()
             .collect();
-        Self { target: target.to_owned(), entries, stale, redactor }
+        let now_ms = palisade_base::clock::Clock::now_ms(&palisade_base::clock::SystemClock);
+        let date = palisade_base::time::format_rfc3339_ms(now_ms);
+        Self { target: target.to_owned(), date, entries, stale, redactor }
     }
 
     /// How many checks have `verdict`.
@@ -145,6 +149,7 @@ impl Report {
         let value = json!({
             "tool": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION") },
             "target": self.target,
+            "date": self.date,
             "summary": {
                 "pass": self.count(Verdict::Pass),
                 "fail": self.count(Verdict::Fail),
@@ -283,11 +288,32 @@ fn junit(json: &Value) -> String {
     text
 }
 
+/// The verdict summary line every format shares.
+fn summary_line(json: &Value) -> String {
+    let summary = &json["summary"];
+    let n = |key: &str| summary[key].as_u64().unwrap_or_default();
+    format!(
+        "{} checks: {} pass, {} fail ({} unbaselined), {} warning, {} not testable, {} inconclusive",
+        checks(json).len(),
+        n("pass"),
+        n("fail"),
+        n("unbaselined_failures"),
+        n("warning"),
+        n("not_testable"),
+        n("inconclusive"),
+    )
+}
+
 fn markdown(json: &Value) -> String {
+    // The head: what was tested, when, by which verifier, and the verdicts, before any table.
     let mut text = format!(
-        "# palisade verify: {}\n\n| check | verdict | severity | detail |\n|---|---|---|---|\n",
-        markdown_cell(json["target"].as_str().unwrap_or_default())
+        "# palisade verify report\n\n- **Target:** {}\n- **Date:** {}\n- **Verifier:** palisade-verify {}\n- **Verdicts:** {}\n\n",
+        markdown_cell(json["target"].as_str().unwrap_or_default()),
+        markdown_cell(json["date"].as_str().unwrap_or_default()),
+        markdown_cell(json["tool"]["version"].as_str().unwrap_or_default()),
+        summary_line(json),
     );
+    text.push_str("| check | verdict | severity | detail |\n|---|---|---|---|\n");
     for check in checks(json) {
         let verdict = match (field(check, "verdict"), check["baselined"].as_str()) {
             ("fail", Some(_)) => "fail (baselined)".to_owned(),
@@ -331,4 +357,41 @@ fn sarif(json: &Value) -> Value {
             "results": results,
         }],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Severity;
+
+    const PASSING: Check = Check { id: "demo.passing", title: "t", requirement: "r", severity: Severity::Low };
+    const FAILING: Check = Check { id: "demo.failing", title: "t", requirement: "r", severity: Severity::High };
+
+    fn report() -> Report {
+        let results = vec![
+            (PASSING, Outcome::new(&PASSING, Verdict::Pass, "fine")),
+            (FAILING, Outcome::new(&FAILING, Verdict::Fail, "broken")),
+        ];
+        Report::new("http://127.0.0.1:9/mcp", results, &Baseline::default(), Redactor::default())
+    }
+
+    #[test]
+    fn the_markdown_report_opens_with_target_date_version_and_the_verdicts() {
+        let report = report();
+        let markdown = report.render(Format::Markdown);
+        let head: Vec<&str> = markdown.lines().take_while(|line| !line.starts_with('|')).collect();
+        let head = head.join("\n");
+        assert!(head.starts_with("# palisade verify report"), "{markdown}");
+        assert!(head.contains("- **Target:** http://127.0.0.1:9/mcp"), "{head}");
+        assert!(head.contains(&format!("- **Date:** {}", report.date)), "{head}");
+        assert!(report.date.starts_with("20") && report.date.ends_with('Z'), "{}", report.date);
+        assert!(head.contains(&format!("- **Verifier:** palisade-verify {}", env!("CARGO_PKG_VERSION"))), "{head}");
+        assert!(
+            head.contains(
+                "- **Verdicts:** 2 checks: 1 pass, 1 fail (1 unbaselined), 0 warning, 0 not testable, 0 inconclusive"
+            ),
+            "{head}"
+        );
+        assert_eq!(report.to_json()["date"], report.date.as_str());
+    }
 }
