@@ -88,8 +88,8 @@ pub struct VerifyArgs {
     pub pin_wait_secs: u64,
     /// Sets a kill-switch target to DISABLE (killswitch module): run without a shell (its
     /// program is looked up on PATH at the start unless it is a path; not found refuses the
-    /// run), split on white space, `{target}` replaced by the target as `kind:name` (`tool:product_get`,
-    /// `prompt:…`, `resource:<uri>`); it must exit 0 within 10 s. Exit 2 means it cannot flip
+    /// run), split on white space, `{target}` replaced by the target as `kind:name` (`tool:product_get` or
+    /// `resource:<uri>`: only kill-switch target kinds; a prompt is none); it must exit 0 within 10 s. Exit 2 means it cannot flip
     /// targets of that kind (those checks are not testable). Needs `--enable-command`.
     #[arg(long, value_name = "CMD", requires = "enable_command")]
     pub disable_command: Option<String>,
