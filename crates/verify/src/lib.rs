@@ -227,6 +227,9 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     let killswitch = modules::killswitch::Switch::new(commands.disable, commands.enable);
     let ctx = Context::new(target, identities, args.allow_mutations, pinning, killswitch);
     let modules = selected_modules(&args.modules)?;
+    // A target that does not speak 2026-07-28 gets one line saying so; a check needing it whose
+    // control failed is then NOT TESTABLE for that reason, not INCONCLUSIVE.
+    let unspoken = modules::unspoken_protocol(&ctx).await;
     // Report order is module order; the shared modules run together, then each exclusive one
     // alone (its flips must not reach another module's checks).
     let mut numbered = Vec::new();
@@ -250,6 +253,17 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
             })
             .buffer_unordered(usize::from(args.concurrency));
         while let Some((i, check, mut outcome)) = running.next().await {
+            if unspoken.is_some()
+                && outcome.verdict == check::Verdict::Inconclusive
+                && modules::needs_current_protocol(&check)
+            {
+                outcome.verdict = check::Verdict::NotTestable;
+                outcome.detail = format!(
+                    "needs {}, which the target does not speak (was: {})",
+                    target::PROTOCOL_VERSION,
+                    outcome.detail
+                );
+            }
             outcome.detail = redactor.redact(&outcome.detail);
             progress(&check, &outcome);
             finished.push((i, check, outcome));
@@ -257,7 +271,7 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     }
     finished.sort_by_key(|(i, _, _)| *i);
     let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
-    Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone()))
+    Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone()).with_protocol(unspoken))
 }
 
 /// The modules `names` (every module when empty), in report order; an unknown name is refused

@@ -79,6 +79,8 @@ pub struct Report {
     pub target: String,
     /// When the report was made (RFC 3339, UTC).
     pub date: String,
+    /// When the target does not speak 2026-07-28: the one line saying so.
+    pub protocol: Option<String>,
     /// Every check, in catalogue order.
     pub entries: Vec<Entry>,
     /// Baseline entries that no longer match a finding: the check passes now, or no such check ran.
@@ -109,7 +111,13 @@ impl Report {
             .collect();
         let now_ms = palisade_base::clock::Clock::now_ms(&palisade_base::clock::SystemClock);
         let date = palisade_base::time::format_rfc3339_ms(now_ms);
-        Self { target: target.to_owned(), date, entries, stale, redactor }
+        Self { target: target.to_owned(), date, protocol: None, entries, stale, redactor }
+    }
+
+    /// The report with the line saying the target does not speak 2026-07-28, if it does not.
+    pub fn with_protocol(mut self, unspoken: Option<String>) -> Self {
+        self.protocol = unspoken;
+        self
     }
 
     /// How many checks have `verdict`.
@@ -150,6 +158,11 @@ impl Report {
             "tool": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION") },
             "target": self.target,
             "date": self.date,
+            "protocol": {
+                "version": crate::target::PROTOCOL_VERSION,
+                "spoken": self.protocol.is_none(),
+                "detail": self.protocol,
+            },
             "summary": {
                 "pass": self.count(Verdict::Pass),
                 "fail": self.count(Verdict::Fail),
@@ -185,7 +198,11 @@ impl Report {
     /// The summary table printed at the end of a run.
     pub fn summary_table(&self) -> String {
         let width = self.entries.iter().map(|entry| entry.check.id.len()).max().unwrap_or(10).max(10);
-        let mut text = format!("{:<width$}  {:<12}  {:<8}  note\n", "check", "verdict", "severity");
+        let mut text = String::new();
+        if let Some(line) = &self.protocol {
+            text.push_str(&format!("{}; the checks that need it are NOT TESTABLE\n", visible(line)));
+        }
+        text.push_str(&format!("{:<width$}  {:<12}  {:<8}  note\n", "check", "verdict", "severity"));
         for entry in &self.entries {
             let note = match &entry.baselined {
                 Some(reason) if entry.outcome.verdict == Verdict::Fail => format!("baselined: {reason}"),
@@ -267,6 +284,10 @@ fn junit(json: &Value) -> String {
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"palisade-verify\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">\n",
         checks.len()
     );
+    if let Some(line) = protocol_line(json) {
+        text.push_str(&format!("<properties><property name=\"protocol\" value=\"{}\"/></properties>\n", xml(&line)));
+        text.push_str(&format!("<system-out>{}</system-out>\n", xml(&line)));
+    }
     for check in checks {
         let (id, detail) = (field(check, "id"), field(check, "detail"));
         let module = id.split('.').next().unwrap_or_default();
@@ -286,6 +307,12 @@ fn junit(json: &Value) -> String {
     }
     text.push_str("</testsuite>\n</testsuites>\n");
     text
+}
+
+/// The line saying the target does not speak 2026-07-28, when it does not.
+fn protocol_line(json: &Value) -> Option<String> {
+    let detail = json["protocol"]["detail"].as_str()?;
+    Some(format!("{detail}; the checks that need it are NOT TESTABLE"))
 }
 
 /// The verdict summary line every format shares.
@@ -313,6 +340,9 @@ fn markdown(json: &Value) -> String {
         markdown_cell(json["tool"]["version"].as_str().unwrap_or_default()),
         summary_line(json),
     );
+    if let Some(line) = protocol_line(json) {
+        text.insert_str(text.len() - 1, &format!("- **Protocol:** {}\n", markdown_cell(&line)));
+    }
     text.push_str("| check | verdict | severity | detail |\n|---|---|---|---|\n");
     for check in checks(json) {
         let verdict = match (field(check, "verdict"), check["baselined"].as_str()) {
@@ -349,11 +379,14 @@ fn sarif(json: &Value) -> Value {
             })
         })
         .collect();
+    let notifications: Vec<Value> =
+        protocol_line(json).into_iter().map(|line| json!({ "level": "note", "message": { "text": line } })).collect();
     json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
             "tool": { "driver": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION"), "rules": rules } },
+            "invocations": [{ "executionSuccessful": true, "toolExecutionNotifications": notifications }],
             "results": results,
         }],
     })
