@@ -228,8 +228,9 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     let ctx = Context::new(target, identities, args.allow_mutations, pinning, killswitch);
     let modules = selected_modules(&args.modules)?;
     // A target that does not speak 2026-07-28 gets one line saying so; a check needing it whose
-    // control failed is then NOT TESTABLE for that reason, not INCONCLUSIVE.
-    let unspoken = modules::unspoken_protocol(&ctx).await;
+    // control failed is then NOT TESTABLE for that reason, not INCONCLUSIVE. Asked once, at the
+    // first such check (a run whose checks send nothing sends nothing).
+    let unspoken: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCell::new();
     // Report order is module order; the shared modules run together, then each exclusive one
     // alone (its flips must not reach another module's checks).
     let mut numbered = Vec::new();
@@ -253,9 +254,9 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
             })
             .buffer_unordered(usize::from(args.concurrency));
         while let Some((i, check, mut outcome)) = running.next().await {
-            if unspoken.is_some()
-                && outcome.verdict == check::Verdict::Inconclusive
+            if outcome.verdict == check::Verdict::Inconclusive
                 && modules::needs_current_protocol(&check)
+                && unspoken.get_or_init(|| modules::unspoken_protocol(&ctx)).await.is_some()
             {
                 outcome.verdict = check::Verdict::NotTestable;
                 outcome.detail = format!(
@@ -270,8 +271,17 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
         }
     }
     finished.sort_by_key(|(i, _, _)| *i);
+    // A target that serves a request with no token at all: the findings that follow from it are
+    // grouped under that one root cause (asked only when there is such a finding).
+    let grouped = finished.iter().any(|(_, check, outcome)| {
+        outcome.verdict == check::Verdict::Fail && report::follows_from_no_authentication(check.id)
+    });
+    let unauthenticated = if grouped { modules::unauthenticated_served(&ctx).await } else { None };
+    let unspoken = unspoken.into_inner().flatten();
     let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
-    Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone()).with_protocol(unspoken))
+    Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone())
+        .with_protocol(unspoken)
+        .with_no_authentication(unauthenticated))
 }
 
 /// The modules `names` (every module when empty), in report order; an unknown name is refused

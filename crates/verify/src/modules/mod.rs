@@ -128,6 +128,13 @@ pub async fn unspoken_protocol(ctx: &Context) -> Option<String> {
     protocol_gap(&discover)
 }
 
+/// Whether the target needs no authentication at all: a `tools/list` with no token is served.
+/// `Some` says what it got (the root cause [`crate::report::NO_AUTHENTICATION`]).
+pub async fn unauthenticated_served(ctx: &Context) -> Option<String> {
+    let exchange = ctx.target.send(Probe::request("tools/list", json!({}), Auth::None)).await;
+    exchange.accepted().then(|| format!("tools/list without a token: {}", exchange.summary()))
+}
+
 /// [`unspoken_protocol`]'s judgement of a `server/discover` exchange.
 pub fn protocol_gap(discover: &Exchange) -> Option<String> {
     let wanted = crate::target::PROTOCOL_VERSION;
