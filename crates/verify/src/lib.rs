@@ -9,6 +9,7 @@ pub mod escape;
 pub mod grant;
 pub mod identity;
 pub mod modules;
+pub mod program;
 pub mod progress;
 pub mod refusals;
 pub mod report;
@@ -76,7 +77,8 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=120))]
     pub timeout_secs: u64,
     /// Makes the operator's fixture upstream change a tool definition (pinning module): run
-    /// without a shell, split on white space, `{tool}` replaced by the tool's name as the target
+    /// without a shell (its program is looked up on PATH at the start unless it is a path; not
+    /// found refuses the run), split on white space, `{tool}` replaced by the tool's name as the target
     /// lists it, `{state}` by `changed` (serve a changed definition) or `original` (serve the
     /// original again; always run at the end). Without it the pinning checks are not testable.
     #[arg(long, value_name = "CMD")]
@@ -84,9 +86,10 @@ pub struct VerifyArgs {
     /// How long the target may take to notice a changed definition, in seconds (1–120).
     #[arg(long, default_value_t = modules::pinning::DEFAULT_WAIT_SECS, value_parser = clap::value_parser!(u64).range(1..=120))]
     pub pin_wait_secs: u64,
-    /// Sets a kill-switch target to DISABLE (killswitch module): run without a shell, split on
-    /// white space, `{target}` replaced by the target as `kind:name` (`tool:product_get`,
-    /// `prompt:…`, `resource:<uri>`); it must exit 0 within 10 s. Exit 2 means it cannot flip
+    /// Sets a kill-switch target to DISABLE (killswitch module): run without a shell (its
+    /// program is looked up on PATH at the start unless it is a path; not found refuses the
+    /// run), split on white space, `{target}` replaced by the target as `kind:name` (`tool:product_get` or
+    /// `resource:<uri>`: only kill-switch target kinds; a prompt is none); it must exit 0 within 10 s. Exit 2 means it cannot flip
     /// targets of that kind (those checks are not testable). Needs `--enable-command`.
     #[arg(long, value_name = "CMD", requires = "enable_command")]
     pub disable_command: Option<String>,
@@ -143,6 +146,36 @@ pub enum Refusal {
     /// The HTTP client could not be built.
     #[error("the HTTP client could not be built: {0}")]
     Client(String),
+    /// An operator's command names a program that is not found.
+    #[error("refusing to run: {0}")]
+    Command(String),
+}
+
+/// The operator's commands, each program resolved ([`program::resolve_on_path`]); an empty
+/// line is no command.
+pub struct Commands {
+    /// `--change-upstream-command`.
+    pub change_upstream: Option<String>,
+    /// `--disable-command`.
+    pub disable: Option<String>,
+    /// `--enable-command`.
+    pub enable: Option<String>,
+}
+
+/// Resolves every operator command's program before anything is sent.
+pub fn resolve_commands(args: &VerifyArgs) -> Result<Commands, Refusal> {
+    let resolve = |flag: &str, line: &Option<String>| {
+        line.as_deref()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| program::resolve_on_path(flag, line))
+            .transpose()
+            .map_err(Refusal::Command)
+    };
+    Ok(Commands {
+        change_upstream: resolve("--change-upstream-command", &args.change_upstream_command)?,
+        disable: resolve("--disable-command", &args.disable_command)?,
+        enable: resolve("--enable-command", &args.enable_command)?,
+    })
 }
 
 /// The safety gates: authorization confirmed, and the host loopback or named. Sends nothing.
@@ -171,6 +204,7 @@ pub fn check_gates(args: &VerifyArgs) -> Result<url::Url, Refusal> {
 /// returns the report; `progress` sees each check as it finishes.
 pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcome) + Send)) -> Result<Report, Refusal> {
     let url = check_gates(args)?;
+    let commands = resolve_commands(args)?;
     let mut identities = Vec::with_capacity(args.identities.len());
     for path in &args.identities {
         identities.push(Identity::load(path, &url, Duration::from_secs(args.timeout_secs)).await?);
@@ -189,10 +223,14 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
         refusals: args.refusals.as_deref().map(refusals::RefusalMap::load).transpose().map_err(Refusal::Refusals)?,
     };
     let target = Target::new(config, redactor.clone()).map_err(|error| Refusal::Client(error.to_string()))?;
-    let pinning = modules::pinning::Options::new(args.change_upstream_command.as_deref(), args.pin_wait_secs);
-    let killswitch = modules::killswitch::Switch::new(args.disable_command.clone(), args.enable_command.clone());
+    let pinning = modules::pinning::Options::new(commands.change_upstream.as_deref(), args.pin_wait_secs);
+    let killswitch = modules::killswitch::Switch::new(commands.disable, commands.enable);
     let ctx = Context::new(target, identities, args.allow_mutations, pinning, killswitch);
     let modules = selected_modules(&args.modules)?;
+    // A target that does not speak 2026-07-28 gets one line saying so; a check needing it whose
+    // control failed is then NOT TESTABLE for that reason, not INCONCLUSIVE. Asked once, at the
+    // first such check (a run whose checks send nothing sends nothing).
+    let unspoken: tokio::sync::OnceCell<Option<String>> = tokio::sync::OnceCell::new();
     // Report order is module order; the shared modules run together, then each exclusive one
     // alone (its flips must not reach another module's checks).
     let mut numbered = Vec::new();
@@ -216,14 +254,34 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
             })
             .buffer_unordered(usize::from(args.concurrency));
         while let Some((i, check, mut outcome)) = running.next().await {
+            if outcome.verdict == check::Verdict::Inconclusive
+                && modules::needs_current_protocol(&check)
+                && unspoken.get_or_init(|| modules::unspoken_protocol(&ctx)).await.is_some()
+            {
+                outcome.verdict = check::Verdict::NotTestable;
+                outcome.detail = format!(
+                    "needs {}, which the target does not speak (was: {})",
+                    target::PROTOCOL_VERSION,
+                    outcome.detail
+                );
+            }
             outcome.detail = redactor.redact(&outcome.detail);
             progress(&check, &outcome);
             finished.push((i, check, outcome));
         }
     }
     finished.sort_by_key(|(i, _, _)| *i);
+    // A target that serves a request with no token at all: the findings that follow from it are
+    // grouped under that one root cause (asked only when there is such a finding).
+    let grouped = finished.iter().any(|(_, check, outcome)| {
+        outcome.verdict == check::Verdict::Fail && report::follows_from_no_authentication(check.id)
+    });
+    let unauthenticated = if grouped { modules::unauthenticated_served(&ctx).await } else { None };
+    let unspoken = unspoken.into_inner().flatten();
     let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
-    Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone()))
+    Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone())
+        .with_protocol(unspoken)
+        .with_no_authentication(unauthenticated))
 }
 
 /// The modules `names` (every module when empty), in report order; an unknown name is refused
@@ -306,5 +364,33 @@ mod tests {
         let two = selected_cases(&["sessions".into(), "transport".into()]).unwrap();
         assert!(two.first().unwrap().check.id.starts_with("transport."), "report order, not argument order");
         assert!(matches!(selected_cases(&["handle".into()]), Err(Refusal::UnknownModule(..))));
+    }
+
+    #[tokio::test]
+    async fn a_command_whose_program_is_not_found_refuses_the_run_before_anything_is_sent() {
+        let run = args(&[
+            "http://127.0.0.1:9/mcp",
+            "--i-am-authorized",
+            "--disable-command",
+            "palisade-verify-no-such-program authority disable --target {target}",
+            "--enable-command",
+            "sh -c true",
+        ]);
+        let refusal = verify(&run, &mut |_, _| {}).await.unwrap_err();
+        assert!(matches!(refusal, Refusal::Command(_)), "{refusal}");
+        assert!(
+            refusal.to_string().contains(
+                "--disable-command: palisade-verify-no-such-program not found on PATH; give an absolute path"
+            ),
+            "{refusal}"
+        );
+        let commands = resolve_commands(&args(&[
+            "http://127.0.0.1:9/mcp",
+            "--change-upstream-command",
+            "sh -c true {tool} {state}",
+        ]))
+        .unwrap();
+        let resolved = commands.change_upstream.unwrap();
+        assert!(resolved.starts_with('/') && resolved.ends_with("/sh -c true {tool} {state}"), "{resolved}");
     }
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::check::{Check, Outcome, Verdict};
+use crate::check::{Check, Outcome, Severity, Verdict};
 use crate::escape::{markdown_cell, visible};
 use crate::identity::Redactor;
 
@@ -70,6 +70,33 @@ pub struct Entry {
     pub outcome: Outcome,
     /// The baseline's reason, when the check is baselined.
     pub baselined: Option<String>,
+    /// The root cause this check's finding is grouped under, if any ([`Report::root_causes`]).
+    pub root_cause: Option<&'static str>,
+}
+
+/// A cause several findings share: they are shown under it in every format, each keeping its
+/// own verdict.
+#[derive(Debug, Clone)]
+pub struct RootCause {
+    /// Its stable id (`auth.none`).
+    pub id: &'static str,
+    /// One line saying what it is.
+    pub title: &'static str,
+    /// How much it matters (the worst of its checks').
+    pub severity: Severity,
+    /// What was seen.
+    pub detail: String,
+    /// The checks grouped under it, in report order.
+    pub checks: Vec<&'static str>,
+}
+
+/// The root cause of a target that needs no authentication at all.
+pub const NO_AUTHENTICATION: &str = "auth.none";
+
+/// Whether a FAIL of `id` follows from a target that needs no authentication at all: every
+/// `auth.*` check, and the transport and listen checks of a missing or wrong token.
+pub fn follows_from_no_authentication(id: &str) -> bool {
+    id.starts_with("auth.") || id == "transport.auth.missing" || id.starts_with("listen.auth.")
 }
 
 /// A run's report.
@@ -77,8 +104,14 @@ pub struct Entry {
 pub struct Report {
     /// The target URL.
     pub target: String,
+    /// When the report was made (RFC 3339, UTC).
+    pub date: String,
+    /// When the target does not speak 2026-07-28: the one line saying so.
+    pub protocol: Option<String>,
     /// Every check, in catalogue order.
     pub entries: Vec<Entry>,
+    /// Causes several findings share (their checks are grouped under them).
+    pub root_causes: Vec<RootCause>,
     /// Baseline entries that no longer match a finding: the check passes now, or no such check ran.
     pub stale: Vec<Accepted>,
     redactor: Redactor,
@@ -91,7 +124,7 @@ impl Report {
             .into_iter()
             .map(|(check, outcome)| {
                 let baselined = baseline.reason(check.id).map(str::to_owned);
-                Entry { check, outcome, baselined }
+                Entry { check, outcome, baselined, root_cause: None }
             })
             .collect();
         let stale = baseline
@@ -105,7 +138,44 @@ impl Report {
             })
             .cloned()
             .collect();
-        Self { target: target.to_owned(), entries, stale, redactor }
+        let now_ms = palisade_base::clock::Clock::now_ms(&palisade_base::clock::SystemClock);
+        let date = palisade_base::time::format_rfc3339_ms(now_ms);
+        Self { target: target.to_owned(), date, protocol: None, entries, root_causes: Vec::new(), stale, redactor }
+    }
+
+    /// Groups the FAILs that follow from a target needing no authentication at all under the
+    /// root cause [`NO_AUTHENTICATION`], when `served` says what an unauthenticated request got
+    /// (`None`: it was refused, and nothing is grouped).
+    pub fn with_no_authentication(mut self, served: Option<String>) -> Self {
+        let Some(served) = served else { return self };
+        let mut checks = Vec::new();
+        let mut severity = Severity::Low;
+        for entry in &mut self.entries {
+            if entry.outcome.verdict == Verdict::Fail && follows_from_no_authentication(entry.check.id) {
+                entry.root_cause = Some(NO_AUTHENTICATION);
+                checks.push(entry.check.id);
+                severity = severity.max(entry.check.severity);
+            }
+        }
+        if !checks.is_empty() {
+            self.root_causes.push(RootCause {
+                id: NO_AUTHENTICATION,
+                title: "The target needs no authentication at all",
+                severity,
+                detail: format!(
+                    "a request with no token was served ({served}); the {} checks below fail because of it",
+                    checks.len()
+                ),
+                checks,
+            });
+        }
+        self
+    }
+
+    /// The report with the line saying the target does not speak 2026-07-28, if it does not.
+    pub fn with_protocol(mut self, unspoken: Option<String>) -> Self {
+        self.protocol = unspoken;
+        self
     }
 
     /// How many checks have `verdict`.
@@ -137,14 +207,34 @@ impl Report {
                     "verdict": entry.outcome.verdict,
                     "detail": entry.outcome.detail,
                     "baselined": entry.baselined,
+                    "root_cause": entry.root_cause,
                     "transcript": entry.outcome.transcript,
                 })
             })
             .collect();
         let stale: Vec<Value> = self.stale.iter().map(|s| json!({ "id": s.id, "reason": s.reason })).collect();
+        let root_causes: Vec<Value> = self
+            .root_causes
+            .iter()
+            .map(|cause| {
+                json!({
+                    "id": cause.id,
+                    "title": cause.title,
+                    "severity": cause.severity,
+                    "detail": cause.detail,
+                    "checks": cause.checks,
+                })
+            })
+            .collect();
         let value = json!({
             "tool": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION") },
             "target": self.target,
+            "date": self.date,
+            "protocol": {
+                "version": crate::target::PROTOCOL_VERSION,
+                "spoken": self.protocol.is_none(),
+                "detail": self.protocol,
+            },
             "summary": {
                 "pass": self.count(Verdict::Pass),
                 "fail": self.count(Verdict::Fail),
@@ -153,6 +243,7 @@ impl Report {
                 "inconclusive": self.count(Verdict::Inconclusive),
                 "unbaselined_failures": self.unbaselined_failures(),
             },
+            "root_causes": root_causes,
             "checks": checks,
             "stale_baseline": stale,
         });
@@ -179,9 +270,13 @@ impl Report {
 
     /// The summary table printed at the end of a run.
     pub fn summary_table(&self) -> String {
-        let width = self.entries.iter().map(|entry| entry.check.id.len()).max().unwrap_or(10).max(10);
-        let mut text = format!("{:<width$}  {:<12}  {:<8}  note\n", "check", "verdict", "severity");
-        for entry in &self.entries {
+        let width = self.entries.iter().map(|entry| entry.check.id.len()).max().unwrap_or(10).max(10) + 2;
+        let mut text = String::new();
+        if let Some(line) = &self.protocol {
+            text.push_str(&format!("{}; the checks that need it are NOT TESTABLE\n", visible(line)));
+        }
+        text.push_str(&format!("{:<width$}  {:<12}  {:<8}  note\n", "check", "verdict", "severity"));
+        let row = |entry: &Entry, indent: &str| {
             let note = match &entry.baselined {
                 Some(reason) if entry.outcome.verdict == Verdict::Fail => format!("baselined: {reason}"),
                 _ if entry.outcome.verdict == Verdict::Pass => String::new(),
@@ -189,13 +284,29 @@ impl Report {
             };
             // Redacted before it is escaped: a secret is found as the target sent it.
             let note = visible(&self.redactor.redact(&note)).into_owned();
-            text.push_str(&format!(
+            let id = format!("{indent}{}", entry.check.id);
+            format!(
                 "{:<width$}  {:<12}  {:<8}  {}\n",
-                entry.check.id,
+                id,
                 entry.outcome.verdict.label(),
                 format!("{:?}", entry.check.severity).to_ascii_lowercase(),
                 note
+            )
+        };
+        for entry in self.entries.iter().filter(|entry| entry.root_cause.is_none()) {
+            text.push_str(&row(entry, ""));
+        }
+        for cause in &self.root_causes {
+            text.push_str(&format!(
+                "ROOT CAUSE {} ({}): {}: {}\n",
+                cause.id,
+                format!("{:?}", cause.severity).to_ascii_lowercase(),
+                cause.title,
+                visible(&self.redactor.redact(&cause.detail))
             ));
+            for entry in self.entries.iter().filter(|entry| entry.root_cause == Some(cause.id)) {
+                text.push_str(&row(entry, "  "));
+            }
         }
         for stale in &self.stale {
             text.push_str(&format!("stale baseline entry: {} ({})\n", visible(&stale.id), visible(&stale.reason)));
@@ -254,14 +365,51 @@ fn field<'a>(check: &'a Value, key: &str) -> &'a str {
     check[key].as_str().unwrap_or_default()
 }
 
+fn root_causes(json: &Value) -> &[Value] {
+    json["root_causes"].as_array().map_or(&[], Vec::as_slice)
+}
+
+/// The checks of `json` grouped under the root cause `cause` (`None`: those under none).
+fn grouped<'a>(json: &'a Value, cause: Option<&str>) -> Vec<&'a Value> {
+    checks(json).iter().filter(|check| check["root_cause"].as_str() == cause).collect()
+}
+
 fn junit(json: &Value) -> String {
-    let checks = checks(json);
+    let mut text = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n".to_owned();
+    let mut properties = Vec::new();
+    if let Some(line) = protocol_line(json) {
+        properties.push(("protocol", line));
+    }
+    text.push_str(&testsuite("palisade-verify", &grouped(json, None), &properties));
+    // Each root cause is a suite of its own: its checks, each with its own verdict, under it.
+    for cause in root_causes(json) {
+        let id = field(cause, "id");
+        let line = format!("{}: {} ({})", field(cause, "title"), field(cause, "detail"), field(cause, "severity"));
+        let name = format!("palisade-verify root cause {id}");
+        text.push_str(&testsuite(&name, &grouped(json, Some(id)), &[("root_cause", line)]));
+    }
+    text.push_str("</testsuites>\n");
+    text
+}
+
+fn testsuite(name: &str, checks: &[&Value], properties: &[(&str, String)]) -> String {
     let failures = checks.iter().filter(|c| c["verdict"] == "fail" && c["baselined"].is_null()).count();
     let skipped = checks.iter().filter(|c| c["verdict"] == "not_testable").count();
     let mut text = format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n<testsuite name=\"palisade-verify\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">\n",
+        "<testsuite name=\"{}\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"{skipped}\">\n",
+        xml(name),
         checks.len()
     );
+    if !properties.is_empty() {
+        text.push_str("<properties>");
+        for (key, value) in properties {
+            text.push_str(&format!("<property name=\"{}\" value=\"{}\"/>", xml(key), xml(value)));
+        }
+        text.push_str("</properties>\n");
+        for (_, value) in properties {
+            text.push_str(&format!("<system-out>{}</system-out>\n", xml(value)));
+        }
+    }
     for check in checks {
         let (id, detail) = (field(check, "id"), field(check, "detail"));
         let module = id.split('.').next().unwrap_or_default();
@@ -279,16 +427,66 @@ fn junit(json: &Value) -> String {
         }
         text.push_str("</testcase>\n");
     }
-    text.push_str("</testsuite>\n</testsuites>\n");
+    text.push_str("</testsuite>\n");
     text
 }
 
+/// The line saying the target does not speak 2026-07-28, when it does not.
+fn protocol_line(json: &Value) -> Option<String> {
+    let detail = json["protocol"]["detail"].as_str()?;
+    Some(format!("{detail}; the checks that need it are NOT TESTABLE"))
+}
+
+/// The verdict summary line every format shares.
+fn summary_line(json: &Value) -> String {
+    let summary = &json["summary"];
+    let n = |key: &str| summary[key].as_u64().unwrap_or_default();
+    format!(
+        "{} checks: {} pass, {} fail ({} unbaselined), {} warning, {} not testable, {} inconclusive",
+        checks(json).len(),
+        n("pass"),
+        n("fail"),
+        n("unbaselined_failures"),
+        n("warning"),
+        n("not_testable"),
+        n("inconclusive"),
+    )
+}
+
 fn markdown(json: &Value) -> String {
+    // The head: what was tested, when, by which verifier, and the verdicts, before any table.
     let mut text = format!(
-        "# palisade verify: {}\n\n| check | verdict | severity | detail |\n|---|---|---|---|\n",
-        markdown_cell(json["target"].as_str().unwrap_or_default())
+        "# palisade verify report\n\n- **Target:** {}\n- **Date:** {}\n- **Verifier:** palisade-verify {}\n- **Verdicts:** {}\n\n",
+        markdown_cell(json["target"].as_str().unwrap_or_default()),
+        markdown_cell(json["date"].as_str().unwrap_or_default()),
+        markdown_cell(json["tool"]["version"].as_str().unwrap_or_default()),
+        summary_line(json),
     );
-    for check in checks(json) {
+    if let Some(line) = protocol_line(json) {
+        text.insert_str(text.len() - 1, &format!("- **Protocol:** {}\n", markdown_cell(&line)));
+    }
+    // Each root cause first, its checks (each with its own verdict) under it; then the rest.
+    for cause in root_causes(json) {
+        let id = field(cause, "id");
+        text.push_str(&format!(
+            "## Root cause `{id}`: {} ({})\n\n{}\n\n",
+            markdown_cell(field(cause, "title")),
+            field(cause, "severity"),
+            markdown_cell(field(cause, "detail"))
+        ));
+        markdown_table(&mut text, &grouped(json, Some(id)));
+        text.push('\n');
+    }
+    if !root_causes(json).is_empty() {
+        text.push_str("## Other checks\n\n");
+    }
+    markdown_table(&mut text, &grouped(json, None));
+    text
+}
+
+fn markdown_table(text: &mut String, checks: &[&Value]) {
+    text.push_str("| check | verdict | severity | detail |\n|---|---|---|---|\n");
+    for check in checks {
         let verdict = match (field(check, "verdict"), check["baselined"].as_str()) {
             ("fail", Some(_)) => "fail (baselined)".to_owned(),
             (verdict, _) => verdict.to_owned(),
@@ -301,34 +499,92 @@ fn markdown(json: &Value) -> String {
             markdown_cell(field(check, "detail"))
         ));
     }
-    text
 }
 
 fn sarif(json: &Value) -> Value {
     let checks = checks(json);
-    let rules: Vec<Value> = checks
+    let location = json!([{ "physicalLocation": { "artifactLocation": { "uri": json["target"] } } }]);
+    let mut rules: Vec<Value> = checks
         .iter()
         .map(|c| json!({ "id": c["id"], "shortDescription": { "text": c["title"] }, "help": { "text": c["requirement"] } }))
         .collect();
-    let results: Vec<Value> = checks
-        .iter()
-        .filter(|c| c["verdict"] == "fail" || c["verdict"] == "warning")
-        .map(|c| {
-            let level = if c["verdict"] == "fail" && c["baselined"].is_null() { "error" } else { "warning" };
-            json!({
-                "ruleId": c["id"],
-                "level": level,
-                "message": { "text": c["detail"] },
-                "locations": [{ "physicalLocation": { "artifactLocation": { "uri": json["target"] } } }],
-            })
-        })
-        .collect();
+    let mut results = Vec::new();
+    // A root cause is one result; the checks grouped under it are results of their own rules,
+    // each with its own verdict, pointing at it (`properties.rootCause`) as notes.
+    for cause in root_causes(json) {
+        rules.push(json!({ "id": cause["id"], "shortDescription": { "text": cause["title"] }, "help": { "text": cause["detail"] } }));
+        let members: Vec<&str> = grouped(json, cause["id"].as_str()).iter().map(|c| field(c, "id")).collect();
+        results.push(json!({
+            "ruleId": cause["id"],
+            "level": "error",
+            "message": { "text": format!("{}: {} ({})", field(cause, "title"), field(cause, "detail"), members.join(", ")) },
+            "locations": location,
+            "properties": { "rootCause": true, "checks": members },
+        }));
+    }
+    for c in checks.iter().filter(|c| c["verdict"] == "fail" || c["verdict"] == "warning") {
+        let level = match (c["verdict"] == "fail" && c["baselined"].is_null(), c["root_cause"].is_null()) {
+            (_, false) => "note",
+            (true, true) => "error",
+            (false, true) => "warning",
+        };
+        let mut result = json!({
+            "ruleId": c["id"],
+            "level": level,
+            "message": { "text": c["detail"] },
+            "locations": location,
+        });
+        if !c["root_cause"].is_null() {
+            result["properties"] = json!({ "rootCause": c["root_cause"], "verdict": c["verdict"] });
+        }
+        results.push(result);
+    }
+    let notifications: Vec<Value> =
+        protocol_line(json).into_iter().map(|line| json!({ "level": "note", "message": { "text": line } })).collect();
     json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
             "tool": { "driver": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION"), "rules": rules } },
+            "invocations": [{ "executionSuccessful": true, "toolExecutionNotifications": notifications }],
             "results": results,
         }],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Severity;
+
+    const PASSING: Check = Check { id: "demo.passing", title: "t", requirement: "r", severity: Severity::Low };
+    const FAILING: Check = Check { id: "demo.failing", title: "t", requirement: "r", severity: Severity::High };
+
+    fn report() -> Report {
+        let results = vec![
+            (PASSING, Outcome::new(&PASSING, Verdict::Pass, "fine")),
+            (FAILING, Outcome::new(&FAILING, Verdict::Fail, "broken")),
+        ];
+        Report::new("http://127.0.0.1:9/mcp", results, &Baseline::default(), Redactor::default())
+    }
+
+    #[test]
+    fn the_markdown_report_opens_with_target_date_version_and_the_verdicts() {
+        let report = report();
+        let markdown = report.render(Format::Markdown);
+        let head: Vec<&str> = markdown.lines().take_while(|line| !line.starts_with('|')).collect();
+        let head = head.join("\n");
+        assert!(head.starts_with("# palisade verify report"), "{markdown}");
+        assert!(head.contains("- **Target:** http://127.0.0.1:9/mcp"), "{head}");
+        assert!(head.contains(&format!("- **Date:** {}", report.date)), "{head}");
+        assert!(report.date.starts_with("20") && report.date.ends_with('Z'), "{}", report.date);
+        assert!(head.contains(&format!("- **Verifier:** palisade-verify {}", env!("CARGO_PKG_VERSION"))), "{head}");
+        assert!(
+            head.contains(
+                "- **Verdicts:** 2 checks: 1 pass, 1 fail (1 unbaselined), 0 warning, 0 not testable, 0 inconclusive"
+            ),
+            "{head}"
+        );
+        assert_eq!(report.to_json()["date"], report.date.as_str());
+    }
 }

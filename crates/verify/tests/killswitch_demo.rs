@@ -93,12 +93,36 @@ async fn the_demo_passes_every_killswitch_check_it_can_exercise_and_ends_enabled
     let demo = Demo::start();
     // The demo's default kill switch: the development authority in its data directory.
     assert!(demo.data.0.join("killswitch-dev").is_dir(), "the demo runs the kill switch in dev mode");
-    let (report, tokens) = run(&demo, &authority_command(&demo, "disable"), &authority_command(&demo, "enable")).await;
+    // Every target the flip commands are asked for is written down by a wrapper that then runs
+    // the real command.
+    let scratch = Scratch::new("killswitch-asked");
+    let asked = scratch.0.join("asked.log");
+    let wrapper =
+        scratch.file("asked", &format!("#!/bin/sh\nprintf '%s\\n' \"$*\" >> {}\nexec \"$@\"\n", asked.display()));
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let wrapped = |action: &str| format!("{} {}", wrapper.display(), authority_command(&demo, action));
+    let (report, tokens) = run(&demo, &wrapped("disable"), &wrapped("enable")).await;
     let all = explain(&report);
     assert!(report.entries.len() >= 8, "{all}");
     assert!(report.entries.iter().all(|entry| entry.check.id.starts_with("killswitch.")), "{all}");
-    // The demo's policy has no prompt target kind (prompts are switched by server release,
-    // tenant and client): `authority disable` refuses `prompt:…` with exit 2.
+    // Only kinds the kill switch has are asked for: a prompt is none (prompts are switched by
+    // server release, tenant and client), so the prompt checks are not testable.
+    let log = std::fs::read_to_string(&asked).unwrap();
+    let targets: Vec<&str> =
+        log.lines().filter_map(|line| line.split_whitespace().skip_while(|w| *w != "--target").nth(1)).collect();
+    assert!(!targets.is_empty(), "{log}");
+    for target in &targets {
+        let parsed = palisade_killswitch::parse_target_spec(target);
+        assert!(parsed.is_some(), "the flip commands were asked for {target}, no kill-switch target\n{log}");
+    }
+    assert!(!targets.iter().any(|target| target.starts_with("prompt:")), "{log}");
+    for id in ["killswitch.prompt.disabled", "killswitch.prompt.reenabled"] {
+        let entry = report.entries.iter().find(|entry| entry.check.id == id).unwrap();
+        assert!(entry.outcome.detail.contains("a prompt is no kill-switch target kind"), "{}", entry.outcome.detail);
+    }
     let untestable: Vec<&str> = report
         .entries
         .iter()

@@ -277,6 +277,21 @@ async fn a_pinning_gateway_holds_a_changed_definition_and_the_bare_upstream_is_c
     assert_eq!(bare.exit_code(), 1);
     assert_eq!(std::fs::read_to_string(&fixture.served).unwrap(), definitions(ORIGINAL));
 
+    // A command that changes nothing: the listing never changes, so nothing can be concluded
+    // (never a FAIL): the change did not reach the target.
+    let idle = ["--pin-wait-secs".to_owned(), "1".to_owned(), command[0].clone(), "true {tool} {state}".to_owned()];
+    let unchanged = run(&fixture.url, &identities, [&tokens[0], &tokens[1]], &idle).await;
+    assert_eq!(verdict(&unchanged, "pinning.control.served"), Verdict::Pass, "{}", shown(&unchanged));
+    for entry in unchanged.entries.iter().filter(|entry| entry.check.id != "pinning.control.served") {
+        assert_ne!(entry.outcome.verdict, Verdict::Fail, "{}", shown(&unchanged));
+    }
+    for id in ["pinning.changed.held", "pinning.changed.call_refused", "pinning.changed.definition_withheld"] {
+        let entry = unchanged.entries.iter().find(|entry| entry.check.id == id).unwrap();
+        assert_eq!(entry.outcome.verdict, Verdict::Inconclusive, "{id}\n{}", shown(&unchanged));
+        assert!(entry.outcome.detail.starts_with("the change did not reach the target"), "{}", entry.outcome.detail);
+    }
+    assert_eq!(unchanged.exit_code(), 0);
+
     // Without the command nothing is sent and nothing is testable.
     let untestable = run(&fixture.url, &identities, [&tokens[0], &tokens[1]], &[]).await;
     assert!(untestable.entries.iter().all(|entry| entry.outcome.verdict == Verdict::NotTestable));

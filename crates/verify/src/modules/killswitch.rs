@@ -1,6 +1,6 @@
 //! The kill-switch module (seed 003): when the operator supplies a way to flip a target
 //! (`--disable-command` and `--enable-command`, each run without a shell with `{target}`
-//! replaced by `kind:name`), a disabled tool, prompt and resource must be refused before
+//! replaced by `kind:name`, `kind` one of [`FLIPPED_KINDS`]), a disabled tool and resource must be refused before
 //! dispatch and served again once re-enabled; disabling one tool must leave the others served;
 //! a disabled mutating tool must create nothing; operations the server does not list must be
 //! refused. Every flip is preceded by its positive control (the call served) and followed by the
@@ -37,6 +37,11 @@ const COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
 const STDERR_KEPT: usize = 4096;
 /// The most characters of a command's stderr shown.
 const STDERR_SHOWN: usize = 200;
+/// The kill-switch target kinds the flip commands are asked for (`{target}` = `kind:name`):
+/// of the kinds Palisade's kill switch has (`server_release`, `tenant`, `client`, `tool`,
+/// `resource`, `task`, `subscription`, `upstream`, `object`, `agent`), the two a client can
+/// name from what a server lists. A prompt is no kind: the prompt checks are NOT TESTABLE.
+pub const FLIPPED_KINDS: [&str; 2] = ["tool", "resource"];
 /// The value given to a prompt's required arguments.
 const PROMPT_ARGUMENT: &str = "palisade-verify";
 
@@ -667,22 +672,25 @@ impl<'a> Run<'a> {
         self.verdict(id, verdict, detail, &exchanges);
     }
 
-    /// The first prompt's flip (its required arguments filled with a constant string).
+    /// The prompt checks: a prompt is no kill-switch target kind ([`FLIPPED_KINDS`]), so the
+    /// flip commands are never asked for one and both checks are NOT TESTABLE; the first
+    /// prompt's `prompts/get` is still the unlisted prompt's control.
     async fn prompt_checks(&mut self) {
         let (disabled, reenabled) = ("killswitch.prompt.disabled", "killswitch.prompt.reenabled");
-        let (name, probe) = match self.first_prompt().await {
-            Ok(found) => found,
-            Err(listed) => {
-                let detail = format!("the target lists no prompt (prompts/list: {})", listed.summary());
-                self.verdict(disabled, Verdict::NotTestable, detail.clone(), &[&listed]);
-                return self.verdict(reenabled, Verdict::NotTestable, detail, &[&listed]);
+        let detail = format!(
+            "a prompt is no kill-switch target kind (the flip commands are asked only for {} targets): \
+             a prompt is switched through the kinds it falls under (server_release, tenant, client)",
+            FLIPPED_KINDS.iter().map(|kind| format!("{kind}:")).collect::<Vec<_>>().join(" and ")
+        );
+        self.verdict(disabled, Verdict::NotTestable, detail.clone(), &[]);
+        self.verdict(reenabled, Verdict::NotTestable, detail, &[]);
+        match self.first_prompt().await {
+            Ok((_, probe)) => {
+                let control = self.ctx.target.send(probe).await;
+                self.unlisted_prompt(&control).await;
             }
-        };
-        let target = format!("prompt:{name}");
-        let (flip, _) = self.flip(&target, &probe, None, async |_: &Exchange| Vec::new()).await;
-        self.judge_flip(&flip, &target, disabled, reenabled);
-        // The control doubles as the unlisted prompt's control.
-        self.unlisted_prompt(&flip.control).await;
+            Err(listed) => self.unlisted_prompt(&listed).await,
+        }
     }
 
     /// The first listed resource that is served: its flip.
@@ -915,6 +923,15 @@ fn run_command(argv: &[String]) -> Result<(), CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_flip_commands_are_asked_only_for_kinds_the_kill_switch_has() {
+        let kinds: Vec<&str> = palisade_killswitch::TargetKind::ALL.iter().map(|kind| kind.as_str()).collect();
+        for kind in FLIPPED_KINDS {
+            assert!(kinds.contains(&kind), "{kind} is no kill-switch target kind: {kinds:?}");
+        }
+        assert!(!kinds.contains(&"prompt"), "a prompt kind exists now: the prompt checks could flip it");
+    }
 
     fn strings(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| (*s).to_owned()).collect()

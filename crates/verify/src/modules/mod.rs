@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 use crate::callable::{CallableTool, NotCallable};
 use crate::check::{Check, Outcome};
 use crate::identity::{Identity, Other, OtherCaller};
-use crate::target::{Auth, Probe, Target};
+use crate::target::{Auth, Exchange, Probe, Target};
 
 pub mod auth;
 pub mod handles;
@@ -117,6 +117,62 @@ impl Context {
         }
         None
     }
+}
+
+/// Whether the target speaks 2026-07-28, which every module but `sessions` needs: `None` when
+/// it does (or when nothing can be told: no answer, or authentication refused), otherwise the
+/// one line saying why not — `server/discover` (which every 2026-07-28 server implements) is
+/// refused, or its `supportedVersions` (or a -32022 error's `supported`) lack 2026-07-28.
+pub async fn unspoken_protocol(ctx: &Context) -> Option<String> {
+    let discover = ctx.target.send(Probe::request("server/discover", json!({}), ctx.auth())).await;
+    protocol_gap(&discover)
+}
+
+/// Whether the target needs no authentication at all: a `tools/list` with no token is served.
+/// `Some` says what it got (the root cause [`crate::report::NO_AUTHENTICATION`]).
+pub async fn unauthenticated_served(ctx: &Context) -> Option<String> {
+    let exchange = ctx.target.send(Probe::request("tools/list", json!({}), Auth::None)).await;
+    exchange.accepted().then(|| format!("tools/list without a token: {}", exchange.summary()))
+}
+
+/// [`unspoken_protocol`]'s judgement of a `server/discover` exchange.
+pub fn protocol_gap(discover: &Exchange) -> Option<String> {
+    let wanted = crate::target::PROTOCOL_VERSION;
+    let listed = |versions: Option<&Value>| -> Option<Vec<String>> {
+        versions?.as_array().map(|all| {
+            all.iter().filter_map(Value::as_str).map(crate::escape::visible).map(|v| v.into_owned()).collect()
+        })
+    };
+    if discover.accepted() {
+        let versions = listed(discover.result().and_then(|result| result.get("supportedVersions")))?;
+        if versions.iter().any(|version| version == wanted) {
+            return None;
+        }
+        return Some(format!(
+            "the target does not speak {wanted}: server/discover lists {} only",
+            if versions.is_empty() { "no version".to_owned() } else { versions.join(", ") }
+        ));
+    }
+    let status = discover.status?;
+    if status == 401 || status == 403 {
+        return None;
+    }
+    if discover.error_code() == Some(-32022) {
+        let supported = listed(discover.error().and_then(|error| error.pointer("/data/supported"))).unwrap_or_default();
+        return Some(format!(
+            "the target does not speak {wanted}: it refuses the version (-32022) and supports {}",
+            if supported.is_empty() { "no version it names".to_owned() } else { supported.join(", ") }
+        ));
+    }
+    Some(format!(
+        "the target does not speak {wanted}: server/discover, which every {wanted} server implements, was refused ({})",
+        discover.summary()
+    ))
+}
+
+/// Whether a check needs the 2026-07-28 wire (every check but the 2025-era `sessions.*`).
+pub fn needs_current_protocol(check: &Check) -> bool {
+    !check.id.starts_with("sessions.")
 }
 
 /// An upper estimate of the bits of entropy of an id: its length times the bits of the
@@ -226,6 +282,33 @@ pub(crate) use cases;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_that_does_not_list_or_answer_2026_07_28_is_told_apart() {
+        let id = json!(1);
+        let discovered = |result: Value| {
+            Exchange::answered(id.clone(), 200, vec![json!({ "jsonrpc": "2.0", "id": 1, "result": result })])
+        };
+        assert_eq!(protocol_gap(&discovered(json!({ "supportedVersions": ["2025-11-25", "2026-07-28"] }))), None);
+        let old = protocol_gap(&discovered(json!({ "supportedVersions": ["2025-11-25"] }))).unwrap();
+        assert_eq!(old, "the target does not speak 2026-07-28: server/discover lists 2025-11-25 only");
+        // A result without the list tells nothing; nor does an authentication refusal or no answer.
+        assert_eq!(protocol_gap(&discovered(json!({ "tools": [] }))), None);
+        let error = |status: u16, code: i64, data: Value| {
+            let frame =
+                json!({ "jsonrpc": "2.0", "id": null, "error": { "code": code, "message": "m", "data": data } });
+            Exchange::answered(id.clone(), status, vec![frame])
+        };
+        assert_eq!(protocol_gap(&error(401, -32600, json!(null))), None);
+        assert_eq!(protocol_gap(&error(403, -32600, json!(null))), None);
+        assert_eq!(protocol_gap(&Exchange::unanswered(id.clone())), None);
+        let refused = protocol_gap(&error(400, -32000, json!(null))).unwrap();
+        assert!(refused.starts_with("the target does not speak 2026-07-28: server/discover"), "{refused}");
+        assert!(refused.contains("HTTP 400, error -32000"), "{refused}");
+        let unsupported =
+            protocol_gap(&error(400, -32022, json!({ "requested": "2026-07-28", "supported": ["2025-06-18"] })));
+        assert!(unsupported.unwrap().ends_with("supports 2025-06-18"));
+    }
 
     #[test]
     fn entropy_is_estimated_from_length_and_alphabet() {

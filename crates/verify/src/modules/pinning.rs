@@ -12,7 +12,9 @@
 //! `tools/list` (and a call) for up to `--pin-wait-secs` until the tool is held (withdrawn or its
 //! calls refused) or its changed definition is served; compare the hold with a name that never
 //! existed; run `original` (always, once `changed` was attempted) and poll until the tool is served
-//! again or the wait ends. A restored definition served again is a PASS (its digest is the reviewed
+//! again or the wait ends. A change that never shows (the tool listed with its reviewed definition
+//! and served through the whole wait) did not reach the target: every check after it is
+//! INCONCLUSIVE, never a FAIL. A restored definition served again is a PASS (its digest is the reviewed
 //! one, which is all seed 004 asks), and so is one still held awaiting review (stricter).
 //!
 //! Calls of the chosen tool (and of another tool, for over-blocking) are made only when the one
@@ -426,11 +428,29 @@ async fn ran<'a>(ctx: &'a Context, check: &Check) -> Result<&'a Run, Outcome> {
 /// The run, once `changed` ran: else the outcome (inconclusive when the command failed).
 async fn changed_run<'a>(ctx: &'a Context, check: &Check) -> Result<&'a Run, Outcome> {
     let run = ran(ctx, check).await?;
-    match &run.changed {
-        Ok(()) => Ok(run),
-        Err(why) => Err(Outcome::new(check, Verdict::Inconclusive, format!("{why}: nothing was changed"))
-            .with(&control_exchanges(run))),
+    if let Err(why) = &run.changed {
+        return Err(Outcome::new(check, Verdict::Inconclusive, format!("{why}: nothing was changed"))
+            .with(&control_exchanges(run)));
     }
+    let observed = &run.after_change;
+    if observed.state == Some(ToolState::Approved) && !observed.held {
+        // The listing never changed and nothing was refused: the change may not have reached
+        // the target (the command changes another tool or another upstream, or the target
+        // re-lists less often than the wait), which tells nothing about holding.
+        let detail = format!(
+            "the change did not reach the target: the change command ran, but {:?} was listed with its \
+             reviewed definition{} through the {} wait ({} polls); check that the command changes this \
+             tool of the upstream behind this target, or raise --pin-wait-secs",
+            run.tool,
+            if run.no_calls.is_none() { " and served" } else { "" },
+            secs(ctx.pinning.wait),
+            observed.polls
+        );
+        return Err(Outcome::new(check, Verdict::Inconclusive, detail)
+            .with(&control_exchanges(run))
+            .with(&seen(observed)));
+    }
+    Ok(run)
 }
 
 /// The control's exchanges (the listing before, and the call).
