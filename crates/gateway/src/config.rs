@@ -820,6 +820,9 @@ fn validate_stdio(raw: &RawUpstream, key: &dyn Fn(&str) -> String) -> Result<Std
     if let Some(index) = raw.args.iter().position(|arg| arg.contains('\0')) {
         return Err(bad(key(&format!("args[{index}]")), "must not contain a NUL byte"));
     }
+    if let Some(reason) = downloading_launcher(&command, &raw.args) {
+        return Err(bad(key("command"), reason));
+    }
     let mut names = BTreeSet::new();
     let mut name_ok = |field: String, name: &str| -> Result<(), GatewayConfigError> {
         check_env_name(name).map_err(|reason| bad(&field, reason))?;
@@ -892,6 +895,39 @@ fn validate_stdio(raw: &RawUpstream, key: &dyn Fn(&str) -> String) -> Result<Std
         protected: Vec::new(),
         search_path: std::env::var("PATH").ok(),
     })
+}
+
+/// Why `command args` names a launcher that downloads the server when it starts (`npx`, `uvx`,
+/// `bunx`, `pipx run`, `npm exec`, `pnpm dlx`, `yarn dlx`, `bun x`, `uv tool run`), or `None`.
+/// Such a launch cannot be pinned (what runs is whatever the registry serves that day), finds no
+/// network inside the sandbox, and `npx` without `-y` waits for an answer on a terminal: the
+/// operator installs the server once and names its executable instead.
+fn downloading_launcher(command: &str, args: &[String]) -> Option<String> {
+    let program = command.rsplit('/').next().unwrap_or(command);
+    let first = args.first().map(String::as_str);
+    let second = args.get(1).map(String::as_str);
+    let ecosystem = match (program, first, second) {
+        ("npx", _, _) | ("npm", Some("exec" | "x"), _) | ("pnpm" | "yarn", Some("dlx"), _) => "node",
+        ("bunx", _, _) | ("bun", Some("x"), _) => "bun",
+        ("uvx", _, _) | ("pipx", Some("run"), _) | ("uv", Some("tool"), Some("run")) => "python",
+        _ => return None,
+    };
+    let install = match ecosystem {
+        "node" => {
+            "install the server once (`npm install -g --prefix /opt/mcp <package>@<version>`) and name its executable \
+             (`command = \"/opt/mcp/bin/<name>\"`)"
+        }
+        "bun" => "install the server once (`bun install -g <package>`) and name its executable as `command`",
+        _ => {
+            "install the server once into a virtual environment (`uv tool install <package>`, or `python3 -m venv \
+             /opt/mcp/venv && /opt/mcp/venv/bin/pip install <package>`) and name its executable as `command`"
+        }
+    };
+    Some(format!(
+        "{program} downloads the server each time it starts: such a launch cannot be pinned, finds no network in the \
+         sandbox{}; {install}",
+        if program == "npx" { ", and without -y waits for an answer on a terminal" } else { "" }
+    ))
 }
 
 /// An OAuth scope token (RFC 6749 §3.3: printable ASCII without space, `"` or `\`).
@@ -1225,5 +1261,34 @@ mod tests {
         assert!(unmatched[0].starts_with("deny names \"printEnv\""), "{unmatched:?}");
         assert!(unmatched[1].starts_with("no_confirm names \"x\""), "{unmatched:?}");
         assert!(upstream.unmatched_tool_rules(["get-env", "slow", "printEnv", "x"]).is_empty());
+    }
+
+    #[test]
+    fn launchers_that_download_the_server_at_start_are_refused_with_what_to_install() {
+        let entry = |command: &str, args: &str| {
+            format!("[[upstreams]]\nid = \"files\"\ncommand = \"{command}\"\nargs = [{args}]\n")
+        };
+        for (command, args) in [
+            ("npx", "\"-y\", \"@modelcontextprotocol/server-filesystem\", \"/srv\""),
+            ("/usr/local/bin/npx", "\"@modelcontextprotocol/server-filesystem\""),
+            ("npm", "\"exec\", \"server\""),
+            ("pnpm", "\"dlx\", \"server\""),
+            ("uvx", "\"mcp-server-fetch\""),
+            ("pipx", "\"run\", \"mcp-server-fetch\""),
+            ("uv", "\"tool\", \"run\", \"mcp-server-fetch\""),
+            ("bunx", "\"server\""),
+        ] {
+            let error = upstreams(&entry(command, args)).unwrap_err();
+            assert_eq!(error.key, "upstreams[0].command", "{command} {args}");
+            assert!(error.reason.contains("downloads the server each time it starts"), "{error}");
+            assert!(error.reason.contains("install the server once"), "{error}");
+        }
+        for (command, args) in [
+            ("/opt/mcp/bin/mcp-server-filesystem", "\"/srv\""),
+            ("npm", "\"run\", \"start\""),
+            ("uv", "\"run\", \"server.py\""),
+        ] {
+            assert!(upstreams(&entry(command, args)).is_ok(), "{command} {args}");
+        }
     }
 }

@@ -713,3 +713,28 @@ fn the_gateway_over_stdio_relays_to_a_confined_stdio_upstream() {
     let status = child.wait().unwrap();
     assert!(status.success(), "the gateway exits cleanly at EOF: {status}");
 }
+
+/// How most MCP client configurations name a server — `npx -y <package>` — downloads it at every
+/// start: the gateway refuses the launch at once (it could not be pinned, finds no network in the
+/// sandbox, and used to hang until the answer timeout) and says what to install instead.
+#[test]
+fn a_launcher_that_downloads_the_server_is_refused_with_what_to_install() {
+    let entry = stdio_entry("files", "npx", "args = [\"-y\", \"@modelcontextprotocol/server-filesystem\", \"/srv\"]");
+    let gateway = GatewayUnderTest::new(&entry);
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["config", "check", &gateway.config])
+        .output()
+        .expect("run palisade");
+    let outputs = [
+        ("config check", check),
+        ("gateway status", gateway.cli(&["gateway", "status"])),
+        ("upstreams show", gateway.cli(&["upstreams", "show", "files"])),
+    ];
+    for (args, output) in outputs {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("upstreams[0].command"), "{args:?}: {stderr}");
+        assert!(stderr.contains("npx downloads the server each time it starts"), "{args:?}: {stderr}");
+        assert!(stderr.contains("npm install -g --prefix"), "{args:?}: {stderr}");
+    }
+}
