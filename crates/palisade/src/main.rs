@@ -1151,15 +1151,20 @@ async fn start_gateway(
     gateway.refresh_all().await;
     let app = gateway.build_app().await.context("building the gateway's registry")?;
     for status in gateway.status() {
+        let error = status.listing_error.as_deref().or(status.health.last_error.as_deref());
         eprintln!(
             "upstream {}: {} of {} definitions served ({})",
             status.id,
             status.served,
             status.listed,
             match (&status.launch, &status.listing_error) {
-                (Some(launch), Some(_)) if !launch.served => "its launch is not approved: `palisade upstreams show`",
-                _ if status.health.healthy && status.listing_error.is_none() => "healthy",
-                _ => "unreachable; retrying",
+                (Some(launch), Some(_)) if !launch.served =>
+                    "its launch is not approved: `palisade upstreams show`".to_owned(),
+                _ if status.health.healthy && status.listing_error.is_none() => "healthy".to_owned(),
+                _ => match error {
+                    Some(error) => format!("unreachable, retrying: {}", palisade_base::reveal::reveal_line(error)),
+                    None => "unreachable; retrying".to_owned(),
+                },
             }
         );
         for rule in &status.unmatched_rules {

@@ -738,3 +738,21 @@ fn a_launcher_that_downloads_the_server_is_refused_with_what_to_install() {
         assert!(stderr.contains("npm install -g --prefix"), "{args:?}: {stderr}");
     }
 }
+
+/// A server that exits at start says why on stderr (here as a Node server with a missing module
+/// does): its last lines are in the error `gateway status` shows, not only in the log.
+#[test]
+fn a_server_that_exits_at_start_shows_its_last_stderr_lines_in_gateway_status() {
+    let script = "echo 'node:internal/modules/esm/resolve:873' >&2; \
+                  echo \\\"Error [ERR_MODULE_NOT_FOUND]: Cannot find package 'zod'\\\" >&2; exit 1";
+    let body = uid_range(690_000) + &stdio_entry("dies", "/bin/sh", &format!("args = [\"-c\", \"{script}\"]"));
+    let gateway = GatewayUnderTest::new(&body);
+    gateway.cli_ok(&["upstreams", "approve", "dies", "--reviewer", "alice"]);
+    let output = gateway.cli(&["gateway", "status"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!output.status.success(), "an upstream that cannot start is not healthy: {stdout}");
+    let line = stdout.lines().find(|line| line.starts_with("dies ")).unwrap_or_else(|| panic!("{stdout}"));
+    assert!(line.contains("closed its stdout; its last stderr lines:"), "{line}");
+    assert!(line.contains("Error [ERR_MODULE_NOT_FOUND]: Cannot find package 'zod'"), "{line}");
+    assert!(line.contains("node:internal/modules/esm/resolve:873 | Error"), "{line}");
+}

@@ -44,7 +44,19 @@ struct Shared {
     /// Set by [`Process::stop`]: the end that follows is expected.
     stopping: AtomicBool,
     exited: CancellationToken,
+    /// Its last stderr lines (escaped, each cut to [`STDERR_TAIL_CHARS`]), for the error of a
+    /// process that ends unasked: the operator sees why it ended without reading the log.
+    stderr_tail: Mutex<std::collections::VecDeque<String>>,
+    /// Cancelled when its stderr has been read to the end.
+    stderr_done: CancellationToken,
 }
+
+/// How many of the last stderr lines an unexpected end's error carries.
+const STDERR_TAIL_LINES: usize = 6;
+/// How many characters of each of those lines.
+const STDERR_TAIL_CHARS: usize = 300;
+/// How long the end of stdout waits for stderr to be read to its end before failing requests.
+const STDERR_TAIL_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 impl Shared {
     /// Fails every waiting request and marks the process dead.
@@ -116,6 +128,8 @@ impl Process {
             dead: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             exited: CancellationToken::new(),
+            stderr_tail: Mutex::new(std::collections::VecDeque::with_capacity(STDERR_TAIL_LINES)),
+            stderr_done: CancellationToken::new(),
         });
         let process = Arc::new(Self {
             upstream: options.upstream.clone(),
@@ -128,7 +142,7 @@ impl Process {
             uid: options.uid,
         });
         tracing::info!(upstream = %options.upstream, pid = ?process.pid, uid = ?options.uid, "stdio server started");
-        tokio::spawn(log_stderr(options.upstream.clone(), stderr, options.drops.clone()));
+        tokio::spawn(log_stderr(options.upstream.clone(), stderr, options.drops.clone(), shared.clone()));
         let weak = Arc::downgrade(&process);
         let limits = StdoutLimits { max_line_bytes: options.max_line_bytes, drops: options.drops };
         tokio::spawn(read_stdout(weak, shared, stdout, limits, options.upstream));
@@ -324,12 +338,23 @@ async fn read_stdout(
             Err(_) => break "the stdio server wrote a message that is not JSON-RPC",
         }
     };
-    if shared.stopping.load(Ordering::SeqCst) {
+    let why = if shared.stopping.load(Ordering::SeqCst) {
         tracing::debug!(%upstream, reason = why, "stdio server ended as asked");
+        why.to_owned()
     } else {
-        tracing::warn!(%upstream, reason = why, "stdio server gone");
-    }
-    shared.die(why);
+        // A server that fails at start says why on stderr (a missing module, a bad argument):
+        // its last lines go into the one error the caller, the log and `gateway status` show.
+        let _ = tokio::time::timeout(STDERR_TAIL_WAIT, shared.stderr_done.cancelled()).await;
+        let tail = lock(&shared.stderr_tail).iter().cloned().collect::<Vec<_>>();
+        let why = if tail.is_empty() {
+            why.to_owned()
+        } else {
+            format!("{why}; its last stderr lines: {}", tail.join(" | "))
+        };
+        tracing::warn!(%upstream, reason = %why, "stdio server gone");
+        why
+    };
+    shared.die(&why);
     if let Some(process) = process.upgrade() {
         let child = lock(&process.child).take();
         if let Some(mut child) = child {
@@ -377,7 +402,7 @@ async fn route_notification(shared: &Shared, method: &str, mut frame: Value) {
 /// Logs stderr lines (control characters escaped, each cut to [`MAX_STDERR_LINE`] bytes) up to
 /// [`MAX_STDERR_BYTES`]. Only the kept part of a line is ever held: the rest of a long line, and
 /// everything past the log cap, is read through the reader's fixed buffer, discarded and counted.
-async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc<Drops>) {
+async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc<Drops>, shared: Arc<Shared>) {
     let mut reader = BufReader::new(stderr);
     let mut logged = 0usize;
     let mut dropped = 0usize;
@@ -391,6 +416,15 @@ async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc
             };
         dropped = dropped.saturating_add(read.discarded);
         let kept = read.consumed - read.discarded;
+        let shown =
+            palisade_base::reveal::reveal_line_short(String::from_utf8_lossy(&line).trim_end(), STDERR_TAIL_CHARS);
+        if !shown.is_empty() {
+            let mut tail = lock(&shared.stderr_tail);
+            if tail.len() == STDERR_TAIL_LINES {
+                tail.pop_front();
+            }
+            tail.push_back(shown);
+        }
         if logged >= MAX_STDERR_BYTES {
             dropped = dropped.saturating_add(kept);
             drops.stderr_bytes(kept);
@@ -411,4 +445,5 @@ async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc
     if dropped > 0 {
         tracing::warn!(%upstream, dropped_bytes = dropped, "stdio server stderr not logged");
     }
+    shared.stderr_done.cancel();
 }
