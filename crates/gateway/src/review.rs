@@ -433,24 +433,7 @@ mod tests {
     const ORIGIN: &str = "https://127.0.0.1:8443";
 
     fn observation(version: u32) -> PinObservation {
-        let subject = PinSubject {
-            upstream_id: "files".into(),
-            upstream_url: "https://files.example/mcp".into(),
-            kind: DefinitionKind::Tool,
-            name: "read".into(),
-        };
-        let definition =
-            json!({ "name": "read", "description": format!("Reads a file <b>v{version}</b>"), "inputSchema": {} });
-        PinObservation {
-            pin_id: subject.pin_id(),
-            upstream_id: subject.upstream_id,
-            upstream_url: subject.upstream_url,
-            kind: "tool".into(),
-            name: subject.name,
-            digest: definition_digest(&definition).unwrap(),
-            definition: canonical_text(&definition).unwrap(),
-            seen_at_ms: 1,
-        }
+        tool_observation("files", "read", &format!("Reads a file <b>v{version}</b>"))
     }
 
     /// A tool `name` of upstream `upstream` described by `description`.
