@@ -1313,13 +1313,6 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         }
         _ => None,
     };
-    // The pages' grants and refusals go to the request path's audit chain, digested alike.
-    let web_audit = Arc::new(palisade_server::surface_audit::SurfaceAudit::new(
-        Some(audit_writer.clone()),
-        &secret,
-        Arc::new(SystemClock),
-    ));
-    let web_audit_stop = tokio_util::sync::CancellationToken::new();
     let mut builder = Server::builder(app, config, authenticator, secret)
         .sessions(sessions_store.clone())
         .once_store(once_store.clone())
@@ -1337,17 +1330,15 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     if let Some(gateway) = &gateway {
         gateway.spawn(server.clone(), server.shutdown_token().clone());
     }
-    // The gateway's browser pages on their own TLS listener.
-    let web_audit_flusher = web.is_some().then(|| {
-        web_audit.spawn_flusher(
-            std::time::Duration::from_secs(settings.transport_refusal_interval_secs),
-            web_audit_stop.clone(),
-        )
-    });
+    // The gateway's browser pages on their own TLS listener. Their grants and refusals go to the
+    // server's surface sink (the request path's chain and digest key), whose refusal counts the
+    // server's flusher writes every interval and `flush_audit` a last time.
     if let Some((web, routes)) = web {
-        let local = palisade_gateway::web::start(web, routes, web_audit.clone(), server.shutdown_token().clone())
-            .await
-            .context("starting the gateway's web pages ([web])")?;
+        palisade_server::server::spawn_refusal_flusher(&server);
+        let local =
+            palisade_gateway::web::start(web, routes, server.surface_audit().clone(), server.shutdown_token().clone())
+                .await
+                .context("starting the gateway's web pages ([web])")?;
         eprintln!("web pages on https://{local}/ (public URL {})", web.public_url);
     }
     if let Some(url) = &settings.events_redis {
@@ -1372,10 +1363,6 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
         palisade_server::stdio::serve(server.clone(), tokio::io::stdin(), tokio::io::stdout())
             .await
             .context("stdio transport")?;
-        web_audit_stop.cancel();
-        if let Some(flusher) = web_audit_flusher {
-            let _ = flusher.await;
-        }
         if let Some(gateway) = &gateway {
             gateway.flush_churn().await;
         }
@@ -1406,11 +1393,6 @@ async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> 
     retention.abort();
     maintenance.abort();
     session_purge.abort();
-    // The pages' last refusal counts, before the writer closes.
-    web_audit_stop.cancel();
-    if let Some(flusher) = web_audit_flusher {
-        let _ = flusher.await;
-    }
     // Definition churn counted but not yet on the record is written before the exit.
     if let Some(gateway) = &gateway {
         gateway.flush_churn().await;

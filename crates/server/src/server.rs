@@ -539,6 +539,10 @@ impl Server {
 
     /// Flushes the audit log (call at shutdown).
     pub async fn flush_audit(&self) {
+        // The counted refusals (transport, and the surfaces beside the MCP path) first: what the
+        // periodic flusher has not written yet is written before the writer closes.
+        self.transport_refusals().flush(self.clock().now_unsigned_ms()).await;
+        self.surface_audit.flush().await;
         if let Some(writer) = &self.recorder.writer {
             writer.shutdown().await;
         }
@@ -548,6 +552,13 @@ impl Server {
     /// for one deployment, meaningless without its secret.
     pub fn digest(&self, value: &str) -> String {
         keyed_digest(self.recorder.digester.key(), value)
+    }
+
+    /// The audit sink of the surfaces beside the MCP path (the development authorization server,
+    /// the gateway's web pages): the request path's writer and digest key, its refusals flushed
+    /// with the transport's.
+    pub fn surface_audit(&self) -> &Arc<crate::surface_audit::SurfaceAudit> {
+        &self.surface_audit
     }
 
     /// The configuration.
@@ -599,7 +610,7 @@ fn same_definitions<'a>(
 /// [`crate::ServerConfig::transport_refusal_interval`], and a last time when the server shuts
 /// down. Needs a Tokio runtime (without one nothing is started). The task holds the server
 /// weakly: it ends when the server is dropped.
-pub(crate) fn spawn_refusal_flusher(server: &Arc<Server>) {
+pub fn spawn_refusal_flusher(server: &Arc<Server>) {
     let refusals = server.transport_refusals();
     if !refusals.claim_flusher() {
         return;

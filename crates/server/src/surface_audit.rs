@@ -23,11 +23,8 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use palisade_store::{AuditRecord, AuditWriter, Decision, StoreError};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use crate::audit::{fresh_trace_id, keyed_digest};
 use crate::clock::Clock;
@@ -214,29 +211,6 @@ impl SurfaceAudit {
             tracing::error!(failed, "audit log unavailable: surface refusal records lost");
         }
         total - failed
-    }
-
-    /// Flushes every `interval` until `shutdown`, then once more (await the handle for that
-    /// last flush before the writer shuts down). Needs a Tokio runtime.
-    pub fn spawn_flusher(self: &Arc<Self>, interval: Duration, shutdown: CancellationToken) -> JoinHandle<()> {
-        let audit = Arc::downgrade(self);
-        let period = interval.max(Duration::from_millis(1));
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                let last = tokio::select! {
-                    biased;
-                    () = shutdown.cancelled() => true,
-                    _ = ticks.tick() => false,
-                };
-                let Some(audit) = audit.upgrade() else { return };
-                audit.flush().await;
-                if last {
-                    return;
-                }
-            }
-        })
     }
 }
 
