@@ -13,6 +13,7 @@ use palisade_wire::{ProtocolError, RequestId};
 
 use crate::auth::VerifiedPrincipal;
 use crate::clock::Clock;
+use crate::delegated::Delegated;
 use crate::method::OperationKey;
 use crate::metrics::Metrics;
 use crate::reply::Reply;
@@ -136,17 +137,13 @@ impl<'a> AuditTrail<'a> {
     }
 
     /// The verified capability the request runs under: digest prefix, depth in the graph, and
-    /// the keyed digest of the agent that called.
-    pub(crate) fn delegation(
-        &mut self,
-        delegated: &crate::delegation::Delegated,
-        service: &crate::delegation::DelegationService,
-    ) {
+    /// the keyed digest of the agent that called (`agent_digest`, the delegation service's).
+    pub(crate) fn delegation(&mut self, delegated: &Delegated, agent_digest: &str) {
         self.delegation = Some(format!(
             "delegation={} depth={} agent={}",
             palisade_store::hex_prefix(delegated.digest()),
             delegated.depth(),
-            service.agent_digest(&delegated.holder().subject)
+            agent_digest
         ));
     }
 

@@ -178,7 +178,7 @@ impl VerifiedPrincipal {
             "client": self.client_id, "scopes": scopes, "expiresAtMs": self.expires_at_ms,
         });
         if let (Some(delegated), Some(object)) = (&self.delegation, stored.as_object_mut()) {
-            object.insert("delegation".into(), crate::delegation::stored_form(delegated));
+            object.insert("delegation".into(), crate::delegated::stored_form(delegated));
         }
         stored
     }

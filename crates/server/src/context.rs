@@ -143,7 +143,7 @@ pub struct RequestContext {
     pub(crate) kill_switch: Option<Arc<Cleared>>,
     /// The principal's approval of this very call under a delegation capability, taken from the
     /// ledger by the pipeline (a needs-confirmation tool under a capability runs only with one).
-    pub(crate) approval: Option<crate::delegation::VerifiedApproval>,
+    pub(crate) approval: Option<crate::delegated::VerifiedApproval>,
 }
 
 impl RequestContext {
@@ -165,7 +165,7 @@ impl RequestContext {
 
     /// The principal's own approval of this call, when it runs under a delegation capability
     /// (the only authority for a consequential delegated call; never text an agent sent).
-    pub fn approval(&self) -> Option<&crate::delegation::VerifiedApproval> {
+    pub fn approval(&self) -> Option<&crate::delegated::VerifiedApproval> {
         self.approval.as_ref()
     }
 

@@ -1,7 +1,7 @@
 //! The verified form of delegated authority a principal carries (control C10): the [`Grant`] of
 //! a capability, its [`Holder`] agent, and [`Delegated`] — what the delegation stage read from the
 //! ledger. Values only: no store, no principal; the service that makes them is
-//! [`crate::delegation`].
+//! the delegation module, which also re-exports them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -180,4 +180,34 @@ impl Delegated {
     pub(crate) fn digest(&self) -> &[u8; 32] {
         &self.digest
     }
+}
+
+/// The principal's own approval of one concrete delegated call, taken from the ledger (once) by
+/// the pipeline before the handler runs; a handler sees it through
+/// `RequestContext::approval`. No public constructor.
+///
+/// ```compile_fail
+/// use palisade_server::delegation::VerifiedApproval;
+/// let forged = VerifiedApproval { key: [0; 32] };
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedApproval {
+    key: [u8; 32],
+}
+
+impl VerifiedApproval {
+    /// The approval the pipeline took from the ledger under `key`.
+    pub(crate) fn new(key: [u8; 32]) -> Self {
+        Self { key }
+    }
+
+    /// The approval's key (`delegation::approval_key`), hex.
+    pub fn key(&self) -> String {
+        hex(&self.key)
+    }
+}
+
+/// The stored form of a principal's delegation (for a task's row).
+pub(crate) fn stored_form(delegated: &Delegated) -> Value {
+    json!({ "id": delegated.id(), "holder": delegated.holder.to_json() })
 }

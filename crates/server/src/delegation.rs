@@ -39,7 +39,7 @@ use serde_json::{Map, Value, json};
 
 use crate::auth::VerifiedPrincipal;
 use crate::clock::Clock;
-pub use crate::delegated::{Delegated, Grant, Holder};
+pub use crate::delegated::{Delegated, Grant, Holder, VerifiedApproval};
 use crate::handles::{PrincipalEvent, sha256};
 use crate::registry::ToolDef;
 use crate::secret::{ServerSecret, fill_random};
@@ -148,26 +148,6 @@ pub struct Proposal {
     pub arguments: Map<String, Value>,
     /// Why, as the agent put it.
     pub rationale: Evidence,
-}
-
-/// The principal's own approval of one concrete delegated call, taken from the ledger (once) by
-/// the pipeline before the handler runs; a handler sees it through
-/// [`RequestContext::approval`](crate::RequestContext::approval). No public constructor.
-///
-/// ```compile_fail
-/// use palisade_server::delegation::VerifiedApproval;
-/// let forged = VerifiedApproval { key: [0; 32] };
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerifiedApproval {
-    key: [u8; 32],
-}
-
-impl VerifiedApproval {
-    /// The approval's key ([`approval_key`]), hex.
-    pub fn key(&self) -> String {
-        hex(&self.key)
-    }
 }
 
 /// SHA-256 over the capability id, the tool, the RFC 8785 canonical arguments and the holder
@@ -299,7 +279,7 @@ impl DelegationService {
         let mut trail = crate::audit::AuditTrail::new(recorder, operation);
         trail.principal(&Arc::new(by.clone()));
         if let Some(delegated) = by.delegation() {
-            trail.delegation(delegated, self);
+            trail.delegation(delegated, &self.agent_digest(&delegated.holder().subject));
         }
         trail.detail = Some(detail);
         trail.allow(crate::audit::AuditStage::Delegation).await.map_err(|_| DelegationError::Unavailable)?;
@@ -612,7 +592,7 @@ impl DelegationService {
     ) -> Result<VerifiedApproval, ProtocolError> {
         let key = approval_key(&delegated.digest, tool, arguments, &delegated.holder);
         match self.store.take_approval(key, self.clock.now_ms()).await {
-            Ok(true) => Ok(VerifiedApproval { key }),
+            Ok(true) => Ok(VerifiedApproval::new(key)),
             Ok(false) => Err(ProtocolError::ApprovalRequired {
                 capability: delegated.id(),
                 tool: tool.to_owned(),
@@ -862,11 +842,6 @@ fn parse_id(id: &str) -> Option<[u8; 32]> {
 pub(crate) fn stored_delegation(stored: &Value) -> Option<([u8; 32], Holder)> {
     let delegation = stored.get("delegation")?;
     Some((parse_id(delegation.get("id")?.as_str()?)?, Holder::from_json(delegation.get("holder")?)?))
-}
-
-/// The stored form of a principal's delegation (for a task's row).
-pub(crate) fn stored_form(delegated: &Delegated) -> Value {
-    json!({ "id": delegated.id(), "holder": delegated.holder.to_json() })
 }
 
 fn check_text(text: &str) -> Option<()> {

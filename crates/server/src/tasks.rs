@@ -540,7 +540,7 @@ impl TaskService {
         trail.principal(&principal);
         trail.operation(&operation);
         if let (Some(delegated), Some(service)) = (principal.delegation(), &attached.delegation) {
-            trail.delegation(delegated, service);
+            trail.delegation(delegated, &service.agent_digest(&delegated.holder().subject));
         }
         let task = format!("task={}", palisade_store::hex_prefix(&row.digest));
         trail.detail = Some(match operation.origin() {

@@ -79,7 +79,7 @@ impl Server {
             error
         })?;
         let capability = delegated.delegation().ok_or(ProtocolError::Internal)?;
-        audit.delegation(capability, service);
+        audit.delegation(capability, &service.agent_digest(&capability.holder().subject));
         if let Err(reason) = inside(operation, capability.grant()) {
             return Err(ProtocolError::DelegationRefused { reason });
         }
