@@ -7,7 +7,7 @@
 use palisade_wire::{ProtocolError, RequestMeta};
 use serde_json::{Map, Value};
 
-use super::dispatch::string_param;
+use super::params::string_param;
 use crate::method::{Method, OperationKey, TargetFamily};
 use crate::registry::App;
 use crate::tasks::TASKS_EXTENSION;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use palisade_wire::{ProtocolError, meta_keys};
 use serde_json::{Map, Value, json};
 
+use super::params::{string_map, string_param};
 use crate::audit::{Allowed, AuditStage, AuditTrail};
 use crate::context::{Outcome, RequestContext};
 use crate::method::{Method, OperationKey};
@@ -257,28 +258,6 @@ impl Server {
             result["nextCursor"] = json!(self.cursors.mint(kind, end));
         }
         Ok(result)
-    }
-}
-
-pub(super) fn string_param<'a>(params: &'a Map<String, Value>, key: &str) -> Result<&'a str, ProtocolError> {
-    params
-        .get(key)
-        .and_then(Value::as_str)
-        .ok_or_else(|| ProtocolError::invalid_params(format!("{key} must be a string")))
-}
-
-pub(super) fn string_map(value: Option<&Value>) -> Result<BTreeMap<String, String>, ProtocolError> {
-    match value {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(map)) => map
-            .iter()
-            .map(|(k, v)| {
-                v.as_str()
-                    .map(|v| (k.clone(), v.to_owned()))
-                    .ok_or_else(|| ProtocolError::invalid_params("arguments must map to strings"))
-            })
-            .collect(),
-        Some(_) => Err(ProtocolError::invalid_params("arguments must be an object")),
     }
 }
 

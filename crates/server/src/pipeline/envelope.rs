@@ -11,27 +11,10 @@ use palisade_wire::header::{decode_value, matches_json};
 use palisade_wire::{ProtocolError, Request, RequestMeta, meta_keys};
 use serde_json::Value;
 
-use super::LegacyWire;
+use super::wire::{LegacyWire, TransportHeaders, plain_header};
 use crate::method::Method;
 use crate::registry::App;
 use crate::server::Server;
-
-/// The `Mcp-*` transport headers of one HTTP request, raw. stdio requests have none.
-#[derive(Debug, Clone, Default)]
-pub struct TransportHeaders {
-    /// `MCP-Protocol-Version`
-    pub protocol_version: Option<Vec<u8>>,
-    /// `Mcp-Method`
-    pub method: Option<Vec<u8>>,
-    /// `Mcp-Name`
-    pub name: Option<Vec<u8>>,
-    /// `Mcp-Param-{X}` with `X` lowercased.
-    pub params: Vec<(String, Vec<u8>)>,
-    /// The name of a routing header that was sent more than once, if any.
-    pub duplicate: Option<String>,
-    /// The raw `Authorization` header, handed only to the authentication stage.
-    pub authorization: Option<Vec<u8>>,
-}
 
 impl Server {
     /// Stage 1 on either wire: the method, and the request's `_meta` (2026-07-28; on the
@@ -197,16 +180,6 @@ fn check_method_and_name(request: &Request, headers: &TransportHeaders, required
         (None, Some(_)) if !required => Err(mismatch("Mcp-Name is not defined for this method")),
         _ => Ok(()),
     }
-}
-
-/// A routing header without an encoded form (`MCP-Protocol-Version`, `Mcp-Method`), decoded.
-pub(super) fn plain_header(raw: &Option<Vec<u8>>, name: &str) -> Result<Option<String>, ProtocolError> {
-    raw.as_ref()
-        .map(|raw| {
-            palisade_wire::header::decode_plain_value(raw)
-                .map_err(|_| ProtocolError::HeaderMismatch(format!("{name} is malformed")))
-        })
-        .transpose()
 }
 
 /// HTTP only: every `Mcp-Param-*` header a tool declares is present exactly when its

@@ -30,8 +30,10 @@ mod dispatch;
 mod envelope;
 mod handles;
 mod listen;
+mod params;
 mod rounds;
 mod session;
+mod wire;
 
 use std::sync::Arc;
 
@@ -46,8 +48,8 @@ use crate::reply::Reply;
 use crate::server::Server;
 use crate::sessions::SessionId;
 
-pub use envelope::TransportHeaders;
-pub(crate) use session::LegacyWire;
+pub use wire::TransportHeaders;
+pub(crate) use wire::LegacyWire;
 
 /// The stage names in path order, as ARCHITECTURE.md lists them (checked by the tidy test).
 pub const STAGES: [&str; 11] = [

@@ -13,9 +13,8 @@ use std::sync::Arc;
 use palisade_wire::{LogLevel, ProtocolError, Request, RequestMeta, meta_keys};
 use serde_json::{Map, Value, json};
 
-use super::TransportHeaders;
-use super::dispatch::string_param;
-use super::envelope::plain_header;
+use super::params::string_param;
+use super::wire::{LegacyWire, TransportHeaders, plain_header};
 use crate::audit::{AuditStage, AuditTrail};
 use crate::auth::VerifiedPrincipal;
 use crate::clearance::Cleared;
@@ -26,11 +25,6 @@ use crate::reply::Reply;
 use crate::server::Server;
 use crate::sessions::{Admitted, SessionId};
 use crate::store_errors::store_refusal;
-
-/// What the 2025-era transport adds to a request: its `Mcp-Session-Id`, if any.
-pub(crate) struct LegacyWire<'a> {
-    pub(super) session: Option<&'a SessionId>,
-}
 
 impl Server {
     /// Stage 2b: the request's `_meta` — the envelope's on the 2026-07-28 wire; on the 2025-era
