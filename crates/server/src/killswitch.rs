@@ -3,14 +3,15 @@
 //! - [`exposed_operations`]: every operation key an application exposes (each advertised plain
 //!   method, each tool, prompt, resource and resource template), the list the signed registry
 //!   must cover; `palisade policy init` writes its skeleton from it.
-//! - Stage 4 (`pre_dispatch`) runs for every classified request, before authorization. Its
+//! - Stage 4 ([`clear`], `pre_dispatch`) runs for every classified request (and every task
+//!   segment), before authorization. Its
 //!   targets are built by the server: the configured server release, the principal's tenant and
 //!   client, the *registered* tool or resource; never a client string beyond the registered name.
 //! - [`crate::RequestContext::pre_side_effect`] is the second phase: after the handler's side-effect-free
 //!   preparation and before its commit, with this request's clearance and targets. It returns the
 //!   [`palisade_killswitch::CommitFence`] only that phase can make; a backend redeems its tokens in the commit
 //!   transaction. A tool whose rule requires a fence and completes successfully without asking
-//!   for one has its result refused (`-32603`, audited as a deny at stage `killswitch`; a task
+//!   for one has its result refused ([`fence_was_skipped`]; `-32603`, audited as a deny at stage `killswitch`; a task
 //!   fails with the same error).
 //!
 //! **Architecture Invariant:** with a kill switch configured, a request whose operation is not
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use palisade_killswitch::{ExposedOperation, KillSwitch, RegistryError, TargetKind, TargetValues};
 use palisade_wire::ProtocolError;
 
+use crate::audit::AuditTrail;
 use crate::auth::VerifiedPrincipal;
 use crate::clearance::{Cleared, refusal};
 use crate::method::{Method, OperationKey, Origin, TargetFamily};
@@ -136,6 +138,25 @@ impl KillSwitchStage {
         let fence_required = self.switch.policy().lookup(&key).is_some_and(|rule| rule.require_commit_fence);
         Ok(Arc::new(Cleared::new(self.switch.clone(), key, targets, clearance, fence_required)))
     }
+}
+
+/// The kill switch's first phase for `operation`, when the server runs one (`None` without):
+/// the trail then names the policy generation the decision is made under.
+pub(crate) async fn clear(
+    stage: Option<&KillSwitchStage>,
+    operation: &OperationKey,
+    principal: &VerifiedPrincipal,
+    trail: &mut AuditTrail<'_>,
+) -> Result<Option<Arc<Cleared>>, ProtocolError> {
+    let Some(stage) = stage else { return Ok(None) };
+    trail.policy_version = Some(stage.policy_version());
+    stage.pre_dispatch(operation, principal).await.map(Some)
+}
+
+/// Whether a refusal after the handler is the kill switch's (a fenced tool completed without
+/// its fence), for the stage its audit record names.
+pub(crate) fn fence_was_skipped(cleared: Option<&Arc<Cleared>>) -> bool {
+    cleared.is_some_and(|cleared| cleared.fence_skipped())
 }
 
 #[cfg(test)]

@@ -548,7 +548,7 @@ impl TaskService {
             None => task,
         });
         let cleared =
-            match crate::execute::clear(attached.kill_switch.as_ref(), &operation, &principal, &mut trail).await {
+            match crate::killswitch::clear(attached.kill_switch.as_ref(), &operation, &principal, &mut trail).await {
                 Ok(cleared) => cleared,
                 Err(error) => {
                     trail.deny(AuditStage::KillSwitch, Some(error.code())).await;
@@ -594,7 +594,7 @@ impl TaskService {
             }
             // As for a request: a fenced tool's success without its fence is the kill switch's
             // refusal, on the record at its stage.
-            Ok(Err(error)) if crate::execute::fence_was_skipped(cleared.as_ref()) => {
+            Ok(Err(error)) if crate::killswitch::fence_was_skipped(cleared.as_ref()) => {
                 trail.deny(AuditStage::KillSwitch, Some(error.code())).await;
                 failed(error)
             }

@@ -172,7 +172,7 @@ impl Server {
         };
         // 4. kill switch: first among the decisions about the operation, so a disabled
         //    operation costs nothing further and reveals nothing about scopes or handles.
-        let cleared = match crate::execute::clear(self.kill_switch.as_ref(), &operation, &principal, audit).await {
+        let cleared = match crate::killswitch::clear(self.kill_switch.as_ref(), &operation, &principal, audit).await {
             Ok(cleared) => cleared,
             Err(error) => return audit.refuse(&id, AuditStage::KillSwitch, &error, None).await,
         };
@@ -243,7 +243,7 @@ impl Server {
         match result {
             Ok(result) if method.is_session_method() => Reply { session: new_session, ..Reply::ok(&id, result) },
             Ok(result) => Reply::ok(&id, dispatch::decorate(&app, result)),
-            Err(error) if crate::execute::fence_was_skipped(cleared.as_ref()) => {
+            Err(error) if crate::killswitch::fence_was_skipped(cleared.as_ref()) => {
                 audit.refuse(&id, AuditStage::KillSwitch, &error, None).await
             }
             Err(error) => audit.refuse(&id, AuditStage::Dispatch, &error, None).await,

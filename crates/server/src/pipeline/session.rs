@@ -218,7 +218,7 @@ impl Server {
         };
         let operation = OperationKey::new(method, None);
         audit.operation(&operation);
-        let cleared = match crate::execute::clear(self.kill_switch.as_ref(), &operation, &principal, &mut audit).await {
+        let cleared = match crate::killswitch::clear(self.kill_switch.as_ref(), &operation, &principal, &mut audit).await {
             Ok(cleared) => cleared,
             Err(error) => return Err(audit.refuse_any(None, AuditStage::KillSwitch, &error, None).await),
         };
