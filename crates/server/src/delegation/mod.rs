@@ -25,7 +25,10 @@
 //! **Architecture Invariant:** a [`Delegated`] value exists only on a principal the delegation
 //! stage (or a task's re-check) built from the ledger; nothing a client sends constructs one.
 
-use std::collections::BTreeSet;
+mod tools;
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,9 +44,7 @@ use crate::auth::VerifiedPrincipal;
 use crate::clock::Clock;
 pub use crate::delegated::{Delegated, Grant, Holder, VerifiedApproval};
 use crate::handles::{PrincipalEvent, sha256};
-use crate::registry::ToolDef;
 use crate::secret::{ServerSecret, fill_random};
-use crate::{CallToolResult, Outcome};
 
 /// The `_meta` key a request carries its capability reference under.
 pub const CAPABILITY_META_KEY: &str = "dev.palisade/capability";
@@ -645,136 +646,6 @@ impl DelegationService {
         }
         Ok(revoked)
     }
-
-    /// The Palisade-provided tools: [`DELEGATE_TOOL`], [`REVOKE_TOOL`] and [`APPROVE_TOOL`]
-    /// (which needs the principal's confirmation on its own client). Add them to the
-    /// application (`AppBuilder::tool`) and give the server the same service
-    /// (`ServerBuilder::delegation`).
-    pub fn tools(self: &Arc<Self>) -> Vec<ToolDef> {
-        let string_list = json!({ "type": "array", "items": { "type": "string" }, "maxItems": MAX_GRANT_ENTRIES });
-        let minting = self.clone();
-        let delegate = ToolDef::new(DELEGATE_TOOL)
-            .description(
-                "Delegate part of your authority to another agent: a capability that can only narrow \
-                 (tools, resources, prompts, scopes, handles, lifetime, call budget). Returns the capability \
-                 reference to hand to that agent, which presents it in _meta under dev.palisade/capability.",
-            )
-            .input_schema(json!({
-                "type": "object",
-                "properties": {
-                    "agent": { "type": "string", "description": "the agent's token subject" },
-                    "agentClient": { "type": "string", "description": "the agent's OAuth client id" },
-                    "tools": string_list, "resources": string_list, "prompts": string_list,
-                    "scopes": string_list, "handles": string_list,
-                    "toolCalls": { "type": "object", "additionalProperties": { "type": "integer", "minimum": 0 },
-                                   "description": "per-tool call budgets within calls, by exact tool name" },
-                    "expiresInSeconds": { "type": "integer", "minimum": 1 },
-                    "calls": { "type": "integer", "minimum": 0 },
-                    "parentTask": { "type": "string" }
-                },
-                "required": ["agent", "agentClient", "expiresInSeconds", "calls"],
-                "additionalProperties": false
-            }))
-            .handler(move |ctx, args| {
-                let service = minting.clone();
-                async move {
-                    let list = |key: &str| -> BTreeSet<String> {
-                        args.get(key)
-                            .and_then(Value::as_array)
-                            .map(|items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-                            .unwrap_or_default()
-                    };
-                    let text = |key: &str| args.get(key).and_then(Value::as_str).map(str::to_owned);
-                    let request = MintRequest {
-                        agent: text("agent").unwrap_or_default(),
-                        agent_client: text("agentClient").unwrap_or_default(),
-                        grant: Grant {
-                            tools: list("tools"),
-                            resources: list("resources"),
-                            prompts: list("prompts"),
-                            scopes: list("scopes"),
-                            handles: BTreeSet::new(),
-                            tool_calls: args
-                                .get("toolCalls")
-                                .and_then(Value::as_object)
-                                .map(|counts| {
-                                    counts
-                                        .iter()
-                                        .map(|(tool, count)| (tool.clone(), count.as_i64().unwrap_or(-1)))
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
-                        },
-                        handles: list("handles").into_iter().collect(),
-                        lifetime: Duration::from_secs(
-                            args.get("expiresInSeconds").and_then(Value::as_u64).unwrap_or(0),
-                        ),
-                        calls: args.get("calls").and_then(Value::as_i64).unwrap_or(-1),
-                        parent_task: text("parentTask"),
-                    };
-                    second_phase(&ctx).await?;
-                    answer(service.mint(ctx.principal(), request).await.map(|minted| {
-                        json!({ "capability": minted.capability, "id": minted.id, "depth": minted.depth,
-                                "expiresAtMs": minted.expires_ms, "calls": minted.calls })
-                    }))
-                }
-            });
-        let revoking = self.clone();
-        let revoke = ToolDef::new(REVOKE_TOOL)
-            .description("Revoke a delegation capability by its id; everything minted under it stops at once.")
-            .input_schema(json!({
-                "type": "object", "properties": { "id": { "type": "string" } },
-                "required": ["id"], "additionalProperties": false
-            }))
-            .handler(move |ctx, args| {
-                let service = revoking.clone();
-                async move {
-                    let id = args.get("id").and_then(Value::as_str).unwrap_or_default();
-                    second_phase(&ctx).await?;
-                    answer(service.revoke(ctx.principal(), id).await.map(|revoked| json!({ "revoked": revoked })))
-                }
-            });
-        let approving = self.clone();
-        let approve = ToolDef::new(APPROVE_TOOL)
-            .description(
-                "Approve one concrete call an agent wants to make under your delegation: exactly this tool \
-                 with exactly these arguments, once, for the next 10 minutes.",
-            )
-            .input_schema(json!({
-                "type": "object",
-                "properties": { "capability": { "type": "string" }, "tool": { "type": "string" },
-                                "arguments": { "type": "object" } },
-                "required": ["capability", "tool", "arguments"], "additionalProperties": false
-            }))
-            .confirm_with(|_ctx, args| {
-                let tool = args.get("tool").and_then(Value::as_str).unwrap_or_default();
-                let shown =
-                    crate::content::shortened(args.get("arguments").cloned().unwrap_or(Value::Null).to_string(), 400);
-                Ok(format!("Let the delegated agent call {tool} once with {shown}"))
-            })
-            .handler(move |ctx, args| {
-                let service = approving.clone();
-                async move {
-                    let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
-                    let arguments = args.get("arguments").and_then(Value::as_object).cloned().unwrap_or_default();
-                    second_phase(&ctx).await?;
-                    let (capability, tool) = (text("capability"), text("tool"));
-                    let approved = service.approve(ctx.principal(), &capability, &tool, &arguments).await;
-                    answer(approved.map(|key| json!({ "approval": key })))
-                }
-            });
-        vec![delegate, revoke, approve]
-    }
-}
-
-/// The kill switch's second phase before a delegation tool writes the ledger (DISABLE since
-/// dispatch refuses the write). Its fence tokens are not redeemed in the ledger's transaction:
-/// the ledger lives in the store, not beside the authority.
-async fn second_phase(ctx: &crate::RequestContext) -> Result<(), ProtocolError> {
-    if ctx.has_kill_switch() {
-        ctx.pre_side_effect().await?;
-    }
-    Ok(())
 }
 
 /// The capability `digest` as its live `chain` (root first) says, if `holder` holds it: the one
@@ -794,16 +665,6 @@ fn verified(digest: [u8; 32], chain: &[(DelegationRow, Value)], holder: &Holder)
         grant,
         expires_ms: leaf.expires_ms,
     })
-}
-
-/// A delegation tool's answer: its result, a refusal as a tool error the caller can read, or a
-/// ledger outage as 503 (nothing was done).
-fn answer(result: Result<Value, DelegationError>) -> Result<Outcome<CallToolResult>, ProtocolError> {
-    match result {
-        Ok(value) => Ok(Outcome::Complete(CallToolResult::structured(value))),
-        Err(DelegationError::Unavailable) => Err(ProtocolError::Unavailable),
-        Err(refused) => Ok(Outcome::Complete(CallToolResult::error(refused.to_string()))),
-    }
 }
 
 /// The holder identity of a verified caller (an agent without an OAuth client holds nothing).
@@ -851,93 +712,4 @@ fn check_text(text: &str) -> Option<()> {
 /// A grant entry: a name, or a prefix followed by one `*` at the end.
 fn check_entry(entry: &str) -> bool {
     check_text(entry).is_some() && !entry.trim_end_matches('*').contains('*') && entry.matches('*').count() <= 1
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn set(items: &[&str]) -> BTreeSet<String> {
-        items.iter().map(|item| (*item).to_owned()).collect()
-    }
-
-    #[test]
-    fn patterns_only_narrow() {
-        let parent = Grant { tools: set(&["read_*", "summarize"]), ..Grant::default() };
-        for within in [&["read_policy"][..], &["read_p*"], &["read_*"], &["summarize"], &[]] {
-            let child = Grant { tools: set(within), ..Grant::default() };
-            assert_eq!(child.widens(&parent), None, "{within:?}");
-        }
-        for wider in [&["export"][..], &["read*"], &["*"], &["summarize*"], &["read_policy", "export"]] {
-            let child = Grant { tools: set(wider), ..Grant::default() };
-            assert!(child.widens(&parent).is_some(), "{wider:?}");
-        }
-        assert!(parent.allows_tool("read_policy") && !parent.allows_tool("reader") && !parent.allows_tool("export"));
-    }
-
-    #[test]
-    fn every_list_is_checked() {
-        let parent = Grant {
-            tools: set(&["a"]),
-            resources: set(&["doc://north/*"]),
-            prompts: set(&["p"]),
-            scopes: set(&["read"]),
-            handles: set(&["00"]),
-            tool_calls: [("a".to_owned(), 2)].into(),
-        };
-        let widen: [fn(&mut Grant); 6] = [
-            |g| {
-                g.tool_calls.clear();
-            },
-            |g| {
-                g.tools.insert("b".into());
-            },
-            |g| {
-                g.resources.insert("doc://south/1".into());
-            },
-            |g| {
-                g.prompts.insert("q".into());
-            },
-            |g| {
-                g.scopes.insert("write".into());
-            },
-            |g| {
-                g.handles.insert("11".into());
-            },
-        ];
-        for step in widen {
-            let mut child = parent.clone();
-            step(&mut child);
-            assert!(child.widens(&parent).is_some(), "{child:?}");
-        }
-        assert_eq!(parent.widens(&parent), None);
-    }
-
-    #[test]
-    fn entries_and_references_are_strict() {
-        assert!(check_entry("read_*") && check_entry("read"));
-        assert!(!check_entry("re*ad") && !check_entry("**") && !check_entry("") && !check_entry("a\nb"));
-        let mut raw = [0xab_u8; 32];
-        raw[0] = 1;
-        let reference = format!("{REFERENCE_PREFIX}{}", URL_SAFE_NO_PAD.encode(raw));
-        assert!(parse_reference(&reference).is_some());
-        assert!(parse_reference(&reference[1..]).is_none());
-        assert!(parse_reference(&format!("{reference}A")).is_none());
-        assert_eq!(parse_id(&hex(&raw)), Some(raw));
-        assert_eq!(parse_id(&hex(&raw).to_uppercase()), None);
-    }
-
-    #[test]
-    fn an_approval_fits_one_call_of_one_holder() {
-        let holder = Holder { issuer: "i".into(), subject: "h".into(), client: "c".into() };
-        let args = |value: Value| value.as_object().cloned().unwrap();
-        let key = approval_key(&[1; 32], "export", &args(json!({ "a": 1, "b": [2] })), &holder);
-        // Key order does not matter (RFC 8785); anything else does.
-        assert_eq!(key, approval_key(&[1; 32], "export", &args(json!({ "b": [2], "a": 1 })), &holder));
-        assert_ne!(key, approval_key(&[2; 32], "export", &args(json!({ "a": 1, "b": [2] })), &holder));
-        assert_ne!(key, approval_key(&[1; 32], "exports", &args(json!({ "a": 1, "b": [2] })), &holder));
-        assert_ne!(key, approval_key(&[1; 32], "export", &args(json!({ "a": 2, "b": [2] })), &holder));
-        let other = Holder { subject: "g".into(), ..holder.clone() };
-        assert_ne!(key, approval_key(&[1; 32], "export", &args(json!({ "a": 1, "b": [2] })), &other));
-    }
 }
