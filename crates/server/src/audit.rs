@@ -73,7 +73,7 @@ impl AuditStage {
 }
 
 /// Proof that an allow decision is on the record: only [`AuditTrail::allow`] makes one, and
-/// every handler runs only with one in hand ([`crate::execute`]).
+/// every handler runs only with one in hand (`execute.rs`).
 #[derive(Debug)]
 pub(crate) struct Allowed(());
 

@@ -1,5 +1,5 @@
 //! The server's time is the workspace's one clock ([`palisade_base::clock`]): every part a
-//! [`crate::ServerBuilder`] wires together must keep time by the same one, so that moving a test
+//! `ServerBuilder` wires together must keep time by the same one, so that moving a test
 //! clock moves token, handle, request-state, stream and kill-switch time together.
 
 use std::sync::Arc;

@@ -33,7 +33,7 @@ pub struct ServerConfig {
     /// Most HTTP connections open at once; at the cap the server stops accepting until one
     /// closes. Default 1024.
     pub max_connections: usize,
-    /// How often the aggregated transport refusals (see [`crate::http`]) are written to the
+    /// How often the aggregated transport refusals (see the HTTP transport, `http`) are written to the
     /// audit log. Default 10 s.
     pub transport_refusal_interval: Duration,
     /// Extra `Host` values accepted besides the listener's own loopback names.
@@ -66,7 +66,7 @@ pub struct ServerConfig {
 }
 
 /// The 2025-era (initialize + `Mcp-Session-Id`) wire, served on the same endpoint beside the
-/// stateless 2026-07-28 one. Sessions are never identity: see [`crate::sessions`].
+/// stateless 2026-07-28 one. Sessions are never identity: see the session service, `sessions`.
 #[derive(Debug, Clone)]
 pub struct LegacyConfig {
     /// Whether the session wire is served at all. Off: such requests get the 2026-07-28 answers

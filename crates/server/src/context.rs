@@ -195,7 +195,7 @@ impl RequestContext {
     }
 
     /// The object behind the handle argument `argument`, resolved and authorized by the pipeline
-    /// for this call (see [`ToolBuilder::handle_argument`](crate::registry::ToolBuilder::handle_argument)).
+    /// for this call (see `ToolBuilder::handle_argument`).
     pub fn handle(&self, argument: &str) -> Option<&ResolvedHandle> {
         self.resolved.get(argument)
     }

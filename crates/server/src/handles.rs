@@ -147,7 +147,7 @@ type Authorizer =
     Arc<dyn Fn(Arc<VerifiedPrincipal>, HandleObject, String, HandlePhase) -> BoxFuture<bool> + Send + Sync>;
 
 /// An object type handles may refer to, registered on the application
-/// ([`AppBuilder::handle_type`](crate::AppBuilder::handle_type)).
+/// (`AppBuilder::handle_type`).
 #[derive(Clone)]
 pub struct HandleType {
     pub(crate) name: String,
@@ -189,7 +189,7 @@ impl HandleType {
     }
 }
 
-/// A tool argument declared as a handle ([`ToolBuilder::handle_argument`](crate::registry::ToolBuilder::handle_argument)).
+/// A tool argument declared as a handle (`ToolBuilder::handle_argument`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HandleArgument {
     /// The argument's name.

@@ -7,10 +7,14 @@
 //! **Architecture Invariant:** transports frame bytes, enforce their own limits (connections,
 //! timeouts, sizes, Host/Origin, media types: [`http`]) and map replies onto HTTP or lines;
 //! every protocol and security decision about a message is made in [`pipeline`], in one order,
-//! for both. Layers, low to high: `method`, `clock`, `reply` → `handles`, `clearance` →
-//! `context` → `registry` → `audit`, `killswitch`, `execute` → `tasks`, `sessions` → `server` →
-//! `pipeline` → `legacy`, `http`, `stdio`; a module imports only from its own layer's leaves
-//! and below.
+//! for both.
+//!
+//! Layers, low to high: `clock`, `config`, `secret`, `method`, `content`, `events`, `periodic`,
+//! `store_errors`, `streams`, `refusal_reason`, `clearance`, `delegated` → `auth`, `cursor`,
+//! `mrtr`, `metrics` → `sessions`, `handles` → `reply`, `context` → `telemetry`, `registry` →
+//! `audit` → `execute`, `killswitch`, `delegation`, `surface_audit`, `refusals` → `tasks` →
+//! `server` → `pipeline`, `stdio` → `http_response` → `legacy` → `http`. A module refers only to
+//! modules of its own group or lower ones; within a group no two refer to each other in a circle.
 
 pub mod audit;
 pub mod auth;

@@ -18,9 +18,9 @@
 //! | `detail` | `source=<16 hex characters> count=<n>` |
 //!
 //! The source is the first 8 bytes (hex) of the keyed audit digest of the peer's IP address
-//! (its text form, IPv4-mapped IPv6 addresses as IPv4; [`crate::Server::digest`] of that text
+//! (its text form, IPv4-mapped IPv6 addresses as IPv4; `Server::digest` of that text
 //! gives the full digest), never the address itself; `unknown` when the request carried no peer
-//! address (an embedder serving [`crate::http::router`] without connect info), and `other` once
+//! address (an embedder serving `http::router` without connect info), and `other` once
 //! [`MAX_KEYS`] distinct (reason, source) pairs were counted in one interval. No principal,
 //! header value, path or body is recorded: a refused request has no authenticated principal.
 

@@ -6,7 +6,7 @@
 //! ([`Server::publish`]): every definition in it has passed [`crate::AppBuilder::build`]'s
 //! checks and this builder's, and the kill switch's registry covers it, before any request sees it.
 //!
-//! Knows every service; knows no stage logic (that is [`crate::pipeline`]).
+//! Knows every service; knows no stage logic (that is the pipeline, `pipeline/`).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -97,7 +97,7 @@ impl SurfaceAudit {
         Self { writer, key: secret.derive("palisade/audit-digest/v1"), clock, pending: Mutex::new(HashMap::new()) }
     }
 
-    /// The keyed audit digest of `value` (as [`crate::Server::digest`]).
+    /// The keyed audit digest of `value` (as `Server::digest`).
     pub fn digest(&self, value: &str) -> String {
         keyed_digest(&self.key, value)
     }

@@ -109,7 +109,7 @@ pub struct TaskService {
     server: std::sync::OnceLock<Attached>,
 }
 
-/// A task service's part of its server, set once by [`crate::ServerBuilder::build`].
+/// A task service's part of its server, set once by `ServerBuilder::build`.
 struct Attached {
     kill_switch: Option<KillSwitchStage>,
     recorder: Arc<Recorder>,

@@ -606,7 +606,7 @@ impl DelegationService {
         }
     }
 
-    /// The principal-event hook ([`crate::Server::principal_event`]): revokes every live
+    /// The principal-event hook (`Server::principal_event`): revokes every live
     /// capability that acts for the principal (tokens revoked, roles changed, the tenant left)
     /// or that an agent holds whose tokens were revoked, and, for a revoked client, every
     /// capability of that client on either side. Descendants fall with them. Reads at most

@@ -17,7 +17,7 @@
 //! | 9 | respond        | here                         | the [`Reply`]                           |
 //!
 //! The transports' own checks (connection cap, timeouts, Host/Origin, sizes, media types, the
-//! strict JSON-RPC frame) run before stage 1, in [`crate::http`] and [`crate::stdio`].
+//! strict JSON-RPC frame) run before stage 1, in `http` and `stdio`.
 //!
 //! **Architecture Invariant:** the order below is the order in ARCHITECTURE.md (a tidy test
 //! compares the two), and no handler runs without an `Allowed`, which only stage 7 makes.
