@@ -25,9 +25,9 @@
 //! **Architecture Invariant:** a [`Delegated`] value exists only on a principal the delegation
 //! stage (or a task's re-check) built from the ledger; nothing a client sends constructs one.
 
-mod tools;
 #[cfg(test)]
 mod tests;
+mod tools;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,10 +9,12 @@ use std::time::Duration;
 use palisade_wire::ProtocolError;
 use serde_json::{Value, json};
 
-use super::{APPROVE_TOOL, DELEGATE_TOOL, DelegationError, DelegationService, MAX_GRANT_ENTRIES, MintRequest, REVOKE_TOOL};
-use crate::delegated::Grant;
+use super::{
+    APPROVE_TOOL, DELEGATE_TOOL, DelegationError, DelegationService, MAX_GRANT_ENTRIES, MintRequest, REVOKE_TOOL,
+};
 use crate::content::CallToolResult;
 use crate::context::{Outcome, RequestContext};
+use crate::delegated::Grant;
 use crate::registry::ToolDef;
 
 impl DelegationService {
@@ -136,7 +138,6 @@ impl DelegationService {
         vec![delegate, revoke, approve]
     }
 }
-
 
 /// The kill switch's second phase before a delegation tool writes the ledger (DISABLE since
 /// dispatch refuses the write). Its fence tokens are not redeemed in the ledger's transaction:

@@ -712,6 +712,5 @@ fn router_with_state(server: Arc<Server>, local: SocketAddr, routes: Routes) -> 
     (router.with_state(state.clone()), state)
 }
 
-
 #[cfg(test)]
 mod tests;

@@ -108,20 +108,12 @@ fn a_repeated_routing_or_authorization_header_is_flagged() {
         let found = transport_headers(&headers(&[(name, "first"), ("mcp-param-x", "1"), (name, "second")]));
         assert_eq!(found.duplicate.as_deref(), Some(display), "{name}");
         let kept = [&found.protocol_version, &found.method, &found.name];
-        assert_eq!(
-            kept.iter().filter(|v| v.as_deref() == Some(&b"first"[..])).count(),
-            1,
-            "{name}: first value kept"
-        );
+        assert_eq!(kept.iter().filter(|v| v.as_deref() == Some(&b"first"[..])).count(), 1, "{name}: first value kept");
         assert!(kept.iter().all(|v| v.as_deref() != Some(&b"second"[..])), "{name}");
     }
     // The first repeated header in the check's order is the one named.
-    let both = transport_headers(&headers(&[
-        ("mcp-name", "a"),
-        ("mcp-name", "b"),
-        ("mcp-method", "c"),
-        ("mcp-method", "d"),
-    ]));
+    let both =
+        transport_headers(&headers(&[("mcp-name", "a"), ("mcp-name", "b"), ("mcp-method", "c"), ("mcp-method", "d")]));
     assert_eq!(both.duplicate.as_deref(), Some("Mcp-Method"));
     // A repeated parameter header, in either order of its values.
     for (first, second) in [("1", "2"), ("2", "1")] {

@@ -9,7 +9,7 @@
 //! | 2b| session        | `pipeline/session.rs`        | the session's `_meta` (2025-era wire)   |
 //! | 3 | classify       | `pipeline/classify.rs`       | the `OperationKey`                      |
 //! | 3b| delegation     | `pipeline/delegation.rs`     | the principal acted for (C10)           |
-//! | 4 | kill switch    | `execute.rs` (`clear`)       | the clearance (`Cleared`)               |
+//! | 4 | kill switch    | `killswitch.rs` (`clear`)    | the clearance (`Cleared`)               |
 //! | 5 | authorize      | `pipeline/authorize.rs`      | (the scopes checked)                    |
 //! | 6 | handles        | `pipeline/handles.rs`        | the resolved handles                    |
 //! | 7 | audit          | `audit.rs`                   | `Allowed`: the allow decision is durable|
@@ -48,8 +48,8 @@ use crate::reply::Reply;
 use crate::server::Server;
 use crate::sessions::SessionId;
 
-pub use wire::TransportHeaders;
 pub(crate) use wire::LegacyWire;
+pub use wire::TransportHeaders;
 
 /// The stage names in path order, as ARCHITECTURE.md lists them (checked by the tidy test).
 pub const STAGES: [&str; 11] = [
