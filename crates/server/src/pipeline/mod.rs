@@ -13,7 +13,7 @@
 //! | 5 | authorize      | `pipeline/authorize.rs`      | (the scopes checked)                    |
 //! | 6 | handles        | `pipeline/handles.rs`        | the resolved handles                    |
 //! | 7 | audit          | `audit.rs`                   | `Allowed`: the allow decision is durable|
-//! | 8 | dispatch       | `pipeline/dispatch.rs`       | the result (a handler needs `Allowed`)  |
+//! | 8 | dispatch       | `pipeline/dispatch/`         | the result (a handler needs `Allowed`)  |
 //! | 9 | respond        | here                         | the [`Reply`]                           |
 //!
 //! The transports' own checks (connection cap, timeouts, Host/Origin, sizes, media types, the

@@ -1,0 +1,57 @@
+//! Stage 8 for the lists (`tools/list`, `prompts/list`, `resources/list`,
+//! `resources/templates/list`: paginated with sealed cursors) and `server/discover`.
+
+use palisade_wire::ProtocolError;
+use serde_json::{Map, Value, json};
+
+use crate::registry::App;
+use crate::server::Server;
+use crate::tasks::TASKS_EXTENSION;
+
+impl Server {
+    pub(super) fn discover(&self, app: &App) -> Value {
+        let mut result = json!({
+            "supportedVersions": self.supported_versions(),
+            "capabilities": app.capabilities(),
+            "ttlMs": app.list_ttl_ms,
+            "cacheScope": self.cache_scope(),
+        });
+        if let Some(instructions) = &app.instructions {
+            result["instructions"] = json!(instructions);
+        }
+        if self.tasks.is_some() {
+            result["capabilities"]["extensions"] = json!({ TASKS_EXTENSION: {} });
+        }
+        result
+    }
+
+    pub(super) fn page<T>(
+        &self,
+        app: &App,
+        kind: &str,
+        params: &Map<String, Value>,
+        items: &[T],
+        render: impl Fn(&T) -> Value,
+    ) -> Result<Value, ProtocolError> {
+        let offset = match params.get("cursor") {
+            None | Some(Value::Null) => 0,
+            Some(Value::String(cursor)) => {
+                self.cursors.read(kind, cursor).ok_or_else(|| ProtocolError::invalid_params("invalid cursor"))?
+            }
+            Some(_) => return Err(ProtocolError::invalid_params("invalid cursor")),
+        };
+        if offset > items.len() {
+            return Err(ProtocolError::invalid_params("invalid cursor"));
+        }
+        let end = offset.saturating_add(self.config.page_size.max(1)).min(items.len());
+        let mut result = json!({
+            kind: items[offset..end].iter().map(render).collect::<Vec<_>>(),
+            "ttlMs": app.list_ttl_ms,
+            "cacheScope": self.cache_scope(),
+        });
+        if end < items.len() {
+            result["nextCursor"] = json!(self.cursors.mint(kind, end));
+        }
+        Ok(result)
+    }
+}

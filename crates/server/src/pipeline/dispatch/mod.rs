@@ -1,0 +1,104 @@
+//! Stage 8, dispatch: the operation's work, once the allow decision is on the record. Lists
+//! (paginated with sealed cursors), `server/discover`, completions, prompts and resource reads,
+//! and `tools/call`: its MRTR round opened and verified, arguments validated against the tool's
+//! `inputSchema`, handle arguments removed (the handler reads `ctx.handle(name)`), the
+//! confirmation step of a needs-confirmation tool ([`super::confirm`]), then the handler through
+//! [`crate::execute::run_tool`] — or, for a task-capable tool called with the tasks extension, a
+//! durable task whose worker runs the same cleared handler. `tasks/*` go to the task service.
+//!
+//! One file per method family under `pipeline/dispatch/`: `lists.rs` (the lists and
+//! `server/discover`), `tools.rs`, `prompts.rs`, `resources.rs`, `completion.rs`, `tasks.rs`;
+//! this file is the match that picks one, and stage 9's decoration.
+//!
+//! Knows the application snapshot it is handed and the services; never the transport.
+
+mod completion;
+mod lists;
+mod prompts;
+mod resources;
+mod tasks;
+mod tools;
+
+use std::sync::Arc;
+
+use palisade_wire::{ProtocolError, meta_keys};
+use serde_json::{Map, Value, json};
+
+use crate::audit::{Allowed, AuditTrail};
+use crate::context::RequestContext;
+use crate::method::{Method, OperationKey};
+use crate::registry::App;
+use crate::server::Server;
+use crate::tasks::TaskService;
+
+impl Server {
+    /// Stage 8. Takes the stage-7 proof by value: nothing here runs unless the allow decision
+    /// is on the record.
+    pub(super) async fn dispatch(
+        &self,
+        app: &Arc<App>,
+        operation: &OperationKey,
+        ctx: RequestContext,
+        params: &Map<String, Value>,
+        audit: &AuditTrail<'_>,
+        allowed: Allowed,
+    ) -> Result<Value, ProtocolError> {
+        match operation.method() {
+            Method::Discover => Ok(self.discover(app)),
+            Method::ToolsList => self.page(app, "tools", params, &app.tools, |t| t.definition.clone()),
+            Method::PromptsList => self.page(app, "prompts", params, &app.prompts, |p| p.definition.clone()),
+            Method::ResourcesList => self.page(app, "resources", params, &app.resources, |r| r.definition.clone()),
+            Method::ResourceTemplatesList => {
+                self.page(app, "resourceTemplates", params, &app.templates, |t| t.definition.clone())
+            }
+            Method::ToolsCall => self.call_tool(app, operation, ctx, params, audit, allowed).await,
+            Method::PromptsGet => self.get_prompt(app, operation, ctx, params).await,
+            Method::ResourcesRead => self.read_resource(app, ctx, params).await,
+            Method::Complete => self.complete(app, ctx, params).await,
+            Method::Listen
+            | Method::Initialize
+            | Method::Ping
+            | Method::SetLogLevel
+            | Method::Subscribe
+            | Method::Unsubscribe
+            | Method::SessionStream
+            | Method::SessionNotification
+            | Method::SessionAnswer
+            | Method::SessionDelete => Err(ProtocolError::Internal),
+            Method::TasksGet | Method::TasksUpdate | Method::TasksCancel => {
+                self.task_method(app, operation.method(), ctx, params).await
+            }
+        }
+    }
+
+    pub(super) fn task_service(&self) -> Result<&Arc<TaskService>, ProtocolError> {
+        self.tasks.as_ref().ok_or(ProtocolError::Internal)
+    }
+
+    /// Every version this server speaks: 2026-07-28, then the enabled 2025-era ones (an
+    /// auto-negotiating client picks the newest it knows).
+    pub fn supported_versions(&self) -> Vec<String> {
+        let mut versions: Vec<String> = palisade_wire::SUPPORTED_VERSIONS.iter().map(|v| (*v).to_owned()).collect();
+        if self.config.legacy.enabled {
+            versions.extend(self.config.legacy.versions.iter().cloned());
+        }
+        versions
+    }
+
+    pub(super) fn cache_scope(&self) -> &'static str {
+        if self.authenticator.is_unauthenticated() { "public" } else { "private" }
+    }
+}
+
+/// Stage 9's addition to a result: `resultType` (when the handler did not set one) and
+/// serverInfo.
+pub(super) fn decorate(app: &App, mut result: Value) -> Value {
+    if let Value::Object(map) = &mut result {
+        map.entry("resultType").or_insert_with(|| json!("complete"));
+        let meta = map.entry("_meta").or_insert_with(|| json!({}));
+        if let Value::Object(meta) = meta {
+            meta.insert(meta_keys::SERVER_INFO.into(), json!({ "name": app.name, "version": app.version }));
+        }
+    }
+    result
+}
