@@ -265,6 +265,16 @@ pub const RULES: &[Rule] = &[
             because: "the verifier is a client only: it shares the wire types, never the server's internals",
         }],
     },
+    Rule {
+        package: "palisade-host",
+        forbid: &[
+            Forbid {
+                crates: &["sqlx", "rusqlite"],
+                because: "nothing outside palisade-store sees SQL (the host uses the store's traits)",
+            },
+            Forbid { crates: &["palisade"], because: "the running system knows no CLI" },
+        ],
+    },
     Rule { package: "palisade", forbid: &[] },
 ];
 

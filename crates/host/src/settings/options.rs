@@ -83,7 +83,7 @@ pub struct OptionSpec {
     /// `false`: environment only, refused in the file (credentials).
     pub in_file: bool,
     /// A path no stdio upstream of the gateway may ever see (a secret, a key, the store, the
-    /// audit log): [`Settings::protected_option_paths`] gives its value.
+    /// audit log): `Settings::protected_option_paths` gives its value.
     pub protected: bool,
     /// Applies an environment or flag value; `None` when the option has neither.
     pub(super) set: Option<Setter>,

@@ -119,7 +119,7 @@ impl Settings {
         out
     }
 
-    /// The value of every option marked [`OptionSpec::protected`], by key (`None`: not set in
+    /// The value of every option marked `protected` in the option table, by key (`None`: not set in
     /// this configuration). A test holds this list to the option table, so a new secret-file
     /// option cannot be left out of what stdio upstreams are kept from.
     pub fn protected_option_paths(&self) -> Vec<(&'static str, Option<PathBuf>)> {
