@@ -42,7 +42,7 @@ pub async fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
 /// `palisade audit verify`: exit 0 when the log is intact, 1 when it was read and is not intact,
 /// 2 when it could not be read at all (no server secret, a store that does not open or answer):
 /// a script must not take "could not look" for "tampered with", nor the other way round.
-pub async fn audit_verify(config: Option<&Path>) -> anyhow::Result<ExitCode> {
+async fn audit_verify(config: Option<&Path>) -> anyhow::Result<ExitCode> {
     match audit_verify_report(config).await {
         Ok(code) => Ok(code),
         Err(error) => {
@@ -114,7 +114,7 @@ async fn audit_verify_report(config: Option<&Path>) -> anyhow::Result<ExitCode> 
     Ok(if report.is_intact() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-pub async fn audit_salvage(config: Option<&Path>, apply: bool) -> anyhow::Result<ExitCode> {
+async fn audit_salvage(config: Option<&Path>, apply: bool) -> anyhow::Result<ExitCode> {
     let settings = super::settings(config)?;
     secrets::prepare_sqlite_dir(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;

@@ -22,7 +22,7 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub fn config_options() -> anyhow::Result<ExitCode> {
+fn config_options() -> anyhow::Result<ExitCode> {
     #[allow(clippy::print_stdout)]
     {
         print!("{}", palisade_host::settings::options_markdown());
@@ -30,7 +30,7 @@ pub fn config_options() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn config_check(file: &Path) -> anyhow::Result<ExitCode> {
+fn config_check(file: &Path) -> anyhow::Result<ExitCode> {
     let settings = super::settings(Some(file))?;
     #[allow(clippy::print_stdout)]
     {

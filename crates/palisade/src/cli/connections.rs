@@ -59,7 +59,7 @@ fn connection_person(row: &palisade_store::ConnectionRow) -> Option<palisade_gat
     serde_json::from_str(&row.principal).ok()
 }
 
-pub async fn connections_list(config: Option<&Path>, subject: Option<&str>) -> anyhow::Result<ExitCode> {
+async fn connections_list(config: Option<&Path>, subject: Option<&str>) -> anyhow::Result<ExitCode> {
     let settings = super::settings(config)?;
     secrets::prepare_sqlite_dir(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
@@ -89,7 +89,7 @@ pub async fn connections_list(config: Option<&Path>, subject: Option<&str>) -> a
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn connections_revoke(
+async fn connections_revoke(
     config: Option<&Path>,
     subject: &str,
     issuer: Option<&str>,

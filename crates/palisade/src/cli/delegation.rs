@@ -52,7 +52,7 @@ pub async fn run(command: DelegationCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub async fn delegation_list(config: Option<&Path>, agent: Option<&str>, limit: u32) -> anyhow::Result<ExitCode> {
+async fn delegation_list(config: Option<&Path>, agent: Option<&str>, limit: u32) -> anyhow::Result<ExitCode> {
     let settings = super::settings(config)?;
     secrets::prepare_sqlite_dir(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
@@ -78,7 +78,7 @@ pub async fn delegation_list(config: Option<&Path>, agent: Option<&str>, limit: 
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn delegation_revoke(config: Option<&Path>, id: &str, reason: &str) -> anyhow::Result<ExitCode> {
+async fn delegation_revoke(config: Option<&Path>, id: &str, reason: &str) -> anyhow::Result<ExitCode> {
     let settings = super::settings(config)?;
     secrets::prepare_sqlite_dir(&settings)?;
     let digest = secrets::parse_key_hex(id).ok_or_else(|| ConfigError {

@@ -50,7 +50,7 @@ pub fn run(command: DevCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
+fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
     // The settings `serve` resolves from the same file, environment and flags, so that the
     // token's issuer and audience are that server's.
     let settings = super::resolve(args.config.as_deref(), &args.flags, false, None)?;

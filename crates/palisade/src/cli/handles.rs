@@ -86,7 +86,7 @@ pub async fn run(command: HandlesCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub async fn handles_list(
+async fn handles_list(
     config: Option<&Path>,
     issuer: Option<String>,
     subject: &str,
@@ -119,7 +119,7 @@ pub async fn handles_list(
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn handles_revoke(args: RevokeArgs) -> anyhow::Result<ExitCode> {
+async fn handles_revoke(args: RevokeArgs) -> anyhow::Result<ExitCode> {
     let settings = super::settings(args.config.as_deref())?;
     secrets::prepare_sqlite_dir(&settings)?;
     let key = secrets::handle_subject_key(&settings)?;
