@@ -50,13 +50,20 @@ pub struct HandleSettings {
     pub policies: BTreeMap<String, HandlePolicy>,
 }
 
-/// Validates `[handles]`; the key file lives in `data_dir` unless configured.
-pub fn validate(raw: RawHandles, data_dir: &Path) -> Result<HandleSettings, ConfigError> {
-    let subject_key_file = raw.subject_key_file.unwrap_or_else(|| data_dir.join("handle-subject-key"));
+/// `handles.retention_secs`, checked (also on its own, before the kill switch's section, as
+/// validation always has).
+pub fn retention(raw: &RawHandles) -> Result<Duration, ConfigError> {
     let retention_secs = raw.retention_secs.unwrap_or(86_400);
     if !(60..=365 * 86_400).contains(&retention_secs) {
         return Err(bad(keys::HANDLES_RETENTION_SECS, "must be between 60 and 31536000"));
     }
+    Ok(Duration::from_secs(retention_secs))
+}
+
+/// Validates `[handles]`; the key file lives in `data_dir` unless configured.
+pub fn validate(raw: RawHandles, data_dir: &Path) -> Result<HandleSettings, ConfigError> {
+    let retention = retention(&raw)?;
+    let subject_key_file = raw.subject_key_file.unwrap_or_else(|| data_dir.join("handle-subject-key"));
     let mut policies = BTreeMap::new();
     for (object_type, policy) in raw.policies {
         let key = format!("handles.policies.{object_type}");
@@ -69,5 +76,5 @@ pub fn validate(raw: RawHandles, data_dir: &Path) -> Result<HandleSettings, Conf
         policy.validate().map_err(|why| bad(&key, why))?;
         policies.insert(object_type, policy);
     }
-    Ok(HandleSettings { subject_key_file, retention: Duration::from_secs(retention_secs), policies })
+    Ok(HandleSettings { subject_key_file, retention, policies })
 }

@@ -98,8 +98,10 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     let limits = limits::validate(raw.limits)?;
     let audit = audit::validate(raw.audit, &server.data_dir)?;
     let auth = auth::validate(raw.auth, app, server.listen, &server.public_url)?;
-    let handles = handles::validate(raw.handles, &server.data_dir)?;
+    // The same order of checks as ever: the retention, the kill switch, then the policies.
+    handles::retention(&raw.handles)?;
     let killswitch = killswitch::validate(raw.killswitch, app, &server.data_dir)?;
+    let handles = handles::validate(raw.handles, &server.data_dir)?;
     let legacy = legacy::validate(raw.legacy)?;
     let telemetry_headers_file = raw.telemetry.otlp_headers_file.clone();
     let telemetry = telemetry::validate(raw.telemetry)?;
