@@ -58,6 +58,16 @@ impl Runtime {
     /// Builds every service the settings ask for, starts the periodic jobs and, for HTTP, binds
     /// the listeners (announcing `listening on http://…/mcp` on stdout).
     pub async fn start(settings: Settings, transport: Transport) -> anyhow::Result<Self> {
+        Self::start_serving(settings, transport, None).await
+    }
+
+    /// [`Runtime::start`] serving `app` (with the delegation tools when `[delegation]` is
+    /// enabled) instead of the application the settings name; not with the gateway's upstreams.
+    pub async fn start_with_app(settings: Settings, transport: Transport, app: App) -> anyhow::Result<Self> {
+        Self::start_serving(settings, transport, Some(app)).await
+    }
+
+    async fn start_serving(settings: Settings, transport: Transport, custom: Option<App>) -> anyhow::Result<Self> {
         let stdio = transport == Transport::Stdio;
         if stdio && settings.metrics_listen.is_some() {
             let reason = "is a second HTTP listener; it cannot be used with --stdio".into();
@@ -81,7 +91,8 @@ impl Runtime {
             .delegation
             .clone()
             .map(|config| Arc::new(DelegationService::new(store.clone(), &secret, config, Arc::new(SystemClock))));
-        let Assembled { app, gateway, kill_switch } = assemble(&settings, &store, &secret, delegation.as_ref()).await?;
+        let Assembled { app, gateway, kill_switch } =
+            assemble(&settings, &store, &secret, delegation.as_ref(), custom).await?;
         let handles = HandleService::new(
             store.clone(),
             SubjectKey::from_bytes(&subject_key).map_err(anyhow::Error::msg)?,
@@ -266,7 +277,16 @@ async fn assemble(
     store: &Arc<dyn palisade_store::Store>,
     secret: &ServerSecret,
     delegation: Option<&Arc<DelegationService>>,
+    custom: Option<App>,
 ) -> anyhow::Result<Assembled> {
+    if let Some(app) = custom {
+        if settings.gateway.is_some() {
+            anyhow::bail!("an application of its own cannot be served with the gateway's upstreams");
+        }
+        let app = with_delegation_tools(app, delegation)?;
+        let kill_switch = killswitch::start(settings, &palisade_server::killswitch::exposed_operations(&app)).await?;
+        return Ok(Assembled { app, gateway: None, kill_switch });
+    }
     let app_name = authn::app_name(settings.app);
     // The gateway lists its upstreams (and pins what they list) before the kill switch starts:
     // the registry the switch must cover is what the gateway serves.
