@@ -93,21 +93,7 @@ impl Runtime {
             .map(|config| Arc::new(DelegationService::new(store.clone(), &secret, config, Arc::new(SystemClock))));
         let Assembled { app, gateway, kill_switch } =
             assemble(&settings, &store, &secret, delegation.as_ref(), custom).await?;
-        let handles = HandleService::new(
-            store.clone(),
-            SubjectKey::from_bytes(&subject_key).map_err(anyhow::Error::msg)?,
-            app.handle_types(),
-            &settings.handles.policies,
-            Arc::new(SystemClock),
-        )
-        .map_err(|reason| ConfigError { key: "handles.policies".into(), reason })?;
-        let handles = Arc::new(handles);
-        let tasks = Arc::new(TaskService::new(
-            store.clone(),
-            SubjectKey::from_bytes(&subject_key).map_err(anyhow::Error::msg)?,
-            TaskConfig::default(),
-            Arc::new(SystemClock),
-        ));
+        let (handles, tasks) = services(&settings, &store, &subject_key, &app)?;
         let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
         let ledger: Arc<dyn palisade_store::DelegationStore> = store.clone();
         let once_store: Arc<dyn palisade_store::OnceStore> = store.clone();
@@ -242,6 +228,32 @@ impl Runtime {
         self.server.flush_audit().await;
         self.checkpointer.shutdown().await;
     }
+}
+
+/// The handle service (the application's handle types under the configured policies) and the
+/// task service, both keyed by the handle subject key.
+fn services(
+    settings: &Settings,
+    store: &Arc<dyn palisade_store::Store>,
+    subject_key: &[u8; 32],
+    app: &App,
+) -> anyhow::Result<(Arc<HandleService>, Arc<TaskService>)> {
+    let handles = HandleService::new(
+        store.clone(),
+        SubjectKey::from_bytes(subject_key).map_err(anyhow::Error::msg)?,
+        app.handle_types(),
+        &settings.handles.policies,
+        Arc::new(SystemClock),
+    )
+    .map_err(|reason| ConfigError { key: "handles.policies".into(), reason })?;
+    let handles = Arc::new(handles);
+    let tasks = Arc::new(TaskService::new(
+        store.clone(),
+        SubjectKey::from_bytes(subject_key).map_err(anyhow::Error::msg)?,
+        TaskConfig::default(),
+        Arc::new(SystemClock),
+    ));
+    Ok((handles, tasks))
 }
 
 /// The server's configuration from the settings.
