@@ -7,7 +7,7 @@
 //!   state from the store and publishes the resulting [`App`] (clients hear `list_changed`).
 //! - [`Gateway::spawn`] runs the loops: each upstream re-listed every `[pins] relist_secs` and on
 //!   its own `list_changed`; reviewers' decisions read every `decision_poll_secs`.
-//! - A stdio upstream is listed only while its launch ([`crate::launch::LaunchSpec`]) is the
+//! - A stdio upstream is listed only while its launch ([`LaunchSpec`]) is the
 //!   approved one: [`Gateway::refresh`] resolves it (re-hashing the executable), records it as
 //!   the upstream's `launch` pin and, unless that pin is approved, starts nothing and serves
 //!   nothing of the upstream.
@@ -37,10 +37,10 @@ use tokio_util::sync::CancellationToken;
 use crate::churn::{Churn, Summary, Verdict};
 use crate::config::{GatewaySettings, UpstreamSettings};
 use crate::credentials::{CallerContext, CredentialConfig, CredentialError, UpstreamCredential};
-use crate::launch::LaunchSpec;
 use crate::names::{Namer, collisions};
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
 use crate::upstream::UpstreamError;
+use crate::upstream::launch::LaunchSpec;
 use crate::upstream::stdio::SandboxIdentities;
 use crate::upstream::{HealthReport, ListKind, UpstreamClient, UpstreamInfo, UpstreamReply, UpstreamRequest};
 use crate::user_oauth::{OAuthError, UserCaller, UserOAuth};

@@ -24,16 +24,19 @@
 
 pub mod churn;
 pub mod config;
+mod config_error;
 pub mod credentials;
 pub mod decisions;
 pub mod findings;
 pub mod gateway;
-pub mod launch;
 pub mod names;
 pub mod pins;
 pub mod review;
+mod secret;
 pub mod upstream;
 pub mod user_oauth;
 pub mod web;
+
+pub use upstream::launch;
 
 pub use gateway::{Gateway, GatewayError, PinEntry, Refreshed, UpstreamStatus};

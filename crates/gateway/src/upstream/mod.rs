@@ -34,14 +34,16 @@
 mod bounds;
 mod health;
 mod http;
+pub mod launch;
 mod legacy;
+pub(crate) mod settings;
 mod sse;
 pub mod stdio;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
@@ -61,46 +63,7 @@ use crate::credentials::{CallerContext, CredentialError, UpstreamCredential};
 use health::Health;
 use http::{Body, Incoming, Outgoing, Refusal, Transport};
 use legacy::{GATEWAY_PARTITION, Session, Sessions};
-
-/// Limits applied to every exchange with one upstream.
-#[derive(Debug, Clone)]
-pub struct UpstreamLimits {
-    /// Longest wait for a TCP (and TLS) connection (default 5 s).
-    pub connect_timeout: Duration,
-    /// Longest a request may take, from sending to the last byte of its answer, event streams
-    /// included (default 30 s).
-    pub request_timeout: Duration,
-    /// Most bytes read of one answer, of one event of a change stream, or of one stdout frame of
-    /// a stdio server (default 4 MiB); a larger one fails that call or closes that stream.
-    pub max_response_bytes: usize,
-    /// Most items one listing may have over all its pages (default 10,000; more is an error).
-    pub max_list_items: usize,
-    /// Most pages one listing may take (default 100; more is an error).
-    pub max_list_pages: usize,
-}
-
-impl Default for UpstreamLimits {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(30),
-            max_response_bytes: 4 * 1024 * 1024,
-            max_list_items: 10_000,
-            max_list_pages: 100,
-        }
-    }
-}
-
-/// Which protocol era to speak to the upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProtocolChoice {
-    /// `server/discover` first; the 2025 handshake when the upstream does not know it.
-    Auto,
-    /// 2026-07-28 only.
-    Modern,
-    /// The 2025 handshake only: 2025-11-25, then 2025-06-18.
-    Legacy,
-}
+pub use settings::{ProtocolChoice, UpstreamLimits};
 
 /// The era an upstream was found to speak.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -434,7 +397,7 @@ impl UpstreamClient {
     /// launch is approved ([`Self::set_launch_approved`]) and a request needs a process.
     /// `protected`: paths no process may see.
     pub fn stdio(
-        settings: &crate::config::UpstreamSettings,
+        settings: &settings::UpstreamSettings,
         identities: stdio::SandboxIdentities,
         protected: Vec<std::path::PathBuf>,
     ) -> Result<Self, UpstreamError> {

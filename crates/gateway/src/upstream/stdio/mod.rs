@@ -31,8 +31,8 @@ use super::{
     Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, client_info, discovered, instructions,
     legacy_params, lock, modern_params,
 };
-use crate::config::{Confinement, SandboxSettings, UpstreamSettings};
-use crate::launch::LaunchSpec;
+use crate::upstream::launch::LaunchSpec;
+use crate::upstream::settings::{Confinement, SandboxSettings, StdioSettings, UpstreamSettings};
 use process::{Process, StartOptions};
 pub use sandbox::SandboxError;
 use sandbox::UidPool;
@@ -110,7 +110,7 @@ impl StdioLink {
         })
     }
 
-    fn stdio(&self) -> &crate::config::StdioSettings {
+    fn stdio(&self) -> &StdioSettings {
         // Checked in `new`.
         self.settings.stdio.as_ref().unwrap_or_else(|| unreachable!("a stdio link has stdio settings"))
     }
