@@ -1,5 +1,6 @@
 //! Tidy checks over the source tree: every Rust file opens with a `//!` line saying what it owns,
-//! and every crate under `crates/` keeps the dependency rules ARCHITECTURE.md states ([`RULES`]).
+//! every crate under `crates/` keeps the dependency rules ARCHITECTURE.md states ([`RULES`]), and
+//! the structure rules of [`crate::structure`] (file length, no import circle, layers, code map).
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,7 @@ pub fn check(root: &Path) -> Vec<String> {
     }
     check_dependencies(root, &mut problems);
     check_stage_list(root, &mut problems);
+    crate::structure::check(root, &mut problems);
     problems
 }
 
