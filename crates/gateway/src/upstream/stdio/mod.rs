@@ -27,10 +27,8 @@ use tokio_util::sync::CancellationToken;
 use super::health::Health;
 use super::http::Body;
 use super::legacy::GATEWAY_PARTITION;
-use super::{
-    Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, client_info, discovered, instructions,
-    legacy_params, lock, modern_params,
-};
+use super::messages::{client_info, discovered, instructions, legacy_params, modern_params};
+use super::{Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, lock};
 use crate::upstream::launch::LaunchSpec;
 use crate::upstream::settings::{Confinement, SandboxSettings, StdioSettings, UpstreamSettings};
 use process::{Process, StartOptions};
