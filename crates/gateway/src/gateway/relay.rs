@@ -242,8 +242,20 @@ async fn forward(
     upstream: &Upstream,
     ctx: &RequestContext,
     method: &str,
-    mut params: Map<String, Value>,
+    params: Map<String, Value>,
 ) -> Result<Relayed, ProtocolError> {
+    let id = &upstream.settings.id;
+    admit(upstream, ctx).await?;
+    let Some(params) = upstream_params(id, ctx, params)? else {
+        return not_connected(method, id);
+    };
+    let reply = call_upstream(upstream, ctx, method, params).await;
+    relayed_reply(upstream, ctx, reply).await
+}
+
+/// Whether the call may leave for the upstream now: the upstream is healthy and, with a kill
+/// switch, its fence is obtained.
+async fn admit(upstream: &Upstream, ctx: &RequestContext) -> Result<(), ProtocolError> {
     let id = &upstream.settings.id;
     upstream.client.check_health().map_err(|error| error.to_protocol_error(id))?;
     if ctx.has_kill_switch() {
@@ -251,6 +263,17 @@ async fn forward(
         // last check before the effect (SECURITY.md: the residual window after forwarding).
         let _fence = ctx.pre_side_effect().await?;
     }
+    Ok(())
+}
+
+/// The params as the upstream gets them: the caller's progress token and log level in `_meta`,
+/// and on an MRTR retry the upstream's own state and the caller's answers. `None`: the person
+/// declined Palisade's own connect request.
+fn upstream_params(
+    id: &str,
+    ctx: &RequestContext,
+    mut params: Map<String, Value>,
+) -> Result<Option<Map<String, Value>>, ProtocolError> {
     let mut meta = Map::new();
     if let Some(token) = &ctx.meta().progress_token {
         meta.insert("progressToken".into(), token.to_value());
@@ -265,7 +288,7 @@ async fn forward(
     // to this caller, method, params and expiry by the pipeline), never as the client sent it.
     let mut connect_round = false;
     if let Some(state) = ctx.request_state() {
-        if state.get("upstream").and_then(Value::as_str) != Some(id.as_str()) {
+        if state.get("upstream").and_then(Value::as_str) != Some(id) {
             return Err(ProtocolError::invalid_params("requestState does not belong to this operation"));
         }
         if let Some(upstream_state) = state.get("state") {
@@ -278,11 +301,22 @@ async fn forward(
         let action =
             ctx.input_responses().get(CONNECT_INPUT).and_then(|answer| answer.get("action")).and_then(Value::as_str);
         if matches!(action, Some("decline" | "cancel")) {
-            return not_connected(method, id);
+            return Ok(None);
         }
     } else if !ctx.input_responses().is_empty() {
         params.insert("inputResponses".into(), Value::Object(ctx.input_responses().clone()));
     }
+    Ok(Some(params))
+}
+
+/// The call itself, for this caller: the upstream's notifications on the way are relayed to
+/// the caller as they come.
+async fn call_upstream(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<UpstreamReply, UpstreamError> {
     let partition = ctx.principal().partition_key();
     let user = upstream.oauth.as_ref().map(|_| UserCaller::of(ctx.principal()));
     let caller = CallerContext {
@@ -310,6 +344,18 @@ async fn forward(
     while let Ok(notification) = received.try_recv() {
         ctx.relay_notification(&notification).await;
     }
+    reply
+}
+
+/// The upstream's answer as the caller gets it: a result, the upstream's input requests (its
+/// state sealed in the gateway's), Palisade's connect request when the person has no usable
+/// connection, or the upstream's error.
+async fn relayed_reply(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    reply: Result<UpstreamReply, UpstreamError>,
+) -> Result<Relayed, ProtocolError> {
+    let id = &upstream.settings.id;
     let reply = match (reply, &upstream.oauth) {
         (Err(UpstreamError::Credential(CredentialError::UserAuthorizationRequired { scopes })), Some(oauth)) => {
             return connect_request(oauth, id, ctx, scopes.as_deref()).await;

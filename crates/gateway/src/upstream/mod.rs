@@ -91,6 +91,33 @@ enum Link {
     Stdio(Arc<stdio::StdioLink>),
 }
 
+/// What every link has, whatever reaches the upstream.
+struct Common<'a> {
+    id: &'a str,
+    url: &'a url::Url,
+    limits: &'a UpstreamLimits,
+    health: &'a Health,
+    info: &'a Mutex<Option<UpstreamInfo>>,
+}
+
+impl Link {
+    /// The one place the variants are told apart for what they share.
+    fn common(&self) -> Common<'_> {
+        match self {
+            Self::Http(inner) => Common {
+                id: &inner.id,
+                url: &inner.url,
+                limits: &inner.limits,
+                health: &inner.health,
+                info: &inner.info,
+            },
+            Self::Stdio(link) => {
+                Common { id: &link.id, url: &link.url, limits: &link.limits, health: &link.health, info: &link.info }
+            }
+        }
+    }
+}
+
 impl std::fmt::Debug for UpstreamClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UpstreamClient")
@@ -244,32 +271,20 @@ impl UpstreamClient {
 
     /// The upstream's id.
     pub fn id(&self) -> &str {
-        match &self.link {
-            Link::Http(inner) => &inner.id,
-            Link::Stdio(link) => &link.id,
-        }
+        self.link.common().id
     }
 
     /// The upstream's URL (`stdio:<id>` for a stdio upstream).
     pub fn url(&self) -> &url::Url {
-        match &self.link {
-            Link::Http(inner) => &inner.url,
-            Link::Stdio(link) => &link.url,
-        }
+        self.link.common().url
     }
 
     fn limits(&self) -> &UpstreamLimits {
-        match &self.link {
-            Link::Http(inner) => &inner.limits,
-            Link::Stdio(link) => &link.limits,
-        }
+        self.link.common().limits
     }
 
     fn health_state(&self) -> &Health {
-        match &self.link {
-            Link::Http(inner) => &inner.health,
-            Link::Stdio(link) => &link.health,
-        }
+        self.link.common().health
     }
 
     /// The connect result, connecting first when there is none.
@@ -325,10 +340,7 @@ impl UpstreamClient {
 
     /// What the last successful [`UpstreamClient::connect`] learned.
     pub fn info(&self) -> Option<UpstreamInfo> {
-        match &self.link {
-            Link::Http(inner) => lock(&inner.info).clone(),
-            Link::Stdio(link) => lock(&link.info).clone(),
-        }
+        lock(self.link.common().info).clone()
     }
 
     /// Every item of a list, following the upstream's `nextCursor` (at most
