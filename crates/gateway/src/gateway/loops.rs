@@ -16,30 +16,26 @@ impl Gateway {
     /// Attaches the server whose registry the gateway publishes and starts its loops; they stop
     /// when `shutdown` is cancelled.
     pub fn spawn(&self, server: Arc<Server>, shutdown: CancellationToken) {
-        if self.inner.server.set(server).is_err() {
+        if self.inner.spawned.swap(true, std::sync::atomic::Ordering::SeqCst) {
             tracing::warn!("the gateway is already attached to a server");
             return;
         }
         for index in 0..self.inner.upstreams.len() {
-            let gateway = self.clone();
-            let stop = shutdown.clone();
-            tokio::spawn(async move { gateway.relist_loop(index, stop).await });
-            let gateway = self.clone();
-            let stop = shutdown.clone();
-            tokio::spawn(async move { gateway.changes_loop(index, stop).await });
+            let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
+            tokio::spawn(async move { gateway.relist_loop(index, &on, stop).await });
+            let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
+            tokio::spawn(async move { gateway.changes_loop(index, &on, stop).await });
             if self.inner.upstreams[index].settings.stdio.is_some() {
-                let gateway = self.clone();
-                let stop = shutdown.clone();
-                tokio::spawn(async move { gateway.launch_loop(index, stop).await });
+                let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
+                tokio::spawn(async move { gateway.launch_loop(index, &on, stop).await });
             }
         }
-        let gateway = self.clone();
-        let stop = shutdown.clone();
-        tokio::spawn(async move { gateway.decisions_loop(stop).await });
+        let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
+        tokio::spawn(async move { gateway.decisions_loop(&on, stop).await });
         let gateway = self.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move { gateway.churn_loop(stop).await });
-        if let (Some(oauth), Some(server)) = (&self.inner.oauth, self.inner.server.get()) {
+        if let Some(oauth) = &self.inner.oauth {
             oauth.spawn_upkeep(server.events(), shutdown.clone());
         }
         let upstreams = self.inner.upstreams.clone();
@@ -51,21 +47,21 @@ impl Gateway {
         });
     }
 
-    async fn relist_loop(&self, index: usize, stop: CancellationToken) {
+    async fn relist_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
         let every = self.inner.settings.pins.relist;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            self.relist(index).await;
+            self.relist(index, server).await;
         }
     }
 
     /// A stdio upstream whose launch changed since its approval (noticed at a process start) is
     /// re-listed at once: the changed launch is recorded and held, and its tools withdrawn, without
     /// waiting for the next relisting.
-    async fn launch_loop(&self, index: usize, stop: CancellationToken) {
+    async fn launch_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
         let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
         loop {
             tokio::select! {
@@ -73,15 +69,15 @@ impl Gateway {
                 () = upstream.client.launch_changed() => {}
             }
             tracing::info!(upstream = %upstream.settings.id, "stdio upstream launch changed: re-listing");
-            if self.relist(index).await == Refreshed::Changed {
-                self.announce("notifications/tools/list_changed");
+            if self.relist(index, server).await == Refreshed::Changed {
+                self.announce(server, "notifications/tools/list_changed");
             }
         }
     }
 
     /// Follows one upstream's change notifications: each is a re-listing (and pin check)
     /// before any client hears of a change.
-    async fn changes_loop(&self, index: usize, stop: CancellationToken) {
+    async fn changes_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
         let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
         let mut backoff = Duration::from_secs(1);
         loop {
@@ -95,8 +91,8 @@ impl Gateway {
                             next = stream.next() => match next {
                                 Some(method) => {
                                     tracing::info!(upstream = %upstream.settings.id, %method, "upstream list changed: re-listing");
-                                    self.relist(index).await;
-                                    self.announce(&method);
+                                    self.relist(index, server).await;
+                                    self.announce(server, &method);
                                 }
                                 None => break,
                             }
@@ -116,8 +112,7 @@ impl Gateway {
     /// Passes an upstream's change announcement on to the gateway's clients once the re-listing
     /// (and its pin check) is done: what they list then is what the gateway serves, whether or
     /// not the change made a definition served.
-    fn announce(&self, method: &str) {
-        let Some(server) = self.inner.server.get() else { return };
+    fn announce(&self, server: &Server, method: &str) {
         let event = match method {
             "notifications/tools/list_changed" => ServerEvent::ToolsListChanged,
             "notifications/prompts/list_changed" => ServerEvent::PromptsListChanged,
@@ -161,7 +156,7 @@ impl Gateway {
 
     /// Reviewers decide from the CLI, in another process: their decisions reach the registry
     /// within one poll.
-    async fn decisions_loop(&self, stop: CancellationToken) {
+    async fn decisions_loop(&self, server: &Server, stop: CancellationToken) {
         let every = self.inner.settings.pins.decision_poll;
         loop {
             tokio::select! {
@@ -178,7 +173,7 @@ impl Gateway {
                                 self.refresh(index).await;
                             }
                         }
-                        self.rebuild().await;
+                        self.rebuild(server).await;
                     }
                 }
                 Err(error) => tracing::warn!(%error, "pin decisions could not be read"),

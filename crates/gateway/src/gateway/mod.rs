@@ -3,7 +3,7 @@
 //! each relayed tool, prompt and resource forwarding to its upstream with the gateway's own
 //! credential (control C7). Requests to it pass the same pipeline as any application's.
 //!
-//! - [`Gateway::refresh`] re-lists one upstream; [`Gateway::rebuild`] recomputes every pin's
+//! - [`Gateway::refresh`] re-lists one upstream; `Gateway::rebuild` recomputes every pin's
 //!   state from the store and publishes the resulting [`App`] (clients hear `list_changed`).
 //! - [`Gateway::spawn`] runs the loops: each upstream re-listed every `[pins] relist_secs` and on
 //!   its own `list_changed`; reviewers' decisions read every `decision_poll_secs`.
@@ -26,7 +26,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use palisade_base::clock::Clock;
-use palisade_server::Server;
 use palisade_store::Store;
 use serde::Serialize;
 use serde_json::Value;
@@ -162,7 +161,8 @@ struct Inner {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     coverage: OnceLock<CoverageCheck>,
-    server: OnceLock<Arc<Server>>,
+    /// The loops run (on the server [`Gateway::spawn`] was given; once).
+    spawned: std::sync::atomic::AtomicBool,
     /// Serializes rebuilds (and their publications).
     rebuilding: tokio::sync::Mutex<()>,
     /// A rebuild was asked for since the running one started.
@@ -267,7 +267,7 @@ impl Gateway {
                 store,
                 clock,
                 coverage: coverage_cell,
-                server: OnceLock::new(),
+                spawned: std::sync::atomic::AtomicBool::new(false),
                 rebuilding: tokio::sync::Mutex::new(()),
                 rebuild_wanted: std::sync::atomic::AtomicBool::new(false),
                 observed: Mutex::new(HashMap::new()),

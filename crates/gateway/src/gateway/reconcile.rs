@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use palisade_server::{App, AppBuilder, Origin};
+use palisade_server::{App, AppBuilder, Origin, Server};
 use palisade_store::{AuditRecord, Decision, PinDecision, PinObservation, PinRow, PinVerdict};
 use serde_json::{Value, json};
 
@@ -143,11 +143,11 @@ impl Gateway {
 
     /// Re-lists upstream `index` and, when what it lists changed, rebuilds the registry: an
     /// upstream listing the same definitions as before costs one listing and nothing else.
-    pub async fn relist(&self, index: usize) -> Refreshed {
+    pub(super) async fn relist(&self, index: usize, server: &Server) -> Refreshed {
         let started = std::time::Instant::now();
         let outcome = self.refresh(index).await;
         if outcome == Refreshed::Changed {
-            self.rebuild().await;
+            self.rebuild(server).await;
         }
         if let Some(upstream) = self.inner.upstreams.get(index) {
             tracing::debug!(upstream = %upstream.settings.id, ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "re-listed");
@@ -176,16 +176,16 @@ impl Gateway {
         Ok(app)
     }
 
-    /// [`Self::build_app`] and publishes it on the attached server (without one: builds only).
+    /// [`Self::build_app`] and publishes it on `server`.
     /// Requests that arrive while a rebuild runs are merged into one more rebuild after it, so N
     /// upstreams changing at once cost two rebuilds, not N.
-    pub async fn rebuild(&self) {
+    pub(super) async fn rebuild(&self, server: &Server) {
         use std::sync::atomic::Ordering;
         self.inner.rebuild_wanted.store(true, Ordering::SeqCst);
         loop {
             let Ok(one) = self.inner.rebuilding.try_lock() else { return };
             while self.inner.rebuild_wanted.swap(false, Ordering::SeqCst) {
-                self.rebuild_once().await;
+                self.rebuild_once(server).await;
             }
             drop(one);
             // A request that came between the last swap and the unlock is not lost.
@@ -195,12 +195,10 @@ impl Gateway {
         }
     }
 
-    async fn rebuild_once(&self) {
+    async fn rebuild_once(&self, server: &Server) {
         match self.build_app().await {
             Ok(app) => {
-                if let Some(server) = self.inner.server.get()
-                    && let Err(error) = server.publish(app)
-                {
+                if let Err(error) = server.publish(app) {
                     tracing::error!(%error, "the gateway's new registry was refused; the previous one keeps serving");
                 }
             }
