@@ -24,7 +24,7 @@
 //!   connect page.
 //! - [`review`], [`decisions`], [`findings`]: the pin review page, reviewers' decisions, and
 //!   what a reviewer is shown about a definition.
-
+//!
 //! **Architecture Invariant:** no byte of a caller's credential (its `Authorization`, cookies,
 //! any header) is ever copied into an upstream request: upstream requests are built from
 //! nothing but the relayed JSON-RPC params and the upstream's own credential.
