@@ -51,15 +51,16 @@ enum Source {
 pub(crate) struct TransportRefusals {
     /// The server's audit-digest key (the one principal digests use).
     key: aws_lc_rs::hmac::Key,
-    writer: Mutex<Option<Arc<AuditWriter>>>,
+    writer: Option<Arc<AuditWriter>>,
     pending: Mutex<HashMap<(Reason, Source), u64>>,
     flusher: AtomicBool,
 }
 
 impl TransportRefusals {
-    /// An aggregator digesting sources under `key`; it records nothing until it has a writer.
-    pub(crate) fn new(key: aws_lc_rs::hmac::Key) -> Self {
-        Self { key, writer: Mutex::new(None), pending: Mutex::new(HashMap::new()), flusher: AtomicBool::new(false) }
+    /// An aggregator digesting sources under `key` and writing through `writer` (the server's
+    /// audit writer); without one it records nothing.
+    pub(crate) fn new(key: aws_lc_rs::hmac::Key, writer: Option<Arc<AuditWriter>>) -> Self {
+        Self { key, writer, pending: Mutex::new(HashMap::new()), flusher: AtomicBool::new(false) }
     }
 
     /// Claims the one flushing task of these counts (`false`: one is already running).
@@ -70,11 +71,6 @@ impl TransportRefusals {
     /// Gives the claim back (the task could not be started).
     pub(crate) fn release_flusher(&self) {
         self.flusher.store(false, Ordering::SeqCst);
-    }
-
-    /// Writes future flushes through `writer` (the server's audit writer).
-    pub(crate) fn attach(&self, writer: Arc<AuditWriter>) {
-        *self.writer.lock().unwrap_or_else(PoisonError::into_inner) = Some(writer);
     }
 
     /// Counts one refusal of `reason` from `peer` (`None`: no peer address known).
@@ -141,8 +137,7 @@ impl TransportRefusals {
         if records.is_empty() {
             return 0;
         }
-        let writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        let Some(writer) = writer else { return 0 };
+        let Some(writer) = &self.writer else { return 0 };
         let total = records.len();
         // Appended together, so the writer commits them as one group.
         let results = futures::future::join_all(records.into_iter().map(|record| writer.append(record))).await;
@@ -159,7 +154,7 @@ mod tests {
     use super::*;
 
     fn refusals() -> TransportRefusals {
-        TransportRefusals::new(aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, b"test key"))
+        TransportRefusals::new(aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, b"test key"), None)
     }
 
     #[test]

@@ -308,11 +308,8 @@ impl ServerBuilder {
             // Every edge, revocation and approval goes into this server's audit log.
             delegation.attach(recorder.clone());
         }
-        let transport_refusals = TransportRefusals::new(secret.derive("palisade/audit-digest/v1"));
+        let transport_refusals = TransportRefusals::new(secret.derive("palisade/audit-digest/v1"), writer.clone());
         let surface_audit = Arc::new(crate::surface_audit::SurfaceAudit::new(writer.clone(), &secret, clock.clone()));
-        if let Some(writer) = writer {
-            transport_refusals.attach(writer);
-        }
         let session_key = secret.derive("palisade/session-owner/v1");
         let sessions = sessions.map(|store| Arc::new(SessionService::new(store, session_key, config.legacy.clone())));
         let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
