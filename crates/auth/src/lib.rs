@@ -80,6 +80,7 @@
 
 pub mod authorization_server;
 mod cache;
+mod challenge;
 mod claims;
 mod config;
 pub mod dev_issuer;

@@ -78,6 +78,7 @@ mod batcher;
 mod client;
 pub mod dev;
 pub mod envelope;
+mod error;
 pub mod generation;
 pub mod head;
 pub mod keys;
@@ -87,6 +88,7 @@ mod target;
 
 pub use b64::Base64Error;
 pub use client::{AuthorityClient, AuthorityClientConfig, AuthorityError, CommitToken, HeadEnvelope, VerifiedHead};
+pub use error::KillSwitchError;
 pub use generation::{
     GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome, RedisGenerationStore,
     RedisOptions, SqliteGenerationStore,
@@ -95,7 +97,6 @@ pub use head::{Phase, RedeemRequest, TargetState};
 pub use keys::Ed25519SigningKey;
 pub use killswitch::{
     CommitFence, DEFAULT_STREAM_RECHECK_MS, DisableEvent, DispatchClearance, FenceToken, KillSwitch, KillSwitchConfig,
-    KillSwitchError,
 };
 pub use policy::{
     Coverage, ExposedOperation, MAX_SAFE_INTEGER, OperationRule, POLICY_SCHEMA_VERSION, Policy, PolicyError,

@@ -6,6 +6,7 @@
 pub mod callable;
 pub mod check;
 pub mod escape;
+pub mod exchange;
 pub mod grant;
 pub mod identity;
 pub mod modules;
