@@ -67,6 +67,9 @@
 //! **API Boundary:** raw target values never leave the server: the authority, its database and
 //! the generation store see only keyed digests. No secret (signing key, target key, client key,
 //! commit token) has a revealing `Debug`.
+//!
+//! Layers, low to high: `b64`, `keys` → `target`, `envelope` → `head`, `policy` → `batch`,
+//! `generation` → `authority`, `client` → `error`, `batcher`, `killswitch` → `dev`.
 
 // Tests may unwrap; the library may not (workspace lint `unwrap_used`).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
