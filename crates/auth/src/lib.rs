@@ -75,11 +75,15 @@
 //! `Bearer resource_metadata="…", scope="…"` with no error code (RFC 6750 §3.1); any presented
 //! but refused bearer credential gets `error="invalid_token"` and 401 — malformed headers
 //! included, so MCP clients always see the resource-metadata challenge rather than a bare 400.
+//!
+//! Layers, low to high: `egress`, `error`, `stats` → `header`, `jws`, `keys` → `config`, `jwks` →
+//! `challenge`, `claims`, `metadata` → `cache`, `verifier` → `dev_issuer` → `authorization_server`.
 
 #![forbid(unsafe_code)]
 
 pub mod authorization_server;
 mod cache;
+mod challenge;
 mod claims;
 mod config;
 pub mod dev_issuer;

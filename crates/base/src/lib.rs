@@ -7,6 +7,8 @@
 //! **Architecture Invariant:** this crate knows no HTTP, no MCP and no storage; it depends on
 //! nothing of the workspace. `std::time::SystemTime::now` is read in [`clock::SystemClock`] only
 //! (clippy's `disallowed-methods` refuses it everywhere else).
+//!
+//! Layers, low to high: `canonical`, `clock`, `hex`, `html`, `limit`, `merkle`, `reveal`, `time`.
 
 pub mod canonical;
 pub mod clock;

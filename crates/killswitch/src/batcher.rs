@@ -24,9 +24,9 @@ use crate::batch::{
     key_id, leaf_hash_bytes, parse_hash, root_from_path, verify_batch,
 };
 use crate::client::{AuthorityClient, AuthorityError, VerifiedHead, check_head};
+use crate::error::KillSwitchError;
 use crate::generation::{GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome};
 use crate::head::{HeadPayload, HeadQuery, MAX_TARGETS_PER_QUERY, Phase, QUERY_SCHEMA_VERSION, canonical};
-use crate::killswitch::KillSwitchError;
 use crate::policy::Policy;
 use crate::target::TargetDigest;
 

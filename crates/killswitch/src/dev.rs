@@ -26,9 +26,10 @@ use tokio::net::TcpListener;
 
 use crate::authority::{self, AuthorityDb, AuthorityServerConfig, AuthorityServiceError};
 use crate::client::{AuthorityClient, AuthorityClientConfig, AuthorityError};
+use crate::error::KillSwitchError;
 use crate::generation::{GenerationStoreError, SqliteGenerationStore};
 use crate::keys::{Ed25519SigningKey, KeyError, write_new_file};
-use crate::killswitch::{KillSwitch, KillSwitchConfig, KillSwitchError};
+use crate::killswitch::{KillSwitch, KillSwitchConfig};
 use crate::policy::{ExposedOperation, Policy, PolicyError, PolicyFiles, PolicyHeader, PolicyPayload, file_sha256_hex};
 use crate::target::TargetKey;
 

@@ -67,6 +67,9 @@
 //! **API Boundary:** raw target values never leave the server: the authority, its database and
 //! the generation store see only keyed digests. No secret (signing key, target key, client key,
 //! commit token) has a revealing `Debug`.
+//!
+//! Layers, low to high: `b64`, `keys` → `target`, `envelope` → `head`, `policy` → `batch`,
+//! `generation` → `authority`, `client` → `error`, `batcher`, `killswitch` → `dev`.
 
 // Tests may unwrap; the library may not (workspace lint `unwrap_used`).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -78,6 +81,7 @@ mod batcher;
 mod client;
 pub mod dev;
 pub mod envelope;
+mod error;
 pub mod generation;
 pub mod head;
 pub mod keys;
@@ -87,6 +91,7 @@ mod target;
 
 pub use b64::Base64Error;
 pub use client::{AuthorityClient, AuthorityClientConfig, AuthorityError, CommitToken, HeadEnvelope, VerifiedHead};
+pub use error::KillSwitchError;
 pub use generation::{
     GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome, RedisGenerationStore,
     RedisOptions, SqliteGenerationStore,
@@ -95,7 +100,6 @@ pub use head::{Phase, RedeemRequest, TargetState};
 pub use keys::Ed25519SigningKey;
 pub use killswitch::{
     CommitFence, DEFAULT_STREAM_RECHECK_MS, DisableEvent, DispatchClearance, FenceToken, KillSwitch, KillSwitchConfig,
-    KillSwitchError,
 };
 pub use policy::{
     Coverage, ExposedOperation, MAX_SAFE_INTEGER, OperationRule, POLICY_SCHEMA_VERSION, Policy, PolicyError,

@@ -2,10 +2,14 @@
 //! only: it shares the wire types (`palisade-wire`), never the server's internals. The command
 //! line ([`VerifyArgs`]), the safety gates (an explicit authorization, loopback or a named
 //! `--target-host`), and the run ([`verify`]): every module's checks, bounded, then a report.
+//!
+//! Layers, low to high: `callable`, `escape`, `exchange`, `grant`, `identity`, `program`,
+//! `refusals` → `target`, `check` → `modules`, `report`, `progress`.
 
 pub mod callable;
 pub mod check;
 pub mod escape;
+pub mod exchange;
 pub mod grant;
 pub mod identity;
 pub mod modules;

@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use crate::target::Exchange;
+use crate::exchange::Exchange;
 
 /// One refusal shape: every field given must match.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -3,6 +3,8 @@
 //!
 //! **Architecture Invariant:** this crate does no I/O and knows no transport library; it turns
 //! bytes into typed frames and typed errors into wire objects, nothing else.
+//!
+//! Layers, low to high: `error`, `header`, `strict` → `jsonrpc` → `meta`.
 
 pub mod error;
 pub mod header;
