@@ -36,6 +36,7 @@ macro_rules! audit_columns {
 mod audit_sql;
 mod chain;
 pub mod checkpoint;
+#[cfg(any(test, feature = "conformance"))]
 #[doc(hidden)]
 pub mod conformance;
 mod connections;
