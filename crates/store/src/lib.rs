@@ -39,6 +39,7 @@ pub mod checkpoint;
 #[cfg(any(test, feature = "conformance"))]
 #[doc(hidden)]
 pub mod conformance;
+mod connection_sql;
 mod connections;
 mod delegations;
 mod error;

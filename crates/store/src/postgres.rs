@@ -352,7 +352,7 @@ crate::delegations::impl_delegation_store!(
     parent_sql: crate::delegations::sql::PARENT_FOR_UPDATE
 );
 
-crate::connections::impl_connection_store!(
+crate::connection_sql::impl_connection_store!(
     store: PostgresStore,
     writer: pool,
     reader: pool,

@@ -230,7 +230,7 @@ crate::delegations::impl_delegation_store!(
     parent_sql: sqlite_sql!(crate::delegations::sql::PARENT)
 );
 
-crate::connections::impl_connection_store!(
+crate::connection_sql::impl_connection_store!(
     store: SqliteStore,
     writer: writer,
     reader: reader,
