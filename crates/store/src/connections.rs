@@ -290,7 +290,6 @@ pub(crate) fn check_expected_version(expected_version: i64) -> Result<(), StoreE
     Ok(())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
