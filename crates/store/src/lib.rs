@@ -20,7 +20,7 @@
 //! fixed texts (never SQL, never a connection string). Any error from an append means nothing of
 //! that batch was written: the request path fails closed.
 //!
-//! Layers, low to high: `error` → `record` → `chain` → `store` → `checkpoint` → `handles`, `once`,
+//! Layers, low to high: `backend`, `error` → `record` → `chain` → `store` → `checkpoint` → `handles`, `once`,
 //! `pins` → `audit_sql`, `connections`, `delegations`, `segment`, `sessions`, `sqlite_sync`,
 //! `tasks` → `connection_sql`, `writer` → `postgres`, `sqlite` → `conformance`.
 
@@ -38,6 +38,7 @@ macro_rules! audit_columns {
 }
 
 mod audit_sql;
+mod backend;
 mod chain;
 pub mod checkpoint;
 #[cfg(any(test, feature = "conformance"))]

@@ -329,11 +329,21 @@ crate::sessions::impl_session_store!(
     stmt: &'static str
 );
 
-crate::once::impl_once_store!(
-    store: PostgresStore,
-    writer: pool,
-    sql: pg_sql
-);
+impl crate::backend::Backend for PostgresStore {
+    type Db = sqlx::Postgres;
+
+    fn writer(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        &self.pool
+    }
+
+    fn sql(statement: &'static crate::backend::Statement) -> &'static str {
+        statement.dollar()
+    }
+
+    fn rows_affected(done: &<sqlx::Postgres as sqlx::Database>::QueryResult) -> u64 {
+        done.rows_affected()
+    }
+}
 
 crate::pins::impl_pin_store!(
     store: PostgresStore,

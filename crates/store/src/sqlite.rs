@@ -207,11 +207,21 @@ crate::sessions::impl_session_store!(
     stmt: sqlx::AssertSqlSafe<&'static str>
 );
 
-crate::once::impl_once_store!(
-    store: SqliteStore,
-    writer: writer,
-    sql: sqlite_sql
-);
+impl crate::backend::Backend for SqliteStore {
+    type Db = sqlx::Sqlite;
+
+    fn writer(&self) -> &sqlx::Pool<sqlx::Sqlite> {
+        &self.writer
+    }
+
+    fn sql(statement: &'static crate::backend::Statement) -> &'static str {
+        statement.question()
+    }
+
+    fn rows_affected(done: &<sqlx::Sqlite as sqlx::Database>::QueryResult) -> u64 {
+        done.rows_affected()
+    }
+}
 
 crate::pins::impl_pin_store!(
     store: SqliteStore,
