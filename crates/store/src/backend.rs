@@ -34,6 +34,9 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// The pool writes go through.
     fn writer(&self) -> &sqlx::Pool<Self::Db>;
 
+    /// The pool reads go through (the writer's for a backend with one pool).
+    fn reader(&self) -> &sqlx::Pool<Self::Db>;
+
     /// `statement` in this backend's placeholders.
     fn sql(statement: &'static Statement) -> &'static str;
 

@@ -11,15 +11,13 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::audit_sql::OwnChain;
 use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
-use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
 use crate::store::StoreFuture;
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, LiveSession, MAX_HANDLE_LIST,
-    MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner, SessionStore,
-    StoreError, StoredAuditRecord,
+    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle,
+    Revocation, RevokeSelector, StoreError, StoredAuditRecord,
 };
 
 /// A `$n` statement as it is (PostgreSQL's own placeholders).
@@ -321,18 +319,14 @@ crate::audit_sql::impl_audit_store!(
     close: close_inner
 );
 
-crate::sessions::impl_session_store!(
-    store: PostgresStore,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql,
-    stmt: &'static str
-);
-
 impl crate::backend::Backend for PostgresStore {
     type Db = sqlx::Postgres;
 
     fn writer(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        &self.pool
+    }
+
+    fn reader(&self) -> &sqlx::Pool<Self::Db> {
         &self.pool
     }
 

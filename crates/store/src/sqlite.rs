@@ -10,16 +10,14 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 use crate::audit_sql::OwnChain;
 use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
-use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
 use crate::sqlite_sync::SyncSqlite;
 use crate::store::StoreFuture;
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, LiveSession, MAX_HANDLE_LIST,
-    MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner, SessionStore,
-    StoreError, StoredAuditRecord,
+    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle,
+    Revocation, RevokeSelector, StoreError, StoredAuditRecord,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -199,19 +197,15 @@ crate::audit_sql::impl_audit_store!(
     close: close_inner
 );
 
-crate::sessions::impl_session_store!(
-    store: SqliteStore,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql,
-    stmt: sqlx::AssertSqlSafe<&'static str>
-);
-
 impl crate::backend::Backend for SqliteStore {
     type Db = sqlx::Sqlite;
 
     fn writer(&self) -> &sqlx::Pool<sqlx::Sqlite> {
         &self.writer
+    }
+
+    fn reader(&self) -> &sqlx::Pool<Self::Db> {
+        &self.reader
     }
 
     fn sql(statement: &'static crate::backend::Statement) -> &'static str {
