@@ -1,6 +1,7 @@
 //! What a store implementation written once needs from a backend: its database, its pools and
 //! its SQL dialect (a shared `$n` statement as the backend sends it).
 
+use std::future::Future;
 use std::sync::OnceLock;
 
 /// A statement both backends run, written once with `$n` placeholders; SQLite's `?n` text is
@@ -36,6 +37,9 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// The pool reads go through (the writer's for a backend with one pool).
     fn reader(&self) -> &sqlx::Pool<Self::Db>;
+
+    /// Opens a write transaction (SQLite's `BEGIN IMMEDIATE`: the write lock first).
+    fn begin(&self) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>> + Send;
 
     /// `statement` in this backend's placeholders.
     fn sql(statement: &'static Statement) -> &'static str;

@@ -330,6 +330,10 @@ impl crate::backend::Backend for PostgresStore {
         &self.pool
     }
 
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error> {
+        PostgresStore::begin_write(self).await
+    }
+
     fn sql(statement: &'static crate::backend::Statement) -> &'static str {
         statement.dollar()
     }
@@ -338,14 +342,6 @@ impl crate::backend::Backend for PostgresStore {
         done.rows_affected()
     }
 }
-
-crate::pins::impl_pin_store!(
-    store: PostgresStore,
-    begin: begin_write,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql
-);
 
 crate::delegations::impl_delegation_store!(
     store: PostgresStore,

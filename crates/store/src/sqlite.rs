@@ -208,6 +208,10 @@ impl crate::backend::Backend for SqliteStore {
         &self.reader
     }
 
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error> {
+        SqliteStore::begin_write(self).await
+    }
+
     fn sql(statement: &'static crate::backend::Statement) -> &'static str {
         statement.question()
     }
@@ -216,14 +220,6 @@ impl crate::backend::Backend for SqliteStore {
         done.rows_affected()
     }
 }
-
-crate::pins::impl_pin_store!(
-    store: SqliteStore,
-    begin: begin_write,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql
-);
 
 crate::delegations::impl_delegation_store!(
     store: SqliteStore,
