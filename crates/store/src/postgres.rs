@@ -351,10 +351,3 @@ crate::delegations::impl_delegation_store!(
     sql: pg_sql,
     parent_sql: crate::delegations::sql::PARENT_FOR_UPDATE
 );
-
-crate::connection_sql::impl_connection_store!(
-    store: PostgresStore,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql
-);

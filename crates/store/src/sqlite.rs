@@ -230,13 +230,6 @@ crate::delegations::impl_delegation_store!(
     parent_sql: sqlite_sql!(crate::delegations::sql::PARENT)
 );
 
-crate::connection_sql::impl_connection_store!(
-    store: SqliteStore,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql
-);
-
 #[cfg(test)]
 mod tests {
     use super::*;
