@@ -44,6 +44,11 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// `statement` in this backend's placeholders.
     fn sql(statement: &'static Statement) -> &'static str;
 
+    /// The read of a row this write transaction goes on to change: `plain` on SQLite (the
+    /// writer holds the database's write lock from `BEGIN IMMEDIATE`), `for_update` (the same read
+    /// with `FOR UPDATE`) on PostgreSQL.
+    fn locking_read(plain: &'static Statement, for_update: &'static Statement) -> &'static str;
+
     /// How many rows a statement changed.
     fn rows_affected(done: &<Self::Db as sqlx::Database>::QueryResult) -> u64;
 }

@@ -338,16 +338,14 @@ impl crate::backend::Backend for PostgresStore {
         statement.dollar()
     }
 
+    fn locking_read(
+        _: &'static crate::backend::Statement,
+        for_update: &'static crate::backend::Statement,
+    ) -> &'static str {
+        for_update.dollar()
+    }
+
     fn rows_affected(done: &<sqlx::Postgres as sqlx::Database>::QueryResult) -> u64 {
         done.rows_affected()
     }
 }
-
-crate::delegations::impl_delegation_store!(
-    store: PostgresStore,
-    begin: begin_write,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql,
-    parent_sql: crate::delegations::sql::PARENT_FOR_UPDATE
-);

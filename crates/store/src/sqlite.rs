@@ -216,19 +216,14 @@ impl crate::backend::Backend for SqliteStore {
         statement.question()
     }
 
+    fn locking_read(plain: &'static crate::backend::Statement, _: &'static crate::backend::Statement) -> &'static str {
+        plain.question()
+    }
+
     fn rows_affected(done: &<sqlx::Sqlite as sqlx::Database>::QueryResult) -> u64 {
         done.rows_affected()
     }
 }
-
-crate::delegations::impl_delegation_store!(
-    store: SqliteStore,
-    begin: begin_write,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql,
-    parent_sql: sqlite_sql!(crate::delegations::sql::PARENT)
-);
 
 #[cfg(test)]
 mod tests {
