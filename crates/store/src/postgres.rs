@@ -16,8 +16,8 @@ use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle,
-    Revocation, RevokeSelector, StoreError, StoredAuditRecord,
+    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle, Revocation, RevokeSelector,
+    StoreError,
 };
 
 /// A `$n` statement as it is (PostgreSQL's own placeholders).
@@ -98,7 +98,7 @@ impl PostgresStore {
     }
 
     async fn ping_inner(&self) -> Result<(), StoreError> {
-        sqlx::query_scalar::<_, String>(crate::audit_sql::sql::PING)
+        sqlx::query_scalar::<_, String>(crate::audit_sql::sql::PING.dollar())
             .fetch_one(&self.pool)
             .await
             .map(|_| ())
@@ -308,17 +308,6 @@ fn spawn_task_listener(pool: PgPool) -> tokio::sync::mpsc::Receiver<[u8; 32]> {
     receiver
 }
 
-crate::audit_sql::impl_audit_store!(
-    store: PostgresStore,
-    begin: begin_write,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql,
-    marker: '$',
-    own: own,
-    close: close_inner
-);
-
 impl crate::backend::Backend for PostgresStore {
     type Db = sqlx::Postgres;
 
@@ -347,5 +336,21 @@ impl crate::backend::Backend for PostgresStore {
 
     fn rows_affected(done: &<sqlx::Postgres as sqlx::Database>::QueryResult) -> u64 {
         done.rows_affected()
+    }
+}
+
+impl crate::audit_sql::AuditBackend for PostgresStore {
+    const MARKER: char = '$';
+
+    async fn ping_backend(&self) -> Result<(), StoreError> {
+        PostgresStore::ping_inner(self).await
+    }
+
+    async fn close_backend(&self) {
+        PostgresStore::close_inner(self).await
+    }
+
+    fn own_chain(&self) -> &OwnChain {
+        &self.own
     }
 }

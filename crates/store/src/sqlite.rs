@@ -16,8 +16,8 @@ use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle,
-    Revocation, RevokeSelector, StoreError, StoredAuditRecord,
+    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle, Revocation, RevokeSelector,
+    StoreError,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -112,7 +112,7 @@ impl SqliteStore {
     }
 
     async fn ping_inner(&self) -> Result<(), StoreError> {
-        sqlx::query_scalar::<_, String>(sqlite_sql!(crate::audit_sql::sql::PING))
+        sqlx::query_scalar::<_, String>(crate::audit_sql::sql::PING.question())
             .fetch_one(&self.reader)
             .await
             .map(|_| ())
@@ -186,17 +186,6 @@ fn is_in_memory(path_or_url: &str) -> bool {
     database == ":memory:" || params.split('&').any(|param| param == "mode=memory")
 }
 
-crate::audit_sql::impl_audit_store!(
-    store: SqliteStore,
-    begin: begin_write,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql,
-    marker: '?',
-    own: own,
-    close: close_inner
-);
-
 impl crate::backend::Backend for SqliteStore {
     type Db = sqlx::Sqlite;
 
@@ -222,6 +211,22 @@ impl crate::backend::Backend for SqliteStore {
 
     fn rows_affected(done: &<sqlx::Sqlite as sqlx::Database>::QueryResult) -> u64 {
         done.rows_affected()
+    }
+}
+
+impl crate::audit_sql::AuditBackend for SqliteStore {
+    const MARKER: char = '?';
+
+    async fn ping_backend(&self) -> Result<(), StoreError> {
+        SqliteStore::ping_inner(self).await
+    }
+
+    async fn close_backend(&self) {
+        SqliteStore::close_inner(self).await
+    }
+
+    fn own_chain(&self) -> &OwnChain {
+        &self.own
     }
 }
 
