@@ -1,6 +1,7 @@
 //! `cargo xtask`: development chores. `cargo xtask tidy` runs the same checks as the tidy test;
 //! `cargo xtask readme-config` rewrites README's option list from `palisade config options`.
 
+mod structure;
 mod tidy;
 
 fn main() -> std::process::ExitCode {

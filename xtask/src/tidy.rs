@@ -1,5 +1,6 @@
 //! Tidy checks over the source tree: every Rust file opens with a `//!` line saying what it owns,
-//! and every crate under `crates/` keeps the dependency rules ARCHITECTURE.md states ([`RULES`]).
+//! every crate under `crates/` keeps the dependency rules ARCHITECTURE.md states ([`RULES`]), and
+//! the structure rules of [`crate::structure`] (file length, no import circle, layers, code map).
 
 use std::path::{Path, PathBuf};
 
@@ -23,6 +24,7 @@ pub fn check(root: &Path) -> Vec<String> {
     }
     check_dependencies(root, &mut problems);
     check_stage_list(root, &mut problems);
+    crate::structure::check(root, &mut problems);
     problems
 }
 
@@ -264,6 +266,16 @@ pub const RULES: &[Rule] = &[
             ],
             because: "the verifier is a client only: it shares the wire types, never the server's internals",
         }],
+    },
+    Rule {
+        package: "palisade-host",
+        forbid: &[
+            Forbid {
+                crates: &["sqlx", "rusqlite"],
+                because: "nothing outside palisade-store sees SQL (the host uses the store's traits)",
+            },
+            Forbid { crates: &["palisade"], because: "the running system knows no CLI" },
+        ],
     },
     Rule { package: "palisade", forbid: &[] },
 ];

@@ -6,7 +6,7 @@
 use palisade_base::clock::Clock;
 use palisade_store::{AuditRecord, Decision, PinDecision, PinRow, PinVerdict, Store, StoreError};
 
-use crate::config::PinSettings;
+use crate::pins::PinSettings;
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, evaluate, sign_approval};
 
 /// The identity a stored pin's signature is checked under (`None` for an unknown kind).

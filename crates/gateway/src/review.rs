@@ -42,11 +42,11 @@ use palisade_base::limit::{Limits, SourceLimiter};
 use palisade_server::secret::ServerSecret;
 use palisade_store::{PinRow, PinVerdict, Store};
 
-use crate::config::PinSettings;
-use crate::credentials::Secret;
 use crate::decisions::{Reviewer, decided_diff, record, state_of};
 use crate::findings::{self, Finding, ToolNames};
+use crate::pins::PinSettings;
 use crate::pins::PinState;
+use crate::secret::Secret;
 use crate::web::{
     Form, Page, PageKeys, SeeOther, WebAudit, clear_host_cookie, error_page, escape, host_cookie, random_token,
     read_cookie,

@@ -149,9 +149,9 @@ impl Inner {
             let mut params = Map::new();
             params.insert("protocolVersion".into(), json!(version));
             params.insert("capabilities".into(), capabilities.clone());
-            params.insert("clientInfo".into(), super::client_info());
+            params.insert("clientInfo".into(), super::messages::client_info());
             let target = Target { caller, session: None, version: None };
-            let headers = super::method_headers("initialize", &Map::new());
+            let headers = super::messages::method_headers("initialize", &Map::new());
             let answer = self.exchange("initialize", params, target, &headers, None, None).await?;
             let result = match answer.body {
                 Body::Result(result) => result,
@@ -171,7 +171,7 @@ impl Inner {
             }
             let session = Session { id: answer.session_id, version: (*negotiated).to_owned() };
             let target = Target { caller, session: Some(&session), version: Some(negotiated) };
-            let headers = super::method_headers("notifications/initialized", &Map::new());
+            let headers = super::messages::method_headers("notifications/initialized", &Map::new());
             self.notify("notifications/initialized", target, headers).await?;
             return Ok((session, result));
         }

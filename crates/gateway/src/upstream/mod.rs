@@ -34,18 +34,24 @@
 mod bounds;
 mod health;
 mod http;
+pub mod launch;
 mod legacy;
+mod messages;
+pub(crate) mod settings;
 mod sse;
 pub mod stdio;
+#[cfg(test)]
+mod tests;
+mod types;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
-use palisade_wire::{PROTOCOL_VERSION, ProtocolError, meta_keys};
+use palisade_wire::{PROTOCOL_VERSION, meta_keys};
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
@@ -61,251 +67,14 @@ use crate::credentials::{CallerContext, CredentialError, UpstreamCredential};
 use health::Health;
 use http::{Body, Incoming, Outgoing, Refusal, Transport};
 use legacy::{GATEWAY_PARTITION, Session, Sessions};
-
-/// Limits applied to every exchange with one upstream.
-#[derive(Debug, Clone)]
-pub struct UpstreamLimits {
-    /// Longest wait for a TCP (and TLS) connection (default 5 s).
-    pub connect_timeout: Duration,
-    /// Longest a request may take, from sending to the last byte of its answer, event streams
-    /// included (default 30 s).
-    pub request_timeout: Duration,
-    /// Most bytes read of one answer, of one event of a change stream, or of one stdout frame of
-    /// a stdio server (default 4 MiB); a larger one fails that call or closes that stream.
-    pub max_response_bytes: usize,
-    /// Most items one listing may have over all its pages (default 10,000; more is an error).
-    pub max_list_items: usize,
-    /// Most pages one listing may take (default 100; more is an error).
-    pub max_list_pages: usize,
-}
-
-impl Default for UpstreamLimits {
-    fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(30),
-            max_response_bytes: 4 * 1024 * 1024,
-            max_list_items: 10_000,
-            max_list_pages: 100,
-        }
-    }
-}
-
-/// Which protocol era to speak to the upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProtocolChoice {
-    /// `server/discover` first; the 2025 handshake when the upstream does not know it.
-    Auto,
-    /// 2026-07-28 only.
-    Modern,
-    /// The 2025 handshake only: 2025-11-25, then 2025-06-18.
-    Legacy,
-}
-
-/// The era an upstream was found to speak.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Era {
-    /// 2026-07-28: no sessions, `_meta` on every request.
-    Modern,
-    /// The session wire, with the version `initialize` negotiated.
-    Legacy(String),
-}
-
-impl std::fmt::Display for Era {
-    /// The protocol version spoken: `2026-07-28`, or the negotiated 2025-era version.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Modern => f.write_str(PROTOCOL_VERSION),
-            Self::Legacy(version) => f.write_str(version),
-        }
-    }
-}
-
-/// What connecting learned.
-#[derive(Debug, Clone)]
-pub struct UpstreamInfo {
-    /// The era spoken.
-    pub era: Era,
-    /// The upstream's server capabilities, as sent.
-    pub capabilities: Value,
-    /// The upstream's implementation info, as sent (`Null` when it sent none).
-    pub server_info: Value,
-    /// The upstream's instructions, as sent.
-    pub instructions: Option<String>,
-}
-
-/// A list an upstream serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListKind {
-    /// `tools/list` → `tools`.
-    Tools,
-    /// `prompts/list` → `prompts`.
-    Prompts,
-    /// `resources/list` → `resources`.
-    Resources,
-    /// `resources/templates/list` → `resourceTemplates`.
-    ResourceTemplates,
-}
-
-impl ListKind {
-    /// The list method.
-    pub fn method(self) -> &'static str {
-        match self {
-            Self::Tools => "tools/list",
-            Self::Prompts => "prompts/list",
-            Self::Resources => "resources/list",
-            Self::ResourceTemplates => "resources/templates/list",
-        }
-    }
-
-    /// The result member holding the items.
-    pub fn field(self) -> &'static str {
-        match self {
-            Self::Tools => "tools",
-            Self::Prompts => "prompts",
-            Self::Resources => "resources",
-            Self::ResourceTemplates => "resourceTemplates",
-        }
-    }
-}
-
-/// The methods [`UpstreamClient::request`] relays.
-pub const RELAYED_METHODS: &[&str] = &[
-    "tools/call",
-    "resources/read",
-    "prompts/get",
-    "completion/complete",
-    "tasks/get",
-    "tasks/update",
-    "tasks/cancel",
-];
-
-/// The notifications that mean "list again".
-pub const LIST_CHANGED: &[&str] =
-    &["notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
-
-/// One request made for a caller.
-pub struct UpstreamRequest<'a> {
-    /// One of [`RELAYED_METHODS`].
-    pub method: &'a str,
-    /// The params to send, names already mapped to the upstream's own. The client adds the
-    /// protocol `_meta` the era needs, keeping the other `_meta` keys (such as `progressToken`).
-    pub params: Map<String, Value>,
-    /// Who the request is made for; `partition` keys the 2025-era session.
-    pub caller: CallerContext<'a>,
-    /// The caller's declared capabilities: 2026-07-28 sends them in `_meta`; the 2025 era
-    /// declares them in the `initialize` that opens the caller's session.
-    pub client_capabilities: Option<Value>,
-    /// Where to relay progress and log notifications the upstream sends on the answer's event
-    /// stream, as raw JSON-RPC notification objects.
-    pub notifications: Option<mpsc::Sender<Value>>,
-    /// Cancelling it abandons the exchange ([`UpstreamError::Cancelled`]).
-    pub cancel: CancellationToken,
-}
-
-/// An upstream's answer to one request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum UpstreamReply {
-    /// A complete result object (exactly as sent, minus nothing).
-    Result(Map<String, Value>),
-    /// `resultType` `input_required`: the `inputRequests` and the upstream's `requestState`,
-    /// raw.
-    InputRequired {
-        /// The input requests, by key (empty when the upstream sent only a state).
-        input_requests: Map<String, Value>,
-        /// The upstream's opaque state, to be echoed on the retry.
-        request_state: Option<Value>,
-    },
-    /// A JSON-RPC error the upstream answered: its code and message (control characters
-    /// replaced, at most 200 characters); `data` is dropped, being upstream-controlled content
-    /// that must not reach clients unreviewed.
-    Error {
-        /// The upstream's error code.
-        code: i64,
-        /// The upstream's message, sanitized.
-        message: String,
-        /// For -32021 only: the capabilities the upstream requires (its data's
-        /// `requiredCapabilities` object, at most 4 KiB).
-        required_capabilities: Option<Value>,
-    },
-}
-
-/// Why a call to an upstream failed. Texts are fixed: no upstream body, no secret.
-#[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    /// The upstream is in backoff after consecutive failures.
-    #[error("upstream is in backoff after repeated failures")]
-    Unhealthy,
-    /// No complete answer within the request timeout.
-    #[error("upstream did not answer in time")]
-    Timeout,
-    /// The answer (or a listing) exceeded its limit.
-    #[error("upstream answer exceeds the configured limit")]
-    TooLarge,
-    /// The upstream could not be reached, or the exchange broke off.
-    #[error("upstream unavailable: {0}")]
-    Unavailable(String),
-    /// The upstream answered something that is not the protocol.
-    #[error("upstream protocol error: {0}")]
-    Protocol(String),
-    /// The upstream answered an HTTP status that is not an answer.
-    #[error("upstream answered HTTP status {0}")]
-    Status(u16),
-    /// The gateway's credential for the upstream could not be had.
-    #[error(transparent)]
-    Credential(CredentialError),
-    /// The upstream needs scopes the gateway's credential does not have (and could not get).
-    #[error("upstream requires scopes the gateway's credential lacks")]
-    InsufficientScope(Vec<String>),
-    /// The caller cancelled the request.
-    #[error("the request was cancelled")]
-    Cancelled,
-    /// The gateway's own policy refused the call before it reached the upstream (a stdio
-    /// upstream's process cap, an unapproved or changed launch): not the upstream's failure.
-    #[error("refused by the gateway: {0}")]
-    Refused(String),
-}
-
-impl UpstreamError {
-    /// The JSON-RPC error a caller sees. The catalogue's internal-style errors carry fixed
-    /// messages only, so the cause is logged here with the upstream id, and the caller gets:
-    /// a timeout as [`ProtocolError::Timeout`]; an upstream that is unreachable, in backoff,
-    /// refusing the gateway's credential or answering an error status as
-    /// [`ProtocolError::Unavailable`]; an answer that broke the protocol or its size limit, or
-    /// a cancelled request, as [`ProtocolError::Internal`].
-    pub fn to_protocol_error(&self, upstream_id: &str) -> ProtocolError {
-        if matches!(self, Self::Unhealthy) {
-            // Refused at once during a backoff whose cause was logged when it happened.
-            tracing::debug!(upstream = upstream_id, "upstream call refused during backoff");
-        } else {
-            tracing::warn!(upstream = upstream_id, error = %self, "upstream call failed");
-        }
-        match self {
-            Self::Timeout => ProtocolError::Timeout,
-            Self::Unhealthy
-            | Self::Unavailable(_)
-            | Self::Status(_)
-            | Self::Credential(_)
-            | Self::InsufficientScope(_)
-            | Self::Refused(_) => ProtocolError::Unavailable,
-            Self::TooLarge | Self::Protocol(_) | Self::Cancelled => ProtocolError::Internal,
-        }
-    }
-
-    /// Whether this counts as a failure of the upstream for its health.
-    fn is_upstream_failure(&self) -> bool {
-        match self {
-            Self::Unavailable(_) | Self::Timeout | Self::Protocol(_) => true,
-            Self::Status(status) => *status >= 500,
-            Self::Unhealthy
-            | Self::TooLarge
-            | Self::Credential(_)
-            | Self::InsufficientScope(_)
-            | Self::Cancelled
-            | Self::Refused(_) => false,
-        }
-    }
-}
+use messages::{
+    MAX_SAFE_INTEGER, check_complete, discovered, header_declarations, instructions, legacy_params, method_headers,
+    modern_params,
+};
+pub use settings::{ProtocolChoice, UpstreamLimits};
+pub use types::{
+    Era, LIST_CHANGED, ListKind, RELAYED_METHODS, UpstreamError, UpstreamInfo, UpstreamReply, UpstreamRequest,
+};
 
 /// An MCP client toward one upstream, over Streamable HTTP or to a local stdio server
 /// ([`stdio`]). Cheap to clone: clones share the connection pool (or processes), sessions and
@@ -320,6 +89,33 @@ pub struct UpstreamClient {
 enum Link {
     Http(Arc<Inner>),
     Stdio(Arc<stdio::StdioLink>),
+}
+
+/// What every link has, whatever reaches the upstream.
+struct Common<'a> {
+    id: &'a str,
+    url: &'a url::Url,
+    limits: &'a UpstreamLimits,
+    health: &'a Health,
+    info: &'a Mutex<Option<UpstreamInfo>>,
+}
+
+impl Link {
+    /// The one place the variants are told apart for what they share.
+    fn common(&self) -> Common<'_> {
+        match self {
+            Self::Http(inner) => Common {
+                id: &inner.id,
+                url: &inner.url,
+                limits: &inner.limits,
+                health: &inner.health,
+                info: &inner.info,
+            },
+            Self::Stdio(link) => {
+                Common { id: &link.id, url: &link.url, limits: &link.limits, health: &link.health, info: &link.info }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for UpstreamClient {
@@ -434,7 +230,7 @@ impl UpstreamClient {
     /// launch is approved ([`Self::set_launch_approved`]) and a request needs a process.
     /// `protected`: paths no process may see.
     pub fn stdio(
-        settings: &crate::config::UpstreamSettings,
+        settings: &settings::UpstreamSettings,
         identities: stdio::SandboxIdentities,
         protected: Vec<std::path::PathBuf>,
     ) -> Result<Self, UpstreamError> {
@@ -475,32 +271,20 @@ impl UpstreamClient {
 
     /// The upstream's id.
     pub fn id(&self) -> &str {
-        match &self.link {
-            Link::Http(inner) => &inner.id,
-            Link::Stdio(link) => &link.id,
-        }
+        self.link.common().id
     }
 
     /// The upstream's URL (`stdio:<id>` for a stdio upstream).
     pub fn url(&self) -> &url::Url {
-        match &self.link {
-            Link::Http(inner) => &inner.url,
-            Link::Stdio(link) => &link.url,
-        }
+        self.link.common().url
     }
 
     fn limits(&self) -> &UpstreamLimits {
-        match &self.link {
-            Link::Http(inner) => &inner.limits,
-            Link::Stdio(link) => &link.limits,
-        }
+        self.link.common().limits
     }
 
     fn health_state(&self) -> &Health {
-        match &self.link {
-            Link::Http(inner) => &inner.health,
-            Link::Stdio(link) => &link.health,
-        }
+        self.link.common().health
     }
 
     /// The connect result, connecting first when there is none.
@@ -556,10 +340,7 @@ impl UpstreamClient {
 
     /// What the last successful [`UpstreamClient::connect`] learned.
     pub fn info(&self) -> Option<UpstreamInfo> {
-        match &self.link {
-            Link::Http(inner) => lock(&inner.info).clone(),
-            Link::Stdio(link) => lock(&link.info).clone(),
-        }
+        lock(self.link.common().info).clone()
     }
 
     /// Every item of a list, following the upstream's `nextCursor` (at most
@@ -1059,205 +840,5 @@ impl Inner {
             }
         }
         *lock(&self.tool_headers) = map;
-    }
-}
-
-/// 2^53 − 1: the largest integer an `Mcp-Param-*` header may mirror.
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
-/// Deepest `properties` nesting searched for `x-mcp-header`.
-const MAX_HEADER_DEPTH: usize = 8;
-
-/// Collects the `x-mcp-header` declarations reachable by `properties` keys; `Err` when one is
-/// invalid (not a token, not on a string/integer/boolean property, repeated).
-fn header_declarations(
-    schema: &Value,
-    path: &mut Vec<String>,
-    depth: usize,
-    out: &mut Vec<HeaderParam>,
-) -> Result<(), ()> {
-    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Ok(()) };
-    for (key, property) in properties {
-        path.push(key.clone());
-        if let Some(header) = property.get("x-mcp-header") {
-            let header = header.as_str().ok_or(())?;
-            let token = !header.is_empty()
-                && header.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
-            let mirrored =
-                matches!(property.get("type").and_then(Value::as_str), Some("string" | "integer" | "boolean"));
-            if !token || !mirrored {
-                return Err(());
-            }
-            let name = HeaderName::from_bytes(format!("mcp-param-{header}").as_bytes()).map_err(|_| ())?;
-            if out.iter().any(|declared| declared.header == name) {
-                return Err(());
-            }
-            out.push(HeaderParam { header: name, path: path.clone() });
-        }
-        if depth < MAX_HEADER_DEPTH {
-            header_declarations(property, path, depth + 1, out)?;
-        }
-        path.pop();
-    }
-    Ok(())
-}
-
-/// `Mcp-Method`, and `Mcp-Name` from the param the method names its target by.
-fn method_headers(method: &str, params: &Map<String, Value>) -> Vec<(HeaderName, HeaderValue)> {
-    let mut headers = Vec::new();
-    if let Ok(value) = HeaderValue::from_str(method) {
-        headers.push((HeaderName::from_static("mcp-method"), value));
-    }
-    let name_param = match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" => Some("uri"),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
-        _ => None,
-    };
-    if let Some(name) = name_param.and_then(|param| params.get(param)).and_then(Value::as_str)
-        && let Ok(value) = HeaderValue::from_str(&palisade_wire::header::encode_value(name))
-    {
-        headers.push((HeaderName::from_static("mcp-name"), value));
-    }
-    headers
-}
-
-/// The client's implementation info.
-fn client_info() -> Value {
-    json!({"name": "palisade-gateway", "version": env!("CARGO_PKG_VERSION")})
-}
-
-/// The request `_meta` of the 2026-07-28 wire added to `params`, other `_meta` keys kept.
-fn modern_params(
-    mut params: Map<String, Value>,
-    capabilities: Option<&Value>,
-) -> Result<Map<String, Value>, UpstreamError> {
-    let meta = params.entry("_meta").or_insert_with(|| json!({}));
-    let Value::Object(meta) = meta else {
-        return Err(UpstreamError::Protocol("the request's _meta is not an object".into()));
-    };
-    let capabilities = capabilities.filter(|c| c.is_object()).cloned().unwrap_or_else(|| json!({}));
-    meta.insert(meta_keys::PROTOCOL_VERSION.into(), json!(PROTOCOL_VERSION));
-    meta.insert(meta_keys::CLIENT_CAPABILITIES.into(), capabilities);
-    meta.insert(meta_keys::CLIENT_INFO.into(), client_info());
-    Ok(params)
-}
-
-/// `params` for the 2025-era wire: the 2026-07-28 protocol keys removed from `_meta` (the
-/// session carries version and capabilities), other keys kept.
-fn legacy_params(mut params: Map<String, Value>) -> Result<Map<String, Value>, UpstreamError> {
-    if let Some(meta) = params.get_mut("_meta") {
-        let Value::Object(meta) = meta else {
-            return Err(UpstreamError::Protocol("the request's _meta is not an object".into()));
-        };
-        for key in
-            [meta_keys::PROTOCOL_VERSION, meta_keys::CLIENT_CAPABILITIES, meta_keys::CLIENT_INFO, meta_keys::LOG_LEVEL]
-        {
-            meta.remove(key);
-        }
-        if meta.is_empty() {
-            params.remove("_meta");
-        }
-    }
-    Ok(params)
-}
-
-/// A `server/discover` result as connect info: it must list 2026-07-28 and capabilities.
-fn discovered(result: &Map<String, Value>) -> Result<UpstreamInfo, UpstreamError> {
-    check_complete(result)?;
-    let speaks_ours = result
-        .get("supportedVersions")
-        .and_then(Value::as_array)
-        .is_some_and(|versions| versions.iter().any(|v| v.as_str() == Some(PROTOCOL_VERSION)));
-    if !speaks_ours {
-        return Err(UpstreamError::Protocol("does not list 2026-07-28 among its supported versions".into()));
-    }
-    let Some(capabilities) = result.get("capabilities").filter(|c| c.is_object()).cloned() else {
-        return Err(UpstreamError::Protocol("answered server/discover without capabilities".into()));
-    };
-    let server_info = result
-        .get("_meta")
-        .and_then(|meta| meta.get(meta_keys::SERVER_INFO))
-        .or_else(|| result.get("serverInfo"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let instructions = instructions(result)?;
-    Ok(UpstreamInfo { era: Era::Modern, capabilities, server_info, instructions })
-}
-
-/// A result's `resultType` is `complete` (or absent, which means the same).
-fn check_complete(result: &Map<String, Value>) -> Result<(), UpstreamError> {
-    match result.get("resultType") {
-        None => Ok(()),
-        Some(Value::String(kind)) if kind == "complete" => Ok(()),
-        Some(_) => Err(UpstreamError::Protocol("answered with a resultType other than complete".into())),
-    }
-}
-
-fn instructions(result: &Map<String, Value>) -> Result<Option<String>, UpstreamError> {
-    match result.get("instructions") {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(text)) => Ok(Some(text.clone())),
-        Some(_) => Err(UpstreamError::Protocol("sent instructions that are not a string".into())),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn modern_meta_is_added_and_other_keys_kept() {
-        let params = json!({"name": "t", "_meta": {"progressToken": "p", meta_keys::PROTOCOL_VERSION: "1999"}});
-        let Value::Object(params) = params else { unreachable!() };
-        let params = modern_params(params, Some(&json!({"elicitation": {}}))).unwrap();
-        let meta = &params["_meta"];
-        assert_eq!(meta["progressToken"], "p");
-        assert_eq!(meta[meta_keys::PROTOCOL_VERSION], PROTOCOL_VERSION);
-        assert_eq!(meta[meta_keys::CLIENT_CAPABILITIES], json!({"elicitation": {}}));
-        assert_eq!(meta[meta_keys::CLIENT_INFO]["name"], "palisade-gateway");
-        let Value::Object(bad) = json!({"_meta": 1}) else { unreachable!() };
-        assert!(modern_params(bad, None).is_err());
-    }
-
-    #[test]
-    fn legacy_params_lose_the_modern_keys() {
-        let Value::Object(params) = json!({"_meta": {meta_keys::PROTOCOL_VERSION: "x", "progressToken": 1}}) else {
-            unreachable!()
-        };
-        assert_eq!(Value::Object(legacy_params(params).unwrap()), json!({"_meta": {"progressToken": 1}}));
-        let Value::Object(params) = json!({"_meta": {meta_keys::CLIENT_INFO: {}}}) else { unreachable!() };
-        assert_eq!(Value::Object(legacy_params(params).unwrap()), json!({}));
-    }
-
-    #[test]
-    fn header_declarations_follow_properties_only() {
-        let schema = json!({"type": "object", "properties": {
-            "region": {"type": "string", "x-mcp-header": "Region"},
-            "nested": {"type": "object", "properties": {"n": {"type": "integer", "x-mcp-header": "N"}}},
-        }});
-        let mut out = Vec::new();
-        header_declarations(&schema, &mut Vec::new(), 0, &mut out).unwrap();
-        let names: Vec<_> = out.iter().map(|d| (d.header.as_str().to_owned(), d.path.join("."))).collect();
-        assert!(names.contains(&("mcp-param-region".into(), "region".into())));
-        assert!(names.contains(&("mcp-param-n".into(), "nested.n".into())));
-        for bad in [
-            json!({"properties": {"x": {"type": "number", "x-mcp-header": "X"}}}),
-            json!({"properties": {"x": {"type": "string", "x-mcp-header": "a b"}}}),
-            json!({"properties": {"x": {"type": "string", "x-mcp-header": "X"}, "y": {"type": "string", "x-mcp-header": "x"}}}),
-        ] {
-            assert!(header_declarations(&bad, &mut Vec::new(), 0, &mut Vec::new()).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn errors_map_to_fixed_protocol_errors() {
-        assert_eq!(UpstreamError::Timeout.to_protocol_error("u"), ProtocolError::Timeout);
-        assert_eq!(UpstreamError::Unhealthy.to_protocol_error("u"), ProtocolError::Unavailable);
-        assert_eq!(UpstreamError::Status(502).to_protocol_error("u"), ProtocolError::Unavailable);
-        assert_eq!(UpstreamError::Protocol("x".into()).to_protocol_error("u"), ProtocolError::Internal);
-        assert_eq!(UpstreamError::TooLarge.to_protocol_error("u"), ProtocolError::Internal);
-        assert!(UpstreamError::Status(503).is_upstream_failure());
-        assert!(!UpstreamError::Status(404).is_upstream_failure());
-        assert!(!UpstreamError::Cancelled.is_upstream_failure());
     }
 }

@@ -41,15 +41,13 @@ use tokio_util::sync::CancellationToken;
 use url::Url;
 use zeroize::Zeroizing;
 
-use crate::config::GatewaySettings;
-use crate::credentials::{CredentialConfig, CredentialError, Secret, SecretSource};
+use crate::secret::{CredentialError, Secret};
 use crate::web::PageKeys;
+pub use crate::web::settings::{DEFAULT_FLOW_TTL_SECS, SignInSettings};
 use discovery::AuthorizationServer;
 use token::{ClientIdentity, Grant, Tokens};
 use vault::Vault;
 
-/// Default lifetime of every flow step (connect link, sign-in, authorization `state`).
-pub const DEFAULT_FLOW_TTL_SECS: u64 = 600;
 /// An access token is used until this long before it expires, then refreshed.
 const EXPIRY_SKEW_MS: i64 = 30_000;
 /// How long discovered metadata is reused before it is fetched again.
@@ -114,18 +112,6 @@ impl From<StoreError> for OAuthError {
     fn from(error: StoreError) -> Self {
         Self::Store(error.to_string())
     }
-}
-
-/// The gateway's identity provider, through which a person signs in on the connect page (OIDC
-/// authorization code with PKCE). Its issuer must be the issuer of the callers' tokens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SignInSettings {
-    /// The issuer identifier, exactly as the callers' tokens state it.
-    pub issuer: String,
-    /// The gateway's client id there.
-    pub client_id: String,
-    /// Its secret (`client_secret_basic`); `None` for a public client.
-    pub client_secret: Option<SecretSource>,
 }
 
 /// How the per-user OAuth client runs.
@@ -368,48 +354,6 @@ impl UserOAuth {
             refreshing: Mutex::new(HashMap::new()),
             settings,
         }))
-    }
-
-    /// The client for `gateway`'s `user_oauth` upstreams (`None` when it has none): the web
-    /// surface's public URL and sign-in provider, the gateway's egress policy, and per upstream
-    /// its URL as the resource and its scopes (the step-up maximum is `scopes ∪ max_scopes`).
-    pub fn for_gateway(
-        gateway: &GatewaySettings,
-        store: Arc<dyn Store>,
-        secret: &ServerSecret,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Option<Arc<Self>>, UserOAuthError> {
-        let upstreams: Vec<UpstreamOAuth> = gateway
-            .upstreams
-            .iter()
-            .filter_map(|upstream| match &upstream.credential {
-                CredentialConfig::UserOAuth { scopes, max_scopes } => {
-                    let scopes: BTreeSet<String> = scopes.iter().cloned().collect();
-                    let mut max = scopes.clone();
-                    max.extend(max_scopes.iter().cloned());
-                    Some(UpstreamOAuth {
-                        id: upstream.id.clone(),
-                        resource: upstream.url.clone(),
-                        scopes,
-                        max_scopes: max,
-                    })
-                }
-                _ => None,
-            })
-            .collect();
-        if upstreams.is_empty() {
-            return Ok(None);
-        }
-        let web = gateway.web.as_ref().ok_or(UserOAuthError::Settings("user_oauth needs the [web] surface"))?;
-        let sign_in = web.sign_in.clone().ok_or(UserOAuthError::Settings("user_oauth needs [web] sign_in_issuer"))?;
-        let settings = UserOAuthSettings {
-            public_url: web.public_url.clone(),
-            sign_in,
-            egress: gateway.egress.clone(),
-            flow_ttl_secs: web.flow_ttl_secs,
-            client_name: "Palisade gateway".into(),
-        };
-        Self::new(settings, upstreams, store, secret, clock).map(Some)
     }
 
     /// The settings.

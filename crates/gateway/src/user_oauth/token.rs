@@ -14,7 +14,6 @@ use zeroize::Zeroizing;
 
 use super::OAuthError;
 use super::discovery::shown;
-use crate::credentials::{form_encode, refusal_text};
 
 /// The lifetime assumed when a token response has no `expires_in`.
 const DEFAULT_EXPIRES_IN_SECS: u64 = 300;
@@ -298,6 +297,36 @@ pub(crate) fn egress_error(url: &Url, error: EgressError) -> OAuthError {
     match error {
         EgressError::Transport | EgressError::Timeout => OAuthError::Unreachable(format!("{}: {error}", shown(url))),
         other => OAuthError::Egress { url: shown(url), error: other },
+    }
+}
+
+pub(crate) fn form_encode(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+/// The fixed text for a refused token request: the RFC 6749 §5.2 / RFC 8707 / RFC 8693 error
+/// code when it is one of the registered ones, never `error_description` or anything else the
+/// server wrote.
+pub(crate) fn refusal_text(body: &[u8]) -> &'static str {
+    #[derive(serde::Deserialize)]
+    struct ErrorBody {
+        error: Option<String>,
+    }
+    let code = serde_json::from_slice::<ErrorBody>(body).ok().and_then(|body| body.error);
+    match code.as_deref() {
+        Some("invalid_request") => "the authorization server refused the token request: invalid_request",
+        Some("invalid_client") => "the authorization server refused the token request: invalid_client",
+        Some("invalid_grant") => "the authorization server refused the token request: invalid_grant",
+        Some("unauthorized_client") => "the authorization server refused the token request: unauthorized_client",
+        Some("unsupported_grant_type") => "the authorization server refused the token request: unsupported_grant_type",
+        Some("invalid_scope") => "the authorization server refused the token request: invalid_scope",
+        Some("invalid_target") => "the authorization server refused the token request: invalid_target",
+        Some("access_denied") => "the authorization server refused the token request: access_denied",
+        Some("server_error") => "the authorization server refused the token request: server_error",
+        Some("temporarily_unavailable") => {
+            "the authorization server refused the token request: temporarily_unavailable"
+        }
+        _ => "the authorization server refused the token request",
     }
 }
 

@@ -52,7 +52,9 @@ use url::Url;
 pub use palisade_base::html::escape;
 pub use palisade_server::surface_audit::SurfaceAudit as Audit;
 
-use crate::credentials::SecretSource;
+pub(crate) mod settings;
+
+pub use settings::WebSettings;
 
 /// The largest form body a page accepts (larger: 413, before it is read).
 pub const MAX_FORM_BYTES: usize = 16 * 1024;
@@ -128,26 +130,6 @@ pub enum WebError {
         /// What is wrong with it.
         reason: &'static str,
     },
-}
-
-/// The validated `[web]` table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebSettings {
-    /// Where the HTTPS listener binds: a loopback address unless `allow_remote = true`.
-    pub listen: SocketAddr,
-    /// The surface's `https` origin (path `/`): the base of every absolute link and the only
-    /// `Origin` a form may be posted from.
-    pub public_url: Url,
-    /// PEM certificate chain of the listener.
-    pub tls_cert_file: PathBuf,
-    /// PEM private key of the listener.
-    pub tls_key_file: PathBuf,
-    /// The operator's credential for the review page (`None`: no review page).
-    pub review_token: Option<SecretSource>,
-    /// The identity provider of the `user_oauth` connect page (`None`: no connect page).
-    pub sign_in: Option<crate::user_oauth::SignInSettings>,
-    /// Lifetime of every connect-flow step, in seconds (1..=600).
-    pub flow_ttl_secs: u64,
 }
 
 impl WebSettings {

@@ -27,12 +27,10 @@ use tokio_util::sync::CancellationToken;
 use super::health::Health;
 use super::http::Body;
 use super::legacy::GATEWAY_PARTITION;
-use super::{
-    Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, client_info, discovered, instructions,
-    legacy_params, lock, modern_params,
-};
-use crate::config::{Confinement, SandboxSettings, UpstreamSettings};
-use crate::launch::LaunchSpec;
+use super::messages::{client_info, discovered, instructions, legacy_params, modern_params};
+use super::{Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, lock};
+use crate::upstream::launch::LaunchSpec;
+use crate::upstream::settings::{Confinement, SandboxSettings, StdioSettings, UpstreamSettings};
 use process::{Process, StartOptions};
 pub use sandbox::SandboxError;
 use sandbox::UidPool;
@@ -110,7 +108,7 @@ impl StdioLink {
         })
     }
 
-    fn stdio(&self) -> &crate::config::StdioSettings {
+    fn stdio(&self) -> &StdioSettings {
         // Checked in `new`.
         self.settings.stdio.as_ref().unwrap_or_else(|| unreachable!("a stdio link has stdio settings"))
     }

@@ -21,8 +21,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use crate::config::{Confinement, SandboxSettings};
-use crate::launch::LaunchSpec;
+use crate::upstream::launch::LaunchSpec;
+use crate::upstream::settings::{Confinement, SandboxSettings};
 
 /// Directories of the host visible, read-only, inside every sandbox.
 const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
@@ -327,7 +327,7 @@ pub(crate) fn command(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Grant, ProcessLimits, StdioSettings};
+    use crate::upstream::settings::{Grant, ProcessLimits, StdioSettings};
     use std::time::Duration;
 
     fn spec(grants: Vec<Grant>, network: bool, confinement: Confinement) -> LaunchSpec {

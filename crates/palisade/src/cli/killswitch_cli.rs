@@ -1,6 +1,5 @@
 //! The kill switch on the command line: `palisade keys gen`, `palisade policy init|sign`,
-//! `palisade authority serve|disable|enable|status`, and starting the kill switch for `serve`
-//! (an external authority, or the development authority in the data directory).
+//! `palisade authority serve|disable|enable|status`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -12,14 +11,14 @@ use clap::{Args, Subcommand};
 use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_base::time::format_rfc3339_ms;
 use palisade_killswitch::authority::{self, AuthorityDb, AuthorityServerConfig};
-use palisade_killswitch::dev::{DEV_AUTHORITY_ID, DevAuthorityFiles, RunningDevAuthority};
+use palisade_killswitch::dev::DevAuthorityFiles;
 use palisade_killswitch::{
-    AuthorityClient, AuthorityClientConfig, Ed25519SigningKey, ExposedOperation, GenerationStore, KillSwitch,
-    KillSwitchConfig, Policy, PolicyFiles, PolicyHeader, PolicyPayload, RedisGenerationStore, RedisOptions,
-    SqliteGenerationStore, TargetKey, TargetState, file_sha256_hex, parse_target_spec, sign_policy,
+    Ed25519SigningKey, PolicyHeader, PolicyPayload, TargetKey, TargetState, file_sha256_hex, parse_target_spec,
+    sign_policy,
 };
 
-use crate::config::{ConfigError, KillSwitchMode, Settings};
+use palisade_host::killswitch::active_policy;
+use palisade_host::settings::{ConfigError, KillSwitchMode, Settings};
 
 /// `palisade keys …`
 #[derive(Subcommand)]
@@ -210,13 +209,20 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
 pub async fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
     match command {
         PolicyCommand::Init(args) => {
-            let settings = crate::settings_for_app(args.config.as_deref(), args.app.as_deref())?;
+            let settings = super::settings_for_app(args.config.as_deref(), args.app.as_deref())?;
             // The gateway's registry is what its upstreams list now and its reviewers approved.
-            let app = match (crate::app_name(settings.app), &settings.gateway) {
+            let app = match (palisade_host::authn::app_name(settings.app), &settings.gateway) {
                 (Some(app), _) => app.build(),
                 (None, Some(gateway)) => {
                     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-                    crate::start_gateway(gateway, &store, &crate::server_secret(&settings)?, None).await?.1
+                    palisade_host::gateway::start(
+                        gateway,
+                        &store,
+                        &palisade_host::secrets::server_secret(&settings)?,
+                        None,
+                    )
+                    .await?
+                    .1
                 }
                 (None, None) => anyhow::bail!("no application to write a policy for"),
             };
@@ -279,7 +285,7 @@ fn locate(location: &AuthorityLocation) -> anyhow::Result<(PathBuf, PathBuf)> {
 }
 
 fn location_settings(location: &AuthorityLocation) -> anyhow::Result<Settings> {
-    let mut settings = crate::settings(location.config.as_deref(), None)?;
+    let mut settings = super::settings(location.config.as_deref())?;
     if let Some(data_dir) = &location.data_dir {
         settings.killswitch.mode = KillSwitchMode::Dev { dir: data_dir.join("killswitch-dev") };
     }
@@ -297,21 +303,6 @@ fn policy_asks_for(location: &AuthorityLocation, kind: palisade_killswitch::Targ
         rule.coverage == palisade_killswitch::Coverage::Covered && rule.required_target_kinds.contains(&kind)
     });
     Ok((asks, policy.generation()))
-}
-
-/// The signed policy a server with these settings runs (`None`: no kill switch), read without
-/// starting anything.
-pub fn active_policy(settings: &Settings) -> anyhow::Result<Option<Policy>> {
-    let files = match &settings.killswitch.mode {
-        KillSwitchMode::Dev { dir } => DevAuthorityFiles::new(dir.clone()).policy_files(),
-        KillSwitchMode::Authority(external) => palisade_killswitch::PolicyFiles {
-            root_public_key: external.root_public_key.clone(),
-            envelope: external.policy.clone(),
-            key_trust_root: external.key_trust_root.clone(),
-        },
-        KillSwitchMode::Off => return Ok(None),
-    };
-    Ok(Some(Policy::load(&files, now_ms()).context("reading the active signed policy")?))
 }
 
 fn parse_target(spec: &str) -> anyhow::Result<(palisade_killswitch::TargetKind, String)> {
@@ -465,102 +456,6 @@ async fn authority_serve(args: AuthorityServeArgs) -> anyhow::Result<ExitCode> {
     {
         println!("authority listening on https://{}", listener.local_addr()?);
     }
-    authority::serve(listener, config, db, crate::shutdown_signal()).await?;
+    authority::serve(listener, config, db, palisade_host::signal::shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// The kill switch of a running `serve`, and what keeps it alive.
-pub struct KillSwitchRuntime {
-    /// The kill switch.
-    pub switch: Arc<KillSwitch>,
-    /// The `server_release` target value.
-    pub server_release: String,
-    /// The authority database, when this process shares it (development authority, or
-    /// `killswitch.authority_db`).
-    pub shared_db: Option<AuthorityDb>,
-    _dev_authority: Option<RunningDevAuthority>,
-}
-
-/// Starts the kill switch the settings ask for; `None` when it is off. Refuses a policy whose
-/// registry misses any of `exposed`.
-pub async fn start(settings: &Settings, exposed: &[ExposedOperation]) -> anyhow::Result<Option<KillSwitchRuntime>> {
-    let keys: Vec<String> = exposed.iter().map(|operation| operation.key.clone()).collect();
-    let server_release = settings.killswitch.server_release.clone();
-    match &settings.killswitch.mode {
-        KillSwitchMode::Off => Ok(None),
-        KillSwitchMode::Dev { dir } => {
-            let files = DevAuthorityFiles::new(dir.clone());
-            files.prepare(exposed, now_ms()).context("preparing the development authority")?;
-            let running = files.start_authority().await.context("starting the development authority")?;
-            eprintln!(
-                "WARNING: the kill switch uses the DEVELOPMENT AUTHORITY ({DEV_AUTHORITY_ID}) on {}: its policy root, \
-                 signing and CA keys are generated into {} next to the server's data, so anyone who can read that \
-                 directory can sign policies and answers. For demos only; use [killswitch] mode = \"authority\" in \
-                 production.",
-                running.url,
-                dir.display()
-            );
-            let switch = files.kill_switch(&running.url, keys).await.context("starting the kill switch")?;
-            switch.set_stream_recheck(settings.killswitch.stream_recheck);
-            Ok(Some(KillSwitchRuntime {
-                switch: Arc::new(switch),
-                server_release,
-                shared_db: Some(running.db.clone()),
-                _dev_authority: Some(running),
-            }))
-        }
-        KillSwitchMode::Authority(external) => {
-            let policy = Policy::load(
-                &PolicyFiles {
-                    root_public_key: external.root_public_key.clone(),
-                    envelope: external.policy.clone(),
-                    key_trust_root: external.key_trust_root.clone(),
-                },
-                now_ms(),
-            )
-            .context("loading the kill-switch policy")?;
-            let mut client_config = AuthorityClientConfig::from_files(
-                &external.authority_url,
-                &external.authority_ca,
-                &external.client_cert,
-                &external.client_key,
-            )
-            .context("reading the authority client files")?;
-            if settings.killswitch.single_envelope {
-                client_config.envelope = palisade_killswitch::HeadEnvelope::Single;
-            }
-            let client = AuthorityClient::new(client_config).context("building the authority client")?;
-            let store: Arc<dyn GenerationStore> = if external.generation_store.starts_with("sqlite:") {
-                Arc::new(
-                    SqliteGenerationStore::open(&external.generation_store)
-                        .await
-                        .context("opening the generation store")?,
-                )
-            } else {
-                Arc::new(
-                    RedisGenerationStore::connect(&external.generation_store, RedisOptions::default())
-                        .await
-                        .context("connecting to the generation store")?,
-                )
-            };
-            let switch = KillSwitch::start(KillSwitchConfig {
-                policy,
-                exposed_operations: keys,
-                authority: client,
-                store,
-                target_key: TargetKey::read(&external.target_key_file).context("reading the target key")?,
-                clock: Arc::new(SystemClock),
-            })
-            .await
-            .context("starting the kill switch")?;
-            switch.set_stream_recheck(settings.killswitch.stream_recheck);
-            let shared_db = match &external.authority_db {
-                Some(path) => {
-                    Some(AuthorityDb::open(path_text(path)?).await.context("opening the authority database")?)
-                }
-                None => None,
-            };
-            Ok(Some(KillSwitchRuntime { switch: Arc::new(switch), server_release, shared_db, _dev_authority: None }))
-        }
-    }
 }

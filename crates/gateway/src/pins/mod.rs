@@ -26,6 +26,10 @@ use palisade_base::hex::hex;
 use serde_json::{Map, Value, json};
 use zeroize::Zeroizing;
 
+pub(crate) mod settings;
+
+pub use settings::PinSettings;
+
 /// The domain separator of a pin id.
 const PIN_ID_CONTEXT: &str = "palisade-pin-v1";
 /// The domain separator of an approval signature.
@@ -50,7 +54,7 @@ pub enum DefinitionKind {
     ResourceTemplate,
     /// The upstream's `instructions`.
     Instructions,
-    /// A stdio upstream's launch ([`crate::launch::LaunchSpec`]): not model-facing, but
+    /// A stdio upstream's launch (the gateway's `LaunchSpec`): not model-facing, but
     /// reviewed the same way.
     Launch,
 }

@@ -18,7 +18,7 @@ use palisade_base::hex::hex;
 use palisade_store::PinObservation;
 use serde_json::{Value, json};
 
-use crate::config::{StdioSettings, UpstreamSettings};
+use super::settings::{StdioSettings, UpstreamSettings};
 use crate::pins::{DefinitionKind, PinSubject, canonical_text, definition_digest};
 
 /// Why a launch cannot be resolved. Texts name paths, never file contents or secrets.
@@ -330,7 +330,7 @@ pub fn file_sha256(path: &Path) -> Result<String, LaunchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Confinement, Grant, ProcessLimits};
+    use crate::upstream::settings::{Confinement, Grant, ProcessLimits};
     use std::time::Duration;
 
     fn settings(command: &str, args: &[&str]) -> StdioSettings {

@@ -21,7 +21,7 @@ use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 use tracing_subscriber::util::SubscriberInitExt as _;
 
-use crate::config::TelemetrySettings;
+use crate::settings::TelemetrySettings;
 
 /// How long one export may take (connect, send, answer).
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);

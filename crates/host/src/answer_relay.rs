@@ -3,7 +3,7 @@
 //! instance of the deployment: the answering instance admits the answer for its session as
 //! today (authenticated caller, session owned by it), then publishes it on the deployment's
 //! answer channel (`palisade:answers:<digest of public_url>`, beside the event channel of
-//! [`crate::events_bridge`]); every instance hears it and only the one whose pending request
+//! `events_bridge.rs`); every instance hears it and only the one whose pending request
 //! has that session digest and that request id takes it.
 //!
 //! Each message is authenticated with HMAC-SHA256 under a key derived from the server secret
@@ -209,7 +209,7 @@ async fn publish_loop(
             message = messages.recv() => message,
         };
         let Some(message) = message else { return };
-        if !crate::events_bridge::publish(&client, &mut connection, &channel, &message, &shutdown, "a client answer")
+        if !crate::redis_publish::publish(&client, &mut connection, &channel, &message, &shutdown, "a client answer")
             .await
         {
             return;

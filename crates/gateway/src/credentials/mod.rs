@@ -8,8 +8,6 @@
 //! concurrent callers that need the same token share one request (single flight).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io::Read;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -19,10 +17,14 @@ use reqwest::header::{HeaderName, HeaderValue};
 use url::Url;
 use zeroize::Zeroizing;
 
-use crate::user_oauth::{UserCaller, UserOAuth};
+pub(crate) mod settings;
 
-/// The largest secret read from a file or the environment.
-pub const MAX_SECRET_BYTES: usize = 16 * 1024;
+use crate::secret::Secret;
+pub use crate::secret::{CredentialError, MAX_SECRET_BYTES, SecretSource};
+use crate::user_oauth::token::{form_encode, refusal_text};
+use crate::user_oauth::{UserCaller, UserOAuth};
+pub use settings::{ClientAuth, CredentialConfig};
+
 /// The largest token-endpoint response body read.
 pub const MAX_TOKEN_RESPONSE_BYTES: usize = 64 * 1024;
 /// How long one token request may take, connection included.
@@ -56,185 +58,6 @@ pub struct CallerContext<'a> {
 impl std::fmt::Debug for CallerContext<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallerContext").field("partition", &self.partition).finish_non_exhaustive()
-    }
-}
-
-/// Why no credential could be had (fail closed: the call is refused), or why a credential
-/// configuration cannot be used. No variant carries a secret or a token.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CredentialError {
-    /// The authorization server could not be reached or refused (fixed text, no secret).
-    #[error("upstream credential unavailable: {0}")]
-    Unavailable(&'static str),
-    /// A secret could not be read; `origin` names its source (a file path or an environment
-    /// variable), never its value.
-    #[error("upstream credential secret from {origin}: {reason}")]
-    Secret {
-        /// `file <path>` or `environment variable <NAME>`.
-        origin: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// The credential configuration cannot be used (fixed text).
-    #[error("upstream credential configuration: {0}")]
-    Config(&'static str),
-    /// Token exchange needs the caller's verified token and the request has none.
-    #[error("upstream credential unavailable: token exchange needs the caller's token")]
-    NoCallerToken,
-    /// A per-user upstream: the person has no usable connection (never made, expired, refused
-    /// by the upstream, or narrower than `scopes` — the wider set a step-up asks for).
-    #[error("this upstream needs the user's own authorization (connect it first)")]
-    UserAuthorizationRequired {
-        /// Scopes a step-up asks for, beyond the configured ones.
-        scopes: Option<Vec<String>>,
-    },
-}
-
-/// Where a secret comes from. It is read when the credential is built: a file's content is
-/// trimmed of surrounding whitespace; an environment variable must be set and non-empty; either
-/// is at most [`MAX_SECRET_BYTES`] of UTF-8.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SecretSource {
-    /// The content of this file.
-    File(PathBuf),
-    /// The value of this environment variable.
-    Env(String),
-}
-
-impl SecretSource {
-    /// Where the secret comes from, as errors name it (never its value).
-    pub(crate) fn origin(&self) -> String {
-        match self {
-            Self::File(path) => format!("file {}", path.display()),
-            Self::Env(name) => format!("environment variable {name}"),
-        }
-    }
-
-    /// Reads the secret now (see the type's rules); the error names the source, never a value.
-    pub(crate) fn read(&self) -> Result<Secret, CredentialError> {
-        let error = |reason| CredentialError::Secret { origin: self.origin(), reason };
-        let value: Zeroizing<String> = match self {
-            Self::File(path) => {
-                let file = std::fs::File::open(path).map_err(|_| error("cannot be opened"))?;
-                let mut bytes = Zeroizing::new(Vec::new());
-                let limit = u64::try_from(MAX_SECRET_BYTES).unwrap_or(u64::MAX).saturating_add(1);
-                file.take(limit).read_to_end(&mut bytes).map_err(|_| error("cannot be read"))?;
-                if bytes.len() > MAX_SECRET_BYTES {
-                    return Err(error("is larger than 16 KiB"));
-                }
-                let text = std::str::from_utf8(&bytes).map_err(|_| error("is not UTF-8"))?;
-                Zeroizing::new(text.trim().to_owned())
-            }
-            Self::Env(name) => {
-                let value = std::env::var_os(name).ok_or_else(|| error("is not set"))?;
-                let value = Zeroizing::new(value.into_string().map_err(|_| error("is not UTF-8"))?);
-                if value.len() > MAX_SECRET_BYTES {
-                    return Err(error("is larger than 16 KiB"));
-                }
-                value
-            }
-        };
-        if value.is_empty() {
-            return Err(error("is empty"));
-        }
-        Ok(Secret(value))
-    }
-}
-
-/// How the gateway authenticates itself to the token endpoint (RFC 6749 §2.3.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ClientAuth {
-    /// HTTP Basic with the form-encoded client id and secret (`client_secret_basic`).
-    #[default]
-    Basic,
-    /// `client_id` and `client_secret` in the request body (`client_secret_post`).
-    Post,
-}
-
-/// Validated configuration of one upstream's credential (the configuration module builds it
-/// from the gateway file). It holds where secrets come from, never a secret.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CredentialConfig {
-    /// No credential.
-    None,
-    /// A static secret sent as `header: <prefix><secret>`.
-    Static {
-        /// The header name, e.g. `Authorization` or `X-Api-Key`.
-        header: String,
-        /// Sent before the secret ([`CredentialConfig::default_prefix`] gives the usual one).
-        prefix: String,
-        /// Where the secret comes from.
-        secret: SecretSource,
-    },
-    /// OAuth 2.0 client credentials (RFC 6749 §4.4) with RFC 8707 `resource` = the upstream's
-    /// canonical URI and the minimal `scopes`; `max_scopes` bounds what a step-up may add (the
-    /// bound is `scopes ∪ max_scopes`).
-    ClientCredentials {
-        /// The authorization server's token endpoint (https; http only on loopback).
-        token_url: Url,
-        /// The gateway's client id at that server.
-        client_id: String,
-        /// The gateway's client secret.
-        client_secret: SecretSource,
-        /// The scopes asked for at first.
-        scopes: Vec<String>,
-        /// The scopes a step-up may ask for in addition.
-        max_scopes: Vec<String>,
-        /// How the client authenticates.
-        auth: ClientAuth,
-    },
-    /// RFC 8693 token exchange: the caller's verified token is the `subject_token`, sent to
-    /// `token_url` only; the requested `resource` is the upstream's URI. Results are cached per
-    /// caller partition (the scopes are fixed per upstream).
-    TokenExchange {
-        /// The authorization server's token endpoint (https; http only on loopback).
-        token_url: Url,
-        /// The gateway's client id at that server.
-        client_id: String,
-        /// The gateway's client secret.
-        client_secret: SecretSource,
-        /// The scopes asked for.
-        scopes: Vec<String>,
-        /// How the client authenticates.
-        auth: ClientAuth,
-    },
-    /// Each person's own authorization at the upstream's authorization server (OAuth
-    /// authorization code with PKCE, made on the gateway's connect page; [`crate::user_oauth`]).
-    UserOAuth {
-        /// The scopes asked for at first.
-        scopes: Vec<String>,
-        /// The scopes a step-up may ask for in addition.
-        max_scopes: Vec<String>,
-    },
-}
-
-impl CredentialConfig {
-    /// The usual prefix for a static secret in `header`: `"Bearer "` for `Authorization`,
-    /// nothing otherwise.
-    pub fn default_prefix(header: &str) -> &'static str {
-        if header.eq_ignore_ascii_case("authorization") { "Bearer " } else { "" }
-    }
-}
-
-/// A secret in memory: zeroed when dropped, and `Debug` shows nothing of it.
-pub(crate) struct Secret(Zeroizing<String>);
-
-impl Secret {
-    /// The secret's text: for the one place that sends or compares it.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// A secret of `value` (tests).
-    #[cfg(test)]
-    pub(crate) fn of(value: &str) -> Self {
-        Self(Zeroizing::new(value.to_owned()))
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
     }
 }
 
@@ -551,10 +374,6 @@ impl TokenEndpoint {
     }
 }
 
-pub(crate) fn form_encode(text: &str) -> String {
-    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
-}
-
 fn check_token_url(url: &Url) -> Result<(), CredentialError> {
     if !url.username().is_empty() || url.password().is_some() {
         return Err(CredentialError::Config("the token URL must not carry credentials"));
@@ -596,32 +415,6 @@ async fn read_capped(mut response: reqwest::Response) -> Result<Zeroizing<Vec<u8
             return Err(CredentialError::Unavailable("the token response is too large"));
         }
         body.extend_from_slice(&chunk);
-    }
-}
-
-/// The fixed text for a refused token request: the RFC 6749 §5.2 / RFC 8707 / RFC 8693 error
-/// code when it is one of the registered ones, never `error_description` or anything else the
-/// server wrote.
-pub(crate) fn refusal_text(body: &[u8]) -> &'static str {
-    #[derive(serde::Deserialize)]
-    struct ErrorBody {
-        error: Option<String>,
-    }
-    let code = serde_json::from_slice::<ErrorBody>(body).ok().and_then(|body| body.error);
-    match code.as_deref() {
-        Some("invalid_request") => "the authorization server refused the token request: invalid_request",
-        Some("invalid_client") => "the authorization server refused the token request: invalid_client",
-        Some("invalid_grant") => "the authorization server refused the token request: invalid_grant",
-        Some("unauthorized_client") => "the authorization server refused the token request: unauthorized_client",
-        Some("unsupported_grant_type") => "the authorization server refused the token request: unsupported_grant_type",
-        Some("invalid_scope") => "the authorization server refused the token request: invalid_scope",
-        Some("invalid_target") => "the authorization server refused the token request: invalid_target",
-        Some("access_denied") => "the authorization server refused the token request: access_denied",
-        Some("server_error") => "the authorization server refused the token request: server_error",
-        Some("temporarily_unavailable") => {
-            "the authorization server refused the token request: temporarily_unavailable"
-        }
-        _ => "the authorization server refused the token request",
     }
 }
 

@@ -17,7 +17,7 @@ use palisade_gateway::launch::LaunchSpec;
 use palisade_gateway::pins::{DefinitionKind, PinState};
 use palisade_store::{PinRow, PinVerdict, Store};
 
-use crate::config::Settings;
+use palisade_host::Settings;
 
 #[derive(Subcommand)]
 pub enum PinsCommand {
@@ -142,17 +142,17 @@ fn hidden_line(definition: &str) -> String {
 
 /// The gateway settings of a configuration file, and its store.
 async fn open(config: &Path) -> anyhow::Result<(Settings, GatewaySettings, std::sync::Arc<dyn Store>)> {
-    open_with(config, &crate::config::ConfigFlags::default()).await
+    open_with(config, &palisade_host::settings::ConfigFlags::default()).await
 }
 
 /// [`open`] with `palisade gateway`'s configuration flags.
 async fn open_with(
     config: &Path,
-    flags: &crate::config::ConfigFlags,
+    flags: &palisade_host::settings::ConfigFlags,
 ) -> anyhow::Result<(Settings, GatewaySettings, std::sync::Arc<dyn Store>)> {
-    let settings = crate::gateway_settings(config, flags)?;
+    let settings = super::gateway_settings(config, flags)?;
     let mut gateway = settings.gateway.clone().context("the configuration has no gateway settings")?;
-    if let Some(path) = recorded_search_path(&settings)? {
+    if let Some(path) = palisade_host::gateway::recorded_search_path(&settings)? {
         gateway.set_search_path(path.as_deref());
     } else if gateway.upstreams.iter().any(|upstream| upstream.stdio.is_some()) {
         eprintln!(
@@ -161,42 +161,9 @@ async fn open_with(
             settings.data_dir.display()
         );
     }
-    crate::prepare_sqlite_dir(&settings)?;
+    palisade_host::secrets::prepare_sqlite_dir(&settings)?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     Ok((settings, gateway, store))
-}
-
-/// The file in the data directory where a starting gateway records the `PATH` it looks stdio
-/// commands up on, so that the operator's commands (`gateway status`, `upstreams show|approve`)
-/// resolve, hash and pin exactly what it runs, whatever their own shell's `PATH` is.
-const SEARCH_PATH_FILE: &str = "gateway-search-path";
-
-/// Records this process's `PATH` as the gateway's (at `palisade gateway` start). An unset `PATH`
-/// is recorded as empty: bare commands resolve to nothing, for the gateway and its operator.
-pub fn record_search_path(settings: &Settings) -> anyhow::Result<()> {
-    let path = settings.data_dir.join(SEARCH_PATH_FILE);
-    let staged = settings.data_dir.join(format!("{SEARCH_PATH_FILE}.new"));
-    let text = std::env::var("PATH").unwrap_or_default();
-    let mut private = std::fs::DirBuilder::new();
-    std::os::unix::fs::DirBuilderExt::mode(private.recursive(true), 0o700);
-    private.create(&settings.data_dir).with_context(|| format!("creating {}", settings.data_dir.display()))?;
-    std::fs::write(&staged, text).with_context(|| format!("writing {}", staged.display()))?;
-    std::fs::rename(&staged, &path).with_context(|| format!("writing {}", path.display()))?;
-    Ok(())
-}
-
-/// The `PATH` the gateway with these settings recorded at its last start: `None` when none has
-/// started with this data directory, `Some(None)` when it ran without one. A file that cannot
-/// be read is an error (resolving on another `PATH` could show and pin another program).
-fn recorded_search_path(settings: &Settings) -> anyhow::Result<Option<Option<String>>> {
-    let path = settings.data_dir.join(SEARCH_PATH_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(text) => Ok(Some(Some(text).filter(|text| !text.is_empty()))),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(error) => {
-            Err(anyhow::Error::new(error).context(format!("reading the gateway's PATH from {}", path.display())))
-        }
-    }
 }
 
 #[allow(clippy::print_stdout)]
@@ -206,7 +173,7 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
             let (_, gateway, store) = open(&config).await?;
             let wanted = match state.as_deref() {
                 None => None,
-                Some(name) => Some(PinState::from_name(name).ok_or_else(|| crate::config::ConfigError {
+                Some(name) => Some(PinState::from_name(name).ok_or_else(|| palisade_host::ConfigError {
                     key: "--state".into(),
                     reason: "must be pending, approved, held or rejected".into(),
                 })?),
@@ -447,17 +414,17 @@ pub fn keygen(out: &Path, reviewer: &str) -> anyhow::Result<ExitCode> {
 /// `palisade gateway status`: connects to every upstream now, lists it, and prints its health
 /// and how many of its definitions are in each pin state and served.
 #[allow(clippy::print_stdout)]
-pub async fn status(config: &Path, flags: &crate::config::ConfigFlags) -> anyhow::Result<ExitCode> {
+pub async fn status(config: &Path, flags: &palisade_host::settings::ConfigFlags) -> anyhow::Result<ExitCode> {
     let (settings, gateway, store) = open_with(config, flags).await?;
     // What the running gateway serves also depends on the signed kill-switch registry.
-    let coverage: Option<palisade_gateway::gateway::CoverageCheck> = crate::killswitch_cli::active_policy(&settings)?
-        .map(|policy| {
+    let coverage: Option<palisade_gateway::gateway::CoverageCheck> =
+        palisade_host::killswitch::active_policy(&settings)?.map(|policy| {
             let policy = std::sync::Arc::new(policy);
             std::sync::Arc::new(move |key: &str| policy.lookup(key).is_some())
                 as palisade_gateway::gateway::CoverageCheck
         });
-    let secret = crate::server_secret(&settings)?;
-    let (gateway, _) = crate::start_gateway(&gateway, &store, &secret, coverage).await?;
+    let secret = palisade_host::secrets::server_secret(&settings)?;
+    let (gateway, _) = palisade_host::gateway::start(&gateway, &store, &secret, coverage).await?;
     let report = gateway.report();
     let summary = palisade_gateway::gateway::summarize(&report);
     let mut healthy = true;

@@ -10,7 +10,7 @@
 //! instance of one deployment shares, so two deployments on one Redis never hear each other.
 //! Messages are bounded and parsed strictly; one that is not a well-formed event is dropped.
 //!
-//! The same connections carry the deployment's answer channel ([`crate::answer_relay`]): a
+//! The same connections carry the deployment's answer channel (`answer_relay.rs`): a
 //! client's answer to a server request, relayed to the instance that sent the request.
 
 use std::sync::Arc;
@@ -23,10 +23,11 @@ use palisade_server::server::Server;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::answer_relay;
+use crate::redis_publish::{KindText as _, MAX_BACKOFF, publish};
+
 /// The largest message accepted from the channel.
 const MAX_MESSAGE_BYTES: usize = 64 * 1024;
-/// Longest wait between two reconnection attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// One message on the channel.
 #[derive(Serialize, Deserialize)]
@@ -72,7 +73,7 @@ pub async fn start(
         .await
         .map_err(|error| anyhow::anyhow!("events_redis: cannot subscribe: {}", error.kind_text()))?;
     tracing::info!(channel = %channels.events, answers = %channels.answers, "server events and client answers fan out through Redis");
-    crate::answer_relay::start(
+    answer_relay::start(
         &server,
         relay_key.clone(),
         origin.clone(),
@@ -104,7 +105,7 @@ struct Channels {
 impl Channels {
     fn new(public_url: &str) -> Self {
         let events = channel(public_url);
-        let answers = crate::answer_relay::channel(&events);
+        let answers = answer_relay::channel(&events);
         Self { events, answers }
     }
 
@@ -125,21 +126,10 @@ struct Receiver {
 impl Receiver {
     fn take(&self, channel: &str, payload: &[u8]) {
         if channel == self.channels.answers {
-            crate::answer_relay::receive(&self.server, &self.relay_key, &self.origin, payload);
+            answer_relay::receive(&self.server, &self.relay_key, &self.origin, payload);
         } else if let Some(event) = parse(payload, &self.origin) {
             self.server.events().publish_remote(event);
         }
-    }
-}
-
-/// The kind of a Redis error, without its detail (which may quote a URL with a password).
-trait KindText {
-    fn kind_text(&self) -> String;
-}
-
-impl KindText for redis::RedisError {
-    fn kind_text(&self) -> String {
-        format!("{:?}", self.kind())
     }
 }
 
@@ -171,33 +161,6 @@ async fn publish_loop(
         let Ok(payload) = serde_json::to_string(&Message { origin: origin.clone(), event }) else { continue };
         if !publish(&client, &mut connection, &channel, &payload, &shutdown, "a server event").await {
             return;
-        }
-    }
-}
-
-/// Publishes `payload` on `channel`, reconnecting with backoff until it is sent (`true`) or the
-/// bridge shuts down (`false`). `what` names the message in the log.
-pub(crate) async fn publish(
-    client: &redis::Client,
-    connection: &mut redis::aio::MultiplexedConnection,
-    channel: &str,
-    payload: &str,
-    shutdown: &CancellationToken,
-    what: &str,
-) -> bool {
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        let sent: redis::RedisResult<i64> =
-            redis::cmd("PUBLISH").arg(channel).arg(payload).query_async(connection).await;
-        let Err(error) = sent else { return true };
-        tracing::warn!(error = %error.kind_text(), "publishing {what} failed; reconnecting");
-        tokio::select! {
-            () = shutdown.cancelled() => return false,
-            () = tokio::time::sleep(backoff) => {}
-        }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-        if let Ok(fresh) = client.get_multiplexed_async_connection().await {
-            *connection = fresh;
         }
     }
 }

@@ -1,0 +1,183 @@
+//! The gateway's loops: each upstream re-listed on its interval and on its own `list_changed`,
+//! a stdio upstream's launch re-checked, reviewers' decisions polled, churn coalesced.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use palisade_server::{Server, ServerEvent};
+use tokio_util::sync::CancellationToken;
+
+use super::reconcile::{churn_record, fingerprint};
+use super::{Gateway, Refreshed, lock};
+use crate::churn::Summary;
+
+impl Gateway {
+    /// Attaches the server whose registry the gateway publishes and starts its loops; they stop
+    /// when `shutdown` is cancelled.
+    pub fn spawn(&self, server: Arc<Server>, shutdown: CancellationToken) {
+        if self.inner.spawned.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            tracing::warn!("the gateway is already attached to a server");
+            return;
+        }
+        for index in 0..self.inner.upstreams.len() {
+            let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
+            tokio::spawn(async move { gateway.relist_loop(index, &on, stop).await });
+            let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
+            tokio::spawn(async move { gateway.changes_loop(index, &on, stop).await });
+            if self.inner.upstreams[index].settings.stdio.is_some() {
+                let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
+                tokio::spawn(async move { gateway.launch_loop(index, &on, stop).await });
+            }
+        }
+        let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
+        tokio::spawn(async move { gateway.decisions_loop(&on, stop).await });
+        let gateway = self.clone();
+        let stop = shutdown.clone();
+        tokio::spawn(async move { gateway.churn_loop(stop).await });
+        if let Some(oauth) = &self.inner.oauth {
+            oauth.spawn_upkeep(server.events(), shutdown.clone());
+        }
+        let upstreams = self.inner.upstreams.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            for upstream in upstreams {
+                upstream.client.shutdown().await;
+            }
+        });
+    }
+
+    async fn relist_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
+        let every = self.inner.settings.pins.relist;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            self.relist(index, server).await;
+        }
+    }
+
+    /// A stdio upstream whose launch changed since its approval (noticed at a process start) is
+    /// re-listed at once: the changed launch is recorded and held, and its tools withdrawn, without
+    /// waiting for the next relisting.
+    async fn launch_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
+        let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = upstream.client.launch_changed() => {}
+            }
+            tracing::info!(upstream = %upstream.settings.id, "stdio upstream launch changed: re-listing");
+            if self.relist(index, server).await == Refreshed::Changed {
+                self.announce(server, "notifications/tools/list_changed");
+            }
+        }
+    }
+
+    /// Follows one upstream's change notifications: each is a re-listing (and pin check)
+    /// before any client hears of a change.
+    async fn changes_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
+        let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
+        let mut backoff = Duration::from_secs(1);
+        loop {
+            match upstream.client.changes().await {
+                Ok(stream) => {
+                    backoff = Duration::from_secs(1);
+                    let mut stream = std::pin::pin!(stream);
+                    loop {
+                        tokio::select! {
+                            () = stop.cancelled() => return,
+                            next = stream.next() => match next {
+                                Some(method) => {
+                                    tracing::info!(upstream = %upstream.settings.id, %method, "upstream list changed: re-listing");
+                                    self.relist(index, server).await;
+                                    self.announce(server, &method);
+                                }
+                                None => break,
+                            }
+                        }
+                    }
+                }
+                Err(error) => tracing::debug!(upstream = %upstream.settings.id, %error, "change stream unavailable"),
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(backoff) => {}
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(60));
+        }
+    }
+
+    /// Passes an upstream's change announcement on to the gateway's clients once the re-listing
+    /// (and its pin check) is done: what they list then is what the gateway serves, whether or
+    /// not the change made a definition served.
+    fn announce(&self, server: &Server, method: &str) {
+        let event = match method {
+            "notifications/tools/list_changed" => ServerEvent::ToolsListChanged,
+            "notifications/prompts/list_changed" => ServerEvent::PromptsListChanged,
+            "notifications/resources/list_changed" => ServerEvent::ResourcesListChanged,
+            _ => return,
+        };
+        server.events().publish(event);
+    }
+
+    /// Writes the churn summaries whose window has elapsed, four times a window (so one is written
+    /// at most a quarter window late).
+    async fn churn_loop(&self, stop: CancellationToken) {
+        let every = Duration::from_millis(crate::churn::WINDOW_MS / 4);
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            let due = lock(&self.inner.churn).due(self.inner.clock.now_unsigned_ms(), false);
+            self.write_churn(due).await;
+        }
+    }
+
+    /// Writes every churn count not yet on the record, whether or not its window has elapsed:
+    /// for the gateway's shutdown, after its listener stopped.
+    pub async fn flush_churn(&self) {
+        let due = lock(&self.inner.churn).due(self.inner.clock.now_unsigned_ms(), true);
+        self.write_churn(due).await;
+    }
+
+    async fn write_churn(&self, summaries: Vec<Summary>) {
+        if summaries.is_empty() {
+            return;
+        }
+        let now = self.inner.clock.now_unsigned_ms();
+        let records = summaries.iter().map(|summary| churn_record(summary, now)).collect();
+        if let Err(error) = self.inner.store.append_batch(records).await {
+            tracing::error!(%error, "pin churn counts could not be audited");
+        }
+    }
+
+    /// Reviewers decide from the CLI, in another process: their decisions reach the registry
+    /// within one poll.
+    async fn decisions_loop(&self, server: &Server, stop: CancellationToken) {
+        let every = self.inner.settings.pins.decision_poll;
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+            match self.inner.store.pin_decisions().await {
+                Ok(decisions) => {
+                    let seen = *lock(&self.inner.decisions_seen);
+                    if fingerprint(decisions.iter()) != seen {
+                        // A launch decision starts (or stops) a stdio upstream: re-list those.
+                        for (index, upstream) in self.inner.upstreams.iter().enumerate() {
+                            if upstream.settings.stdio.is_some() {
+                                self.refresh(index).await;
+                            }
+                        }
+                        self.rebuild(server).await;
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "pin decisions could not be read"),
+            }
+        }
+    }
+}

@@ -1,0 +1,389 @@
+//! The gateway as an application on Palisade's server runtime: it lists every upstream, pins
+//! each definition (control C6), and publishes the *approved* ones as the server's registry,
+//! each relayed tool, prompt and resource forwarding to its upstream with the gateway's own
+//! credential (control C7). Requests to it pass the same pipeline as any application's.
+//!
+//! - [`Gateway::refresh`] re-lists one upstream; `Gateway::rebuild` recomputes every pin's
+//!   state from the store and publishes the resulting [`App`] (clients hear `list_changed`).
+//! - [`Gateway::spawn`] runs the loops: each upstream re-listed every `[pins] relist_secs` and on
+//!   its own `list_changed`; reviewers' decisions read every `decision_poll_secs`.
+//! - A stdio upstream is listed only while its launch ([`LaunchSpec`]) is the
+//!   approved one: [`Gateway::refresh`] resolves it (re-hashing the executable), records it as
+//!   the upstream's `launch` pin and, unless that pin is approved, starts nothing and serves
+//!   nothing of the upstream.
+//!
+//! **Architecture Invariant:** a definition is served only while its current digest is the
+//! approved one (with a valid reviewer signature when `require_signed`), its exposed name is
+//! unambiguous, the operator's policy does not deny it, and the signed kill-switch registry
+//! lists it. Anything else is absent from lists and answers as unknown; the operator sees why
+//! in [`Gateway::report`], the log and the audit record of the state change.
+
+mod loops;
+mod reconcile;
+mod relay;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use palisade_base::clock::Clock;
+use palisade_store::Store;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::churn::Churn;
+use crate::config::{GatewaySettings, UpstreamSettings};
+use crate::credentials::{CredentialConfig, UpstreamCredential};
+use crate::names::Namer;
+use crate::pins::DefinitionKind;
+use crate::upstream::stdio::SandboxIdentities;
+use crate::upstream::{HealthReport, UpstreamClient, UpstreamInfo};
+use crate::user_oauth::UserOAuth;
+
+/// Whether the signed kill-switch registry lists an operation key (`tools/call:<name>`).
+pub type CoverageCheck = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// An upstream's client or credential could not be built.
+    #[error("upstream {upstream}: {reason}")]
+    Upstream {
+        /// The upstream id.
+        upstream: String,
+        /// What failed (never a secret).
+        reason: String,
+    },
+    /// The pin store failed.
+    #[error("pin store: {0}")]
+    Store(#[from] palisade_store::StoreError),
+    /// The web surface's pages cannot be built (never a secret).
+    #[error("web: {0}")]
+    Web(String),
+}
+
+/// One upstream as the gateway runs it.
+struct Upstream {
+    settings: UpstreamSettings,
+    client: UpstreamClient,
+    namer: Namer,
+    listing: Mutex<Option<Arc<Listing>>>,
+    /// Why the last listing failed (`None` after a success).
+    listing_error: Mutex<Option<String>>,
+    /// A stdio upstream's launch pin, as last evaluated.
+    launch: Mutex<Option<PinEntry>>,
+    /// The per-user OAuth client, for a `user_oauth` upstream.
+    oauth: Option<Arc<UserOAuth>>,
+}
+
+/// What one listing of an upstream returned, as sent.
+struct Listing {
+    info: UpstreamInfo,
+    tools: Vec<Value>,
+    prompts: Vec<Value>,
+    resources: Vec<Value>,
+    templates: Vec<Value>,
+}
+
+impl Listing {
+    /// Whether `other` lists exactly the same definitions (and instructions).
+    fn same_as(&self, other: &Listing) -> bool {
+        self.info.instructions == other.info.instructions
+            && self.tools == other.tools
+            && self.prompts == other.prompts
+            && self.resources == other.resources
+            && self.templates == other.templates
+    }
+}
+
+/// What re-listing one upstream found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refreshed {
+    /// The same definitions as the previous listing.
+    Unchanged,
+    /// Something differs (or it is the first listing).
+    Changed,
+    /// The listing failed; the previous one is kept.
+    Failed,
+}
+
+/// One definition's standing, for `pins list`, `gateway status` and the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PinEntry {
+    /// The pin's id.
+    pub pin_id: String,
+    /// The upstream's id.
+    pub upstream: String,
+    /// `tool`, `prompt`, …
+    pub kind: &'static str,
+    /// The upstream's own name (or URI).
+    pub name: String,
+    /// The name (or URI) clients see, when it can be exposed.
+    pub exposed: Option<String>,
+    /// The current digest.
+    pub digest: String,
+    /// Its pin state.
+    pub state: &'static str,
+    /// Whether clients can list and call it now.
+    pub served: bool,
+    /// Why it is not served, when it is not.
+    pub reason: Option<String>,
+}
+
+/// One upstream's standing.
+#[derive(Debug, Clone, Serialize)]
+pub struct UpstreamStatus {
+    /// Its id.
+    pub id: String,
+    /// Its URL.
+    pub url: String,
+    /// `2026-07-28`, the negotiated 2025 version, or `null` before the first connection.
+    pub protocol: Option<String>,
+    /// Health and backoff.
+    pub health: HealthReport,
+    /// Why its last listing failed (`None` after a success).
+    pub listing_error: Option<String>,
+    /// Definitions served / listed.
+    pub served: usize,
+    /// Definitions listed.
+    pub listed: usize,
+    /// A stdio upstream's launch: its pin id, digest, state and why it does not run.
+    pub launch: Option<PinEntry>,
+    /// A stdio upstream's running processes.
+    pub processes: Option<usize>,
+    /// Its per-tool rules that match no listed tool
+    /// ([`crate::config::UpstreamSettings::unmatched_tool_rules`]; empty before a listing).
+    pub unmatched_rules: Vec<String>,
+}
+
+struct Inner {
+    settings: GatewaySettings,
+    upstreams: Vec<Arc<Upstream>>,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    coverage: OnceLock<CoverageCheck>,
+    /// The loops run (on the server [`Gateway::spawn`] was given; once).
+    spawned: std::sync::atomic::AtomicBool,
+    /// Serializes rebuilds (and their publications).
+    rebuilding: tokio::sync::Mutex<()>,
+    /// A rebuild was asked for since the running one started.
+    rebuild_wanted: std::sync::atomic::AtomicBool,
+    /// Digests last written to the store, per pin id (only changes are written).
+    observed: Mutex<HashMap<String, String>>,
+    /// The last report, for status and state-change records.
+    report: Mutex<Vec<PinEntry>>,
+    /// A fingerprint of the decisions the last rebuild saw.
+    decisions_seen: Mutex<u64>,
+    /// Each upstream's definition churn, coalesced in the audit log.
+    churn: Mutex<Churn>,
+    /// The per-user OAuth client of the `user_oauth` upstreams.
+    oauth: Option<Arc<UserOAuth>>,
+}
+
+/// The gateway: cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").field("upstreams", &self.inner.upstreams.len()).finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Builds the upstream clients and credentials (secrets are read now: a missing one is an
+    /// error naming where it should come from). `coverage` is the signed kill-switch registry's
+    /// check, when the server runs a kill switch (or [`Self::set_coverage`] later).
+    pub fn new(
+        settings: GatewaySettings,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        coverage: Option<CoverageCheck>,
+    ) -> Result<Self, GatewayError> {
+        Self::with_user_oauth(settings, store, clock, coverage, None)
+    }
+
+    /// [`Self::new`], with the per-user OAuth client that serves the `user_oauth` upstreams
+    /// (required when there is one).
+    pub fn with_user_oauth(
+        settings: GatewaySettings,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        coverage: Option<CoverageCheck>,
+        oauth: Option<Arc<UserOAuth>>,
+    ) -> Result<Self, GatewayError> {
+        let coverage_cell = OnceLock::new();
+        if let Some(check) = coverage {
+            let _ = coverage_cell.set(check);
+        }
+        let mut upstreams = Vec::with_capacity(settings.upstreams.len());
+        let identities = SandboxIdentities::new(settings.sandbox);
+        // The unprefixed upstream's namer keeps out of every prefixed upstream's namespace.
+        let prefixes: Vec<String> = settings.upstreams.iter().filter_map(|u| u.prefix.clone()).collect();
+        for upstream in &settings.upstreams {
+            let fail = |reason: String| GatewayError::Upstream { upstream: upstream.id.clone(), reason };
+            let per_user = matches!(upstream.credential, CredentialConfig::UserOAuth { .. });
+            let upstream_oauth = match (&oauth, per_user) {
+                (Some(oauth), true) if oauth.serves(&upstream.id) => Some(oauth.clone()),
+                (_, true) => {
+                    return Err(fail(
+                        "its user_oauth credential needs the gateway's web surface ([web], [web.sign_in])".into(),
+                    ));
+                }
+                (_, false) => None,
+            };
+            let client = if upstream.stdio.is_some() {
+                UpstreamClient::stdio(upstream, identities.clone(), settings.protected_paths.clone())
+            } else {
+                let credential = match &upstream_oauth {
+                    Some(oauth) => UpstreamCredential::user_oauth(oauth.clone(), &upstream.id),
+                    None => UpstreamCredential::from_config(&upstream.credential, &upstream.url, clock.clone())
+                        .map_err(|error| fail(error.to_string()))?,
+                };
+                UpstreamClient::new(
+                    &upstream.id,
+                    upstream.url.clone(),
+                    upstream.protocol,
+                    upstream.limits.clone(),
+                    Arc::new(credential),
+                )
+            }
+            .map_err(|error| fail(error.to_string()))?;
+            upstreams.push(Arc::new(Upstream {
+                namer: Namer::new(upstream.prefix.as_deref(), settings.separator).reserving(&prefixes),
+                settings: upstream.clone(),
+                client,
+                listing: Mutex::new(None),
+                listing_error: Mutex::new(None),
+                launch: Mutex::new(None),
+                oauth: upstream_oauth,
+            }));
+        }
+        Ok(Self {
+            inner: Arc::new(Inner {
+                settings,
+                upstreams,
+                store,
+                clock,
+                coverage: coverage_cell,
+                spawned: std::sync::atomic::AtomicBool::new(false),
+                rebuilding: tokio::sync::Mutex::new(()),
+                rebuild_wanted: std::sync::atomic::AtomicBool::new(false),
+                observed: Mutex::new(HashMap::new()),
+                report: Mutex::new(Vec::new()),
+                decisions_seen: Mutex::new(0),
+                churn: Mutex::new(Churn::default()),
+                oauth,
+            }),
+        })
+    }
+
+    /// The per-user OAuth client of the `user_oauth` upstreams, when there are any.
+    pub fn user_oauth(&self) -> Option<&Arc<UserOAuth>> {
+        self.inner.oauth.as_ref()
+    }
+
+    /// The pages of the gateway's web surface ([`crate::web`]): the connect flow of the
+    /// `user_oauth` upstreams, when there are any, and the pin review page, when `[web]` has a
+    /// review token (read now; at least 16 characters). Its keys derive from `secret`.
+    pub fn web_routes(&self, secret: &palisade_server::secret::ServerSecret) -> Result<axum::Router, GatewayError> {
+        let mut routes = axum::Router::new();
+        if let Some(oauth) = &self.inner.oauth {
+            routes = routes.merge(crate::user_oauth::pages::routes(oauth.clone()));
+        }
+        let source = self.inner.settings.web.as_ref().and_then(|web| web.review_token.as_ref());
+        if let Some(source) = source {
+            let token = source.read().map_err(|error| GatewayError::Web(error.to_string()))?;
+            if token.expose().chars().count() < crate::review::MIN_TOKEN_CHARS {
+                return Err(GatewayError::Web("the review token must have at least 16 characters".into()));
+            }
+            let review = crate::review::Review::new(
+                self.inner.store.clone(),
+                self.inner.clock.clone(),
+                self.inner.settings.pins.clone(),
+                crate::findings::ToolNames::new(&self.inner.settings),
+                token,
+                secret,
+            );
+            routes = routes.merge(crate::review::routes(Arc::new(review)));
+        }
+        Ok(routes)
+    }
+
+    /// Sets the signed kill-switch registry's check (once; the kill switch starts after the
+    /// gateway's first listing, whose operations it must cover).
+    pub fn set_coverage(&self, check: CoverageCheck) {
+        if self.inner.coverage.set(check).is_err() {
+            tracing::warn!("the gateway's kill-switch coverage was already set");
+        }
+    }
+
+    /// The pin report of the last build.
+    pub fn report(&self) -> Vec<PinEntry> {
+        lock(&self.inner.report).clone()
+    }
+
+    /// Every upstream's standing.
+    pub fn status(&self) -> Vec<UpstreamStatus> {
+        let report = self.report();
+        self.inner
+            .upstreams
+            .iter()
+            .map(|upstream| {
+                let id = &upstream.settings.id;
+                let kind = DefinitionKind::Launch.as_str();
+                let mine = report.iter().filter(|entry| &entry.upstream == id && entry.kind != kind);
+                let (listed, served) = mine.fold((0, 0), |(l, s), entry| (l + 1, s + usize::from(entry.served)));
+                UpstreamStatus {
+                    id: id.clone(),
+                    url: upstream.settings.url.to_string(),
+                    protocol: upstream.client.info().map(|info| info.era.to_string()),
+                    health: upstream.client.health(),
+                    listing_error: lock(&upstream.listing_error).clone(),
+                    served,
+                    listed,
+                    launch: lock(&upstream.launch).clone(),
+                    processes: upstream.client.processes(),
+                    unmatched_rules: lock(&upstream.listing)
+                        .as_ref()
+                        .map(|listing| {
+                            let names = listing.tools.iter().filter_map(|tool| tool.get("name")?.as_str());
+                            upstream.settings.unmatched_tool_rules(names)
+                        })
+                        .unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Which pins exist, by state, per upstream (for `gateway status`).
+pub fn summarize(entries: &[PinEntry]) -> BTreeMap<String, BTreeMap<&'static str, usize>> {
+    let mut out: BTreeMap<String, BTreeMap<&'static str, usize>> = BTreeMap::new();
+    for entry in entries {
+        *out.entry(entry.upstream.clone()).or_default().entry(entry.state).or_default() += 1;
+    }
+    out
+}
+
+/// The set of exposed operation keys the gateway serves now, for `palisade policy init`.
+pub fn served_operations(entries: &[PinEntry]) -> BTreeSet<String> {
+    entries
+        .iter()
+        .filter(|entry| entry.served)
+        .filter_map(|entry| {
+            let exposed = entry.exposed.as_ref()?;
+            Some(match entry.kind {
+                "tool" => format!("tools/call:{exposed}"),
+                "prompt" => format!("prompts/get:{exposed}"),
+                "resource" | "resource_template" => format!("resources/read:{exposed}"),
+                _ => return None,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,688 @@
+//! The gateway's first job, reconciliation: every upstream's listing → each definition's pin
+//! state (from the store's observations and decisions) → the published registry ([`App`]).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use palisade_server::{App, AppBuilder, Origin, Server};
+use palisade_store::{AuditRecord, Decision, PinDecision, PinObservation, PinRow, PinVerdict};
+use serde_json::{Value, json};
+
+use super::relay::{CompletionRoutes, relayed_prompt, relayed_resource, relayed_template, relayed_tool};
+use super::{Gateway, GatewayError, Listing, PinEntry, Refreshed, Upstream, lock};
+use crate::churn::{Summary, Verdict};
+use crate::names::collisions;
+use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
+use crate::upstream::ListKind;
+use crate::upstream::launch::LaunchSpec;
+
+impl Gateway {
+    /// Lists every upstream once (connecting first); an upstream that fails keeps its previous
+    /// listing (or none) and is reported, never failing the others.
+    pub async fn refresh_all(&self) {
+        let refreshes = (0..self.inner.upstreams.len()).map(|index| self.refresh(index));
+        futures::future::join_all(refreshes).await;
+    }
+
+    /// Re-lists upstream `index` (its definitions are not re-pinned until a rebuild).
+    pub async fn refresh(&self, index: usize) -> Refreshed {
+        let Some(upstream) = self.inner.upstreams.get(index) else { return Refreshed::Failed };
+        if let Err(reason) = self.gate_launch(upstream).await {
+            let had = lock(&upstream.listing).take().is_some();
+            let repeated = lock(&upstream.listing_error).replace(reason.clone()).as_ref() == Some(&reason);
+            if !repeated {
+                tracing::warn!(upstream = %upstream.settings.id, %reason,
+                    "stdio upstream not started (`palisade upstreams show {}` shows its launch)", upstream.settings.id);
+            }
+            return if had { Refreshed::Changed } else { Refreshed::Failed };
+        }
+        match list_upstream(upstream).await {
+            Ok(listing) => {
+                let mut current = lock(&upstream.listing);
+                let changed = current.as_deref().is_none_or(|old| !old.same_as(&listing));
+                *current = Some(Arc::new(listing));
+                *lock(&upstream.listing_error) = None;
+                if changed { Refreshed::Changed } else { Refreshed::Unchanged }
+            }
+            Err(error) => {
+                *lock(&upstream.listing_error) = Some(error.to_string());
+                tracing::warn!(upstream = %upstream.settings.id, %error, "upstream listing failed; keeping the previous one");
+                Refreshed::Failed
+            }
+        }
+    }
+
+    /// A stdio upstream's launch, resolved now (the executable re-hashed), recorded as its
+    /// `launch` pin and evaluated: `Ok` when it is the approved one (the client may start
+    /// processes), else why not (every process is stopped). HTTP upstreams: `Ok`.
+    async fn gate_launch(&self, upstream: &Upstream) -> Result<(), String> {
+        let settings = upstream.settings.clone();
+        let resolved = tokio::task::spawn_blocking(move || {
+            let path = settings.stdio.as_ref().and_then(|stdio| stdio.search_path.clone());
+            LaunchSpec::resolve(&settings, path.as_deref())
+        })
+        .await
+        .map_err(|_| "the launch could not be resolved".to_owned())?;
+        let spec = match resolved {
+            None => return Ok(()),
+            Some(Ok(spec)) => spec,
+            Some(Err(error)) => {
+                upstream.client.set_launch_approved(None).await;
+                *lock(&upstream.launch) = None;
+                return Err(format!("its launch cannot be resolved: {error}"));
+            }
+        };
+        let subject = spec.subject();
+        let pin_id = subject.pin_id();
+        let observation = match spec.observation(self.inner.clock.now_ms()) {
+            Ok(observation) => observation,
+            Err(error) => {
+                upstream.client.set_launch_approved(None).await;
+                return Err(error.to_string());
+            }
+        };
+        let digest = observation.digest.clone();
+        let stored = async {
+            if lock(&self.inner.observed).get(&pin_id) != Some(&digest) {
+                self.inner.store.observe_pins(vec![observation]).await?;
+                lock(&self.inner.observed).insert(pin_id.clone(), digest.clone());
+            }
+            self.inner.store.pin(&pin_id).await
+        };
+        let row = match stored.await {
+            Ok(row) => row,
+            Err(error) => {
+                // The store cannot confirm an approval: fail closed.
+                upstream.client.set_launch_approved(None).await;
+                return Err(format!("its launch approval cannot be read: {error}"));
+            }
+        };
+        let decision = self.decision_view(&subject, row.as_ref());
+        let state = evaluate(&digest, decision, self.inner.settings.pins.require_signed);
+        let reason = match state {
+            PinState::Approved => None,
+            PinState::Held => Some("its launch changed after it was approved: review it again".to_owned()),
+            PinState::Rejected => Some("its launch was rejected by a reviewer".to_owned()),
+            PinState::Pending => Some("its launch was never approved".to_owned()),
+        };
+        *lock(&upstream.launch) = Some(PinEntry {
+            pin_id,
+            upstream: upstream.settings.id.clone(),
+            kind: DefinitionKind::Launch.as_str(),
+            name: String::new(),
+            exposed: None,
+            digest: digest.clone(),
+            state: state.as_str(),
+            served: reason.is_none(),
+            reason: reason.clone(),
+        });
+        match reason {
+            None => {
+                upstream.client.set_launch_approved(Some(digest)).await;
+                Ok(())
+            }
+            Some(reason) => {
+                upstream.client.set_launch_approved(None).await;
+                Err(reason)
+            }
+        }
+    }
+
+    /// A pin's latest decision as [`evaluate`] reads it (its signature checked).
+    fn decision_view<'a>(&self, subject: &PinSubject, row: Option<&'a PinRow>) -> Option<DecisionView<'a>> {
+        let reviewers = &self.inner.settings.pins.reviewers;
+        row.and_then(|row| row.decision.as_ref()).map(|decision| DecisionView {
+            approved: decision.verdict == PinVerdict::Approved,
+            digest: &decision.digest,
+            signature_valid: decision
+                .signature
+                .as_deref()
+                .is_some_and(|signature| reviewers.verify(&decision.reviewer, subject, &decision.digest, signature)),
+        })
+    }
+
+    /// Re-lists upstream `index` and, when what it lists changed, rebuilds the registry: an
+    /// upstream listing the same definitions as before costs one listing and nothing else.
+    pub(super) async fn relist(&self, index: usize, server: &Server) -> Refreshed {
+        let started = std::time::Instant::now();
+        let outcome = self.refresh(index).await;
+        if outcome == Refreshed::Changed {
+            self.rebuild(server).await;
+        }
+        if let Some(upstream) = self.inner.upstreams.get(index) {
+            tracing::debug!(upstream = %upstream.settings.id, ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "re-listed");
+        }
+        outcome
+    }
+
+    /// Computes every pin's state (writing changed definitions to the store first) and the
+    /// application of everything that may be served.
+    pub async fn build_app(&self) -> Result<App, GatewayError> {
+        let definitions = self.collect();
+        self.observe(&definitions).await?;
+        let rows = self.inner.store.pins(None).await?;
+        *lock(&self.inner.decisions_seen) = fingerprint(rows.iter().filter_map(|row| row.decision.as_ref()));
+        let rows: HashMap<&str, &PinRow> = rows.iter().map(|row| (row.observation.pin_id.as_str(), row)).collect();
+        let mut entries = Vec::with_capacity(definitions.len());
+        for definition in &definitions {
+            let row = rows.get(definition.pin_id.as_str()).copied();
+            entries.push(self.entry(definition, row));
+        }
+        self.hold_ambiguous(&definitions, &mut entries);
+        let (app, mut entries) = self.assemble(&definitions, entries)?;
+        entries.extend(self.inner.upstreams.iter().filter_map(|upstream| lock(&upstream.launch).clone()));
+        self.record_transitions(&entries).await;
+        *lock(&self.inner.report) = entries;
+        Ok(app)
+    }
+
+    /// [`Self::build_app`] and publishes it on `server`.
+    /// Requests that arrive while a rebuild runs are merged into one more rebuild after it, so N
+    /// upstreams changing at once cost two rebuilds, not N.
+    pub(super) async fn rebuild(&self, server: &Server) {
+        use std::sync::atomic::Ordering;
+        self.inner.rebuild_wanted.store(true, Ordering::SeqCst);
+        loop {
+            let Ok(one) = self.inner.rebuilding.try_lock() else { return };
+            while self.inner.rebuild_wanted.swap(false, Ordering::SeqCst) {
+                self.rebuild_once(server).await;
+            }
+            drop(one);
+            // A request that came between the last swap and the unlock is not lost.
+            if !self.inner.rebuild_wanted.load(Ordering::SeqCst) {
+                return;
+            }
+        }
+    }
+
+    async fn rebuild_once(&self, server: &Server) {
+        match self.build_app().await {
+            Ok(app) => {
+                if let Err(error) = server.publish(app) {
+                    tracing::error!(%error, "the gateway's new registry was refused; the previous one keeps serving");
+                }
+            }
+            Err(error) => {
+                tracing::error!(%error, "pin states could not be computed; the previous registry keeps serving")
+            }
+        }
+    }
+
+    /// Every definition every upstream last listed, with its pin identity and digest.
+    fn collect(&self) -> Vec<Definition> {
+        let mut out = Vec::new();
+        for (index, upstream) in self.inner.upstreams.iter().enumerate() {
+            let Some(listing) = lock(&upstream.listing).clone() else { continue };
+            let mut push = |kind: DefinitionKind, name: Option<&str>, raw: &Value| {
+                out.push(Definition::new(index, upstream, kind, name, raw));
+            };
+            for tool in &listing.tools {
+                push(DefinitionKind::Tool, tool.get("name").and_then(Value::as_str), tool);
+            }
+            for prompt in &listing.prompts {
+                push(DefinitionKind::Prompt, prompt.get("name").and_then(Value::as_str), prompt);
+            }
+            for resource in &listing.resources {
+                push(DefinitionKind::Resource, resource.get("uri").and_then(Value::as_str), resource);
+            }
+            for template in &listing.templates {
+                push(DefinitionKind::ResourceTemplate, template.get("uriTemplate").and_then(Value::as_str), template);
+            }
+            if let Some(instructions) = &listing.info.instructions {
+                push(DefinitionKind::Instructions, Some(""), &json!(instructions));
+            }
+        }
+        // A name an upstream lists twice has two definitions for one pin: neither is served
+        // (and neither is written, so the store's batch stays valid for everyone else).
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for definition in &out {
+            *seen.entry(definition.pin_id.clone()).or_default() += 1;
+        }
+        for definition in &mut out {
+            if seen.get(&definition.pin_id).is_some_and(|count| *count > 1) {
+                definition.digest =
+                    Err(format!("the upstream lists this {} more than once", definition.subject.kind.as_str()));
+            }
+        }
+        out
+    }
+
+    /// Writes definitions whose digest changed since the last write.
+    async fn observe(&self, definitions: &[Definition]) -> Result<(), GatewayError> {
+        let now = self.inner.clock.now_ms();
+        let changed: Vec<PinObservation> = {
+            let observed = lock(&self.inner.observed);
+            definitions
+                .iter()
+                .filter_map(|d| {
+                    let (digest, _) = d.digest.as_ref().ok()?;
+                    (observed.get(&d.pin_id) != Some(digest)).then(|| d.observation(now)).flatten()
+                })
+                .collect()
+        };
+        if changed.is_empty() {
+            return Ok(());
+        }
+        let written: Vec<(String, String)> = changed.iter().map(|o| (o.pin_id.clone(), o.digest.clone())).collect();
+        self.inner.store.observe_pins(changed).await?;
+        lock(&self.inner.observed).extend(written);
+        Ok(())
+    }
+
+    /// One definition's pin state and whether policy lets it be served.
+    fn entry(&self, definition: &Definition, row: Option<&PinRow>) -> PinEntry {
+        let pins = &self.inner.settings.pins;
+        let upstream = &self.inner.upstreams[definition.upstream];
+        let mut entry = PinEntry {
+            pin_id: definition.pin_id.clone(),
+            upstream: upstream.settings.id.clone(),
+            kind: definition.subject.kind.as_str(),
+            name: definition.subject.name.clone(),
+            exposed: None,
+            digest: String::new(),
+            state: PinState::Pending.as_str(),
+            served: false,
+            reason: None,
+        };
+        let (digest, _) = match &definition.digest {
+            Ok(pair) => pair,
+            Err(reason) => {
+                entry.state = PinState::Held.as_str();
+                entry.reason = Some(reason.clone());
+                return entry;
+            }
+        };
+        entry.digest = digest.clone();
+        let decision = self.decision_view(&definition.subject, row);
+        let state = evaluate(digest, decision, pins.require_signed);
+        entry.state = state.as_str();
+        match definition.expose(upstream) {
+            Ok(exposed) => entry.exposed = Some(exposed),
+            Err(reason) => {
+                entry.reason = Some(reason);
+                return entry;
+            }
+        }
+        if definition.subject.kind == DefinitionKind::Tool && upstream.settings.deny.contains(&definition.subject.name)
+        {
+            entry.reason = Some("denied by the operator's policy (deny)".into());
+            return entry;
+        }
+        if state != PinState::Approved {
+            entry.reason = Some(match state {
+                PinState::Held => "its definition changed after it was approved: review it again".into(),
+                PinState::Rejected => "rejected by a reviewer".into(),
+                _ if pins.require_signed && decision.is_some_and(|d| d.approved) => {
+                    "approved without a valid reviewer signature".into()
+                }
+                _ => "never reviewed".into(),
+            });
+            return entry;
+        }
+        entry.served = true;
+        entry
+    }
+
+    /// Exposed names claimed twice among the definitions that could be served are held: none of
+    /// them is served, each with its reason. Only servable definitions (approved, exposable, not
+    /// denied) claim a name: one no reviewer approved never withdraws another upstream's. An
+    /// unprefixed name or URI inside another upstream's namespace never gets this far: its
+    /// namer refuses to expose it ([`Namer::reserving`]), so it is held, alone, before any
+    /// name is counted.
+    fn hold_ambiguous(&self, definitions: &[Definition], entries: &mut [PinEntry]) {
+        // Instructions have no name: each upstream's are its own section, never a collision.
+        let key = |d: &Definition, e: &PinEntry| {
+            (e.served && d.subject.kind != DefinitionKind::Instructions)
+                .then(|| e.exposed.as_ref().map(|name| format!("{}\u{1f}{name}", d.subject.kind.namespace())))
+                .flatten()
+        };
+        let claimed: Vec<String> = definitions.iter().zip(entries.iter()).filter_map(|(d, e)| key(d, e)).collect();
+        let twice = collisions(claimed.iter().map(String::as_str));
+        for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
+            let Some(claim) = key(definition, entry) else { continue };
+            if twice.contains(&claim) {
+                let exposed = entry.exposed.as_deref().unwrap_or_default();
+                entry.served = false;
+                entry.reason =
+                    Some(format!("exposed name {exposed:?} is claimed by more than one approved definition"));
+            }
+        }
+    }
+
+    /// The application of every served definition. A definition the registry refuses (its
+    /// schema does not compile, …) or the signed kill-switch registry does not list is held
+    /// alone, with its reason.
+    fn assemble(
+        &self,
+        definitions: &[Definition],
+        mut entries: Vec<PinEntry>,
+    ) -> Result<(App, Vec<PinEntry>), GatewayError> {
+        let (mut tools, mut prompts, mut resources, mut templates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut completion_prompts, mut completion_templates) = (BTreeMap::new(), BTreeMap::new());
+        let mut instructions = Vec::new();
+        let covered = |key: &str| self.inner.coverage.get().is_none_or(|check| check(key));
+        for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
+            if !entry.served {
+                continue;
+            }
+            let upstream = &self.inner.upstreams[definition.upstream];
+            let exposed = entry.exposed.clone().unwrap_or_default();
+            let origin = Origin {
+                upstream: upstream.settings.id.clone(),
+                audit_detail: format!(
+                    "upstream={} exposed={} upstream_name={} pin={}",
+                    upstream.settings.id,
+                    exposed,
+                    definition.subject.name,
+                    &entry.digest[..12.min(entry.digest.len())]
+                ),
+            };
+            let (list_key, operation_key) = match definition.subject.kind {
+                DefinitionKind::Tool => ("tools/list", format!("tools/call:{exposed}")),
+                DefinitionKind::Prompt => ("prompts/list", format!("prompts/get:{exposed}")),
+                DefinitionKind::Resource | DefinitionKind::ResourceTemplate => {
+                    ("resources/list", format!("resources/read:{exposed}"))
+                }
+                // Launches are never listed definitions (they gate the listing itself).
+                DefinitionKind::Instructions | DefinitionKind::Launch => ("", String::new()),
+            };
+            if definition.subject.kind != DefinitionKind::Instructions
+                && !(covered(&operation_key) && covered(list_key))
+            {
+                entry.served = false;
+                entry.reason = Some(format!("the signed kill-switch registry does not list {operation_key}"));
+                continue;
+            }
+            let Some(raw) = definition.raw.as_object() else {
+                if let Value::String(text) = &definition.raw {
+                    instructions.push(format!("[{}] {text}", upstream.settings.id));
+                }
+                continue;
+            };
+            let raw = raw.clone();
+            match definition.subject.kind {
+                DefinitionKind::Tool => match relayed_tool(upstream, &exposed, &definition.subject.name, raw, origin) {
+                    Ok(tool) => tools.push(tool),
+                    Err(reason) => {
+                        entry.served = false;
+                        entry.reason = Some(reason);
+                    }
+                },
+                DefinitionKind::Prompt => {
+                    completion_prompts.insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
+                    prompts.push(relayed_prompt(upstream, &exposed, &definition.subject.name, raw, origin));
+                }
+                DefinitionKind::Resource => resources.push(relayed_resource(upstream, &exposed, raw, origin)),
+                DefinitionKind::ResourceTemplate => {
+                    completion_templates
+                        .insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
+                    templates.push(relayed_template(upstream, &exposed, raw, origin));
+                }
+                DefinitionKind::Instructions | DefinitionKind::Launch => {}
+            }
+        }
+        let mut builder = App::builder("palisade-gateway", env!("CARGO_PKG_VERSION")).dynamic();
+        let routes = Arc::new(CompletionRoutes {
+            upstreams: self.inner.upstreams.clone(),
+            prompts: completion_prompts,
+            templates: completion_templates,
+        });
+        if !routes.is_empty() {
+            builder = builder.relayed_completion(move |ctx, reference, params| {
+                let routes = routes.clone();
+                async move { routes.complete(&ctx, reference, params).await }
+            });
+        }
+        builder = tools.into_iter().fold(builder, AppBuilder::tool);
+        builder = prompts.into_iter().fold(builder, AppBuilder::prompt);
+        builder = resources.into_iter().fold(builder, AppBuilder::resource);
+        builder = templates.into_iter().fold(builder, AppBuilder::resource_template);
+        if !instructions.is_empty() {
+            builder = builder.instructions(instructions.join("\n\n"));
+        }
+        let app = builder
+            .build()
+            .map_err(|error| GatewayError::Upstream { upstream: "*".into(), reason: error.to_string() })?;
+        Ok((app, entries))
+    }
+
+    /// Logs and audits every pin whose standing changed since the last build (a new definition,
+    /// a hold, an approval taking effect, a rejection). An upstream's own changes (new or changed
+    /// definitions, and what they do to the served flag) are coalesced while it churns
+    /// ([`crate::churn`]); a reviewer's decision taking effect is always recorded, and closes its
+    /// upstream's coalescing window.
+    async fn record_transitions(&self, entries: &[PinEntry]) {
+        let before: HashMap<String, (&'static str, String, bool)> = lock(&self.inner.report)
+            .iter()
+            .map(|entry| (entry.pin_id.clone(), (entry.state, entry.digest.clone(), entry.served)))
+            .collect();
+        let now = self.inner.clock.now_unsigned_ms();
+        // Per upstream: (coalescible changes, whether one is a listed definition).
+        let mut own: BTreeMap<&str, (Vec<&PinEntry>, bool)> = BTreeMap::new();
+        let mut changed = Vec::new();
+        for entry in entries {
+            let previous = before.get(&entry.pin_id);
+            match previous {
+                Some((state, digest, served))
+                    if *state == entry.state && *digest == entry.digest && *served == entry.served => {}
+                // The same definition in another state: a reviewer decided.
+                Some((state, digest, _)) if *digest == entry.digest && *state != entry.state => changed.push(entry),
+                _ => {
+                    let (list, definitions) = own.entry(entry.upstream.as_str()).or_default();
+                    list.push(entry);
+                    *definitions |= entry.kind != DefinitionKind::Launch.as_str();
+                }
+            }
+        }
+        let mut records = Vec::new();
+        {
+            let mut churn = lock(&self.inner.churn);
+            // A decision took effect: its upstream's next change is recorded in full again.
+            let decided: BTreeSet<&str> = changed.iter().map(|entry| entry.upstream.as_str()).collect();
+            for upstream in decided {
+                records.extend(churn.reset(upstream).map(|summary| churn_record(&summary, now)));
+            }
+            for (upstream, (list, definitions)) in own {
+                let count = list.len() as u64;
+                match churn.observe(upstream, count, definitions, now) {
+                    Verdict::Record => changed.extend(list),
+                    Verdict::Coalesce { started } => {
+                        if started {
+                            tracing::warn!(%upstream, window_secs = crate::churn::WINDOW_MS / 1000,
+                                "upstream changes its definitions again and again: its changes are counted, \
+                                 and audited as one record per window");
+                        }
+                        for entry in list {
+                            tracing::debug!(pin = %entry.pin_id, %upstream, name = %entry.name, state = entry.state,
+                                served = entry.served, "definition changed again (coalesced)");
+                        }
+                    }
+                    Verdict::Summarize(summary) => records.push(churn_record(&summary, now)),
+                }
+            }
+            records.extend(churn.due(now, false).iter().map(|summary| churn_record(summary, now)));
+        }
+        for entry in changed {
+            let digest = &entry.digest[..12.min(entry.digest.len())];
+            let was_served = before.get(&entry.pin_id).is_some_and(|(_, _, served)| *served);
+            let reason = entry.reason.as_deref().unwrap_or("");
+            if entry.served {
+                tracing::info!(pin = %entry.pin_id, upstream = %entry.upstream, name = %entry.name, "definition served");
+            } else if was_served || entry.state == PinState::Held.as_str() {
+                // A served definition withdrawn (a rug pull, a rejection, a new collision).
+                tracing::warn!(pin = %entry.pin_id, upstream = %entry.upstream, name = %entry.name, state = entry.state,
+                    reason, "definition withdrawn: not served");
+            } else {
+                tracing::debug!(pin = %entry.pin_id, upstream = %entry.upstream, name = %entry.name, state = entry.state,
+                    reason, "definition not served");
+            }
+            records.push(AuditRecord {
+                at_ms: now,
+                trace_id: palisade_server::audit::fresh_trace_id(),
+                stage: "pins".into(),
+                decision: if entry.served { Decision::Allow } else { Decision::Deny },
+                operation: format!("pins/{}:{}", entry.kind, entry.exposed.as_deref().unwrap_or(&entry.name)),
+                principal_digest: None,
+                tenant_digest: None,
+                client_digest: None,
+                scopes: Vec::new(),
+                policy_version: Some(format!("pin:{digest}")),
+                code: None,
+                detail: Some(format!(
+                    "upstream={} pin_id={} upstream_name={} state={} served={}",
+                    entry.upstream, entry.pin_id, entry.name, entry.state, entry.served
+                )),
+            });
+        }
+        let withheld = entries.iter().filter(|entry| !entry.served).count();
+        if !records.is_empty() && withheld > 0 {
+            tracing::info!(withheld, "definitions not served (`palisade pins list` shows why)");
+        }
+        if !records.is_empty()
+            && let Err(error) = self.inner.store.append_batch(records).await
+        {
+            tracing::error!(%error, "pin state changes could not be audited");
+        }
+    }
+}
+
+/// One definition as listed, with its identity and digest.
+struct Definition {
+    upstream: usize,
+    subject: PinSubject,
+    pin_id: String,
+    raw: Value,
+    /// (digest, canonical text), or why it cannot be pinned.
+    digest: Result<(String, String), String>,
+}
+
+impl Definition {
+    fn new(upstream: usize, settings: &Upstream, kind: DefinitionKind, name: Option<&str>, raw: &Value) -> Self {
+        let subject = PinSubject {
+            upstream_id: settings.settings.id.clone(),
+            upstream_url: settings.settings.url.to_string(),
+            kind,
+            name: name.unwrap_or("").to_owned(),
+        };
+        let digest = if name.is_none() {
+            Err(format!("the {} has no name", kind.as_str()))
+        } else if matches!(kind, DefinitionKind::Tool | DefinitionKind::Prompt)
+            && !name.is_some_and(crate::names::is_spec_name)
+        {
+            // Held before it is stored: never served, never offered for review, and a name
+            // with terminal escapes or invisible characters never reaches a table.
+            Err(format!(
+                "the {}'s name is not a valid MCP name (1 to 128 characters of A-Z a-z 0-9 _ - .): held, never served",
+                kind.as_str()
+            ))
+        } else {
+            match (definition_digest(raw), canonical_text(raw)) {
+                (Ok(digest), Ok(text)) => Ok((digest, text)),
+                (Err(error), _) | (_, Err(error)) => Err(format!("the definition cannot be pinned: {error}")),
+            }
+        };
+        let mut definition = Self { upstream, pin_id: subject.pin_id(), subject, raw: raw.clone(), digest };
+        // What the store would refuse (an over-long name, a definition over 1 MiB) is held here,
+        // alone, instead of failing the batch of every other definition.
+        if let Some(Err(error)) = definition.observation(0).map(|observation| observation.validate()) {
+            definition.digest = Err(format!("the definition cannot be stored: {error}"));
+        }
+        definition
+    }
+
+    /// What the store keeps of it (`None` when it cannot be pinned).
+    fn observation(&self, now_ms: i64) -> Option<PinObservation> {
+        let (digest, text) = self.digest.as_ref().ok()?;
+        Some(PinObservation {
+            pin_id: self.pin_id.clone(),
+            upstream_id: self.subject.upstream_id.clone(),
+            upstream_url: self.subject.upstream_url.clone(),
+            kind: self.subject.kind.as_str().to_owned(),
+            name: self.subject.name.clone(),
+            digest: digest.clone(),
+            definition: text.clone(),
+            seen_at_ms: now_ms,
+        })
+    }
+
+    /// The exposed name or URI, or why there is none.
+    fn expose(&self, upstream: &Upstream) -> Result<String, String> {
+        let name = &self.subject.name;
+        match self.subject.kind {
+            DefinitionKind::Tool | DefinitionKind::Prompt => {
+                upstream.namer.expose_name(name).map_err(|e| e.to_string())
+            }
+            DefinitionKind::Resource | DefinitionKind::ResourceTemplate => {
+                upstream.namer.expose_uri(name).map_err(|e| e.to_string())
+            }
+            DefinitionKind::Instructions | DefinitionKind::Launch => Ok(String::new()),
+        }
+    }
+}
+
+impl DefinitionKind {
+    /// Names of tools, prompts and resources live in separate namespaces.
+    fn namespace(self) -> &'static str {
+        match self {
+            DefinitionKind::Tool => "tool",
+            DefinitionKind::Prompt => "prompt",
+            DefinitionKind::Resource | DefinitionKind::ResourceTemplate => "resource",
+            DefinitionKind::Instructions => "instructions",
+            DefinitionKind::Launch => "launch",
+        }
+    }
+}
+
+/// A fingerprint of a set of decisions (pin, digest, verdict, reviewer, signature), whatever
+/// their order.
+pub(super) fn fingerprint<'a>(decisions: impl Iterator<Item = &'a PinDecision>) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut keyed: Vec<&PinDecision> = decisions.collect();
+    keyed.sort_by(|a, b| a.pin_id.cmp(&b.pin_id));
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    for decision in keyed {
+        (&decision.pin_id, &decision.digest, decision.verdict.as_str(), &decision.reviewer, &decision.signature)
+            .hash(&mut hasher);
+    }
+    hasher.finish()
+}
+
+async fn list_upstream(upstream: &Upstream) -> Result<Listing, crate::upstream::UpstreamError> {
+    let info = match upstream.client.info() {
+        Some(info) => info,
+        None => upstream.client.connect().await?,
+    };
+    let has = |capability: &str| info.capabilities.get(capability).is_some();
+    let tools = if has("tools") { upstream.client.list(ListKind::Tools).await? } else { Vec::new() };
+    let prompts = if has("prompts") { upstream.client.list(ListKind::Prompts).await? } else { Vec::new() };
+    let (resources, templates) = if has("resources") {
+        (upstream.client.list(ListKind::Resources).await?, upstream.client.list(ListKind::ResourceTemplates).await?)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    Ok(Listing { info, tools, prompts, resources, templates })
+}
+
+/// The audit record of one upstream's coalesced churn: `pins/churn:<upstream>`, with the count.
+pub(super) fn churn_record(summary: &Summary, now_ms: u64) -> AuditRecord {
+    AuditRecord {
+        at_ms: now_ms,
+        trace_id: palisade_server::audit::fresh_trace_id(),
+        stage: "pins".into(),
+        decision: Decision::Deny,
+        operation: format!("pins/churn:{}", summary.upstream),
+        principal_digest: None,
+        tenant_digest: None,
+        client_digest: None,
+        scopes: Vec::new(),
+        policy_version: None,
+        code: None,
+        detail: Some(format!(
+            "upstream={} coalesced={} since_ms={} window_secs={}",
+            summary.upstream,
+            summary.coalesced,
+            summary.since_ms,
+            crate::churn::WINDOW_MS / 1000
+        )),
+    }
+}

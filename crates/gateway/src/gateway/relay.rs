@@ -1,0 +1,508 @@
+//! The gateway's second job, relaying: a call to a served tool, prompt, resource or completion
+//! goes to its upstream (with the gateway's own credential, or the person's own for a
+//! `user_oauth` upstream) and its answer comes back checked.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use palisade_server::{
+    BearerToken, CallToolResult, CompletionRef, Content, GetPromptResult, InputRequired, Origin, Outcome, PromptDef,
+    PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef, ResourceTemplateDef, TaskSupport,
+    ToolDef, check_tool,
+};
+use serde_json::{Map, Value, json};
+
+use super::Upstream;
+use crate::credentials::{CallerContext, CredentialError};
+use crate::upstream::UpstreamError;
+use crate::upstream::{UpstreamReply, UpstreamRequest};
+use crate::user_oauth::{OAuthError, UserCaller, UserOAuth};
+
+/// Scopes as the registry's builders take them.
+fn scope_refs(scopes: &[String]) -> Vec<&str> {
+    scopes.iter().map(String::as_str).collect()
+}
+
+pub(super) fn relayed_tool(
+    upstream: &Arc<Upstream>,
+    exposed: &str,
+    name: &str,
+    raw: Map<String, Value>,
+    origin: Origin,
+) -> Result<ToolDef, String> {
+    let settings = &upstream.settings;
+    let mut scopes = settings.scopes.clone();
+    scopes.extend(settings.tool_scopes.get(name).cloned().unwrap_or_default());
+    let output = match raw.get("outputSchema") {
+        Some(schema) => Some(Arc::new(
+            jsonschema::draft202012::new(schema).map_err(|_| "its outputSchema does not compile".to_owned())?,
+        )),
+        None => None,
+    };
+    // Annotations are information, never policy: `readOnlyHint` grants nothing; a
+    // `destructiveHint` only makes the tool stricter (confirmation) unless the operator exempts it.
+    let destructive = raw.get("annotations").and_then(|a| a.get("destructiveHint")) == Some(&Value::Bool(true));
+    let confirm = settings.confirm.contains(name) || (destructive && !settings.no_confirm.contains(name));
+    // A task-capable tool (the operator's `tasks`, or its definition's `execution.taskSupport`)
+    // called with the tasks extension runs as a *Palisade* task: the task row is bound to
+    // the caller (subject, tenant, client) and authorized on every get/update/cancel, and its
+    // worker makes the upstream call, so callers stay partitioned whether or not the upstream
+    // partitions its own tasks (the upstream never sees a task the client could name).
+    let task_capable = settings.tasks.contains(name)
+        || matches!(
+            raw.get("execution").and_then(|e| e.get("taskSupport")).and_then(Value::as_str),
+            Some("optional" | "required")
+        );
+    let mut builder = ToolDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    if task_capable && !confirm {
+        builder = builder.task_support(TaskSupport::Optional);
+    }
+    if confirm {
+        builder = builder.needs_confirmation();
+    }
+    let upstream = upstream.clone();
+    let upstream_name: Arc<str> = Arc::from(name);
+    let mut tool = builder.handler(move |ctx, arguments| {
+        let upstream = upstream.clone();
+        let upstream_name = upstream_name.clone();
+        let output = output.clone();
+        async move {
+            let mut params = Map::new();
+            params.insert("name".into(), json!(&*upstream_name));
+            params.insert("arguments".into(), Value::Object(arguments));
+            match forward(&upstream, &ctx, "tools/call", params).await? {
+                Relayed::Result(result) => {
+                    tool_result(&upstream.settings.id, result, output.as_deref()).map(Outcome::Complete)
+                }
+                Relayed::InputRequired(input) => Ok(Outcome::InputRequired(input)),
+            }
+        }
+    });
+    check_tool(&mut tool).map_err(|error| format!("the registry refuses it: {error}"))?;
+    Ok(tool)
+}
+
+/// A tool result relayed as sent (content blocks untouched), once it passes the pinned output
+/// schema.
+fn tool_result(
+    upstream: &str,
+    mut result: Map<String, Value>,
+    output: Option<&jsonschema::Validator>,
+) -> Result<CallToolResult, ProtocolError> {
+    let content = match result.remove("content") {
+        Some(Value::Array(blocks)) => blocks.into_iter().map(Content::Raw).collect(),
+        None => Vec::new(),
+        Some(_) => return Err(upstream_garbage(upstream, "a tool result whose content is not an array")),
+    };
+    let is_error = result.get("isError") == Some(&Value::Bool(true));
+    let structured_content = result.remove("structuredContent");
+    if let Some(validator) = output
+        && !is_error
+    {
+        let valid = structured_content.as_ref().is_some_and(|structured| validator.is_valid(structured));
+        if !valid {
+            tracing::warn!(%upstream, "upstream tool result fails its pinned outputSchema");
+            return Err(upstream_garbage(upstream, "a result that does not match the tool's outputSchema"));
+        }
+    }
+    Ok(CallToolResult { content, structured_content, is_error })
+}
+
+fn upstream_garbage(upstream: &str, what: &str) -> ProtocolError {
+    tracing::warn!(%upstream, what, "upstream answer refused");
+    ProtocolError::Internal
+}
+
+pub(super) fn relayed_prompt(
+    upstream: &Arc<Upstream>,
+    exposed: &str,
+    name: &str,
+    raw: Map<String, Value>,
+    origin: Origin,
+) -> PromptDef {
+    let scopes = upstream.settings.scopes.clone();
+    let builder = PromptDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    let upstream = upstream.clone();
+    let upstream_name: Arc<str> = Arc::from(name);
+    builder.handler(move |ctx, arguments| {
+        let upstream = upstream.clone();
+        let upstream_name = upstream_name.clone();
+        async move {
+            let mut params = Map::new();
+            params.insert("name".into(), json!(&*upstream_name));
+            params.insert("arguments".into(), json!(arguments));
+            match forward(&upstream, &ctx, "prompts/get", params).await? {
+                Relayed::Result(result) => prompt_result(&upstream.settings.id, result).map(Outcome::Complete),
+                Relayed::InputRequired(input) => Ok(Outcome::InputRequired(input)),
+            }
+        }
+    })
+}
+
+fn prompt_result(upstream: &str, result: Map<String, Value>) -> Result<GetPromptResult, ProtocolError> {
+    let Some(Value::Array(messages)) = result.get("messages") else {
+        return Err(upstream_garbage(upstream, "a prompt result without messages"));
+    };
+    let mut out = Vec::with_capacity(messages.len());
+    for message in messages {
+        let content = message.get("content").cloned().unwrap_or(Value::Null);
+        out.push(match message.get("role").and_then(Value::as_str) {
+            Some("user") => PromptMessage::user(Content::Raw(content)),
+            Some("assistant") => PromptMessage::assistant(Content::Raw(content)),
+            _ => return Err(upstream_garbage(upstream, "a prompt message with an unknown role")),
+        });
+    }
+    let description = result.get("description").and_then(Value::as_str).map(str::to_owned);
+    Ok(GetPromptResult { description, messages: out })
+}
+
+pub(super) fn relayed_resource(
+    upstream: &Arc<Upstream>,
+    exposed: &str,
+    raw: Map<String, Value>,
+    origin: Origin,
+) -> ResourceDef {
+    let scopes = upstream.settings.scopes.clone();
+    let builder = ResourceDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    let upstream = upstream.clone();
+    builder.reader(move |ctx, uri| {
+        let upstream = upstream.clone();
+        async move { read_resource(&upstream, &ctx, &uri).await }
+    })
+}
+
+pub(super) fn relayed_template(
+    upstream: &Arc<Upstream>,
+    exposed: &str,
+    raw: Map<String, Value>,
+    origin: Origin,
+) -> ResourceTemplateDef {
+    let scopes = upstream.settings.scopes.clone();
+    let builder = ResourceTemplateDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
+    let upstream = upstream.clone();
+    builder.reader(move |ctx, uri, _| {
+        let upstream = upstream.clone();
+        async move { read_resource(&upstream, &ctx, &uri).await }
+    })
+}
+
+async fn read_resource(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    exposed_uri: &str,
+) -> Result<Outcome<Vec<ResourceContents>>, ProtocolError> {
+    let Some(uri) = upstream.namer.upstream_uri(exposed_uri) else {
+        return Err(ProtocolError::ResourceNotFound { uri: exposed_uri.to_owned() });
+    };
+    let mut params = Map::new();
+    params.insert("uri".into(), json!(uri));
+    let result = match forward(upstream, ctx, "resources/read", params).await? {
+        Relayed::Result(result) => result,
+        Relayed::InputRequired(input) => return Ok(Outcome::InputRequired(input)),
+    };
+    let Some(Value::Array(contents)) = result.get("contents") else {
+        return Err(upstream_garbage(&upstream.settings.id, "a read result without contents"));
+    };
+    let mut out = Vec::with_capacity(contents.len());
+    for item in contents {
+        // Contents name URIs in the upstream's space: a URI that is not this upstream's own is
+        // refused rather than relabelled.
+        let item_uri = item.get("uri").and_then(Value::as_str).unwrap_or(uri);
+        let exposed = upstream
+            .namer
+            .expose_uri(item_uri)
+            .map_err(|_| upstream_garbage(&upstream.settings.id, "a content URI"))?;
+        let mime = item.get("mimeType").and_then(Value::as_str).unwrap_or("application/octet-stream");
+        if let Some(text) = item.get("text").and_then(Value::as_str) {
+            out.push(ResourceContents::text(exposed, mime, text));
+        } else if let Some(blob) = item.get("blob").and_then(Value::as_str) {
+            use base64::Engine as _;
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(blob)
+                .map_err(|_| upstream_garbage(&upstream.settings.id, "a blob that is not base64"))?;
+            out.push(ResourceContents::blob(exposed, mime, data));
+        } else {
+            return Err(upstream_garbage(&upstream.settings.id, "a content item without text or blob"));
+        }
+    }
+    Ok(Outcome::Complete(out))
+}
+
+/// What a forwarded request came back with.
+enum Relayed {
+    Result(Map<String, Value>),
+    InputRequired(InputRequired),
+}
+
+/// Forwards one request to its upstream, after the kill switch's second phase: both phases
+/// run before a byte leaves for the upstream. The caller's credentials never travel: the
+/// upstream request is built from `params`, the gateway's own credential and, for token
+/// exchange, the caller's token sent to the authorization server only.
+async fn forward(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<Relayed, ProtocolError> {
+    let id = &upstream.settings.id;
+    admit(upstream, ctx).await?;
+    let Some(params) = upstream_params(id, ctx, params)? else {
+        return not_connected(method, id);
+    };
+    let reply = call_upstream(upstream, ctx, method, params).await;
+    relayed_reply(upstream, ctx, reply).await
+}
+
+/// Whether the call may leave for the upstream now: the upstream is healthy and, with a kill
+/// switch, its fence is obtained.
+async fn admit(upstream: &Upstream, ctx: &RequestContext) -> Result<(), ProtocolError> {
+    let id = &upstream.settings.id;
+    upstream.client.check_health().map_err(|error| error.to_protocol_error(id))?;
+    if ctx.has_kill_switch() {
+        // The fence cannot be redeemed by a server that is not ours: obtaining it is the
+        // last check before the effect (SECURITY.md: the residual window after forwarding).
+        let _fence = ctx.pre_side_effect().await?;
+    }
+    Ok(())
+}
+
+/// The params as the upstream gets them: the caller's progress token and log level in `_meta`,
+/// and on an MRTR retry the upstream's own state and the caller's answers. `None`: the person
+/// declined Palisade's own connect request.
+fn upstream_params(
+    id: &str,
+    ctx: &RequestContext,
+    mut params: Map<String, Value>,
+) -> Result<Option<Map<String, Value>>, ProtocolError> {
+    let mut meta = Map::new();
+    if let Some(token) = &ctx.meta().progress_token {
+        meta.insert("progressToken".into(), token.to_value());
+    }
+    if let Some(level) = ctx.meta().log_level {
+        meta.insert(palisade_wire::meta_keys::LOG_LEVEL.into(), json!(level.as_str()));
+    }
+    if !meta.is_empty() {
+        params.insert("_meta".into(), Value::Object(meta));
+    }
+    // An MRTR retry: the upstream's own state travels inside the gateway's sealed state (bound
+    // to this caller, method, params and expiry by the pipeline), never as the client sent it.
+    let mut connect_round = false;
+    if let Some(state) = ctx.request_state() {
+        if state.get("upstream").and_then(Value::as_str) != Some(id) {
+            return Err(ProtocolError::invalid_params("requestState does not belong to this operation"));
+        }
+        if let Some(upstream_state) = state.get("state") {
+            params.insert("requestState".into(), upstream_state.clone());
+        }
+        connect_round = state.get("connect") == Some(&Value::Bool(true));
+    }
+    if connect_round {
+        // The answer to Palisade's own connect request is not the upstream's to see.
+        let action =
+            ctx.input_responses().get(CONNECT_INPUT).and_then(|answer| answer.get("action")).and_then(Value::as_str);
+        if matches!(action, Some("decline" | "cancel")) {
+            return Ok(None);
+        }
+    } else if !ctx.input_responses().is_empty() {
+        params.insert("inputResponses".into(), Value::Object(ctx.input_responses().clone()));
+    }
+    Ok(Some(params))
+}
+
+/// The call itself, for this caller: the upstream's notifications on the way are relayed to
+/// the caller as they come.
+async fn call_upstream(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    method: &str,
+    params: Map<String, Value>,
+) -> Result<UpstreamReply, UpstreamError> {
+    let partition = ctx.principal().partition_key();
+    let user = upstream.oauth.as_ref().map(|_| UserCaller::of(ctx.principal()));
+    let caller = CallerContext {
+        partition: &partition,
+        subject_token: ctx.principal().bearer_token().map(BearerToken::expose),
+        user: user.as_ref(),
+    };
+    let (notifications, mut received) = tokio::sync::mpsc::channel::<Value>(64);
+    let request = UpstreamRequest {
+        method,
+        params,
+        caller,
+        client_capabilities: Some(Value::Object(upstream_capabilities(&ctx.meta().client_capabilities))),
+        notifications: Some(notifications),
+        cancel: ctx.cancellation().clone(),
+    };
+    let call = upstream.client.request(request);
+    let mut call = std::pin::pin!(call);
+    let reply = loop {
+        tokio::select! {
+            reply = &mut call => break reply,
+            Some(notification) = received.recv() => ctx.relay_notification(&notification).await,
+        }
+    };
+    while let Ok(notification) = received.try_recv() {
+        ctx.relay_notification(&notification).await;
+    }
+    reply
+}
+
+/// The upstream's answer as the caller gets it: a result, the upstream's input requests (its
+/// state sealed in the gateway's), Palisade's connect request when the person has no usable
+/// connection, or the upstream's error.
+async fn relayed_reply(
+    upstream: &Upstream,
+    ctx: &RequestContext,
+    reply: Result<UpstreamReply, UpstreamError>,
+) -> Result<Relayed, ProtocolError> {
+    let id = &upstream.settings.id;
+    let reply = match (reply, &upstream.oauth) {
+        (Err(UpstreamError::Credential(CredentialError::UserAuthorizationRequired { scopes })), Some(oauth)) => {
+            return connect_request(oauth, id, ctx, scopes.as_deref()).await;
+        }
+        (reply, _) => reply,
+    };
+    match reply.map_err(|error| error.to_protocol_error(id))? {
+        UpstreamReply::Result(result) => Ok(Relayed::Result(result)),
+        UpstreamReply::InputRequired { input_requests, request_state } => {
+            let mut input = InputRequired::new();
+            for (key, request) in input_requests {
+                input = input.relay(key, request);
+            }
+            let mut state = json!({ "upstream": id });
+            if let Some(upstream_state) = request_state {
+                state["state"] = upstream_state;
+            }
+            Ok(Relayed::InputRequired(input.with_state(state)))
+        }
+        UpstreamReply::Error { code, message, required_capabilities } => {
+            Err(relayed_error(id, code, &message, required_capabilities))
+        }
+    }
+}
+
+/// The key of Palisade's own connect request among an answer's `inputRequests`.
+const CONNECT_INPUT: &str = "palisade_connect";
+
+/// The person has no usable connection to a `user_oauth` upstream: a URL-mode elicitation of
+/// Palisade's connect page (a one-time link bound to the person, the MCP client and the scopes),
+/// to be answered by retrying once connected. A client that cannot open URLs (no
+/// `elicitation.url` capability) is told what it lacks.
+async fn connect_request(
+    oauth: &UserOAuth,
+    id: &str,
+    ctx: &RequestContext,
+    scopes: Option<&[String]>,
+) -> Result<Relayed, ProtocolError> {
+    let url_mode = ctx.meta().client_capabilities.get("elicitation").and_then(|elicitation| elicitation.get("url"));
+    if !url_mode.is_some_and(Value::is_object) {
+        return Err(ProtocolError::MissingCapability { required: json!({ "elicitation": { "url": {} } }) });
+    }
+    let link = match oauth.connect_link(ctx.principal(), id, scopes).await {
+        Ok(link) => link,
+        Err(OAuthError::Refused(reason)) => return Err(ProtocolError::DelegationRefused { reason }),
+        Err(error) => {
+            tracing::warn!(upstream = id, %error, "user_oauth: no connect link");
+            return Err(ProtocolError::Unavailable);
+        }
+    };
+    tracing::info!(upstream = id, "user_oauth: the caller is asked to connect");
+    let request = json!({ "method": "elicitation/create", "params": {
+        "mode": "url",
+        "message": format!(
+            "The upstream \"{id}\" needs your own authorization. Open the link to sign in and connect your \
+             account on the gateway's page, then continue."
+        ),
+        "url": link.as_str(),
+    } });
+    let input = InputRequired::new().relay(CONNECT_INPUT, request);
+    Ok(Relayed::InputRequired(input.with_state(json!({ "upstream": id, "connect": true }))))
+}
+
+/// The person declined to connect: a tool error for a tool call, otherwise unavailable.
+fn not_connected(method: &str, id: &str) -> Result<Relayed, ProtocolError> {
+    if method != "tools/call" {
+        return Err(ProtocolError::Unavailable);
+    }
+    let text = format!("Not connected: the upstream \"{id}\" needs your authorization, which was declined.");
+    let result = json!({ "content": [{ "type": "text", "text": text }], "isError": true });
+    match result {
+        Value::Object(map) => Ok(Relayed::Result(map)),
+        _ => Err(ProtocolError::Internal),
+    }
+}
+
+/// The caller's declared capabilities as the upstream sees them: without the tasks extension
+/// (a task through the gateway is the gateway's own, run by its worker as a plain call).
+fn upstream_capabilities(declared: &Map<String, Value>) -> Map<String, Value> {
+    let mut capabilities = declared.clone();
+    if let Some(Value::Object(extensions)) = capabilities.get_mut("extensions") {
+        extensions.remove(palisade_server::tasks::TASKS_EXTENSION);
+        if extensions.is_empty() {
+            capabilities.remove("extensions");
+        }
+    }
+    capabilities
+}
+
+/// A JSON-RPC error the upstream answered, as the caller sees it: invalid params and unknown
+/// resources keep their meaning; anything else is the upstream being unavailable for this call.
+fn relayed_error(upstream: &str, code: i64, message: &str, required_capabilities: Option<Value>) -> ProtocolError {
+    tracing::info!(%upstream, code, "upstream answered an error");
+    match (code, required_capabilities) {
+        (-32602, _) => ProtocolError::invalid_params(format!("upstream {upstream}: {message}")),
+        (-32601, _) => ProtocolError::invalid_params(format!("upstream {upstream} does not support this method")),
+        // The caller must declare what the upstream needs (elicitation, sampling, roots).
+        (-32021, Some(required)) => ProtocolError::MissingCapability { required },
+        _ => ProtocolError::Unavailable,
+    }
+}
+
+/// Which upstream answers completions for each served prompt and resource template.
+pub(super) struct CompletionRoutes {
+    pub(super) upstreams: Vec<Arc<Upstream>>,
+    /// Exposed prompt name → (upstream index, upstream name).
+    pub(super) prompts: BTreeMap<String, (usize, String)>,
+    /// Exposed template → (upstream index, upstream template).
+    pub(super) templates: BTreeMap<String, (usize, String)>,
+}
+
+impl CompletionRoutes {
+    pub(super) fn is_empty(&self) -> bool {
+        self.prompts.is_empty() && self.templates.is_empty()
+    }
+
+    /// Relays a `completion/complete` to the upstream of the prompt or template it completes,
+    /// with the reference renamed to the upstream's own.
+    pub(super) async fn complete(
+        &self,
+        ctx: &RequestContext,
+        reference: CompletionRef,
+        mut params: Map<String, Value>,
+    ) -> Result<Value, ProtocolError> {
+        let (index, reference) = match &reference {
+            CompletionRef::Prompt(name) => {
+                let (index, upstream_name) =
+                    self.prompts.get(name).ok_or(ProtocolError::invalid_params("unknown prompt"))?;
+                (*index, json!({ "type": "ref/prompt", "name": upstream_name }))
+            }
+            CompletionRef::Resource(uri) => {
+                let (index, template) =
+                    self.templates.get(uri).ok_or(ProtocolError::invalid_params("unknown resource"))?;
+                (*index, json!({ "type": "ref/resource", "uri": template }))
+            }
+        };
+        let upstream = self.upstreams.get(index).ok_or(ProtocolError::Internal)?;
+        params.insert("ref".into(), reference);
+        params.remove("_meta");
+        match forward(upstream, ctx, "completion/complete", params).await? {
+            Relayed::Result(mut result) => match result.remove("completion") {
+                Some(completion @ Value::Object(_)) => Ok(json!({ "completion": completion })),
+                _ => Err(upstream_garbage(&upstream.settings.id, "a completion result without completion")),
+            },
+            Relayed::InputRequired(_) => {
+                Err(upstream_garbage(&upstream.settings.id, "input requests for a completion"))
+            }
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! What the upstream client takes and gives: the era an upstream speaks, what it declared,
+//! the lists and relayed methods, one relayed request and its reply, and the client's errors.
+
+use palisade_wire::{PROTOCOL_VERSION, ProtocolError};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::credentials::{CallerContext, CredentialError};
+
+/// The era an upstream was found to speak.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Era {
+    /// 2026-07-28: no sessions, `_meta` on every request.
+    Modern,
+    /// The session wire, with the version `initialize` negotiated.
+    Legacy(String),
+}
+
+impl std::fmt::Display for Era {
+    /// The protocol version spoken: `2026-07-28`, or the negotiated 2025-era version.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Modern => f.write_str(PROTOCOL_VERSION),
+            Self::Legacy(version) => f.write_str(version),
+        }
+    }
+}
+
+/// What connecting learned.
+#[derive(Debug, Clone)]
+pub struct UpstreamInfo {
+    /// The era spoken.
+    pub era: Era,
+    /// The upstream's server capabilities, as sent.
+    pub capabilities: Value,
+    /// The upstream's implementation info, as sent (`Null` when it sent none).
+    pub server_info: Value,
+    /// The upstream's instructions, as sent.
+    pub instructions: Option<String>,
+}
+
+/// A list an upstream serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// `tools/list` → `tools`.
+    Tools,
+    /// `prompts/list` → `prompts`.
+    Prompts,
+    /// `resources/list` → `resources`.
+    Resources,
+    /// `resources/templates/list` → `resourceTemplates`.
+    ResourceTemplates,
+}
+
+impl ListKind {
+    /// The list method.
+    pub fn method(self) -> &'static str {
+        match self {
+            Self::Tools => "tools/list",
+            Self::Prompts => "prompts/list",
+            Self::Resources => "resources/list",
+            Self::ResourceTemplates => "resources/templates/list",
+        }
+    }
+
+    /// The result member holding the items.
+    pub fn field(self) -> &'static str {
+        match self {
+            Self::Tools => "tools",
+            Self::Prompts => "prompts",
+            Self::Resources => "resources",
+            Self::ResourceTemplates => "resourceTemplates",
+        }
+    }
+}
+
+/// The methods [`UpstreamClient::request`] relays.
+pub const RELAYED_METHODS: &[&str] = &[
+    "tools/call",
+    "resources/read",
+    "prompts/get",
+    "completion/complete",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+];
+
+/// The notifications that mean "list again".
+pub const LIST_CHANGED: &[&str] =
+    &["notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
+
+/// One request made for a caller.
+pub struct UpstreamRequest<'a> {
+    /// One of [`RELAYED_METHODS`].
+    pub method: &'a str,
+    /// The params to send, names already mapped to the upstream's own. The client adds the
+    /// protocol `_meta` the era needs, keeping the other `_meta` keys (such as `progressToken`).
+    pub params: Map<String, Value>,
+    /// Who the request is made for; `partition` keys the 2025-era session.
+    pub caller: CallerContext<'a>,
+    /// The caller's declared capabilities: 2026-07-28 sends them in `_meta`; the 2025 era
+    /// declares them in the `initialize` that opens the caller's session.
+    pub client_capabilities: Option<Value>,
+    /// Where to relay progress and log notifications the upstream sends on the answer's event
+    /// stream, as raw JSON-RPC notification objects.
+    pub notifications: Option<mpsc::Sender<Value>>,
+    /// Cancelling it abandons the exchange ([`UpstreamError::Cancelled`]).
+    pub cancel: CancellationToken,
+}
+
+/// An upstream's answer to one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpstreamReply {
+    /// A complete result object (exactly as sent, minus nothing).
+    Result(Map<String, Value>),
+    /// `resultType` `input_required`: the `inputRequests` and the upstream's `requestState`,
+    /// raw.
+    InputRequired {
+        /// The input requests, by key (empty when the upstream sent only a state).
+        input_requests: Map<String, Value>,
+        /// The upstream's opaque state, to be echoed on the retry.
+        request_state: Option<Value>,
+    },
+    /// A JSON-RPC error the upstream answered: its code and message (control characters
+    /// replaced, at most 200 characters); `data` is dropped, being upstream-controlled content
+    /// that must not reach clients unreviewed.
+    Error {
+        /// The upstream's error code.
+        code: i64,
+        /// The upstream's message, sanitized.
+        message: String,
+        /// For -32021 only: the capabilities the upstream requires (its data's
+        /// `requiredCapabilities` object, at most 4 KiB).
+        required_capabilities: Option<Value>,
+    },
+}
+
+/// Why a call to an upstream failed. Texts are fixed: no upstream body, no secret.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The upstream is in backoff after consecutive failures.
+    #[error("upstream is in backoff after repeated failures")]
+    Unhealthy,
+    /// No complete answer within the request timeout.
+    #[error("upstream did not answer in time")]
+    Timeout,
+    /// The answer (or a listing) exceeded its limit.
+    #[error("upstream answer exceeds the configured limit")]
+    TooLarge,
+    /// The upstream could not be reached, or the exchange broke off.
+    #[error("upstream unavailable: {0}")]
+    Unavailable(String),
+    /// The upstream answered something that is not the protocol.
+    #[error("upstream protocol error: {0}")]
+    Protocol(String),
+    /// The upstream answered an HTTP status that is not an answer.
+    #[error("upstream answered HTTP status {0}")]
+    Status(u16),
+    /// The gateway's credential for the upstream could not be had.
+    #[error(transparent)]
+    Credential(CredentialError),
+    /// The upstream needs scopes the gateway's credential does not have (and could not get).
+    #[error("upstream requires scopes the gateway's credential lacks")]
+    InsufficientScope(Vec<String>),
+    /// The caller cancelled the request.
+    #[error("the request was cancelled")]
+    Cancelled,
+    /// The gateway's own policy refused the call before it reached the upstream (a stdio
+    /// upstream's process cap, an unapproved or changed launch): not the upstream's failure.
+    #[error("refused by the gateway: {0}")]
+    Refused(String),
+}
+
+impl UpstreamError {
+    /// The JSON-RPC error a caller sees. The catalogue's internal-style errors carry fixed
+    /// messages only, so the cause is logged here with the upstream id, and the caller gets:
+    /// a timeout as [`ProtocolError::Timeout`]; an upstream that is unreachable, in backoff,
+    /// refusing the gateway's credential or answering an error status as
+    /// [`ProtocolError::Unavailable`]; an answer that broke the protocol or its size limit, or
+    /// a cancelled request, as [`ProtocolError::Internal`].
+    pub fn to_protocol_error(&self, upstream_id: &str) -> ProtocolError {
+        if matches!(self, Self::Unhealthy) {
+            // Refused at once during a backoff whose cause was logged when it happened.
+            tracing::debug!(upstream = upstream_id, "upstream call refused during backoff");
+        } else {
+            tracing::warn!(upstream = upstream_id, error = %self, "upstream call failed");
+        }
+        match self {
+            Self::Timeout => ProtocolError::Timeout,
+            Self::Unhealthy
+            | Self::Unavailable(_)
+            | Self::Status(_)
+            | Self::Credential(_)
+            | Self::InsufficientScope(_)
+            | Self::Refused(_) => ProtocolError::Unavailable,
+            Self::TooLarge | Self::Protocol(_) | Self::Cancelled => ProtocolError::Internal,
+        }
+    }
+
+    /// Whether this counts as a failure of the upstream for its health.
+    pub(super) fn is_upstream_failure(&self) -> bool {
+        match self {
+            Self::Unavailable(_) | Self::Timeout | Self::Protocol(_) => true,
+            Self::Status(status) => *status >= 500,
+            Self::Unhealthy
+            | Self::TooLarge
+            | Self::Credential(_)
+            | Self::InsufficientScope(_)
+            | Self::Cancelled
+            | Self::Refused(_) => false,
+        }
+    }
+}
