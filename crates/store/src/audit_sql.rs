@@ -1,42 +1,75 @@
 //! The audit log's statements, written once with `$n` placeholders (SQLite gets them as `?n`),
 //! the [`AuditStore`](crate::AuditStore) implementation both backends share
-//! ([`impl_audit_store!`]), and a store handle's own chain for [`append_batch`].
+//! (over [`AuditBackend`]), and a store handle's own chain for [`append_batch`].
 //!
 //! [`append_batch`]: crate::AuditStore::append_batch
 
 use std::sync::OnceLock;
 
-use crate::chain::{is_chain_id, link, new_chain_id};
-use crate::{AuditRecord, AuditStore, ChainHead, StoreError, StoredCheckpoint};
+use std::future::Future;
+
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
+use crate::backend::Backend;
+use crate::chain::{AuditRow, is_chain_id, link, new_chain_id};
+use crate::store::StoreFuture;
+use crate::{AuditRecord, AuditStore, ChainHead, ChainReport, StoreError, StoredAuditRecord, StoredCheckpoint};
+
+/// What the audit log needs from a backend beyond [`Backend`].
+pub(crate) trait AuditBackend: Backend {
+    /// The placeholder character of the multi-row insert (`$n`, or SQLite's anonymous `?`).
+    const MARKER: char;
+
+    /// The readiness probe.
+    fn ping_backend(&self) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Closes the backend's connections.
+    fn close_backend(&self) -> impl Future<Output = ()> + Send;
+
+    /// The chain of [`AuditStore::append_batch`].
+    fn own_chain(&self) -> &OwnChain;
+}
 
 pub(crate) mod sql {
-    pub const HEADS: &str =
-        "SELECT chain_id, head_seq, head_hash, checkpointed_seq FROM audit_chains ORDER BY chain_id";
-    pub const HEAD: &str =
-        "SELECT chain_id, head_seq, head_hash, checkpointed_seq FROM audit_chains WHERE chain_id = $1";
-    pub const PAGE: &str = concat!(
+    use crate::backend::Statement;
+
+    pub static HEADS: Statement =
+        Statement::new("SELECT chain_id, head_seq, head_hash, checkpointed_seq FROM audit_chains ORDER BY chain_id");
+    pub static HEAD: Statement =
+        Statement::new("SELECT chain_id, head_seq, head_hash, checkpointed_seq FROM audit_chains WHERE chain_id = $1");
+    pub static PAGE: Statement = Statement::new(concat!(
         "SELECT chain_id, ",
         audit_columns!(),
         " FROM audit_log WHERE chain_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq LIMIT $4"
-    );
-    pub const MAXIMA: &str = "SELECT chain_id, max(seq) FROM audit_log GROUP BY chain_id";
-    pub const RECENT: &str =
-        concat!("SELECT chain_id, ", audit_columns!(), " FROM audit_log ORDER BY at_ms DESC, seq DESC LIMIT $1");
+    ));
+    pub static MAXIMA: Statement = Statement::new("SELECT chain_id, max(seq) FROM audit_log GROUP BY chain_id");
+    pub static RECENT: Statement = Statement::new(concat!(
+        "SELECT chain_id, ",
+        audit_columns!(),
+        " FROM audit_log ORDER BY at_ms DESC, seq DESC LIMIT $1"
+    ));
     /// Only ever forward: a batch shipped again leaves the head where it is.
-    pub const UPSERT_HEAD: &str = "INSERT INTO audit_chains (chain_id, head_seq, head_hash) VALUES ($1, $2, $3) \
+    pub static UPSERT_HEAD: Statement = Statement::new(
+        "INSERT INTO audit_chains (chain_id, head_seq, head_hash) VALUES ($1, $2, $3) \
         ON CONFLICT (chain_id) DO UPDATE SET head_seq = excluded.head_seq, head_hash = excluded.head_hash \
-        WHERE audit_chains.head_seq < excluded.head_seq";
-    pub const CLAIM: &str = "UPDATE audit_checkpointer SET holder = $1, until_ms = $2 \
-        WHERE id = 1 AND (holder = $1 OR until_ms < $3)";
-    pub const INSERT_CHECKPOINT: &str = "INSERT INTO audit_checkpoints (seq, at_ms, body, signature, delta) \
-        VALUES ($1, $2, $3, $4, $5) ON CONFLICT (seq) DO NOTHING";
-    pub const MARK_CHECKPOINTED: &str =
-        "UPDATE audit_chains SET checkpointed_seq = $2 WHERE chain_id = $1 AND checkpointed_seq < $2";
-    pub const CHECKPOINTS: &str =
-        "SELECT seq, at_ms, body, signature, delta FROM audit_checkpoints WHERE seq > $1 ORDER BY seq LIMIT $2";
-    pub const LATEST_CHECKPOINT: &str =
-        "SELECT seq, at_ms, body, signature, delta FROM audit_checkpoints ORDER BY seq DESC LIMIT 1";
-    pub const PING: &str = "SELECT holder FROM audit_checkpointer WHERE id = 1";
+        WHERE audit_chains.head_seq < excluded.head_seq",
+    );
+    pub static CLAIM: Statement = Statement::new(
+        "UPDATE audit_checkpointer SET holder = $1, until_ms = $2 \
+        WHERE id = 1 AND (holder = $1 OR until_ms < $3)",
+    );
+    pub static INSERT_CHECKPOINT: Statement = Statement::new(
+        "INSERT INTO audit_checkpoints (seq, at_ms, body, signature, delta) \
+        VALUES ($1, $2, $3, $4, $5) ON CONFLICT (seq) DO NOTHING",
+    );
+    pub static MARK_CHECKPOINTED: Statement =
+        Statement::new("UPDATE audit_chains SET checkpointed_seq = $2 WHERE chain_id = $1 AND checkpointed_seq < $2");
+    pub static CHECKPOINTS: Statement = Statement::new(
+        "SELECT seq, at_ms, body, signature, delta FROM audit_checkpoints WHERE seq > $1 ORDER BY seq LIMIT $2",
+    );
+    pub static LATEST_CHECKPOINT: Statement =
+        Statement::new("SELECT seq, at_ms, body, signature, delta FROM audit_checkpoints ORDER BY seq DESC LIMIT 1");
+    pub static PING: Statement = Statement::new("SELECT holder FROM audit_checkpointer WHERE id = 1");
 }
 
 /// Most rows per INSERT statement (16 parameters each, within both backends' limits).
@@ -135,249 +168,277 @@ impl OwnChain {
     }
 }
 
-/// Implements [`AuditStore`](crate::AuditStore) for a backend from the shared statements.
-/// `begin` opens a write transaction, `writer`/`reader` name the pools, `sql` adapts a
-/// statement's placeholders, `marker` is the placeholder character of `insert_statement`, `own`
-/// the [`OwnChain`] field, `close` the backend's own close.
-macro_rules! impl_audit_store {
-    (store: $store:ty, begin: $begin:ident, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident,
-     marker: $marker:literal, own: $own:ident, close: $close:ident) => {
-        impl $store {
-            async fn ship_inner(&self, chain: &str, records: Vec<crate::StoredAuditRecord>) -> Result<(), StoreError> {
-                if records.is_empty() {
-                    return Ok(());
-                }
-                let during = "ship";
-                let sqlx_error = |error| StoreError::from_sqlx(during, error);
-                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
-                let stored: Option<crate::audit_sql::HeadRow> = sqlx::query_as($sql!(crate::audit_sql::sql::HEAD))
-                    .bind(chain)
-                    .fetch_optional(&mut *transaction)
-                    .await
-                    .map_err(sqlx_error)?;
-                let stored = stored.map(crate::audit_sql::decode_head).transpose()?;
-                let Some((head_seq, head_hash)) =
-                    crate::chain::check_batch(chain, &records, stored.map(|head| (head.seq, head.hash)))?
-                else {
-                    return Ok(());
-                };
-                let mut records = records.into_iter().peekable();
-                while records.peek().is_some() {
-                    let chunk: Vec<_> = records.by_ref().take(crate::audit_sql::INSERT_CHUNK).collect();
-                    let mut query = sqlx::query(crate::audit_sql::insert_statement(chunk.len(), $marker));
-                    for stored in chunk {
-                        let record = stored.record;
-                        let scopes = serde_json::to_string(&record.scopes)
-                            .map_err(|_| StoreError::InvalidRecord { reason: "scopes do not serialize to JSON" })?;
-                        query = query
-                            .bind(stored.chain)
-                            .bind(
-                                i64::try_from(stored.seq)
-                                    .map_err(|_| StoreError::corrupt("sequence number overflow"))?,
-                            )
-                            .bind(
-                                i64::try_from(record.at_ms)
-                                    .map_err(|_| StoreError::InvalidRecord { reason: "at_ms out of range" })?,
-                            )
-                            .bind(record.trace_id)
-                            .bind(record.stage)
-                            .bind(record.decision.as_str())
-                            .bind(record.operation)
-                            .bind(record.principal_digest)
-                            .bind(record.tenant_digest)
-                            .bind(record.client_digest)
-                            .bind(scopes)
-                            .bind(record.policy_version)
-                            .bind(record.code)
-                            .bind(record.detail)
-                            .bind(stored.prev_hash.to_vec())
-                            .bind(stored.hash.to_vec());
-                    }
-                    query.execute(&mut *transaction).await.map_err(sqlx_error)?;
-                }
-                sqlx::query($sql!(crate::audit_sql::sql::UPSERT_HEAD))
-                    .bind(chain)
-                    .bind(i64::try_from(head_seq).map_err(|_| StoreError::corrupt("sequence number overflow"))?)
-                    .bind(head_hash.to_vec())
-                    .execute(&mut *transaction)
-                    .await
-                    .map_err(sqlx_error)?;
-                transaction.commit().await.map_err(sqlx_error)
-            }
+/// The audit statements of one backend, for the [`AuditStore`] implementation below.
+struct Audit<'a, B>(&'a B);
 
-            async fn heads_inner(&self, during: &'static str) -> Result<Vec<crate::ChainHead>, StoreError> {
-                let rows: Vec<crate::audit_sql::HeadRow> = sqlx::query_as($sql!(crate::audit_sql::sql::HEADS))
-                    .fetch_all(&self.$reader)
+impl<B> Clone for Audit<'_, B> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<B> Copy for Audit<'_, B> {}
+
+impl<B> Audit<'_, B>
+where
+    B: AuditBackend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<i64>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> HeadRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> AuditRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> CheckpointRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (String, i64): FromRow<'r, <B::Db as Database>::Row>,
+{
+    async fn ship_inner(self, chain: &str, records: Vec<crate::StoredAuditRecord>) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let during = "ship";
+        let sqlx_error = |error| StoreError::from_sqlx(during, error);
+        let mut transaction = self.0.begin().await.map_err(sqlx_error)?;
+        let stored: Option<HeadRow> = sqlx::query_as(B::sql(&sql::HEAD))
+            .bind(chain)
+            .fetch_optional(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        let stored = stored.map(decode_head).transpose()?;
+        let Some((head_seq, head_hash)) =
+            crate::chain::check_batch(chain, &records, stored.map(|head| (head.seq, head.hash)))?
+        else {
+            return Ok(());
+        };
+        let mut records = records.into_iter().peekable();
+        while records.peek().is_some() {
+            let chunk: Vec<_> = records.by_ref().take(INSERT_CHUNK).collect();
+            let mut query = sqlx::query(insert_statement(chunk.len(), B::MARKER));
+            for stored in chunk {
+                let record = stored.record;
+                let scopes = serde_json::to_string(&record.scopes)
+                    .map_err(|_| StoreError::InvalidRecord { reason: "scopes do not serialize to JSON" })?;
+                query = query
+                    .bind(stored.chain)
+                    .bind(i64::try_from(stored.seq).map_err(|_| StoreError::corrupt("sequence number overflow"))?)
+                    .bind(
+                        i64::try_from(record.at_ms)
+                            .map_err(|_| StoreError::InvalidRecord { reason: "at_ms out of range" })?,
+                    )
+                    .bind(record.trace_id)
+                    .bind(record.stage)
+                    .bind(record.decision.as_str())
+                    .bind(record.operation)
+                    .bind(record.principal_digest)
+                    .bind(record.tenant_digest)
+                    .bind(record.client_digest)
+                    .bind(scopes)
+                    .bind(record.policy_version)
+                    .bind(record.code)
+                    .bind(record.detail)
+                    .bind(stored.prev_hash.to_vec())
+                    .bind(stored.hash.to_vec());
+            }
+            query.execute(&mut *transaction).await.map_err(sqlx_error)?;
+        }
+        sqlx::query(B::sql(&sql::UPSERT_HEAD))
+            .bind(chain)
+            .bind(i64::try_from(head_seq).map_err(|_| StoreError::corrupt("sequence number overflow"))?)
+            .bind(head_hash.to_vec())
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        transaction.commit().await.map_err(sqlx_error)
+    }
+
+    async fn heads_inner(self, during: &'static str) -> Result<Vec<crate::ChainHead>, StoreError> {
+        let rows: Vec<HeadRow> = sqlx::query_as(B::sql(&sql::HEADS))
+            .fetch_all(self.0.reader())
+            .await
+            .map_err(|error| StoreError::from_sqlx(during, error))?;
+        rows.into_iter().map(decode_head).collect()
+    }
+
+    async fn verify_inner(self, checkpointed: crate::CheckpointedHeads) -> Result<ChainReport, StoreError> {
+        let during = "verify";
+        let heads = self.heads_inner(during).await?;
+        crate::chain::verify_all(
+            heads,
+            &checkpointed,
+            |chain, after_seq, up_to_seq, limit| async move {
+                sqlx::query_as(B::sql(&sql::PAGE))
+                    .bind(chain)
+                    .bind(after_seq)
+                    .bind(up_to_seq)
+                    .bind(limit)
+                    .fetch_all(self.0.reader())
+                    .await
+                    .map_err(|error| StoreError::from_sqlx(during, error))
+            },
+            || async move {
+                // Maxima first, heads second: a batch shipped between the two statements
+                // moves its head in the same transaction as its records, so an honest
+                // log never shows a record beyond the head read after it.
+                let maxima: Vec<(String, i64)> = sqlx::query_as(B::sql(&sql::MAXIMA))
+                    .fetch_all(self.0.reader())
                     .await
                     .map_err(|error| StoreError::from_sqlx(during, error))?;
-                rows.into_iter().map(crate::audit_sql::decode_head).collect()
-            }
-
-            async fn verify_inner(&self, checkpointed: crate::CheckpointedHeads) -> Result<ChainReport, StoreError> {
-                let during = "verify";
                 let heads = self.heads_inner(during).await?;
-                crate::chain::verify_all(
-                    heads,
-                    &checkpointed,
-                    |chain, after_seq, up_to_seq, limit| async move {
-                        sqlx::query_as($sql!(crate::audit_sql::sql::PAGE))
-                            .bind(chain)
-                            .bind(after_seq)
-                            .bind(up_to_seq)
-                            .bind(limit)
-                            .fetch_all(&self.$reader)
-                            .await
-                            .map_err(|error| StoreError::from_sqlx(during, error))
-                    },
-                    || async move {
-                        // Maxima first, heads second: a batch shipped between the two statements
-                        // moves its head in the same transaction as its records, so an honest
-                        // log never shows a record beyond the head read after it.
-                        let maxima: Vec<(String, i64)> = sqlx::query_as($sql!(crate::audit_sql::sql::MAXIMA))
-                            .fetch_all(&self.$reader)
-                            .await
-                            .map_err(|error| StoreError::from_sqlx(during, error))?;
-                        let heads = self.heads_inner(during).await?;
-                        Ok((heads, maxima))
-                    },
-                )
+                Ok((heads, maxima))
+            },
+        )
+        .await
+    }
+
+    async fn recent_inner(self, limit: u32) -> Result<Vec<StoredAuditRecord>, StoreError> {
+        let rows: Vec<crate::chain::AuditRow> = sqlx::query_as(B::sql(&sql::RECENT))
+            .bind(i64::from(limit.min(crate::MAX_RECENT)))
+            .fetch_all(self.0.reader())
+            .await
+            .map_err(|error| StoreError::from_sqlx("recent", error))?;
+        rows.into_iter().map(crate::chain::decode_row).collect()
+    }
+
+    async fn add_checkpoint_inner(
+        self,
+        checkpoint: crate::StoredCheckpoint,
+        advanced: Vec<crate::ChainHead>,
+    ) -> Result<bool, StoreError> {
+        let during = "checkpoint";
+        let sqlx_error = |error| StoreError::from_sqlx(during, error);
+        let range = |value: u64| {
+            i64::try_from(value).map_err(|_| StoreError::InvalidRecord { reason: "checkpoint value out of range" })
+        };
+        let mut transaction = self.0.begin().await.map_err(sqlx_error)?;
+        let inserted = sqlx::query(B::sql(&sql::INSERT_CHECKPOINT))
+            .bind(range(checkpoint.seq)?)
+            .bind(range(checkpoint.at_ms)?)
+            .bind(checkpoint.body)
+            .bind(checkpoint.signature)
+            .bind(checkpoint.delta)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        if B::rows_affected(&inserted) != 1 {
+            return Ok(false);
+        }
+        for head in advanced {
+            sqlx::query(B::sql(&sql::MARK_CHECKPOINTED))
+                .bind(head.chain)
+                .bind(range(head.seq)?)
+                .execute(&mut *transaction)
                 .await
-            }
-
-            async fn recent_inner(&self, limit: u32) -> Result<Vec<StoredAuditRecord>, StoreError> {
-                let rows: Vec<crate::chain::AuditRow> = sqlx::query_as($sql!(crate::audit_sql::sql::RECENT))
-                    .bind(i64::from(limit.min(crate::MAX_RECENT)))
-                    .fetch_all(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("recent", error))?;
-                rows.into_iter().map(crate::chain::decode_row).collect()
-            }
-
-            async fn add_checkpoint_inner(
-                &self,
-                checkpoint: crate::StoredCheckpoint,
-                advanced: Vec<crate::ChainHead>,
-            ) -> Result<bool, StoreError> {
-                let during = "checkpoint";
-                let sqlx_error = |error| StoreError::from_sqlx(during, error);
-                let range = |value: u64| {
-                    i64::try_from(value)
-                        .map_err(|_| StoreError::InvalidRecord { reason: "checkpoint value out of range" })
-                };
-                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
-                let inserted = sqlx::query($sql!(crate::audit_sql::sql::INSERT_CHECKPOINT))
-                    .bind(range(checkpoint.seq)?)
-                    .bind(range(checkpoint.at_ms)?)
-                    .bind(checkpoint.body)
-                    .bind(checkpoint.signature)
-                    .bind(checkpoint.delta)
-                    .execute(&mut *transaction)
-                    .await
-                    .map_err(sqlx_error)?;
-                if inserted.rows_affected() != 1 {
-                    return Ok(false);
-                }
-                for head in advanced {
-                    sqlx::query($sql!(crate::audit_sql::sql::MARK_CHECKPOINTED))
-                        .bind(head.chain)
-                        .bind(range(head.seq)?)
-                        .execute(&mut *transaction)
-                        .await
-                        .map_err(sqlx_error)?;
-                }
-                transaction.commit().await.map_err(sqlx_error)?;
-                Ok(true)
-            }
+                .map_err(sqlx_error)?;
         }
-
-        impl crate::AuditStore for $store {
-            fn ship(&self, chain: &str, records: Vec<StoredAuditRecord>) -> StoreFuture<'_, ()> {
-                let chain = chain.to_owned();
-                Box::pin(async move { self.ship_inner(&chain, records).await })
-            }
-
-            fn append_batch(&self, records: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
-                Box::pin(self.$own.append(self, records))
-            }
-
-            fn chain_heads(&self) -> StoreFuture<'_, Vec<crate::ChainHead>> {
-                Box::pin(self.heads_inner("chain heads"))
-            }
-
-            fn chain_head(&self, chain: &str) -> StoreFuture<'_, Option<crate::ChainHead>> {
-                let chain = chain.to_owned();
-                Box::pin(async move {
-                    let row: Option<crate::audit_sql::HeadRow> = sqlx::query_as($sql!(crate::audit_sql::sql::HEAD))
-                        .bind(chain)
-                        .fetch_optional(&self.$reader)
-                        .await
-                        .map_err(|error| StoreError::from_sqlx("chain head", error))?;
-                    row.map(crate::audit_sql::decode_head).transpose()
-                })
-            }
-
-            fn verify_chain_against(&self, checkpointed: crate::CheckpointedHeads) -> StoreFuture<'_, ChainReport> {
-                Box::pin(self.verify_inner(checkpointed))
-            }
-
-            fn recent(&self, limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
-                Box::pin(self.recent_inner(limit))
-            }
-
-            fn claim_checkpointer(&self, holder: &str, now_ms: i64, until_ms: i64) -> StoreFuture<'_, bool> {
-                let holder = holder.to_owned();
-                Box::pin(async move {
-                    let done = sqlx::query($sql!(crate::audit_sql::sql::CLAIM))
-                        .bind(holder)
-                        .bind(until_ms)
-                        .bind(now_ms)
-                        .execute(&self.$writer)
-                        .await
-                        .map_err(|error| StoreError::from_sqlx("checkpoint lease", error))?;
-                    Ok(done.rows_affected() == 1)
-                })
-            }
-
-            fn add_checkpoint(
-                &self,
-                checkpoint: crate::StoredCheckpoint,
-                advanced: Vec<crate::ChainHead>,
-            ) -> StoreFuture<'_, bool> {
-                Box::pin(self.add_checkpoint_inner(checkpoint, advanced))
-            }
-
-            fn checkpoints(&self, after_seq: u64, limit: u32) -> StoreFuture<'_, Vec<crate::StoredCheckpoint>> {
-                Box::pin(async move {
-                    let rows: Vec<crate::audit_sql::CheckpointRow> =
-                        sqlx::query_as($sql!(crate::audit_sql::sql::CHECKPOINTS))
-                            .bind(i64::try_from(after_seq).unwrap_or(i64::MAX))
-                            .bind(i64::from(limit.min(1000)))
-                            .fetch_all(&self.$reader)
-                            .await
-                            .map_err(|error| StoreError::from_sqlx("checkpoints", error))?;
-                    rows.into_iter().map(crate::audit_sql::decode_checkpoint).collect()
-                })
-            }
-
-            fn latest_checkpoint(&self) -> StoreFuture<'_, Option<crate::StoredCheckpoint>> {
-                Box::pin(async move {
-                    let row: Option<crate::audit_sql::CheckpointRow> =
-                        sqlx::query_as($sql!(crate::audit_sql::sql::LATEST_CHECKPOINT))
-                            .fetch_optional(&self.$reader)
-                            .await
-                            .map_err(|error| StoreError::from_sqlx("checkpoints", error))?;
-                    row.map(crate::audit_sql::decode_checkpoint).transpose()
-                })
-            }
-
-            fn ping(&self) -> StoreFuture<'_, ()> {
-                Box::pin(self.ping_inner())
-            }
-
-            fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
-                Box::pin(self.$close())
-            }
-        }
-    };
+        transaction.commit().await.map_err(sqlx_error)?;
+        Ok(true)
+    }
 }
-pub(crate) use impl_audit_store;
+
+/// [`AuditStore`] for every backend, from the shared statements (one text for both).
+impl<B> AuditStore for B
+where
+    B: AuditBackend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<i64>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> HeadRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> AuditRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> CheckpointRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (String, i64): FromRow<'r, <B::Db as Database>::Row>,
+{
+    fn ship(&self, chain: &str, records: Vec<StoredAuditRecord>) -> StoreFuture<'_, ()> {
+        let chain = chain.to_owned();
+        Box::pin(async move { Audit(self).ship_inner(&chain, records).await })
+    }
+
+    fn append_batch(&self, records: Vec<AuditRecord>) -> StoreFuture<'_, ()> {
+        Box::pin(self.own_chain().append(self, records))
+    }
+
+    fn chain_heads(&self) -> StoreFuture<'_, Vec<crate::ChainHead>> {
+        Box::pin(Audit(self).heads_inner("chain heads"))
+    }
+
+    fn chain_head(&self, chain: &str) -> StoreFuture<'_, Option<crate::ChainHead>> {
+        let chain = chain.to_owned();
+        Box::pin(async move {
+            let row: Option<HeadRow> = sqlx::query_as(B::sql(&sql::HEAD))
+                .bind(chain)
+                .fetch_optional(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("chain head", error))?;
+            row.map(decode_head).transpose()
+        })
+    }
+
+    fn verify_chain_against(&self, checkpointed: crate::CheckpointedHeads) -> StoreFuture<'_, ChainReport> {
+        Box::pin(Audit(self).verify_inner(checkpointed))
+    }
+
+    fn recent(&self, limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
+        Box::pin(Audit(self).recent_inner(limit))
+    }
+
+    fn claim_checkpointer(&self, holder: &str, now_ms: i64, until_ms: i64) -> StoreFuture<'_, bool> {
+        let holder = holder.to_owned();
+        Box::pin(async move {
+            let done = sqlx::query(B::sql(&sql::CLAIM))
+                .bind(holder)
+                .bind(until_ms)
+                .bind(now_ms)
+                .execute(self.writer())
+                .await
+                .map_err(|error| StoreError::from_sqlx("checkpoint lease", error))?;
+            Ok(B::rows_affected(&done) == 1)
+        })
+    }
+
+    fn add_checkpoint(
+        &self,
+        checkpoint: crate::StoredCheckpoint,
+        advanced: Vec<crate::ChainHead>,
+    ) -> StoreFuture<'_, bool> {
+        Box::pin(Audit(self).add_checkpoint_inner(checkpoint, advanced))
+    }
+
+    fn checkpoints(&self, after_seq: u64, limit: u32) -> StoreFuture<'_, Vec<crate::StoredCheckpoint>> {
+        Box::pin(async move {
+            let rows: Vec<CheckpointRow> = sqlx::query_as(B::sql(&sql::CHECKPOINTS))
+                .bind(i64::try_from(after_seq).unwrap_or(i64::MAX))
+                .bind(i64::from(limit.min(1000)))
+                .fetch_all(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("checkpoints", error))?;
+            rows.into_iter().map(decode_checkpoint).collect()
+        })
+    }
+
+    fn latest_checkpoint(&self) -> StoreFuture<'_, Option<crate::StoredCheckpoint>> {
+        Box::pin(async move {
+            let row: Option<CheckpointRow> = sqlx::query_as(B::sql(&sql::LATEST_CHECKPOINT))
+                .fetch_optional(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("checkpoints", error))?;
+            row.map(decode_checkpoint).transpose()
+        })
+    }
+
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(self.ping_backend())
+    }
+
+    fn close(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(self.close_backend())
+    }
+}

@@ -19,26 +19,11 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use crate::store::StoredCheckpoint;
 use crate::{AuditStore, ChainHead, ChainReport, CheckpointedHeads, StoreError, is_chain_id};
 
 /// Most checkpoints read per page while verifying.
 const CHECKPOINT_PAGE: u32 = 1000;
-
-/// A checkpoint as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StoredCheckpoint {
-    /// From 1, without gaps.
-    pub seq: u64,
-    /// When it was signed, milliseconds since the Unix epoch.
-    pub at_ms: u64,
-    /// The signed bytes: canonical JSON of [`CheckpointBody`].
-    pub body: String,
-    /// Ed25519 over `body`.
-    pub signature: Vec<u8>,
-    /// JSON `[[chain, seq, hash hex], …]`: the heads that changed since the previous checkpoint,
-    /// sorted by chain id.
-    pub delta: String,
-}
 
 /// What a checkpoint signs. Field order is the canonical (sorted) key order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

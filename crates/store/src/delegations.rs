@@ -15,7 +15,10 @@
 
 use std::collections::BTreeMap;
 
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
 use crate::StoreError;
+use crate::backend::Backend;
 use crate::handles::hex_prefix;
 use crate::store::StoreFuture;
 
@@ -341,27 +344,31 @@ pub(crate) fn decode_delegation(row: DelegationTuple) -> Result<DelegationRow, S
 
 /// The statements both backends run, with `$n` placeholders (SQLite gets them as `?n`).
 pub(crate) mod sql {
+    use crate::backend::Statement;
+
     macro_rules! delegation_columns {
         () => {
             "digest, parent, root, depth, principal_key, agent, body, expires_ms, calls, remaining, created_ms, \
              revoked_ms"
         };
     }
-    pub const EXISTS: &str = "SELECT 1 FROM delegations WHERE digest = $1";
+    pub static EXISTS: Statement = Statement::new("SELECT 1 FROM delegations WHERE digest = $1");
     /// The parent row (SQLite: inside the `BEGIN IMMEDIATE` writer transaction, already locked).
-    pub const PARENT: &str = concat!("SELECT ", delegation_columns!(), " FROM delegations WHERE digest = $1");
+    pub static PARENT: Statement =
+        Statement::new(concat!("SELECT ", delegation_columns!(), " FROM delegations WHERE digest = $1"));
     /// The parent row, locked until commit (PostgreSQL).
-    pub const PARENT_FOR_UPDATE: &str =
-        concat!("SELECT ", delegation_columns!(), " FROM delegations WHERE digest = $1 FOR UPDATE");
+    pub static PARENT_FOR_UPDATE: Statement =
+        Statement::new(concat!("SELECT ", delegation_columns!(), " FROM delegations WHERE digest = $1 FOR UPDATE"));
     /// Moves the child's budget out of the parent (guarded again, though the row is locked).
-    pub const RESERVE: &str = "UPDATE delegations SET remaining = remaining - $2 WHERE digest = $1 AND remaining >= $2";
-    pub const INSERT: &str = concat!(
+    pub static RESERVE: Statement =
+        Statement::new("UPDATE delegations SET remaining = remaining - $2 WHERE digest = $1 AND remaining >= $2");
+    pub static INSERT: Statement = Statement::new(concat!(
         "INSERT INTO delegations (",
         delegation_columns!(),
         ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, NULL) ON CONFLICT DO NOTHING"
-    );
+    ));
     /// `digest`'s row and its ancestors, root first; `$2` bounds the hops followed.
-    pub const CHAIN: &str = concat!(
+    pub static CHAIN: Statement = Statement::new(concat!(
         "WITH RECURSIVE chain (",
         delegation_columns!(),
         ", hops) AS (SELECT ",
@@ -373,367 +380,397 @@ pub(crate) mod sql {
          SELECT ",
         delegation_columns!(),
         " FROM chain ORDER BY hops DESC LIMIT $3"
+    ));
+    pub static SPEND: Statement = Statement::new(
+        "UPDATE delegations SET remaining = remaining - 1 \
+        WHERE digest = $1 AND remaining > 0 AND revoked_ms IS NULL AND expires_ms > $2",
     );
-    pub const SPEND: &str = "UPDATE delegations SET remaining = remaining - 1 \
-        WHERE digest = $1 AND remaining > 0 AND revoked_ms IS NULL AND expires_ms > $2";
-    pub const REVOKE: &str = "UPDATE delegations SET revoked_ms = $2 WHERE digest = $1 AND revoked_ms IS NULL";
-    pub const OF_PRINCIPAL: &str = concat!(
+    pub static REVOKE: Statement =
+        Statement::new("UPDATE delegations SET revoked_ms = $2 WHERE digest = $1 AND revoked_ms IS NULL");
+    pub static OF_PRINCIPAL: Statement = Statement::new(concat!(
         "SELECT ",
         delegation_columns!(),
         " FROM delegations WHERE principal_key = $1 ORDER BY created_ms DESC, digest LIMIT $2"
+    ));
+    pub static ALL: Statement = Statement::new(concat!(
+        "SELECT ",
+        delegation_columns!(),
+        " FROM delegations ORDER BY created_ms DESC, digest LIMIT $1"
+    ));
+    pub static PUT_APPROVAL: Statement =
+        Statement::new("INSERT INTO delegation_approvals (key, expires_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING");
+    pub static TAKE_APPROVAL: Statement =
+        Statement::new("DELETE FROM delegation_approvals WHERE key = $1 AND expires_ms > $2");
+    pub static PURGE_APPROVALS: Statement = Statement::new(
+        "DELETE FROM delegation_approvals WHERE key IN \
+        (SELECT key FROM delegation_approvals WHERE expires_ms <= $1 LIMIT $2)",
     );
-    pub const ALL: &str =
-        concat!("SELECT ", delegation_columns!(), " FROM delegations ORDER BY created_ms DESC, digest LIMIT $1");
-    pub const PUT_APPROVAL: &str =
-        "INSERT INTO delegation_approvals (key, expires_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING";
-    pub const TAKE_APPROVAL: &str = "DELETE FROM delegation_approvals WHERE key = $1 AND expires_ms > $2";
-    pub const PURGE_APPROVALS: &str = "DELETE FROM delegation_approvals WHERE key IN \
-        (SELECT key FROM delegation_approvals WHERE expires_ms <= $1 LIMIT $2)";
-    pub const PURGE: &str = "DELETE FROM delegations WHERE digest IN \
-        (SELECT digest FROM delegations WHERE expires_ms <= $1 ORDER BY digest LIMIT $2)";
+    pub static PURGE: Statement = Statement::new(
+        "DELETE FROM delegations WHERE digest IN \
+        (SELECT digest FROM delegations WHERE expires_ms <= $1 ORDER BY digest LIMIT $2)",
+    );
     /// The per-tool counters of the rows [`PURGE`] is about to delete (the same selection).
-    pub const PURGE_TOOL_BUDGETS: &str = "DELETE FROM delegation_tool_budgets WHERE digest IN \
-        (SELECT digest FROM delegations WHERE expires_ms <= $1 ORDER BY digest LIMIT $2)";
+    pub static PURGE_TOOL_BUDGETS: Statement = Statement::new(
+        "DELETE FROM delegation_tool_budgets WHERE digest IN \
+        (SELECT digest FROM delegations WHERE expires_ms <= $1 ORDER BY digest LIMIT $2)",
+    );
     /// Reserves `$3` calls of the parent's counter for tool `$2` (guarded: never below zero).
-    pub const RESERVE_TOOL: &str = "UPDATE delegation_tool_budgets SET remaining = remaining - $3 \
-        WHERE digest = $1 AND tool = $2 AND remaining >= $3";
-    pub const HAS_TOOL_BUDGET: &str = "SELECT 1 FROM delegation_tool_budgets WHERE digest = $1 AND tool = $2";
-    pub const INSERT_TOOL_BUDGET: &str =
-        "INSERT INTO delegation_tool_budgets (digest, tool, calls, remaining) VALUES ($1, $2, $3, $3)";
-    pub const SPEND_TOOL: &str = "UPDATE delegation_tool_budgets SET remaining = remaining - 1 \
-        WHERE digest = $1 AND tool = $2 AND remaining > 0";
-    pub const TOOL_BUDGETS: &str =
-        "SELECT tool, calls, remaining FROM delegation_tool_budgets WHERE digest = $1 ORDER BY tool";
+    pub static RESERVE_TOOL: Statement = Statement::new(
+        "UPDATE delegation_tool_budgets SET remaining = remaining - $3 \
+        WHERE digest = $1 AND tool = $2 AND remaining >= $3",
+    );
+    pub static HAS_TOOL_BUDGET: Statement =
+        Statement::new("SELECT 1 FROM delegation_tool_budgets WHERE digest = $1 AND tool = $2");
+    pub static INSERT_TOOL_BUDGET: Statement =
+        Statement::new("INSERT INTO delegation_tool_budgets (digest, tool, calls, remaining) VALUES ($1, $2, $3, $3)");
+    pub static SPEND_TOOL: Statement = Statement::new(
+        "UPDATE delegation_tool_budgets SET remaining = remaining - 1 \
+        WHERE digest = $1 AND tool = $2 AND remaining > 0",
+    );
+    pub static TOOL_BUDGETS: Statement =
+        Statement::new("SELECT tool, calls, remaining FROM delegation_tool_budgets WHERE digest = $1 ORDER BY tool");
 }
 
-/// Implements [`DelegationStore`] for a backend from the shared statements (one text for both).
-/// `begin` names the store's write-transaction method, `writer`/`reader` the pools, `sql` adapts
-/// a statement's placeholders and `parent_sql` is the statement that reads the parent row under
-/// the write lock.
-macro_rules! impl_delegation_store {
-    (
-        store: $store:ty,
-        begin: $begin:ident,
-        writer: $writer:ident,
-        reader: $reader:ident,
-        sql: $sql:ident,
-        parent_sql: $parent_sql:expr
-    ) => {
-        impl $store {
-            async fn mint_delegation_inner(
-                &self,
-                new: crate::NewDelegation,
-                max_depth: u32,
-                tool_calls: std::collections::BTreeMap<String, i64>,
-            ) -> Result<Result<crate::DelegationRow, crate::MintRefusal>, StoreError> {
-                use crate::delegations::{DelegationTuple, decode_delegation, sql};
-                new.validate()?;
-                crate::delegations::check_tool_calls(&tool_calls, new.calls)?;
-                let sqlx_error = |error| StoreError::from_sqlx("mint_delegation", error);
-                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
-                let refusal = 'checks: {
-                    let exists: Option<(i32,)> = sqlx::query_as($sql!(sql::EXISTS))
-                        .bind(new.digest.to_vec())
-                        .fetch_optional(&mut *transaction)
-                        .await
-                        .map_err(sqlx_error)?;
-                    if exists.is_some() {
-                        break 'checks crate::MintRefusal::Exists;
+/// The delegation statements of one backend, for the [`DelegationStore`] implementation below.
+struct Delegations<'a, B>(&'a B);
+
+impl<B> Delegations<'_, B>
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i32: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> DelegationTuple: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (i32,): FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (String, i64, i64): FromRow<'r, <B::Db as Database>::Row>,
+{
+    async fn mint_delegation_inner(
+        self,
+        new: crate::NewDelegation,
+        max_depth: u32,
+        tool_calls: std::collections::BTreeMap<String, i64>,
+    ) -> Result<Result<crate::DelegationRow, crate::MintRefusal>, StoreError> {
+        use {DelegationTuple, decode_delegation, sql};
+        new.validate()?;
+        check_tool_calls(&tool_calls, new.calls)?;
+        let sqlx_error = |error| StoreError::from_sqlx("mint_delegation", error);
+        let mut transaction = self.0.begin().await.map_err(sqlx_error)?;
+        let refusal = 'checks: {
+            let exists: Option<(i32,)> = sqlx::query_as(B::sql(&sql::EXISTS))
+                .bind(new.digest.to_vec())
+                .fetch_optional(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            if exists.is_some() {
+                break 'checks crate::MintRefusal::Exists;
+            }
+            let (root, depth) = match new.parent {
+                None => (new.digest, 0),
+                Some(parent) => {
+                    let row: Option<DelegationTuple> =
+                        sqlx::query_as(B::locking_read(&sql::PARENT, &sql::PARENT_FOR_UPDATE))
+                            .bind(parent.to_vec())
+                            .fetch_optional(&mut *transaction)
+                            .await
+                            .map_err(sqlx_error)?;
+                    let Some(row) = row else { break 'checks crate::MintRefusal::ParentUnknown };
+                    let row = decode_delegation(row)?;
+                    if let Some(refusal) = check_child(&row, &new, max_depth) {
+                        break 'checks refusal;
                     }
-                    let (root, depth) = match new.parent {
-                        None => (new.digest, 0),
-                        Some(parent) => {
-                            let row: Option<DelegationTuple> = sqlx::query_as($parent_sql)
-                                .bind(parent.to_vec())
-                                .fetch_optional(&mut *transaction)
-                                .await
-                                .map_err(sqlx_error)?;
-                            let Some(row) = row else { break 'checks crate::MintRefusal::ParentUnknown };
-                            let row = decode_delegation(row)?;
-                            if let Some(refusal) = crate::delegations::check_child(&row, &new, max_depth) {
-                                break 'checks refusal;
-                            }
-                            let reserved = sqlx::query($sql!(sql::RESERVE))
-                                .bind(parent.to_vec())
-                                .bind(new.calls)
-                                .execute(&mut *transaction)
-                                .await
-                                .map_err(sqlx_error)?;
-                            if reserved.rows_affected() != 1 {
-                                break 'checks crate::MintRefusal::BudgetExceeded;
-                            }
-                            // Per-tool counters the parent keeps: reserved from them too.
-                            for (tool, count) in &tool_calls {
-                                let reserved = sqlx::query($sql!(sql::RESERVE_TOOL))
-                                    .bind(parent.to_vec())
-                                    .bind(tool.as_str())
-                                    .bind(*count)
-                                    .execute(&mut *transaction)
-                                    .await
-                                    .map_err(sqlx_error)?;
-                                if reserved.rows_affected() == 1 {
-                                    continue;
-                                }
-                                let counted: Option<(i32,)> = sqlx::query_as($sql!(sql::HAS_TOOL_BUDGET))
-                                    .bind(parent.to_vec())
-                                    .bind(tool.as_str())
-                                    .fetch_optional(&mut *transaction)
-                                    .await
-                                    .map_err(sqlx_error)?;
-                                if counted.is_some() {
-                                    break 'checks crate::MintRefusal::BudgetExceeded;
-                                }
-                            }
-                            (row.root, row.depth + 1)
-                        }
-                    };
-                    let inserted = sqlx::query($sql!(sql::INSERT))
-                        .bind(new.digest.to_vec())
-                        .bind(new.parent.map(|parent| parent.to_vec()))
-                        .bind(root.to_vec())
-                        .bind(i32::try_from(depth).unwrap_or(i32::MAX))
-                        .bind(new.principal_key.to_vec())
-                        .bind(new.agent.as_str())
-                        .bind(new.body.as_str())
-                        .bind(new.expires_ms)
+                    let reserved = sqlx::query(B::sql(&sql::RESERVE))
+                        .bind(parent.to_vec())
                         .bind(new.calls)
-                        .bind(new.created_ms)
                         .execute(&mut *transaction)
                         .await
                         .map_err(sqlx_error)?;
-                    if inserted.rows_affected() != 1 {
-                        // Another mint of the same digest committed after the check above.
-                        break 'checks crate::MintRefusal::Exists;
+                    if B::rows_affected(&reserved) != 1 {
+                        break 'checks crate::MintRefusal::BudgetExceeded;
                     }
+                    // Per-tool counters the parent keeps: reserved from them too.
                     for (tool, count) in &tool_calls {
-                        sqlx::query($sql!(sql::INSERT_TOOL_BUDGET))
-                            .bind(new.digest.to_vec())
+                        let reserved = sqlx::query(B::sql(&sql::RESERVE_TOOL))
+                            .bind(parent.to_vec())
                             .bind(tool.as_str())
                             .bind(*count)
                             .execute(&mut *transaction)
                             .await
                             .map_err(sqlx_error)?;
+                        if B::rows_affected(&reserved) == 1 {
+                            continue;
+                        }
+                        let counted: Option<(i32,)> = sqlx::query_as(B::sql(&sql::HAS_TOOL_BUDGET))
+                            .bind(parent.to_vec())
+                            .bind(tool.as_str())
+                            .fetch_optional(&mut *transaction)
+                            .await
+                            .map_err(sqlx_error)?;
+                        if counted.is_some() {
+                            break 'checks crate::MintRefusal::BudgetExceeded;
+                        }
                     }
-                    transaction.commit().await.map_err(sqlx_error)?;
-                    return Ok(Ok(crate::DelegationRow {
-                        digest: new.digest,
-                        parent: new.parent,
-                        root,
-                        depth,
-                        principal_key: new.principal_key,
-                        agent: new.agent,
-                        body: new.body,
-                        expires_ms: new.expires_ms,
-                        calls: new.calls,
-                        remaining: new.calls,
-                        created_ms: new.created_ms,
-                        revoked_ms: None,
-                    }));
-                };
-                // Nothing of this mint stays: the reservation (if any) goes with the transaction.
-                transaction.rollback().await.map_err(sqlx_error)?;
-                Ok(Err(refusal))
+                    (row.root, row.depth + 1)
+                }
+            };
+            let inserted = sqlx::query(B::sql(&sql::INSERT))
+                .bind(new.digest.to_vec())
+                .bind(new.parent.map(|parent| parent.to_vec()))
+                .bind(root.to_vec())
+                .bind(i32::try_from(depth).unwrap_or(i32::MAX))
+                .bind(new.principal_key.to_vec())
+                .bind(new.agent.as_str())
+                .bind(new.body.as_str())
+                .bind(new.expires_ms)
+                .bind(new.calls)
+                .bind(new.created_ms)
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            if B::rows_affected(&inserted) != 1 {
+                // Another mint of the same digest committed after the check above.
+                break 'checks crate::MintRefusal::Exists;
             }
-
-            async fn delegation_chain_inner(&self, digest: [u8; 32]) -> Result<Vec<crate::DelegationRow>, StoreError> {
-                let rows: Vec<crate::delegations::DelegationTuple> =
-                    sqlx::query_as($sql!(crate::delegations::sql::CHAIN))
-                        .bind(digest.to_vec())
-                        .bind(i64::from(crate::MAX_DELEGATION_DEPTH))
-                        .bind(i64::from(crate::MAX_DELEGATION_DEPTH) + 1)
-                        .fetch_all(&self.$reader)
-                        .await
-                        .map_err(|error| StoreError::from_sqlx("delegation_chain", error))?;
-                rows.into_iter().map(crate::delegations::decode_delegation).collect()
-            }
-
-            async fn spend_delegation_call_inner(&self, digest: [u8; 32], now_ms: i64) -> Result<bool, StoreError> {
-                let done = sqlx::query($sql!(crate::delegations::sql::SPEND))
-                    .bind(digest.to_vec())
-                    .bind(now_ms)
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("spend_delegation_call", error))?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn spend_delegation_tool_call_inner(
-                &self,
-                digest: [u8; 32],
-                tool: &str,
-                now_ms: i64,
-            ) -> Result<bool, StoreError> {
-                use crate::delegations::sql;
-                let sqlx_error = |error| StoreError::from_sqlx("spend_delegation_tool_call", error);
-                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
-                let tool_spent = sqlx::query($sql!(sql::SPEND_TOOL))
-                    .bind(digest.to_vec())
-                    .bind(tool)
+            for (tool, count) in &tool_calls {
+                sqlx::query(B::sql(&sql::INSERT_TOOL_BUDGET))
+                    .bind(new.digest.to_vec())
+                    .bind(tool.as_str())
+                    .bind(*count)
                     .execute(&mut *transaction)
                     .await
                     .map_err(sqlx_error)?;
-                let spent = tool_spent.rows_affected() == 1
-                    && sqlx::query($sql!(sql::SPEND))
-                        .bind(digest.to_vec())
-                        .bind(now_ms)
-                        .execute(&mut *transaction)
-                        .await
-                        .map_err(sqlx_error)?
-                        .rows_affected()
-                        == 1;
-                if spent {
-                    transaction.commit().await.map_err(sqlx_error)?;
-                } else {
-                    transaction.rollback().await.map_err(sqlx_error)?;
-                }
-                Ok(spent)
             }
+            transaction.commit().await.map_err(sqlx_error)?;
+            return Ok(Ok(crate::DelegationRow {
+                digest: new.digest,
+                parent: new.parent,
+                root,
+                depth,
+                principal_key: new.principal_key,
+                agent: new.agent,
+                body: new.body,
+                expires_ms: new.expires_ms,
+                calls: new.calls,
+                remaining: new.calls,
+                created_ms: new.created_ms,
+                revoked_ms: None,
+            }));
+        };
+        // Nothing of this mint stays: the reservation (if any) goes with the transaction.
+        transaction.rollback().await.map_err(sqlx_error)?;
+        Ok(Err(refusal))
+    }
 
-            async fn delegation_tool_budgets_inner(
-                &self,
-                digest: [u8; 32],
-            ) -> Result<std::collections::BTreeMap<String, (i64, i64)>, StoreError> {
-                let rows: Vec<(String, i64, i64)> = sqlx::query_as($sql!(crate::delegations::sql::TOOL_BUDGETS))
+    async fn delegation_chain_inner(self, digest: [u8; 32]) -> Result<Vec<crate::DelegationRow>, StoreError> {
+        let rows: Vec<DelegationTuple> = sqlx::query_as(B::sql(&sql::CHAIN))
+            .bind(digest.to_vec())
+            .bind(i64::from(crate::MAX_DELEGATION_DEPTH))
+            .bind(i64::from(crate::MAX_DELEGATION_DEPTH) + 1)
+            .fetch_all(self.0.reader())
+            .await
+            .map_err(|error| StoreError::from_sqlx("delegation_chain", error))?;
+        rows.into_iter().map(decode_delegation).collect()
+    }
+
+    async fn spend_delegation_call_inner(self, digest: [u8; 32], now_ms: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(B::sql(&sql::SPEND))
+            .bind(digest.to_vec())
+            .bind(now_ms)
+            .execute(self.0.writer())
+            .await
+            .map_err(|error| StoreError::from_sqlx("spend_delegation_call", error))?;
+        Ok(B::rows_affected(&done) == 1)
+    }
+
+    async fn spend_delegation_tool_call_inner(
+        self,
+        digest: [u8; 32],
+        tool: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let sqlx_error = |error| StoreError::from_sqlx("spend_delegation_tool_call", error);
+        let mut transaction = self.0.begin().await.map_err(sqlx_error)?;
+        let tool_spent = sqlx::query(B::sql(&sql::SPEND_TOOL))
+            .bind(digest.to_vec())
+            .bind(tool)
+            .execute(&mut *transaction)
+            .await
+            .map_err(sqlx_error)?;
+        let spent = B::rows_affected(&tool_spent) == 1
+            && B::rows_affected(
+                &sqlx::query(B::sql(&sql::SPEND))
                     .bind(digest.to_vec())
-                    .fetch_all(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("delegation_tool_budgets", error))?;
-                Ok(rows.into_iter().map(|(tool, calls, remaining)| (tool, (calls, remaining))).collect())
-            }
-
-            async fn revoke_delegation_inner(&self, digest: [u8; 32], at_ms: i64) -> Result<bool, StoreError> {
-                let done = sqlx::query($sql!(crate::delegations::sql::REVOKE))
-                    .bind(digest.to_vec())
-                    .bind(at_ms)
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("revoke_delegation", error))?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn delegations_inner(
-                &self,
-                principal_key: Option<[u8; 32]>,
-                limit: u32,
-            ) -> Result<Vec<crate::DelegationRow>, StoreError> {
-                let limit = i64::from(limit.min(crate::MAX_DELEGATION_LIST));
-                let rows: Vec<crate::delegations::DelegationTuple> = match principal_key {
-                    Some(principal_key) => {
-                        sqlx::query_as($sql!(crate::delegations::sql::OF_PRINCIPAL))
-                            .bind(principal_key.to_vec())
-                            .bind(limit)
-                            .fetch_all(&self.$reader)
-                            .await
-                    }
-                    None => {
-                        sqlx::query_as($sql!(crate::delegations::sql::ALL)).bind(limit).fetch_all(&self.$reader).await
-                    }
-                }
-                .map_err(|error| StoreError::from_sqlx("delegations", error))?;
-                rows.into_iter().map(crate::delegations::decode_delegation).collect()
-            }
-
-            async fn put_approval_inner(&self, key: [u8; 32], expires_ms: i64) -> Result<bool, StoreError> {
-                let done = sqlx::query($sql!(crate::delegations::sql::PUT_APPROVAL))
-                    .bind(key.to_vec())
-                    .bind(expires_ms)
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("put_approval", error))?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn take_approval_inner(&self, key: [u8; 32], now_ms: i64) -> Result<bool, StoreError> {
-                let done = sqlx::query($sql!(crate::delegations::sql::TAKE_APPROVAL))
-                    .bind(key.to_vec())
                     .bind(now_ms)
-                    .execute(&self.$writer)
+                    .execute(&mut *transaction)
                     .await
-                    .map_err(|error| StoreError::from_sqlx("take_approval", error))?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn purge_delegations_inner(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
-                let sqlx_error = |error| StoreError::from_sqlx("purge_delegations", error);
-                sqlx::query($sql!(crate::delegations::sql::PURGE_TOOL_BUDGETS))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(sqlx_error)?;
-                let approvals = sqlx::query($sql!(crate::delegations::sql::PURGE_APPROVALS))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(sqlx_error)?;
-                let rows = sqlx::query($sql!(crate::delegations::sql::PURGE))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(sqlx_error)?;
-                Ok(approvals.rows_affected() + rows.rows_affected())
-            }
+                    .map_err(sqlx_error)?,
+            ) == 1;
+        if spent {
+            transaction.commit().await.map_err(sqlx_error)?;
+        } else {
+            transaction.rollback().await.map_err(sqlx_error)?;
         }
+        Ok(spent)
+    }
 
-        impl crate::DelegationStore for $store {
-            fn mint_delegation_with_tools(
-                &self,
-                new: crate::NewDelegation,
-                max_depth: u32,
-                tool_calls: std::collections::BTreeMap<String, i64>,
-            ) -> StoreFuture<'_, Result<crate::DelegationRow, crate::MintRefusal>> {
-                Box::pin(self.mint_delegation_inner(new, max_depth, tool_calls))
-            }
+    async fn delegation_tool_budgets_inner(
+        self,
+        digest: [u8; 32],
+    ) -> Result<std::collections::BTreeMap<String, (i64, i64)>, StoreError> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(B::sql(&sql::TOOL_BUDGETS))
+            .bind(digest.to_vec())
+            .fetch_all(self.0.reader())
+            .await
+            .map_err(|error| StoreError::from_sqlx("delegation_tool_budgets", error))?;
+        Ok(rows.into_iter().map(|(tool, calls, remaining)| (tool, (calls, remaining))).collect())
+    }
 
-            fn spend_delegation_tool_call(&self, digest: [u8; 32], tool: &str, now_ms: i64) -> StoreFuture<'_, bool> {
-                let tool = tool.to_owned();
-                Box::pin(async move { self.spend_delegation_tool_call_inner(digest, &tool, now_ms).await })
-            }
+    async fn revoke_delegation_inner(self, digest: [u8; 32], at_ms: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(B::sql(&sql::REVOKE))
+            .bind(digest.to_vec())
+            .bind(at_ms)
+            .execute(self.0.writer())
+            .await
+            .map_err(|error| StoreError::from_sqlx("revoke_delegation", error))?;
+        Ok(B::rows_affected(&done) == 1)
+    }
 
-            fn delegation_tool_budgets(
-                &self,
-                digest: [u8; 32],
-            ) -> StoreFuture<'_, std::collections::BTreeMap<String, (i64, i64)>> {
-                Box::pin(self.delegation_tool_budgets_inner(digest))
+    async fn delegations_inner(
+        self,
+        principal_key: Option<[u8; 32]>,
+        limit: u32,
+    ) -> Result<Vec<crate::DelegationRow>, StoreError> {
+        let limit = i64::from(limit.min(crate::MAX_DELEGATION_LIST));
+        let rows: Vec<DelegationTuple> = match principal_key {
+            Some(principal_key) => {
+                sqlx::query_as(B::sql(&sql::OF_PRINCIPAL))
+                    .bind(principal_key.to_vec())
+                    .bind(limit)
+                    .fetch_all(self.0.reader())
+                    .await
             }
-
-            fn delegation_chain(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<crate::DelegationRow>> {
-                Box::pin(self.delegation_chain_inner(digest))
-            }
-
-            fn spend_delegation_call(&self, digest: [u8; 32], now_ms: i64) -> StoreFuture<'_, bool> {
-                Box::pin(self.spend_delegation_call_inner(digest, now_ms))
-            }
-
-            fn revoke_delegation(&self, digest: [u8; 32], at_ms: i64) -> StoreFuture<'_, bool> {
-                Box::pin(self.revoke_delegation_inner(digest, at_ms))
-            }
-
-            fn delegations(
-                &self,
-                principal_key: Option<[u8; 32]>,
-                limit: u32,
-            ) -> StoreFuture<'_, Vec<crate::DelegationRow>> {
-                Box::pin(self.delegations_inner(principal_key, limit))
-            }
-
-            fn put_approval(&self, key: [u8; 32], expires_ms: i64) -> StoreFuture<'_, bool> {
-                Box::pin(self.put_approval_inner(key, expires_ms))
-            }
-
-            fn take_approval(&self, key: [u8; 32], now_ms: i64) -> StoreFuture<'_, bool> {
-                Box::pin(self.take_approval_inner(key, now_ms))
-            }
-
-            fn purge_delegations(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
-                Box::pin(self.purge_delegations_inner(now_ms, limit))
-            }
+            None => sqlx::query_as(B::sql(&sql::ALL)).bind(limit).fetch_all(self.0.reader()).await,
         }
-    };
+        .map_err(|error| StoreError::from_sqlx("delegations", error))?;
+        rows.into_iter().map(decode_delegation).collect()
+    }
+
+    async fn put_approval_inner(self, key: [u8; 32], expires_ms: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(B::sql(&sql::PUT_APPROVAL))
+            .bind(key.to_vec())
+            .bind(expires_ms)
+            .execute(self.0.writer())
+            .await
+            .map_err(|error| StoreError::from_sqlx("put_approval", error))?;
+        Ok(B::rows_affected(&done) == 1)
+    }
+
+    async fn take_approval_inner(self, key: [u8; 32], now_ms: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(B::sql(&sql::TAKE_APPROVAL))
+            .bind(key.to_vec())
+            .bind(now_ms)
+            .execute(self.0.writer())
+            .await
+            .map_err(|error| StoreError::from_sqlx("take_approval", error))?;
+        Ok(B::rows_affected(&done) == 1)
+    }
+
+    async fn purge_delegations_inner(self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        let sqlx_error = |error| StoreError::from_sqlx("purge_delegations", error);
+        sqlx::query(B::sql(&sql::PURGE_TOOL_BUDGETS))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .execute(self.0.writer())
+            .await
+            .map_err(sqlx_error)?;
+        let approvals = sqlx::query(B::sql(&sql::PURGE_APPROVALS))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .execute(self.0.writer())
+            .await
+            .map_err(sqlx_error)?;
+        let rows = sqlx::query(B::sql(&sql::PURGE))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .execute(self.0.writer())
+            .await
+            .map_err(sqlx_error)?;
+        Ok(B::rows_affected(&approvals) + B::rows_affected(&rows))
+    }
 }
-pub(crate) use impl_delegation_store;
+
+/// [`DelegationStore`] for every backend, from the shared statements (one text for both but the
+/// parent's read, which locks the row on PostgreSQL).
+impl<B> DelegationStore for B
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<Vec<u8>>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i32: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> DelegationTuple: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (i32,): FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (String, i64, i64): FromRow<'r, <B::Db as Database>::Row>,
+{
+    fn mint_delegation_with_tools(
+        &self,
+        new: crate::NewDelegation,
+        max_depth: u32,
+        tool_calls: std::collections::BTreeMap<String, i64>,
+    ) -> StoreFuture<'_, Result<crate::DelegationRow, crate::MintRefusal>> {
+        Box::pin(Delegations(self).mint_delegation_inner(new, max_depth, tool_calls))
+    }
+
+    fn spend_delegation_tool_call(&self, digest: [u8; 32], tool: &str, now_ms: i64) -> StoreFuture<'_, bool> {
+        let tool = tool.to_owned();
+        Box::pin(async move { Delegations(self).spend_delegation_tool_call_inner(digest, &tool, now_ms).await })
+    }
+
+    fn delegation_tool_budgets(
+        &self,
+        digest: [u8; 32],
+    ) -> StoreFuture<'_, std::collections::BTreeMap<String, (i64, i64)>> {
+        Box::pin(Delegations(self).delegation_tool_budgets_inner(digest))
+    }
+
+    fn delegation_chain(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<crate::DelegationRow>> {
+        Box::pin(Delegations(self).delegation_chain_inner(digest))
+    }
+
+    fn spend_delegation_call(&self, digest: [u8; 32], now_ms: i64) -> StoreFuture<'_, bool> {
+        Box::pin(Delegations(self).spend_delegation_call_inner(digest, now_ms))
+    }
+
+    fn revoke_delegation(&self, digest: [u8; 32], at_ms: i64) -> StoreFuture<'_, bool> {
+        Box::pin(Delegations(self).revoke_delegation_inner(digest, at_ms))
+    }
+
+    fn delegations(&self, principal_key: Option<[u8; 32]>, limit: u32) -> StoreFuture<'_, Vec<crate::DelegationRow>> {
+        Box::pin(Delegations(self).delegations_inner(principal_key, limit))
+    }
+
+    fn put_approval(&self, key: [u8; 32], expires_ms: i64) -> StoreFuture<'_, bool> {
+        Box::pin(Delegations(self).put_approval_inner(key, expires_ms))
+    }
+
+    fn take_approval(&self, key: [u8; 32], now_ms: i64) -> StoreFuture<'_, bool> {
+        Box::pin(Delegations(self).take_approval_inner(key, now_ms))
+    }
+
+    fn purge_delegations(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(Delegations(self).purge_delegations_inner(now_ms, limit))
+    }
+}
 
 #[cfg(test)]
 mod tests {

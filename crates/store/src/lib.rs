@@ -19,6 +19,10 @@
 //! **API Boundary:** nothing outside this crate sees SQL or sqlx; errors are [`StoreError`] with
 //! fixed texts (never SQL, never a connection string). Any error from an append means nothing of
 //! that batch was written: the request path fails closed.
+//!
+//! Layers, low to high: `backend`, `error` → `record` → `chain` → `store` → `checkpoint` → `handles`, `once`,
+//! `pins` → `audit_sql`, `connections`, `delegations`, `segment`, `sessions`, `sqlite_sync`,
+//! `tasks` → `connection_sql`, `writer` → `postgres`, `sqlite` → `conformance`.
 
 // Tests may unwrap; the library may not (workspace lint `unwrap_used`).
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -34,10 +38,13 @@ macro_rules! audit_columns {
 }
 
 mod audit_sql;
+mod backend;
 mod chain;
 pub mod checkpoint;
+#[cfg(any(test, feature = "conformance"))]
 #[doc(hidden)]
 pub mod conformance;
+mod connection_sql;
 mod connections;
 mod delegations;
 mod error;
@@ -58,7 +65,7 @@ pub use chain::{
     ChainBreak, ChainBreakKind, ChainHead, ChainReport, CheckpointedHeads, LEGACY_CHAIN, is_chain_id, link,
     new_chain_id,
 };
-pub use checkpoint::{CheckpointKey, Checkpointer, LogReport, StoredCheckpoint, verify_log};
+pub use checkpoint::{CheckpointKey, Checkpointer, LogReport, verify_log};
 pub use connections::{
     ApprovedClient, ConnectionRow, ConnectionStore, MAX_CONNECTION_LIST, MAX_CONNECTION_SCOPES_BYTES,
     MAX_CONNECTION_SEALED_BYTES, MAX_CONNECTION_TEXT_BYTES, MAX_CONNECTION_UPSTREAM_BYTES, MAX_FLOW_KIND_BYTES,
@@ -86,7 +93,7 @@ pub use sessions::{
     MAX_SUBSCRIPTION_URI_BYTES, NewSession, SessionOwner, SessionStore,
 };
 pub use sqlite::SqliteStore;
-pub use store::{AuditStore, MAX_RECENT, StoreFuture};
+pub use store::{AuditStore, MAX_RECENT, StoreFuture, StoredCheckpoint};
 pub use tasks::{MAX_TASK_HISTORY, TaskRow, TaskStatus, TaskStore};
 pub use writer::{AuditWriter, AuditWriterConfig};
 

@@ -8,6 +8,10 @@
 //! purged yet still answers "used before": the store never re-allows on its own clock (the
 //! caller's sealed state carries its own expiry, so keep `expires_ms` at or after that one).
 
+use sqlx::{Database, Encode, Executor, IntoArguments, Pool, Type};
+
+use crate::StoreError;
+use crate::backend::Backend;
 use crate::store::StoreFuture;
 
 /// Records that are used at most once (an accepted confirmation, …), shared by every instance on
@@ -28,40 +32,45 @@ pub trait OnceStore: Send + Sync + std::fmt::Debug + 'static {
 
 /// The statements both backends run, with `$n` placeholders (SQLite gets them as `?n`).
 pub(crate) mod sql {
-    pub const CONSUME: &str = "INSERT INTO used_once (digest, expires_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING";
-    pub const PURGE: &str = "DELETE FROM used_once WHERE digest IN (SELECT digest FROM used_once \
-        WHERE expires_ms <= $1 LIMIT $2)";
+    use crate::backend::Statement;
+
+    pub static CONSUME: Statement =
+        Statement::new("INSERT INTO used_once (digest, expires_ms) VALUES ($1, $2) ON CONFLICT DO NOTHING");
+    pub static PURGE: Statement = Statement::new(
+        "DELETE FROM used_once WHERE digest IN (SELECT digest FROM used_once WHERE expires_ms <= $1 LIMIT $2)",
+    );
 }
 
-/// Implements [`OnceStore`] for a backend from the shared statements (one text for both).
-/// `writer` names the pool and `sql` adapts a statement's placeholders.
-macro_rules! impl_once_store {
-    (store: $store:ty, writer: $writer:ident, sql: $sql:ident) => {
-        impl crate::OnceStore for $store {
-            fn consume_once(&self, digest: [u8; 32], expires_ms: i64) -> StoreFuture<'_, bool> {
-                Box::pin(async move {
-                    let done = sqlx::query($sql!(crate::once::sql::CONSUME))
-                        .bind(digest.to_vec())
-                        .bind(expires_ms)
-                        .execute(&self.$writer)
-                        .await
-                        .map_err(|error| StoreError::from_sqlx("consume_once", error))?;
-                    Ok(done.rows_affected() == 1)
-                })
-            }
+/// [`OnceStore`] for every backend, from the shared statements (one text for both).
+impl<B> OnceStore for B
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+{
+    fn consume_once(&self, digest: [u8; 32], expires_ms: i64) -> StoreFuture<'_, bool> {
+        Box::pin(async move {
+            let done = sqlx::query(B::sql(&sql::CONSUME))
+                .bind(digest.to_vec())
+                .bind(expires_ms)
+                .execute(self.writer())
+                .await
+                .map_err(|error| StoreError::from_sqlx("consume_once", error))?;
+            Ok(B::rows_affected(&done) == 1)
+        })
+    }
 
-            fn purge_once(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
-                Box::pin(async move {
-                    let done = sqlx::query($sql!(crate::once::sql::PURGE))
-                        .bind(now_ms)
-                        .bind(i64::from(limit))
-                        .execute(&self.$writer)
-                        .await
-                        .map_err(|error| StoreError::from_sqlx("purge_once", error))?;
-                    Ok(done.rows_affected())
-                })
-            }
-        }
-    };
+    fn purge_once(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let done = sqlx::query(B::sql(&sql::PURGE))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .execute(self.writer())
+                .await
+                .map_err(|error| StoreError::from_sqlx("purge_once", error))?;
+            Ok(B::rows_affected(&done))
+        })
+    }
 }
-pub(crate) use impl_once_store;

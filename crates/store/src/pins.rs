@@ -12,7 +12,10 @@
 
 use std::collections::BTreeSet;
 
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
 use crate::StoreError;
+use crate::backend::Backend;
 use crate::store::StoreFuture;
 
 /// Most rows [`PinStore::pins`] returns, and most observations one
@@ -347,6 +350,8 @@ pub(crate) fn decode_decision(row: DecisionTuple) -> Result<PinDecision, StoreEr
 
 /// The statements both backends run, with `$n` placeholders (SQLite gets them as `?n`).
 pub(crate) mod sql {
+    use crate::backend::Statement;
+
     macro_rules! pin_columns {
         () => {
             "pin_id, upstream_id, upstream_url, kind, name, digest, definition, first_seen_ms, seen_at_ms, \
@@ -355,140 +360,165 @@ pub(crate) mod sql {
     }
     /// Inserts a pin, or updates the digest, definition and time of one with the same identity;
     /// a pin id observed with another identity changes nothing (no row affected).
-    pub const OBSERVE: &str = "INSERT INTO pins (pin_id, upstream_id, upstream_url, kind, name, digest, definition, \
+    pub static OBSERVE: Statement = Statement::new(
+        "INSERT INTO pins (pin_id, upstream_id, upstream_url, kind, name, digest, definition, \
         first_seen_ms, seen_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) \
         ON CONFLICT (pin_id) DO UPDATE SET digest = excluded.digest, definition = excluded.definition, \
         seen_at_ms = excluded.seen_at_ms \
         WHERE pins.upstream_id = excluded.upstream_id AND pins.upstream_url = excluded.upstream_url \
-        AND pins.kind = excluded.kind AND pins.name = excluded.name";
+        AND pins.kind = excluded.kind AND pins.name = excluded.name",
+    );
     /// The decision, only on the current digest, with the definition it was made on.
-    pub const DECIDE: &str = "UPDATE pins SET verdict = $3, decision_digest = $2, reviewer = $4, note = $5, \
-        signature = $6, decided_at_ms = $7, decided_definition = definition WHERE pin_id = $1 AND digest = $2";
-    pub const ONE: &str = concat!("SELECT ", pin_columns!(), " FROM pins WHERE pin_id = $1");
-    pub const DECISIONS: &str = "SELECT pin_id, decision_digest, verdict, reviewer, note, signature, decided_at_ms \
-        FROM pins WHERE verdict IS NOT NULL ORDER BY pin_id LIMIT $1";
-    pub const ALL: &str =
-        concat!("SELECT ", pin_columns!(), " FROM pins ORDER BY upstream_id, kind, name, pin_id LIMIT $1");
-    pub const OF_UPSTREAM: &str = concat!(
+    pub static DECIDE: Statement = Statement::new(
+        "UPDATE pins SET verdict = $3, decision_digest = $2, reviewer = $4, note = $5, \
+        signature = $6, decided_at_ms = $7, decided_definition = definition WHERE pin_id = $1 AND digest = $2",
+    );
+    pub static ONE: Statement = Statement::new(concat!("SELECT ", pin_columns!(), " FROM pins WHERE pin_id = $1"));
+    pub static DECISIONS: Statement = Statement::new(
+        "SELECT pin_id, decision_digest, verdict, reviewer, note, signature, decided_at_ms \
+        FROM pins WHERE verdict IS NOT NULL ORDER BY pin_id LIMIT $1",
+    );
+    pub static ALL: Statement = Statement::new(concat!(
+        "SELECT ",
+        pin_columns!(),
+        " FROM pins ORDER BY upstream_id, kind, name, pin_id LIMIT $1"
+    ));
+    pub static OF_UPSTREAM: Statement = Statement::new(concat!(
         "SELECT ",
         pin_columns!(),
         " FROM pins WHERE upstream_id = $1 ORDER BY upstream_id, kind, name, pin_id LIMIT $2"
-    );
+    ));
 }
 
-/// Implements [`PinStore`] for a backend from the shared statements (one text for both).
-/// `begin` names the store's write-transaction method, `writer`/`reader` the pools and `sql`
-/// adapts a statement's placeholders.
-macro_rules! impl_pin_store {
-    (store: $store:ty, begin: $begin:ident, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident) => {
-        impl $store {
-            async fn observe_pins_inner(&self, observations: Vec<crate::PinObservation>) -> Result<(), StoreError> {
-                crate::pins::check_observations(&observations)?;
-                if observations.is_empty() {
-                    return Ok(());
-                }
-                let sqlx_error = |error| StoreError::from_sqlx("observe_pins", error);
-                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
-                for observation in observations {
-                    let done = sqlx::query($sql!(crate::pins::sql::OBSERVE))
-                        .bind(observation.pin_id)
-                        .bind(observation.upstream_id)
-                        .bind(observation.upstream_url)
-                        .bind(observation.kind)
-                        .bind(observation.name)
-                        .bind(observation.digest)
-                        .bind(observation.definition)
-                        .bind(observation.seen_at_ms)
-                        .execute(&mut *transaction)
-                        .await
-                        .map_err(sqlx_error)?;
-                    if done.rows_affected() != 1 {
-                        // Dropping the transaction rolls the whole batch back.
-                        return Err(StoreError::InvalidRecord {
-                            reason: "a pin id is bound to its upstream id, URL, kind and name",
-                        });
-                    }
-                }
-                transaction.commit().await.map_err(sqlx_error)
-            }
+/// The pin statements of one backend, for the [`PinStore`] implementation below.
+struct Pins<'a, B>(&'a B);
 
-            async fn decide_pin_inner(&self, decision: crate::PinDecision) -> Result<bool, StoreError> {
-                decision.validate()?;
-                let done = sqlx::query($sql!(crate::pins::sql::DECIDE))
-                    .bind(decision.pin_id)
-                    .bind(decision.digest)
-                    .bind(decision.verdict.as_str())
-                    .bind(decision.reviewer)
-                    .bind(decision.note)
-                    .bind(decision.signature)
-                    .bind(decision.decided_at_ms)
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("decide_pin", error))?;
-                Ok(done.rows_affected() == 1)
-            }
-
-            async fn pin_inner(&self, pin_id: String) -> Result<Option<crate::PinRow>, StoreError> {
-                crate::pins::check_pin_id(&pin_id)?;
-                let row: Option<crate::pins::PinTuple> = sqlx::query_as($sql!(crate::pins::sql::ONE))
-                    .bind(pin_id)
-                    .fetch_optional(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("pin", error))?;
-                row.map(crate::pins::decode_pin).transpose()
-            }
-
-            async fn pins_inner(&self, upstream_id: Option<String>) -> Result<Vec<crate::PinRow>, StoreError> {
-                let limit = i64::from(crate::MAX_PIN_LIST);
-                let rows: Vec<crate::pins::PinTuple> = match upstream_id {
-                    Some(upstream_id) => {
-                        crate::pins::check_upstream_id(&upstream_id)?;
-                        sqlx::query_as($sql!(crate::pins::sql::OF_UPSTREAM))
-                            .bind(upstream_id)
-                            .bind(limit)
-                            .fetch_all(&self.$reader)
-                            .await
-                    }
-                    None => sqlx::query_as($sql!(crate::pins::sql::ALL)).bind(limit).fetch_all(&self.$reader).await,
-                }
-                .map_err(|error| StoreError::from_sqlx("pins", error))?;
-                rows.into_iter().map(crate::pins::decode_pin).collect()
-            }
-
-            async fn pin_decisions_inner(&self) -> Result<Vec<crate::PinDecision>, StoreError> {
-                let rows: Vec<crate::pins::DecisionTuple> = sqlx::query_as($sql!(crate::pins::sql::DECISIONS))
-                    .bind(i64::from(crate::MAX_PIN_LIST))
-                    .fetch_all(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("pin_decisions", error))?;
-                rows.into_iter().map(crate::pins::decode_decision).collect()
+impl<B> Pins<'_, B>
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> PinTuple: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> DecisionTuple: FromRow<'r, <B::Db as Database>::Row>,
+{
+    async fn observe_pins_inner(self, observations: Vec<crate::PinObservation>) -> Result<(), StoreError> {
+        check_observations(&observations)?;
+        if observations.is_empty() {
+            return Ok(());
+        }
+        let sqlx_error = |error| StoreError::from_sqlx("observe_pins", error);
+        let mut transaction = self.0.begin().await.map_err(sqlx_error)?;
+        for observation in observations {
+            let done = sqlx::query(B::sql(&sql::OBSERVE))
+                .bind(observation.pin_id)
+                .bind(observation.upstream_id)
+                .bind(observation.upstream_url)
+                .bind(observation.kind)
+                .bind(observation.name)
+                .bind(observation.digest)
+                .bind(observation.definition)
+                .bind(observation.seen_at_ms)
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            if B::rows_affected(&done) != 1 {
+                // Dropping the transaction rolls the whole batch back.
+                return Err(StoreError::InvalidRecord {
+                    reason: "a pin id is bound to its upstream id, URL, kind and name",
+                });
             }
         }
+        transaction.commit().await.map_err(sqlx_error)
+    }
 
-        impl crate::PinStore for $store {
-            fn observe_pins(&self, observations: Vec<crate::PinObservation>) -> StoreFuture<'_, ()> {
-                Box::pin(self.observe_pins_inner(observations))
-            }
+    async fn decide_pin_inner(self, decision: crate::PinDecision) -> Result<bool, StoreError> {
+        decision.validate()?;
+        let done = sqlx::query(B::sql(&sql::DECIDE))
+            .bind(decision.pin_id)
+            .bind(decision.digest)
+            .bind(decision.verdict.as_str())
+            .bind(decision.reviewer)
+            .bind(decision.note)
+            .bind(decision.signature)
+            .bind(decision.decided_at_ms)
+            .execute(self.0.writer())
+            .await
+            .map_err(|error| StoreError::from_sqlx("decide_pin", error))?;
+        Ok(B::rows_affected(&done) == 1)
+    }
 
-            fn decide_pin(&self, decision: crate::PinDecision) -> StoreFuture<'_, bool> {
-                Box::pin(self.decide_pin_inner(decision))
-            }
+    async fn pin_inner(self, pin_id: String) -> Result<Option<crate::PinRow>, StoreError> {
+        check_pin_id(&pin_id)?;
+        let row: Option<PinTuple> = sqlx::query_as(B::sql(&sql::ONE))
+            .bind(pin_id)
+            .fetch_optional(self.0.reader())
+            .await
+            .map_err(|error| StoreError::from_sqlx("pin", error))?;
+        row.map(decode_pin).transpose()
+    }
 
-            fn pin(&self, pin_id: &str) -> StoreFuture<'_, Option<crate::PinRow>> {
-                Box::pin(self.pin_inner(pin_id.to_owned()))
+    async fn pins_inner(self, upstream_id: Option<String>) -> Result<Vec<crate::PinRow>, StoreError> {
+        let limit = i64::from(crate::MAX_PIN_LIST);
+        let rows: Vec<PinTuple> = match upstream_id {
+            Some(upstream_id) => {
+                check_upstream_id(&upstream_id)?;
+                sqlx::query_as(B::sql(&sql::OF_UPSTREAM)).bind(upstream_id).bind(limit).fetch_all(self.0.reader()).await
             }
-
-            fn pins(&self, upstream_id: Option<&str>) -> StoreFuture<'_, Vec<crate::PinRow>> {
-                Box::pin(self.pins_inner(upstream_id.map(str::to_owned)))
-            }
-
-            fn pin_decisions(&self) -> StoreFuture<'_, Vec<crate::PinDecision>> {
-                Box::pin(self.pin_decisions_inner())
-            }
+            None => sqlx::query_as(B::sql(&sql::ALL)).bind(limit).fetch_all(self.0.reader()).await,
         }
-    };
+        .map_err(|error| StoreError::from_sqlx("pins", error))?;
+        rows.into_iter().map(decode_pin).collect()
+    }
+
+    async fn pin_decisions_inner(self) -> Result<Vec<crate::PinDecision>, StoreError> {
+        let rows: Vec<DecisionTuple> = sqlx::query_as(B::sql(&sql::DECISIONS))
+            .bind(i64::from(crate::MAX_PIN_LIST))
+            .fetch_all(self.0.reader())
+            .await
+            .map_err(|error| StoreError::from_sqlx("pin_decisions", error))?;
+        rows.into_iter().map(decode_decision).collect()
+    }
 }
-pub(crate) use impl_pin_store;
+
+/// [`PinStore`] for every backend, from the shared statements (one text for both).
+impl<B> PinStore for B
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> PinTuple: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> DecisionTuple: FromRow<'r, <B::Db as Database>::Row>,
+{
+    fn observe_pins(&self, observations: Vec<crate::PinObservation>) -> StoreFuture<'_, ()> {
+        Box::pin(Pins(self).observe_pins_inner(observations))
+    }
+
+    fn decide_pin(&self, decision: crate::PinDecision) -> StoreFuture<'_, bool> {
+        Box::pin(Pins(self).decide_pin_inner(decision))
+    }
+
+    fn pin(&self, pin_id: &str) -> StoreFuture<'_, Option<crate::PinRow>> {
+        Box::pin(Pins(self).pin_inner(pin_id.to_owned()))
+    }
+
+    fn pins(&self, upstream_id: Option<&str>) -> StoreFuture<'_, Vec<crate::PinRow>> {
+        Box::pin(Pins(self).pins_inner(upstream_id.map(str::to_owned)))
+    }
+
+    fn pin_decisions(&self) -> StoreFuture<'_, Vec<crate::PinDecision>> {
+        Box::pin(Pins(self).pin_decisions_inner())
+    }
+}
 
 #[cfg(test)]
 mod tests {

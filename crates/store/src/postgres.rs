@@ -11,15 +11,13 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::audit_sql::OwnChain;
 use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
-use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
 use crate::store::StoreFuture;
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, LiveSession, MAX_HANDLE_LIST,
-    MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner, SessionStore,
-    StoreError, StoredAuditRecord,
+    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle, Revocation, RevokeSelector,
+    StoreError,
 };
 
 /// A `$n` statement as it is (PostgreSQL's own placeholders).
@@ -100,7 +98,7 @@ impl PostgresStore {
     }
 
     async fn ping_inner(&self) -> Result<(), StoreError> {
-        sqlx::query_scalar::<_, String>(crate::audit_sql::sql::PING)
+        sqlx::query_scalar::<_, String>(crate::audit_sql::sql::PING.dollar())
             .fetch_one(&self.pool)
             .await
             .map(|_| ())
@@ -310,51 +308,49 @@ fn spawn_task_listener(pool: PgPool) -> tokio::sync::mpsc::Receiver<[u8; 32]> {
     receiver
 }
 
-crate::audit_sql::impl_audit_store!(
-    store: PostgresStore,
-    begin: begin_write,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql,
-    marker: '$',
-    own: own,
-    close: close_inner
-);
+impl crate::backend::Backend for PostgresStore {
+    type Db = sqlx::Postgres;
 
-crate::sessions::impl_session_store!(
-    store: PostgresStore,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql,
-    stmt: &'static str
-);
+    fn writer(&self) -> &sqlx::Pool<sqlx::Postgres> {
+        &self.pool
+    }
 
-crate::once::impl_once_store!(
-    store: PostgresStore,
-    writer: pool,
-    sql: pg_sql
-);
+    fn reader(&self) -> &sqlx::Pool<Self::Db> {
+        &self.pool
+    }
 
-crate::pins::impl_pin_store!(
-    store: PostgresStore,
-    begin: begin_write,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql
-);
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error> {
+        PostgresStore::begin_write(self).await
+    }
 
-crate::delegations::impl_delegation_store!(
-    store: PostgresStore,
-    begin: begin_write,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql,
-    parent_sql: crate::delegations::sql::PARENT_FOR_UPDATE
-);
+    fn sql(statement: &'static crate::backend::Statement) -> &'static str {
+        statement.dollar()
+    }
 
-crate::connections::impl_connection_store!(
-    store: PostgresStore,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql
-);
+    fn locking_read(
+        _: &'static crate::backend::Statement,
+        for_update: &'static crate::backend::Statement,
+    ) -> &'static str {
+        for_update.dollar()
+    }
+
+    fn rows_affected(done: &<sqlx::Postgres as sqlx::Database>::QueryResult) -> u64 {
+        done.rows_affected()
+    }
+}
+
+impl crate::audit_sql::AuditBackend for PostgresStore {
+    const MARKER: char = '$';
+
+    async fn ping_backend(&self) -> Result<(), StoreError> {
+        PostgresStore::ping_inner(self).await
+    }
+
+    async fn close_backend(&self) {
+        PostgresStore::close_inner(self).await
+    }
+
+    fn own_chain(&self) -> &OwnChain {
+        &self.own
+    }
+}

@@ -4,7 +4,10 @@
 //! expiries (absolute and idle), so a lookup by anyone else, or after expiry, finds nothing. The
 //! state lives here so that any instance can serve any request of a session.
 
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
 use crate::StoreError;
+use crate::backend::Backend;
 use crate::store::StoreFuture;
 
 /// Longest tenant or client id accepted in a session owner.
@@ -200,6 +203,8 @@ pub(crate) fn decode_live(row: LiveRow) -> LiveSession {
 /// The statements both backends run, with `$n` placeholders (SQLite gets them as `?n`). `$1`..`$5`
 /// are always digest, subject key, tenant, client and now.
 pub(crate) mod sql {
+    use crate::backend::Statement;
+
     /// The owner-and-liveness condition on `sessions`.
     macro_rules! live {
         () => {
@@ -207,240 +212,269 @@ pub(crate) mod sql {
              AND expires_ms > $5 AND last_seen_ms + idle_ms > $5"
         };
     }
-    pub const INSERT: &str = "INSERT INTO sessions (session_digest, subject_key, tenant_id, client_id, \
+    pub static INSERT: Statement = Statement::new(
+        "INSERT INTO sessions (session_digest, subject_key, tenant_id, client_id, \
         protocol_version, client_capabilities, client_info, created_ms, last_seen_ms, idle_ms, expires_ms) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10)";
-    pub const TOUCH: &str = concat!(
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9, $10)",
+    );
+    pub static TOUCH: Statement = Statement::new(concat!(
         "UPDATE sessions SET last_seen_ms = CASE WHEN last_seen_ms < $5 THEN $5 ELSE last_seen_ms END WHERE ",
         live!(),
         " RETURNING protocol_version, client_capabilities, client_info, log_level, created_ms, last_seen_ms, expires_ms"
-    );
-    pub const SET_LEVEL: &str = concat!("UPDATE sessions SET log_level = $6 WHERE ", live!());
-    pub const COUNT_SUBSCRIPTIONS: &str = "SELECT count(*) FROM session_subscriptions WHERE session_digest = $1";
-    pub const SUBSCRIBE: &str = concat!(
+    ));
+    pub static SET_LEVEL: Statement = Statement::new(concat!("UPDATE sessions SET log_level = $6 WHERE ", live!()));
+    pub static COUNT_SUBSCRIPTIONS: Statement =
+        Statement::new("SELECT count(*) FROM session_subscriptions WHERE session_digest = $1");
+    pub static SUBSCRIBE: Statement = Statement::new(concat!(
         "INSERT INTO session_subscriptions (session_digest, uri) SELECT session_digest, $6 FROM sessions WHERE ",
         live!(),
         " ON CONFLICT DO NOTHING"
-    );
-    pub const UNSUBSCRIBE: &str = concat!(
+    ));
+    pub static UNSUBSCRIBE: Statement = Statement::new(concat!(
         "DELETE FROM session_subscriptions WHERE uri = $6 AND session_digest IN (SELECT session_digest FROM sessions WHERE ",
         live!(),
         ")"
+    ));
+    pub static SUBSCRIPTIONS: Statement =
+        Statement::new("SELECT uri FROM session_subscriptions WHERE session_digest = $1 ORDER BY uri");
+    pub static DELETE: Statement = Statement::new(
+        "DELETE FROM sessions WHERE session_digest = $1 AND subject_key = $2 AND tenant_id = $3 AND client_id = $4",
     );
-    pub const SUBSCRIPTIONS: &str = "SELECT uri FROM session_subscriptions WHERE session_digest = $1 ORDER BY uri";
-    pub const DELETE: &str =
-        "DELETE FROM sessions WHERE session_digest = $1 AND subject_key = $2 AND tenant_id = $3 AND client_id = $4";
     // Subscriptions go with their session (ON DELETE CASCADE).
-    pub const PURGE: &str = "DELETE FROM sessions WHERE session_digest IN (SELECT session_digest FROM sessions \
-        WHERE expires_ms <= $1 OR last_seen_ms + idle_ms <= $1 LIMIT $2)";
+    pub static PURGE: Statement = Statement::new(
+        "DELETE FROM sessions WHERE session_digest IN (SELECT session_digest FROM sessions \
+        WHERE expires_ms <= $1 OR last_seen_ms + idle_ms <= $1 LIMIT $2)",
+    );
 }
 
-/// Implements [`SessionStore`] for a backend from the shared statements (one text for both).
-/// `writer`/`reader` name the pools, `sql` adapts a statement's placeholders and `stmt` is the
-/// type it yields.
-macro_rules! impl_session_store {
-    (store: $store:ty, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident, stmt: $stmt:ty) => {
-        impl $store {
-            async fn touch_inner(
-                &self,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                now_ms: i64,
-            ) -> Result<Option<LiveSession>, StoreError> {
-                let row: Option<LiveRow> = sqlx::query_as($sql!(session_sql::TOUCH))
-                    .bind(digest.to_vec())
-                    .bind(owner.subject_key.to_vec())
-                    .bind(owner.tenant.as_str())
-                    .bind(owner.client.as_str())
-                    .bind(now_ms)
-                    .fetch_optional(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("touch_session", error))?;
-                Ok(row.map(decode_live))
-            }
+/// The session statements of one backend, for the [`SessionStore`] implementation below.
+struct Sessions<'a, B>(&'a B);
 
-            /// Runs one session statement whose `$6` is `text`; returns rows affected.
-            async fn session_statement(
-                &self,
-                statement: $stmt,
-                during: &'static str,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                now_ms: i64,
-                text: &str,
-            ) -> Result<u64, StoreError> {
-                let done = sqlx::query(statement)
-                    .bind(digest.to_vec())
-                    .bind(owner.subject_key.to_vec())
-                    .bind(owner.tenant.as_str())
-                    .bind(owner.client.as_str())
-                    .bind(now_ms)
-                    .bind(text)
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx(during, error))?;
-                Ok(done.rows_affected())
-            }
+impl<B> Sessions<'_, B>
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> LiveRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (String,): FromRow<'r, <B::Db as Database>::Row>,
+{
+    async fn touch_inner(
+        &self,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        now_ms: i64,
+    ) -> Result<Option<LiveSession>, StoreError> {
+        let row: Option<LiveRow> = sqlx::query_as(B::sql(&sql::TOUCH))
+            .bind(digest.to_vec())
+            .bind(owner.subject_key.to_vec())
+            .bind(owner.tenant.as_str())
+            .bind(owner.client.as_str())
+            .bind(now_ms)
+            .fetch_optional(self.0.writer())
+            .await
+            .map_err(|error| StoreError::from_sqlx("touch_session", error))?;
+        Ok(row.map(decode_live))
+    }
 
-            async fn subscribe_inner(
-                &self,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                uri: &str,
-                now_ms: i64,
-            ) -> Result<bool, StoreError> {
-                check_uri(uri)?;
-                if self.touch_inner(digest, owner, now_ms).await?.is_none() {
-                    return Ok(false);
-                }
-                let (count,): (i64,) = sqlx::query_as($sql!(session_sql::COUNT_SUBSCRIPTIONS))
-                    .bind(digest.to_vec())
-                    .fetch_one(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("subscribe_session", error))?;
-                if usize::try_from(count).unwrap_or(usize::MAX) >= MAX_SESSION_SUBSCRIPTIONS {
-                    return Err(StoreError::InvalidRecord { reason: "a session may hold at most 256 subscriptions" });
-                }
-                self.session_statement($sql!(session_sql::SUBSCRIBE), "subscribe_session", digest, owner, now_ms, uri)
-                    .await?;
-                Ok(true)
-            }
+    /// Runs one session statement whose `$6` is `text`; returns rows affected.
+    async fn session_statement(
+        &self,
+        statement: &'static str,
+        during: &'static str,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        now_ms: i64,
+        text: &str,
+    ) -> Result<u64, StoreError> {
+        let done = sqlx::query(statement)
+            .bind(digest.to_vec())
+            .bind(owner.subject_key.to_vec())
+            .bind(owner.tenant.as_str())
+            .bind(owner.client.as_str())
+            .bind(now_ms)
+            .bind(text)
+            .execute(self.0.writer())
+            .await
+            .map_err(|error| StoreError::from_sqlx(during, error))?;
+        Ok(B::rows_affected(&done))
+    }
 
-            async fn subscriptions_inner(
-                &self,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                now_ms: i64,
-            ) -> Result<Option<Vec<String>>, StoreError> {
-                if self.touch_inner(digest, owner, now_ms).await?.is_none() {
-                    return Ok(None);
-                }
-                let rows: Vec<(String,)> = sqlx::query_as($sql!(session_sql::SUBSCRIPTIONS))
-                    .bind(digest.to_vec())
-                    .fetch_all(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("session_subscriptions", error))?;
-                Ok(Some(rows.into_iter().map(|(uri,)| uri).collect()))
-            }
+    async fn subscribe_inner(
+        &self,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        uri: &str,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        check_uri(uri)?;
+        if self.touch_inner(digest, owner, now_ms).await?.is_none() {
+            return Ok(false);
         }
-
-        impl SessionStore for $store {
-            fn insert_session(&self, session: NewSession) -> StoreFuture<'_, ()> {
-                Box::pin(async move {
-                    session.validate()?;
-                    sqlx::query($sql!(session_sql::INSERT))
-                        .bind(session.digest.to_vec())
-                        .bind(session.owner.subject_key.to_vec())
-                        .bind(session.owner.tenant)
-                        .bind(session.owner.client)
-                        .bind(session.protocol_version)
-                        .bind(session.client_capabilities)
-                        .bind(session.client_info)
-                        .bind(session.created_ms)
-                        .bind(session.idle_ms)
-                        .bind(session.expires_ms)
-                        .execute(&self.$writer)
-                        .await
-                        .map_err(|error| StoreError::from_sqlx("insert_session", error))?;
-                    Ok(())
-                })
-            }
-
-            fn touch_session(
-                &self,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                now_ms: i64,
-            ) -> StoreFuture<'_, Option<LiveSession>> {
-                let owner = owner.clone();
-                Box::pin(async move { self.touch_inner(digest, &owner, now_ms).await })
-            }
-
-            fn set_session_log_level(
-                &self,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                level: &str,
-                now_ms: i64,
-            ) -> StoreFuture<'_, bool> {
-                let (owner, level) = (owner.clone(), level.to_owned());
-                Box::pin(async move {
-                    check_level(&level)?;
-                    let sql = $sql!(session_sql::SET_LEVEL);
-                    Ok(self.session_statement(sql, "set_session_log_level", digest, &owner, now_ms, &level).await? > 0)
-                })
-            }
-
-            fn subscribe_session(
-                &self,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                uri: &str,
-                now_ms: i64,
-            ) -> StoreFuture<'_, bool> {
-                let (owner, uri) = (owner.clone(), uri.to_owned());
-                Box::pin(async move { self.subscribe_inner(digest, &owner, &uri, now_ms).await })
-            }
-
-            fn unsubscribe_session(
-                &self,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                uri: &str,
-                now_ms: i64,
-            ) -> StoreFuture<'_, bool> {
-                let (owner, uri) = (owner.clone(), uri.to_owned());
-                Box::pin(async move {
-                    check_uri(&uri)?;
-                    if self.touch_inner(digest, &owner, now_ms).await?.is_none() {
-                        return Ok(false);
-                    }
-                    let sql = $sql!(session_sql::UNSUBSCRIBE);
-                    self.session_statement(sql, "unsubscribe_session", digest, &owner, now_ms, &uri).await?;
-                    Ok(true)
-                })
-            }
-
-            fn session_subscriptions(
-                &self,
-                digest: [u8; 32],
-                owner: &SessionOwner,
-                now_ms: i64,
-            ) -> StoreFuture<'_, Option<Vec<String>>> {
-                let owner = owner.clone();
-                Box::pin(async move { self.subscriptions_inner(digest, &owner, now_ms).await })
-            }
-
-            fn delete_session(&self, digest: [u8; 32], owner: &SessionOwner) -> StoreFuture<'_, bool> {
-                let owner = owner.clone();
-                Box::pin(async move {
-                    let done = sqlx::query($sql!(session_sql::DELETE))
-                        .bind(digest.to_vec())
-                        .bind(owner.subject_key.to_vec())
-                        .bind(owner.tenant)
-                        .bind(owner.client)
-                        .execute(&self.$writer)
-                        .await
-                        .map_err(|error| StoreError::from_sqlx("delete_session", error))?;
-                    Ok(done.rows_affected() > 0)
-                })
-            }
-
-            fn purge_sessions(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
-                Box::pin(async move {
-                    let done = sqlx::query($sql!(session_sql::PURGE))
-                        .bind(now_ms)
-                        .bind(i64::from(limit))
-                        .execute(&self.$writer)
-                        .await
-                        .map_err(|error| StoreError::from_sqlx("purge_sessions", error))?;
-                    Ok(done.rows_affected())
-                })
-            }
+        let (count,): (i64,) = sqlx::query_as(B::sql(&sql::COUNT_SUBSCRIPTIONS))
+            .bind(digest.to_vec())
+            .fetch_one(self.0.writer())
+            .await
+            .map_err(|error| StoreError::from_sqlx("subscribe_session", error))?;
+        if usize::try_from(count).unwrap_or(usize::MAX) >= MAX_SESSION_SUBSCRIPTIONS {
+            return Err(StoreError::InvalidRecord { reason: "a session may hold at most 256 subscriptions" });
         }
-    };
+        self.session_statement(B::sql(&sql::SUBSCRIBE), "subscribe_session", digest, owner, now_ms, uri).await?;
+        Ok(true)
+    }
+
+    async fn subscriptions_inner(
+        &self,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        now_ms: i64,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        if self.touch_inner(digest, owner, now_ms).await?.is_none() {
+            return Ok(None);
+        }
+        let rows: Vec<(String,)> = sqlx::query_as(B::sql(&sql::SUBSCRIPTIONS))
+            .bind(digest.to_vec())
+            .fetch_all(self.0.reader())
+            .await
+            .map_err(|error| StoreError::from_sqlx("session_subscriptions", error))?;
+        Ok(Some(rows.into_iter().map(|(uri,)| uri).collect()))
+    }
 }
-pub(crate) use impl_session_store;
+
+/// [`SessionStore`] for every backend, from the shared statements (one text for both).
+impl<B> SessionStore for B
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> LiveRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (String,): FromRow<'r, <B::Db as Database>::Row>,
+{
+    fn insert_session(&self, session: NewSession) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            session.validate()?;
+            sqlx::query(B::sql(&sql::INSERT))
+                .bind(session.digest.to_vec())
+                .bind(session.owner.subject_key.to_vec())
+                .bind(session.owner.tenant)
+                .bind(session.owner.client)
+                .bind(session.protocol_version)
+                .bind(session.client_capabilities)
+                .bind(session.client_info)
+                .bind(session.created_ms)
+                .bind(session.idle_ms)
+                .bind(session.expires_ms)
+                .execute(self.writer())
+                .await
+                .map_err(|error| StoreError::from_sqlx("insert_session", error))?;
+            Ok(())
+        })
+    }
+
+    fn touch_session(
+        &self,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        now_ms: i64,
+    ) -> StoreFuture<'_, Option<LiveSession>> {
+        let owner = owner.clone();
+        Box::pin(async move { Sessions(self).touch_inner(digest, &owner, now_ms).await })
+    }
+
+    fn set_session_log_level(
+        &self,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        level: &str,
+        now_ms: i64,
+    ) -> StoreFuture<'_, bool> {
+        let (owner, level) = (owner.clone(), level.to_owned());
+        Box::pin(async move {
+            check_level(&level)?;
+            let sql = B::sql(&sql::SET_LEVEL);
+            Ok(Sessions(self).session_statement(sql, "set_session_log_level", digest, &owner, now_ms, &level).await?
+                > 0)
+        })
+    }
+
+    fn subscribe_session(
+        &self,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        uri: &str,
+        now_ms: i64,
+    ) -> StoreFuture<'_, bool> {
+        let (owner, uri) = (owner.clone(), uri.to_owned());
+        Box::pin(async move { Sessions(self).subscribe_inner(digest, &owner, &uri, now_ms).await })
+    }
+
+    fn unsubscribe_session(
+        &self,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        uri: &str,
+        now_ms: i64,
+    ) -> StoreFuture<'_, bool> {
+        let (owner, uri) = (owner.clone(), uri.to_owned());
+        Box::pin(async move {
+            check_uri(&uri)?;
+            if Sessions(self).touch_inner(digest, &owner, now_ms).await?.is_none() {
+                return Ok(false);
+            }
+            let sql = B::sql(&sql::UNSUBSCRIBE);
+            Sessions(self).session_statement(sql, "unsubscribe_session", digest, &owner, now_ms, &uri).await?;
+            Ok(true)
+        })
+    }
+
+    fn session_subscriptions(
+        &self,
+        digest: [u8; 32],
+        owner: &SessionOwner,
+        now_ms: i64,
+    ) -> StoreFuture<'_, Option<Vec<String>>> {
+        let owner = owner.clone();
+        Box::pin(async move { Sessions(self).subscriptions_inner(digest, &owner, now_ms).await })
+    }
+
+    fn delete_session(&self, digest: [u8; 32], owner: &SessionOwner) -> StoreFuture<'_, bool> {
+        let owner = owner.clone();
+        Box::pin(async move {
+            let done = sqlx::query(B::sql(&sql::DELETE))
+                .bind(digest.to_vec())
+                .bind(owner.subject_key.to_vec())
+                .bind(owner.tenant)
+                .bind(owner.client)
+                .execute(self.writer())
+                .await
+                .map_err(|error| StoreError::from_sqlx("delete_session", error))?;
+            Ok(B::rows_affected(&done) > 0)
+        })
+    }
+
+    fn purge_sessions(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let done = sqlx::query(B::sql(&sql::PURGE))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .execute(self.writer())
+                .await
+                .map_err(|error| StoreError::from_sqlx("purge_sessions", error))?;
+            Ok(B::rows_affected(&done))
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -10,16 +10,14 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 use crate::audit_sql::OwnChain;
 use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
-use crate::sessions::{LiveRow, check_level, check_uri, decode_live, sql as session_sql};
 use crate::sqlite_sync::SyncSqlite;
 use crate::store::StoreFuture;
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
 use crate::{
-    AuditRecord, ChainReport, HandleOwner, HandleStore, HandleSummary, LiveHandle, LiveSession, MAX_HANDLE_LIST,
-    MAX_SESSION_SUBSCRIPTIONS, NewHandle, NewSession, Revocation, RevokeSelector, SessionOwner, SessionStore,
-    StoreError, StoredAuditRecord,
+    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle, Revocation, RevokeSelector,
+    StoreError,
 };
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -114,7 +112,7 @@ impl SqliteStore {
     }
 
     async fn ping_inner(&self) -> Result<(), StoreError> {
-        sqlx::query_scalar::<_, String>(sqlite_sql!(crate::audit_sql::sql::PING))
+        sqlx::query_scalar::<_, String>(crate::audit_sql::sql::PING.question())
             .fetch_one(&self.reader)
             .await
             .map(|_| ())
@@ -188,54 +186,49 @@ fn is_in_memory(path_or_url: &str) -> bool {
     database == ":memory:" || params.split('&').any(|param| param == "mode=memory")
 }
 
-crate::audit_sql::impl_audit_store!(
-    store: SqliteStore,
-    begin: begin_write,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql,
-    marker: '?',
-    own: own,
-    close: close_inner
-);
+impl crate::backend::Backend for SqliteStore {
+    type Db = sqlx::Sqlite;
 
-crate::sessions::impl_session_store!(
-    store: SqliteStore,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql,
-    stmt: sqlx::AssertSqlSafe<&'static str>
-);
+    fn writer(&self) -> &sqlx::Pool<sqlx::Sqlite> {
+        &self.writer
+    }
 
-crate::once::impl_once_store!(
-    store: SqliteStore,
-    writer: writer,
-    sql: sqlite_sql
-);
+    fn reader(&self) -> &sqlx::Pool<Self::Db> {
+        &self.reader
+    }
 
-crate::pins::impl_pin_store!(
-    store: SqliteStore,
-    begin: begin_write,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql
-);
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error> {
+        SqliteStore::begin_write(self).await
+    }
 
-crate::delegations::impl_delegation_store!(
-    store: SqliteStore,
-    begin: begin_write,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql,
-    parent_sql: sqlite_sql!(crate::delegations::sql::PARENT)
-);
+    fn sql(statement: &'static crate::backend::Statement) -> &'static str {
+        statement.question()
+    }
 
-crate::connections::impl_connection_store!(
-    store: SqliteStore,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql
-);
+    fn locking_read(plain: &'static crate::backend::Statement, _: &'static crate::backend::Statement) -> &'static str {
+        plain.question()
+    }
+
+    fn rows_affected(done: &<sqlx::Sqlite as sqlx::Database>::QueryResult) -> u64 {
+        done.rows_affected()
+    }
+}
+
+impl crate::audit_sql::AuditBackend for SqliteStore {
+    const MARKER: char = '?';
+
+    async fn ping_backend(&self) -> Result<(), StoreError> {
+        SqliteStore::ping_inner(self).await
+    }
+
+    async fn close_backend(&self) {
+        SqliteStore::close_inner(self).await
+    }
+
+    fn own_chain(&self) -> &OwnChain {
+        &self.own
+    }
+}
 
 #[cfg(test)]
 mod tests {

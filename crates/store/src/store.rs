@@ -4,7 +4,23 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::{AuditRecord, ChainHead, ChainReport, CheckpointedHeads, StoreError, StoredAuditRecord, StoredCheckpoint};
+use crate::{AuditRecord, ChainHead, ChainReport, CheckpointedHeads, StoreError, StoredAuditRecord};
+
+/// A checkpoint as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCheckpoint {
+    /// From 1, without gaps.
+    pub seq: u64,
+    /// When it was signed, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The signed bytes: canonical JSON of a `checkpoint::CheckpointBody`.
+    pub body: String,
+    /// Ed25519 over `body`.
+    pub signature: Vec<u8>,
+    /// JSON `[[chain, seq, hash hex], …]`: the heads that changed since the previous checkpoint,
+    /// sorted by chain id.
+    pub delta: String,
+}
 
 /// The boxed future every store method returns.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;

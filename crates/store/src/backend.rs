@@ -1,0 +1,54 @@
+//! What a store implementation written once needs from a backend: its database, its pools and
+//! its SQL dialect (a shared `$n` statement as the backend sends it).
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+/// A statement both backends run, written once with `$n` placeholders; SQLite's `?n` text is
+/// made on first use and kept.
+pub(crate) struct Statement {
+    text: &'static str,
+    sqlite: OnceLock<String>,
+}
+
+impl Statement {
+    pub(crate) const fn new(text: &'static str) -> Self {
+        Statement { text, sqlite: OnceLock::new() }
+    }
+
+    /// The statement as written (PostgreSQL's own placeholders).
+    pub(crate) fn dollar(&'static self) -> &'static str {
+        self.text
+    }
+
+    /// The statement with every `$` rewritten to `?` (SQLite's `?n`).
+    pub(crate) fn question(&'static self) -> &'static str {
+        self.sqlite.get_or_init(|| self.text.replace('$', "?")).as_str()
+    }
+}
+
+/// A store backend as the shared implementations see it.
+pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// The sqlx database.
+    type Db: sqlx::Database;
+
+    /// The pool writes go through.
+    fn writer(&self) -> &sqlx::Pool<Self::Db>;
+
+    /// The pool reads go through (the writer's for a backend with one pool).
+    fn reader(&self) -> &sqlx::Pool<Self::Db>;
+
+    /// Opens a write transaction (SQLite's `BEGIN IMMEDIATE`: the write lock first).
+    fn begin(&self) -> impl Future<Output = Result<sqlx::Transaction<'static, Self::Db>, sqlx::Error>> + Send;
+
+    /// `statement` in this backend's placeholders.
+    fn sql(statement: &'static Statement) -> &'static str;
+
+    /// The read of a row this write transaction goes on to change: `plain` on SQLite (the
+    /// writer holds the database's write lock from `BEGIN IMMEDIATE`), `for_update` (the same read
+    /// with `FOR UPDATE`) on PostgreSQL.
+    fn locking_read(plain: &'static Statement, for_update: &'static Statement) -> &'static str;
+
+    /// How many rows a statement changed.
+    fn rows_affected(done: &<Self::Db as sqlx::Database>::QueryResult) -> u64;
+}
