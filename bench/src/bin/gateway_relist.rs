@@ -7,7 +7,7 @@
 //! - `build`: one [`Gateway::build_app`]: pins observed, states read back from the store, the
 //!   registry of every served definition assembled (what a rebuild does before publishing);
 //! - `cycle`: a re-listing as the running gateway's loops do it when every upstream's timer
-//!   fires together: N tasks, each [`Gateway::relist`] (re-list its upstream; rebuild the
+//!   fires together: N tasks, each [`Gateway::relist_unpublished`] (re-list its upstream; rebuild the
 //!   registry only when the listing changed, concurrent rebuild requests merged into one).
 //!
 //! Prints one JSON line (stdout) with the median, minimum and maximum of each, and this
@@ -81,12 +81,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let db = args.data_dir.join("gateway.db");
     anyhow::ensure!(!db.exists(), "{} exists: give a fresh --data-dir", db.display());
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db.to_string_lossy()).await.context("opening the store")?);
-    let gateway = Gateway::new(settings, store.clone(), Arc::new(SystemClock), None).context("starting the gateway")?;
+    let gateway = Gateway::new(settings, store.clone(), Arc::new(SystemClock)).context("starting the gateway")?;
 
     // The first listing records every definition as pending; then a reviewer approves them all.
     let started = Instant::now();
     gateway.refresh_all().await;
-    gateway.build_app().await.context("the first build")?;
+    gateway.build_app(None).await.context("the first build")?;
     let first = started.elapsed();
     let rows = store.pins(None).await.context("reading pins")?;
     for row in &rows {
@@ -101,7 +101,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         };
         anyhow::ensure!(store.decide_pin(decision).await.context("approving")?, "a definition changed while approving");
     }
-    gateway.build_app().await.context("the build after approval")?;
+    gateway.build_app(None).await.context("the build after approval")?;
     let served: usize = gateway.status().iter().map(|status| status.served).sum();
     let expected = args.upstreams * args.tools;
     anyhow::ensure!(
@@ -115,7 +115,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         gateway.refresh_all().await;
         list.push(at.elapsed());
         let at = Instant::now();
-        gateway.build_app().await.context("a rebuild")?;
+        gateway.build_app(None).await.context("a rebuild")?;
         build.push(at.elapsed());
         cycle.push(relist_cycle(&gateway, args.upstreams).await?);
         let served: usize = gateway.status().iter().map(|status| status.served).sum();
@@ -164,7 +164,7 @@ async fn relist_cycle(gateway: &Gateway, upstreams: usize) -> anyhow::Result<Dur
         .map(|index| {
             let gateway = gateway.clone();
             tokio::spawn(async move {
-                let outcome = gateway.relist(index).await;
+                let outcome = gateway.relist_unpublished(index).await;
                 anyhow::ensure!(outcome != Refreshed::Failed, "upstream {index} could not be listed");
                 Ok(())
             })

@@ -64,16 +64,11 @@ pub async fn start(
     let oauth =
         palisade_gateway::user_oauth::UserOAuth::for_gateway(settings, store.clone(), secret, Arc::new(SystemClock))
             .context("starting the gateway's per-user OAuth client")?;
-    let gateway = palisade_gateway::Gateway::with_user_oauth(
-        settings.clone(),
-        store.clone(),
-        Arc::new(SystemClock),
-        coverage,
-        oauth,
-    )
-    .context("starting the gateway")?;
+    let gateway =
+        palisade_gateway::Gateway::with_user_oauth(settings.clone(), store.clone(), Arc::new(SystemClock), oauth)
+            .context("starting the gateway")?;
     gateway.refresh_all().await;
-    let app = gateway.build_app().await.context("building the gateway's registry")?;
+    let app = gateway.build_app(coverage.as_ref()).await.context("building the gateway's registry")?;
     for status in gateway.status() {
         let error = status.listing_error.as_deref().or(status.health.last_error.as_deref());
         eprintln!(

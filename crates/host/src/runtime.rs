@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use palisade_apps::AppName;
 use palisade_base::clock::SystemClock;
+use palisade_gateway::gateway::CoverageCheck;
 use palisade_server::delegation::DelegationService;
 use palisade_server::http::{MetricsExposure, ServeOptions};
 use palisade_server::secret::ServerSecret;
@@ -52,6 +53,8 @@ struct Assembled {
     app: App,
     gateway: Option<palisade_gateway::Gateway>,
     kill_switch: Option<KillSwitchRuntime>,
+    /// The kill switch's registry check, given to the gateway's first build and its loops.
+    coverage: Option<CoverageCheck>,
 }
 
 impl Runtime {
@@ -91,7 +94,7 @@ impl Runtime {
             .delegation
             .clone()
             .map(|config| Arc::new(DelegationService::new(store.clone(), &secret, config, Arc::new(SystemClock))));
-        let Assembled { app, gateway, kill_switch } =
+        let Assembled { app, gateway, kill_switch, coverage } =
             assemble(&settings, &store, &secret, delegation.as_ref(), custom).await?;
         let (handles, tasks) = services(&settings, &store, &subject_key, &app)?;
         let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
@@ -122,7 +125,7 @@ impl Runtime {
         }
         let server = Arc::new(builder.build().context("assembling the server")?);
         if let Some(gateway) = &gateway {
-            gateway.spawn(server.clone(), server.shutdown_token().clone());
+            gateway.spawn(server.clone(), server.shutdown_token().clone(), coverage);
         }
         // The gateway's browser pages on their own TLS listener. Their grants and refusals go to
         // the server's surface sink (the request path's chain and digest key), whose refusal
@@ -297,7 +300,7 @@ async fn assemble(
         }
         let app = with_delegation_tools(app, delegation)?;
         let kill_switch = killswitch::start(settings, &palisade_server::killswitch::exposed_operations(&app)).await?;
-        return Ok(Assembled { app, gateway: None, kill_switch });
+        return Ok(Assembled { app, gateway: None, kill_switch, coverage: None });
     }
     let app_name = authn::app_name(settings.app);
     // The gateway lists its upstreams (and pins what they list) before the kill switch starts:
@@ -314,6 +317,11 @@ async fn assemble(
         (None, None) => Vec::new(),
     };
     let kill_switch = killswitch::start(settings, &initial).await?;
+    // What the gateway serves from now on must be covered by the signed registry the switch runs.
+    let coverage: Option<CoverageCheck> = kill_switch.as_ref().map(|runtime| {
+        let switch = runtime.switch.clone();
+        Arc::new(move |key: &str| switch.policy().lookup(key).is_some()) as CoverageCheck
+    });
     let orders = match kill_switch.as_ref().and_then(|runtime| runtime.shared_db.as_ref()) {
         Some(db) if app_name == Some(AppName::Demo) => {
             Some(palisade_apps::demo::Orders::open(db.pool().clone()).await.context("opening the order table")?)
@@ -322,11 +330,8 @@ async fn assemble(
     };
     let (app, gateway) = match (gateway, app_name) {
         (Some((gateway, _)), _) => {
-            if let Some(runtime) = &kill_switch {
-                let switch = runtime.switch.clone();
-                gateway.set_coverage(Arc::new(move |key: &str| switch.policy().lookup(key).is_some()));
-            }
-            (gateway.build_app().await.context("building the gateway's registry")?, Some(gateway))
+            let app = gateway.build_app(coverage.as_ref()).await.context("building the gateway's registry")?;
+            (app, Some(gateway))
         }
         // The demo's baskets live in the configured store, so every instance sharing it sees them.
         (None, Some(AppName::Demo)) => {
@@ -339,7 +344,7 @@ async fn assemble(
         (None, None) => anyhow::bail!("no application to serve"),
     };
     let app = if gateway.is_some() { app } else { with_delegation_tools(app, delegation)? };
-    Ok(Assembled { app, gateway, kill_switch })
+    Ok(Assembled { app, gateway, kill_switch, coverage })
 }
 
 /// `app` with the delegation tools (`palisade_delegate`, `…_revoke`, `…_approve`) when

@@ -9,17 +9,26 @@ use palisade_server::{Server, ServerEvent};
 use tokio_util::sync::CancellationToken;
 
 use super::reconcile::{churn_record, fingerprint};
-use super::{Gateway, Refreshed, lock};
+use super::{CoverageCheck, Gateway, Refreshed, lock};
 use crate::churn::Summary;
+
+/// Where the loops publish: the server and its kill-switch registry's check.
+pub(super) struct Attached {
+    pub(super) server: Arc<Server>,
+    pub(super) coverage: Option<CoverageCheck>,
+}
 
 impl Gateway {
     /// Attaches the server whose registry the gateway publishes and starts its loops; they stop
-    /// when `shutdown` is cancelled.
-    pub fn spawn(&self, server: Arc<Server>, shutdown: CancellationToken) {
+    /// when `shutdown` is cancelled. `coverage` is the server's kill-switch registry check (see
+    /// [`Gateway::build_app`]), applied to every rebuild the loops make.
+    pub fn spawn(&self, server: Arc<Server>, shutdown: CancellationToken, coverage: Option<CoverageCheck>) {
         if self.inner.spawned.swap(true, std::sync::atomic::Ordering::SeqCst) {
             tracing::warn!("the gateway is already attached to a server");
             return;
         }
+        let events = server.events().clone();
+        let server = Arc::new(Attached { server, coverage });
         for index in 0..self.inner.upstreams.len() {
             let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
             tokio::spawn(async move { gateway.relist_loop(index, &on, stop).await });
@@ -36,7 +45,7 @@ impl Gateway {
         let stop = shutdown.clone();
         tokio::spawn(async move { gateway.churn_loop(stop).await });
         if let Some(oauth) = &self.inner.oauth {
-            oauth.spawn_upkeep(server.events(), shutdown.clone());
+            oauth.spawn_upkeep(&events, shutdown.clone());
         }
         let upstreams = self.inner.upstreams.clone();
         tokio::spawn(async move {
@@ -47,21 +56,21 @@ impl Gateway {
         });
     }
 
-    async fn relist_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
+    async fn relist_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
         let every = self.inner.settings.pins.relist;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            self.relist(index, server).await;
+            self.relist(index, Some(server)).await;
         }
     }
 
     /// A stdio upstream whose launch changed since its approval (noticed at a process start) is
     /// re-listed at once: the changed launch is recorded and held, and its tools withdrawn, without
     /// waiting for the next relisting.
-    async fn launch_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
+    async fn launch_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
         let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
         loop {
             tokio::select! {
@@ -69,7 +78,7 @@ impl Gateway {
                 () = upstream.client.launch_changed() => {}
             }
             tracing::info!(upstream = %upstream.settings.id, "stdio upstream launch changed: re-listing");
-            if self.relist(index, server).await == Refreshed::Changed {
+            if self.relist(index, Some(server)).await == Refreshed::Changed {
                 self.announce(server, "notifications/tools/list_changed");
             }
         }
@@ -77,7 +86,7 @@ impl Gateway {
 
     /// Follows one upstream's change notifications: each is a re-listing (and pin check)
     /// before any client hears of a change.
-    async fn changes_loop(&self, index: usize, server: &Server, stop: CancellationToken) {
+    async fn changes_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
         let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
         let mut backoff = Duration::from_secs(1);
         loop {
@@ -91,7 +100,7 @@ impl Gateway {
                             next = stream.next() => match next {
                                 Some(method) => {
                                     tracing::info!(upstream = %upstream.settings.id, %method, "upstream list changed: re-listing");
-                                    self.relist(index, server).await;
+                                    self.relist(index, Some(server)).await;
                                     self.announce(server, &method);
                                 }
                                 None => break,
@@ -112,14 +121,14 @@ impl Gateway {
     /// Passes an upstream's change announcement on to the gateway's clients once the re-listing
     /// (and its pin check) is done: what they list then is what the gateway serves, whether or
     /// not the change made a definition served.
-    fn announce(&self, server: &Server, method: &str) {
+    fn announce(&self, to: &Attached, method: &str) {
         let event = match method {
             "notifications/tools/list_changed" => ServerEvent::ToolsListChanged,
             "notifications/prompts/list_changed" => ServerEvent::PromptsListChanged,
             "notifications/resources/list_changed" => ServerEvent::ResourcesListChanged,
             _ => return,
         };
-        server.events().publish(event);
+        to.server.events().publish(event);
     }
 
     /// Writes the churn summaries whose window has elapsed, four times a window (so one is written
@@ -156,7 +165,7 @@ impl Gateway {
 
     /// Reviewers decide from the CLI, in another process: their decisions reach the registry
     /// within one poll.
-    async fn decisions_loop(&self, server: &Server, stop: CancellationToken) {
+    async fn decisions_loop(&self, server: &Attached, stop: CancellationToken) {
         let every = self.inner.settings.pins.decision_poll;
         loop {
             tokio::select! {
@@ -173,7 +182,7 @@ impl Gateway {
                                 self.refresh(index).await;
                             }
                         }
-                        self.rebuild(server).await;
+                        self.rebuild(Some(server)).await;
                     }
                 }
                 Err(error) => tracing::warn!(%error, "pin decisions could not be read"),

@@ -23,7 +23,7 @@ mod reconcile;
 mod relay;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use palisade_base::clock::Clock;
 use palisade_store::Store;
@@ -160,7 +160,6 @@ struct Inner {
     upstreams: Vec<Arc<Upstream>>,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    coverage: OnceLock<CoverageCheck>,
     /// The loops run (on the server [`Gateway::spawn`] was given; once).
     spawned: std::sync::atomic::AtomicBool,
     /// Serializes rebuilds (and their publications).
@@ -193,15 +192,9 @@ impl std::fmt::Debug for Gateway {
 
 impl Gateway {
     /// Builds the upstream clients and credentials (secrets are read now: a missing one is an
-    /// error naming where it should come from). `coverage` is the signed kill-switch registry's
-    /// check, when the server runs a kill switch (or [`Self::set_coverage`] later).
-    pub fn new(
-        settings: GatewaySettings,
-        store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
-        coverage: Option<CoverageCheck>,
-    ) -> Result<Self, GatewayError> {
-        Self::with_user_oauth(settings, store, clock, coverage, None)
+    /// error naming where it should come from).
+    pub fn new(settings: GatewaySettings, store: Arc<dyn Store>, clock: Arc<dyn Clock>) -> Result<Self, GatewayError> {
+        Self::with_user_oauth(settings, store, clock, None)
     }
 
     /// [`Self::new`], with the per-user OAuth client that serves the `user_oauth` upstreams
@@ -210,13 +203,8 @@ impl Gateway {
         settings: GatewaySettings,
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
-        coverage: Option<CoverageCheck>,
         oauth: Option<Arc<UserOAuth>>,
     ) -> Result<Self, GatewayError> {
-        let coverage_cell = OnceLock::new();
-        if let Some(check) = coverage {
-            let _ = coverage_cell.set(check);
-        }
         let mut upstreams = Vec::with_capacity(settings.upstreams.len());
         let identities = SandboxIdentities::new(settings.sandbox);
         // The unprefixed upstream's namer keeps out of every prefixed upstream's namespace.
@@ -266,7 +254,6 @@ impl Gateway {
                 upstreams,
                 store,
                 clock,
-                coverage: coverage_cell,
                 spawned: std::sync::atomic::AtomicBool::new(false),
                 rebuilding: tokio::sync::Mutex::new(()),
                 rebuild_wanted: std::sync::atomic::AtomicBool::new(false),
@@ -309,14 +296,6 @@ impl Gateway {
             routes = routes.merge(crate::review::routes(Arc::new(review)));
         }
         Ok(routes)
-    }
-
-    /// Sets the signed kill-switch registry's check (once; the kill switch starts after the
-    /// gateway's first listing, whose operations it must cover).
-    pub fn set_coverage(&self, check: CoverageCheck) {
-        if self.inner.coverage.set(check).is_err() {
-            tracing::warn!("the gateway's kill-switch coverage was already set");
-        }
     }
 
     /// The pin report of the last build.

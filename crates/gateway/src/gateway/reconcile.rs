@@ -4,12 +4,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use palisade_server::{App, AppBuilder, Origin, Server};
+use palisade_server::{App, AppBuilder, Origin};
 use palisade_store::{AuditRecord, Decision, PinDecision, PinObservation, PinRow, PinVerdict};
 use serde_json::{Value, json};
 
+use super::loops::Attached;
 use super::relay::{CompletionRoutes, relayed_prompt, relayed_resource, relayed_template, relayed_tool};
-use super::{Gateway, GatewayError, Listing, PinEntry, Refreshed, Upstream, lock};
+use super::{CoverageCheck, Gateway, GatewayError, Listing, PinEntry, Refreshed, Upstream, lock};
 use crate::churn::{Summary, Verdict};
 use crate::names::collisions;
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
@@ -141,13 +142,19 @@ impl Gateway {
         })
     }
 
+    /// A re-listing as the loops make it, on a gateway whose loops do not run: the registry is rebuilt when the
+    /// listing changed and not published (what the gateway-relist benchmark measures).
+    pub async fn relist_unpublished(&self, index: usize) -> Refreshed {
+        self.relist(index, None).await
+    }
+
     /// Re-lists upstream `index` and, when what it lists changed, rebuilds the registry: an
     /// upstream listing the same definitions as before costs one listing and nothing else.
-    pub(super) async fn relist(&self, index: usize, server: &Server) -> Refreshed {
+    pub(super) async fn relist(&self, index: usize, to: Option<&Attached>) -> Refreshed {
         let started = std::time::Instant::now();
         let outcome = self.refresh(index).await;
         if outcome == Refreshed::Changed {
-            self.rebuild(server).await;
+            self.rebuild(to).await;
         }
         if let Some(upstream) = self.inner.upstreams.get(index) {
             tracing::debug!(upstream = %upstream.settings.id, ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "re-listed");
@@ -156,8 +163,10 @@ impl Gateway {
     }
 
     /// Computes every pin's state (writing changed definitions to the store first) and the
-    /// application of everything that may be served.
-    pub async fn build_app(&self) -> Result<App, GatewayError> {
+    /// application of everything that may be served. `coverage` is the signed kill-switch
+    /// registry's check when the server runs a kill switch: an operation it does not cover is
+    /// held (`None`: the first build, whose operations the kill switch's registry is made from).
+    pub async fn build_app(&self, coverage: Option<&CoverageCheck>) -> Result<App, GatewayError> {
         let definitions = self.collect();
         self.observe(&definitions).await?;
         let rows = self.inner.store.pins(None).await?;
@@ -169,23 +178,24 @@ impl Gateway {
             entries.push(self.entry(definition, row));
         }
         self.hold_ambiguous(&definitions, &mut entries);
-        let (app, mut entries) = self.assemble(&definitions, entries)?;
+        let (app, mut entries) = self.assemble(&definitions, entries, coverage)?;
         entries.extend(self.inner.upstreams.iter().filter_map(|upstream| lock(&upstream.launch).clone()));
         self.record_transitions(&entries).await;
         *lock(&self.inner.report) = entries;
         Ok(app)
     }
 
-    /// [`Self::build_app`] and publishes it on `server`.
+    /// [`Self::build_app`] and publishes it on the attached server (`None`: builds only, for
+    /// [`Self::relist_unpublished`]).
     /// Requests that arrive while a rebuild runs are merged into one more rebuild after it, so N
     /// upstreams changing at once cost two rebuilds, not N.
-    pub(super) async fn rebuild(&self, server: &Server) {
+    pub(super) async fn rebuild(&self, to: Option<&Attached>) {
         use std::sync::atomic::Ordering;
         self.inner.rebuild_wanted.store(true, Ordering::SeqCst);
         loop {
             let Ok(one) = self.inner.rebuilding.try_lock() else { return };
             while self.inner.rebuild_wanted.swap(false, Ordering::SeqCst) {
-                self.rebuild_once(server).await;
+                self.rebuild_once(to).await;
             }
             drop(one);
             // A request that came between the last swap and the unlock is not lost.
@@ -195,10 +205,11 @@ impl Gateway {
         }
     }
 
-    async fn rebuild_once(&self, server: &Server) {
-        match self.build_app().await {
+    async fn rebuild_once(&self, to: Option<&Attached>) {
+        match self.build_app(to.and_then(|to| to.coverage.as_ref())).await {
             Ok(app) => {
-                if let Err(error) = server.publish(app) {
+                let Some(to) = to else { return };
+                if let Err(error) = to.server.publish(app) {
                     tracing::error!(%error, "the gateway's new registry was refused; the previous one keeps serving");
                 }
             }
@@ -356,11 +367,12 @@ impl Gateway {
         &self,
         definitions: &[Definition],
         mut entries: Vec<PinEntry>,
+        coverage: Option<&CoverageCheck>,
     ) -> Result<(App, Vec<PinEntry>), GatewayError> {
         let (mut tools, mut prompts, mut resources, mut templates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut completion_prompts, mut completion_templates) = (BTreeMap::new(), BTreeMap::new());
         let mut instructions = Vec::new();
-        let covered = |key: &str| self.inner.coverage.get().is_none_or(|check| check(key));
+        let covered = |key: &str| coverage.is_none_or(|check| check(key));
         for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
             if !entry.served {
                 continue;
