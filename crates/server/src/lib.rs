@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod mrtr;
 pub mod periodic;
 pub mod pipeline;
+pub mod prelude;
 mod refusal_reason;
 mod refusals;
 pub mod registry;
@@ -60,8 +61,8 @@ pub use handles::{
 pub use method::{Method, OperationKey, Origin};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use registry::{
-    App, AppBuilder, Completion, CompletionRef, Effect, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
-    RestartPolicy, TaskSupport, ToolDef, check_tool,
+    App, AppBuilder, Completion, CompletionRef, Effect, IntoToolResult, Json, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
+    RestartPolicy, State, TaskSupport, ToolDef, check_tool,
 };
 pub use reply::Reply;
 pub use server::{BuildError, Published, Server, ServerBuilder};
