@@ -6,11 +6,11 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use palisade_server::SubjectKey;
 use palisade_server::auth::EnvironmentPrincipal;
 use palisade_server::clock::SystemClock;
 use palisade_server::context::NotificationSink;
 use palisade_server::prelude::*;
-use palisade_server::SubjectKey;
 use palisade_store::SqliteStore;
 use palisade_wire::{Request, RequestId};
 use serde_json::json;

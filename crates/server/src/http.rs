@@ -1061,7 +1061,8 @@ mod tests {
                 crate::ServerConfig::default(),
                 crate::auth::Authenticator::UnauthenticatedLoopback,
                 crate::secret::ServerSecret::random(),
-            ).without_audit()
+            )
+            .without_audit()
             .build()
             .unwrap(),
         );

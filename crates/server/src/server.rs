@@ -297,7 +297,9 @@ impl ServerBuilder {
         } = self;
         match (&audit, audit_off) {
             (None, false) => return Err(BuildError::NoAuditLog),
-            (None, true) => tracing::warn!("the audit log is off (ServerBuilder::without_audit): no decision is recorded"),
+            (None, true) => {
+                tracing::warn!("the audit log is off (ServerBuilder::without_audit): no decision is recorded")
+            }
             (Some(_), _) => {}
         }
         let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));

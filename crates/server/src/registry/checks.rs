@@ -94,4 +94,3 @@ fn header_params(tool: &str, schema: &Value) -> Result<Vec<(String, String)>, Re
     }
     Ok(out)
 }
-

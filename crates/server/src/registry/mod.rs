@@ -23,5 +23,5 @@ pub use error::RegistryError;
 pub use prompt::{PromptArgument, PromptBuilder, PromptDef};
 pub use resource::{ResourceBuilder, ResourceDef, ResourceTemplateBuilder, ResourceTemplateDef};
 pub use result::{IntoToolResult, Json, State};
-pub use tool::{Effect, RestartPolicy, TaskSupport, ToolBuilder, ToolDef};
 pub(crate) use tool::ToolHandler;
+pub use tool::{Effect, RestartPolicy, TaskSupport, ToolBuilder, ToolDef};

@@ -17,9 +17,7 @@ fn template_matching() {
 }
 
 fn tool(name: &str, schema: Value) -> ToolDef {
-    ToolDef::new(name)
-        .input_schema(schema)
-        .handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("x"))) })
+    ToolDef::new(name).input_schema(schema).handler(|_, _| async { Ok(Outcome::Complete(CallToolResult::text("x"))) })
 }
 
 #[test]

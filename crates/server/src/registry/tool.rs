@@ -14,7 +14,6 @@ use crate::context::{InputRequired, Outcome, RequestContext};
 use crate::handles::{HandleArgument, handle_argument_schema};
 use crate::method::Origin;
 
-
 pub(crate) type ToolHandler = Arc<
     dyn Fn(RequestContext, Map<String, Value>) -> BoxFuture<Result<Outcome<CallToolResult>, ProtocolError>>
         + Send
@@ -367,7 +366,6 @@ impl ToolBuilder {
         }
     }
 }
-
 
 /// Declared scopes as owned strings.
 pub(super) fn owned(scopes: &[&str]) -> Vec<String> {

@@ -76,7 +76,8 @@ async fn dropping_the_stream_cancels_the_handler() {
 async fn an_unauthenticated_server_refuses_a_public_address() {
     let app = App::builder("t", "0").build().unwrap();
     let server =
-        Server::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random()).without_audit()
+        Server::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+            .without_audit()
             .build()
             .unwrap();
     let error = palisade_server::http::bind(&server, "0.0.0.0:0".parse().unwrap()).await.unwrap_err();
@@ -86,7 +87,8 @@ async fn an_unauthenticated_server_refuses_a_public_address() {
 /// A server on loopback for `app`; returns its port and the server (for its metrics).
 async fn serve(app: App) -> (u16, Arc<Server>) {
     let server = Arc::new(
-        Server::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random()).without_audit()
+        Server::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+            .without_audit()
             .build()
             .unwrap(),
     );

@@ -7,7 +7,8 @@ use std::process::Command;
 /// Runs the example `name` (next to this test binary: `<target>/<profile>/examples/<name>`).
 fn run_example(name: &str) -> String {
     let exe = std::env::current_exe().expect("the test binary's own path");
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).expect("the test binary lives in <target>/<profile>/deps");
+    let profile_dir =
+        exe.parent().and_then(|deps| deps.parent()).expect("the test binary lives in <target>/<profile>/deps");
     let path: PathBuf = profile_dir.join("examples").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     let output = Command::new(&path).arg("--self-test").output().unwrap_or_else(|e| panic!("running {path:?}: {e}"));
     assert!(output.status.success(), "{name}: {}", String::from_utf8_lossy(&output.stderr));

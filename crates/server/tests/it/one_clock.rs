@@ -113,7 +113,8 @@ async fn one_advance_expires_token_handle_request_state_stream_and_kill_switch_h
     let handles =
         Arc::new(HandleService::new(store.clone(), key, app.handle_types(), &policies, clock.clone()).unwrap());
     let config = ServerConfig { request_state_ttl: LIFETIME, ..ServerConfig::default() };
-    let with_handles = Server::builder(app, config.clone(), verifier(&issuer, &clock), ServerSecret::random()).without_audit()
+    let with_handles = Server::builder(app, config.clone(), verifier(&issuer, &clock), ServerSecret::random())
+        .without_audit()
         .handles(handles)
         .clock(clock.clone())
         .build()
@@ -139,7 +140,8 @@ async fn one_advance_expires_token_handle_request_state_stream_and_kill_switch_h
         )
         .unwrap(),
     );
-    let with_kill_switch = Server::builder(ks_app, config, verifier(&issuer, &clock), ServerSecret::random()).without_audit()
+    let with_kill_switch = Server::builder(ks_app, config, verifier(&issuer, &clock), ServerSecret::random())
+        .without_audit()
         .handles(ks_handles)
         .kill_switch(switch, "1.0.0-test")
         .clock(clock.clone())
@@ -205,7 +207,8 @@ async fn a_part_on_another_clock_is_refused() {
     let server_clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_000));
     let other: Arc<dyn Clock> = Arc::new(ManualClock::new(1_000));
     let issuer = DevIssuer::load_or_create(&dir.path().join("issuer"), ISSUER).unwrap();
-    let refused = Server::builder(app(), ServerConfig::default(), verifier(&issuer, &other), ServerSecret::random()).without_audit()
+    let refused = Server::builder(app(), ServerConfig::default(), verifier(&issuer, &other), ServerSecret::random())
+        .without_audit()
         .clock(server_clock)
         .build()
         .err()
