@@ -3,6 +3,8 @@
 //! comes back bound to exactly these arguments. Confirmations are spent once, in a single-use
 //! store. `--self-test` makes the first call and prints what the server asks.
 
+#![allow(clippy::print_stdout)] // the self-test's output is what the example shows
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

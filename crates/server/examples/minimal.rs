@@ -2,6 +2,8 @@
 //! the audit log in an in-memory SQLite store, served on stdio — or, with `--self-test`, one
 //! call through the whole pipeline, its answer printed.
 
+#![allow(clippy::print_stdout)] // the self-test's output is what the example shows
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 

@@ -149,6 +149,7 @@ impl Server {
     /// let refused = Server::new(app).build();
     /// assert!(matches!(refused, Err(palisade_server::BuildError::NoAuditLog)));
     /// ```
+    #[allow(clippy::new_ret_no_self)]
     pub fn new(app: App) -> ServerBuilder {
         Self::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random())
     }
