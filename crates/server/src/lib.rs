@@ -9,8 +9,8 @@
 //! every protocol and security decision about a message is made in [`pipeline`], in one order,
 //! for both. Layers, low to high: `method`, `clock`, `reply` → `handles`, `clearance` →
 //! `context` → `registry` → `audit`, `killswitch`, `execute` → `tasks`, `sessions` → `server` →
-//! `pipeline` → `legacy`, `http`, `stdio`; a module imports only from its own layer's leaves
-//! and below.
+//! `pipeline` → `legacy`, `http`, `stdio` → `prelude`; a module imports only from its own
+//! layer's leaves and below.
 
 pub mod audit;
 pub mod auth;
