@@ -297,11 +297,12 @@ impl ServerBuilder {
             audit_off,
         } = self;
         match (&audit, audit_off) {
-            (None, false) => return Err(BuildError::NoAuditLog),
-            (None, true) => {
+            // A writer without its store is refused below, naming the store.
+            (None, false) if audit_writer.is_none() => return Err(BuildError::NoAuditLog),
+            (None, true) if audit_writer.is_none() => {
                 tracing::warn!("the audit log is off (ServerBuilder::without_audit): no decision is recorded")
             }
-            (Some(_), _) => {}
+            _ => {}
         }
         let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
         if config.legacy.enabled && sessions.is_none() {
