@@ -68,7 +68,7 @@ pub fn check(root: &Path, problems: &mut Vec<String>) {
                 .filter_map(|m| m.file.strip_prefix(&src).ok().map(|p| p.to_string_lossy().replace('\\', "/")))
                 .collect();
             let root_name = root_file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            check_code_map(root, architecture, &name, &files, &root_name, problems);
+            check_code_map(root, &src, architecture, &name, &files, &root_name, problems);
         }
     }
 }
@@ -552,6 +552,7 @@ fn stated_layers(text: &str) -> Option<Vec<Vec<String>>> {
 /// (another crate's file is named by its path from the workspace root).
 fn check_code_map(
     root: &Path,
+    src: &Path,
     architecture: &str,
     name: &str,
     files: &[String],
@@ -592,7 +593,8 @@ fn check_code_map(
         let exists = if token.starts_with("crates/") {
             root.join(token).is_file()
         } else {
-            token == root_name || files.iter().any(|f| f == token)
+            // A test module's file (not required, since it is no source file) may be named too.
+            token == root_name || files.iter().any(|f| f == token) || src.join(token).is_file()
         };
         if !exists && !reported.contains(&token) {
             reported.push(token);

@@ -1,5 +1,7 @@
 //! Applications built only on Palisade's public library API: the conformance fixture that the
 //! official MCP conformance suite and the SDK clients exercise, and the demo application.
+//!
+//! Layers, low to high: `conformance`, `demo`.
 
 pub mod conformance;
 pub mod demo;

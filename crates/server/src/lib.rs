@@ -13,7 +13,7 @@
 //! `store_errors`, `streams`, `refusal_reason`, `clearance`, `delegated` → `auth`, `cursor`,
 //! `mrtr`, `metrics` → `sessions`, `handles` → `reply`, `context` → `telemetry`, `registry` →
 //! `audit` → `execute`, `killswitch`, `delegation`, `surface_audit`, `refusals` → `tasks` →
-//! `server` → `pipeline`, `stdio` → `http_response` → `legacy` → `http`. A module refers only to
+//! `server` → `pipeline`, `stdio` → `http_response` → `legacy` → `http` → `prelude`. A module refers only to
 //! modules of its own group or lower ones; within a group no two refer to each other in a circle.
 
 pub mod audit;
@@ -38,6 +38,7 @@ pub mod metrics;
 pub mod mrtr;
 pub mod periodic;
 pub mod pipeline;
+pub mod prelude;
 mod refusal_reason;
 mod refusals;
 pub mod registry;
@@ -64,8 +65,8 @@ pub use handles::{
 pub use method::{Method, OperationKey, Origin};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use registry::{
-    App, AppBuilder, Completion, CompletionRef, Effect, PromptArgument, PromptDef, ResourceDef, ResourceTemplateDef,
-    RestartPolicy, TaskSupport, ToolDef, check_tool,
+    App, AppBuilder, Completion, CompletionRef, Effect, IntoToolResult, Json, PromptArgument, PromptDef, ResourceDef,
+    ResourceTemplateDef, RestartPolicy, State, TaskSupport, ToolDef, check_tool,
 };
 pub use reply::Reply;
 pub use server::{BuildError, Published, Server, ServerBuilder};

@@ -100,6 +100,11 @@ pub enum BuildError {
         /// Which part.
         part: &'static str,
     },
+    /// Neither an audit store nor an explicit decision to run without one.
+    #[error(
+        "the server has no audit log: give it a store (ServerBuilder::audit) or turn it off explicitly (ServerBuilder::without_audit)"
+    )]
+    NoAuditLog,
     /// An audit writer without the audit store it ships into (readiness is the store's).
     #[error("an audit writer was given without its audit store (ServerBuilder::audit)")]
     AuditWriterWithoutStore,
@@ -126,9 +131,29 @@ pub struct ServerBuilder {
     sessions: Option<Arc<dyn SessionStore>>,
     kill_switch: Option<(Arc<palisade_killswitch::KillSwitch>, String)>,
     delegation: Option<Arc<DelegationService>>,
+    /// [`ServerBuilder::without_audit`] was called: no audit store is not a mistake.
+    audit_off: bool,
 }
 
 impl Server {
+    /// Starts a server for `app` with a library user's defaults: the default configuration,
+    /// unauthenticated (loopback listeners and stdio only, announced at start; see
+    /// [`ServerBuilder::authenticator`]), a fresh random secret, the system clock. The audit log
+    /// is on: [`ServerBuilder::build`] needs its store ([`ServerBuilder::audit`]) unless it is
+    /// turned off with [`ServerBuilder::without_audit`].
+    ///
+    /// ```
+    /// use palisade_server::prelude::*;
+    ///
+    /// let app = App::builder("demo", "1.0.0").build().unwrap();
+    /// let refused = Server::new(app).build();
+    /// assert!(matches!(refused, Err(palisade_server::BuildError::NoAuditLog)));
+    /// ```
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new(app: App) -> ServerBuilder {
+        Self::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+    }
+
     /// Starts a server for `app`; add its parts, then [`ServerBuilder::build`].
     pub fn builder(
         app: App,
@@ -150,11 +175,37 @@ impl Server {
             sessions: None,
             kill_switch: None,
             delegation: None,
+            audit_off: false,
         }
     }
 }
 
 impl ServerBuilder {
+    /// The server's configuration (default: [`ServerConfig::default`]).
+    pub fn config(mut self, config: ServerConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// How requests are authenticated (default: unauthenticated, loopback and stdio only).
+    pub fn authenticator(mut self, authenticator: Authenticator) -> Self {
+        self.authenticator = authenticator;
+        self
+    }
+
+    /// The secret every key of the server derives from (default: a random one, so sealed state,
+    /// cursors and audit digests do not survive a restart nor match another instance).
+    pub fn secret(mut self, secret: ServerSecret) -> Self {
+        self.secret = secret;
+        self
+    }
+
+    /// Runs without an audit log: no decision is recorded. Said with a warning at build.
+    pub fn without_audit(mut self) -> Self {
+        self.audit_off = true;
+        self
+    }
+
     /// Records every decision in `store`'s hash-chained audit log (group commit on a chain of
     /// this server's, unless [`audit_writer`](Self::audit_writer) gives the writer); the store's
     /// health is also what `/readyz` reports. Task workers record theirs there too.
@@ -243,7 +294,16 @@ impl ServerBuilder {
             sessions,
             kill_switch,
             delegation,
+            audit_off,
         } = self;
+        match (&audit, audit_off) {
+            // A writer without its store is refused below, naming the store.
+            (None, false) if audit_writer.is_none() => return Err(BuildError::NoAuditLog),
+            (None, true) if audit_writer.is_none() => {
+                tracing::warn!("the audit log is off (ServerBuilder::without_audit): no decision is recorded")
+            }
+            _ => {}
+        }
         let clock = clock.unwrap_or_else(|| Arc::new(SystemClock));
         if config.legacy.enabled && sessions.is_none() {
             // Not a refusal: the default configuration serves the 2025-era wire, and a library

@@ -9,14 +9,8 @@ use palisade_server::{Server, ServerEvent};
 use tokio_util::sync::CancellationToken;
 
 use super::reconcile::{churn_record, fingerprint};
-use super::{CoverageCheck, Gateway, Refreshed, lock};
+use super::{Attached, CoverageCheck, Gateway, Refreshed, lock};
 use crate::churn::Summary;
-
-/// Where the loops publish: the server and its kill-switch registry's check.
-pub(super) struct Attached {
-    pub(super) server: Arc<Server>,
-    pub(super) coverage: Option<CoverageCheck>,
-}
 
 impl Gateway {
     /// Attaches the server whose registry the gateway publishes and starts its loops; they stop

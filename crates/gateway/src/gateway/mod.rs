@@ -155,6 +155,12 @@ pub struct UpstreamStatus {
     pub unmatched_rules: Vec<String>,
 }
 
+/// Where the loops publish: the server and its kill-switch registry's check.
+struct Attached {
+    server: Arc<palisade_server::Server>,
+    coverage: Option<CoverageCheck>,
+}
+
 struct Inner {
     settings: GatewaySettings,
     upstreams: Vec<Arc<Upstream>>,

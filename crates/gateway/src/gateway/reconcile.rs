@@ -8,9 +8,8 @@ use palisade_server::{App, AppBuilder, Origin};
 use palisade_store::{AuditRecord, Decision, PinDecision, PinObservation, PinRow, PinVerdict};
 use serde_json::{Value, json};
 
-use super::loops::Attached;
 use super::relay::{CompletionRoutes, relayed_prompt, relayed_resource, relayed_template, relayed_tool};
-use super::{CoverageCheck, Gateway, GatewayError, Listing, PinEntry, Refreshed, Upstream, lock};
+use super::{Attached, CoverageCheck, Gateway, GatewayError, Listing, PinEntry, Refreshed, Upstream, lock};
 use crate::churn::{Summary, Verdict};
 use crate::names::collisions;
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};

@@ -19,6 +19,7 @@ async fn the_endpoint_answers_as_the_router_does() {
             crate::auth::Authenticator::UnauthenticatedLoopback,
             crate::secret::ServerSecret::random(),
         )
+        .without_audit()
         .build()
         .unwrap(),
     );

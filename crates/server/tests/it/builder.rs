@@ -27,6 +27,7 @@ fn ran() -> impl Fn(
 
 fn builder(app: App) -> palisade_server::ServerBuilder {
     Server::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+        .without_audit()
 }
 
 fn refusal(result: Result<Server, BuildError>) -> BuildError {

@@ -77,6 +77,7 @@ async fn an_unauthenticated_server_refuses_a_public_address() {
     let app = App::builder("t", "0").build().unwrap();
     let server =
         Server::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+            .without_audit()
             .build()
             .unwrap();
     let error = palisade_server::http::bind(&server, "0.0.0.0:0".parse().unwrap()).await.unwrap_err();
@@ -87,6 +88,7 @@ async fn an_unauthenticated_server_refuses_a_public_address() {
 async fn serve(app: App) -> (u16, Arc<Server>) {
     let server = Arc::new(
         Server::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+            .without_audit()
             .build()
             .unwrap(),
     );

@@ -815,6 +815,7 @@ async fn a_capability_sent_to_a_server_without_delegation_is_refused() {
     let app = App::builder("plain", "0").tool(read_policy(&runs)).build().unwrap();
     let authenticator = Authenticator::Bearer(Arc::new(verifier));
     let server = Server::builder(app, ServerConfig::default(), authenticator, ServerSecret::random())
+        .without_audit()
         .clock(clock)
         .build()
         .unwrap();

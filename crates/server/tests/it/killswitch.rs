@@ -188,6 +188,7 @@ async fn a_registry_missing_an_exposed_operation_refuses_to_start() {
     let switch = files.kill_switch("https://127.0.0.1:9", keys).await.unwrap();
     // … cannot guard a server that exposes it.
     let refused = Server::builder(app, ServerConfig::default(), principal(), ServerSecret::random())
+        .without_audit()
         .kill_switch(Arc::new(switch), RELEASE)
         .build()
         .err()
@@ -430,7 +431,8 @@ async fn in_every_order_of_parts_the_task_worker_checks_the_kill_switch() {
         let key = SubjectKey::from_bytes(&[9u8; 32]).unwrap();
         let tasks = Arc::new(TaskService::new(audit.clone(), key, TaskConfig::default(), Arc::new(SystemClock)));
         let mut builder =
-            Server::builder(app(world.counters.clone()), ServerConfig::default(), principal(), ServerSecret::random());
+            Server::builder(app(world.counters.clone()), ServerConfig::default(), principal(), ServerSecret::random())
+                .without_audit();
         for part in order {
             builder = match part {
                 Part::Audit => builder.audit(audit.clone()),

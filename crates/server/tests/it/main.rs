@@ -9,6 +9,7 @@ mod builder;
 mod cancellation;
 mod common;
 mod delegation;
+mod examples;
 mod handles;
 mod hardening;
 mod killswitch;

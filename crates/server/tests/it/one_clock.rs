@@ -114,6 +114,7 @@ async fn one_advance_expires_token_handle_request_state_stream_and_kill_switch_h
         Arc::new(HandleService::new(store.clone(), key, app.handle_types(), &policies, clock.clone()).unwrap());
     let config = ServerConfig { request_state_ttl: LIFETIME, ..ServerConfig::default() };
     let with_handles = Server::builder(app, config.clone(), verifier(&issuer, &clock), ServerSecret::random())
+        .without_audit()
         .handles(handles)
         .clock(clock.clone())
         .build()
@@ -140,6 +141,7 @@ async fn one_advance_expires_token_handle_request_state_stream_and_kill_switch_h
         .unwrap(),
     );
     let with_kill_switch = Server::builder(ks_app, config, verifier(&issuer, &clock), ServerSecret::random())
+        .without_audit()
         .handles(ks_handles)
         .kill_switch(switch, "1.0.0-test")
         .clock(clock.clone())
@@ -206,6 +208,7 @@ async fn a_part_on_another_clock_is_refused() {
     let other: Arc<dyn Clock> = Arc::new(ManualClock::new(1_000));
     let issuer = DevIssuer::load_or_create(&dir.path().join("issuer"), ISSUER).unwrap();
     let refused = Server::builder(app(), ServerConfig::default(), verifier(&issuer, &other), ServerSecret::random())
+        .without_audit()
         .clock(server_clock)
         .build()
         .err()

@@ -74,7 +74,8 @@ async fn start_with(
     audit: Option<Arc<SqliteStore>>,
     options: palisade_server::http::ServeOptions,
 ) -> Running {
-    let mut builder = Server::builder(app(), config, Authenticator::UnauthenticatedLoopback, ServerSecret::random());
+    let mut builder =
+        Server::builder(app(), config, Authenticator::UnauthenticatedLoopback, ServerSecret::random()).without_audit();
     if let Some(store) = audit {
         builder = builder.audit(store);
     }
