@@ -26,6 +26,7 @@ use crate::handles::{HandleError, HandleService, PrincipalEvent};
 use crate::killswitch::KillSwitchStage;
 use crate::metrics::Metrics;
 use crate::mrtr::StateSealer;
+use crate::pipeline::{Audit, Authenticate, Stages};
 use crate::refusals::TransportRefusals;
 use crate::registry::{App, TaskSupport};
 use crate::secret::ServerSecret;
@@ -38,7 +39,8 @@ use crate::tasks::TaskService;
 pub struct Server {
     pub(crate) app: ArcSwap<App>,
     pub(crate) config: ServerConfig,
-    pub(crate) authenticator: Authenticator,
+    /// The request path's stages, each holding only its own services.
+    pub(crate) stages: Stages,
     pub(crate) sealer: StateSealer,
     pub(crate) cursors: Cursors,
     pub(crate) events: EventBus,
@@ -317,7 +319,7 @@ impl ServerBuilder {
             app: ArcSwap::from_pointee(app),
             sealer: StateSealer::new(&secret, ttl_ms),
             cursors: Cursors::new(&secret),
-            authenticator,
+            stages: Stages { authenticate: Authenticate::new(authenticator), audit: Audit },
             events,
             clock,
             shutdown: CancellationToken::new(),
@@ -565,7 +567,7 @@ impl Server {
 
     /// The authentication mode.
     pub fn authenticator(&self) -> &Authenticator {
-        &self.authenticator
+        self.stages.authenticate.authenticator()
     }
 
     /// The event bus listen streams are fed from.

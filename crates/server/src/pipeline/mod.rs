@@ -22,6 +22,8 @@
 //! **Architecture Invariant:** the order below is the order in ARCHITECTURE.md (a tidy test
 //! compares the two), and no handler runs without an `Allowed`, which only stage 7 makes.
 
+mod audit;
+mod authenticate;
 mod authorize;
 mod classify;
 mod confirm;
@@ -33,6 +35,7 @@ mod listen;
 mod params;
 mod rounds;
 mod session;
+mod stages;
 mod wire;
 
 use std::sync::Arc;
@@ -48,6 +51,9 @@ use crate::reply::Reply;
 use crate::server::Server;
 use crate::sessions::SessionId;
 
+pub(crate) use audit::Audit;
+pub(crate) use authenticate::Authenticate;
+pub(crate) use stages::Stages;
 pub(crate) use wire::LegacyWire;
 pub use wire::TransportHeaders;
 
@@ -140,7 +146,8 @@ impl Server {
         };
         // 2. authenticate: before any decision about the operation, because every later one is
         //    about *this* caller; nothing below runs without a VerifiedPrincipal.
-        let principal = match self.authenticator.authenticate(headers.and_then(|h| h.authorization.as_deref())).await {
+        let authorization = headers.and_then(|h| h.authorization.as_deref());
+        let principal = match self.stages.authenticate.authenticate(authorization).await {
             Ok(principal) => Arc::new(principal),
             Err(refusal) => {
                 tracing::info!(stage = "authenticate", reason = %refusal.error, "credentials refused");
@@ -178,7 +185,7 @@ impl Server {
         };
         // 5. authorize: the operation's required scopes (a 403 names all of them).
         let required = authorize::required_scopes(&app, &operation, &request.params);
-        if let Err(refusal) = self.authenticator.require_scopes(&principal, &required) {
+        if let Err(refusal) = self.stages.authenticate.authenticator().require_scopes(&principal, &required) {
             let error = ProtocolError::InsufficientScope { required };
             return audit.refuse(&id, AuditStage::Authorize, &error, refusal.challenge).await;
         }
@@ -195,8 +202,7 @@ impl Server {
         }
         // 7. audit: the allow decision is durable before any handler runs; if it cannot be
         //    recorded the request is refused (fail closed). `Allowed` is the proof.
-        let stage = if resolved.is_empty() { AuditStage::Authorize } else { AuditStage::Handles };
-        let allowed: Allowed = match audit.allow(stage).await {
+        let allowed: Allowed = match self.stages.audit.allow(audit, !resolved.is_empty()).await {
             Ok(allowed) => allowed,
             Err(error) => return audit.refuse(&id, AuditStage::Audit, &error, None).await,
         };

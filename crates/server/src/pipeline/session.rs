@@ -197,7 +197,7 @@ impl Server {
         method: Method,
     ) -> Result<(Arc<VerifiedPrincipal>, Admitted, Option<Arc<Cleared>>), Reply> {
         let mut audit = AuditTrail::new(&self.recorder, method.as_str());
-        let principal = match self.authenticator.authenticate(authorization).await {
+        let principal = match self.stages.authenticate.authenticator().authenticate(authorization).await {
             Ok(principal) => Arc::new(principal),
             Err(refusal) => {
                 let error = ProtocolError::Unauthenticated;
@@ -234,7 +234,7 @@ impl Server {
     /// session id), then the same 404 as an unknown session. Audited like every refusal.
     pub(crate) async fn refuse_malformed_session(&self, authorization: Option<&[u8]>, what: &str) -> Reply {
         let mut audit = AuditTrail::new(&self.recorder, what);
-        match self.authenticator.authenticate(authorization).await {
+        match self.stages.authenticate.authenticator().authenticate(authorization).await {
             Ok(principal) => {
                 audit.principal(&Arc::new(principal));
                 audit.refuse_any(None, AuditStage::Session, &ProtocolError::SessionNotFound, None).await

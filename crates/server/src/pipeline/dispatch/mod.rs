@@ -86,7 +86,7 @@ impl Server {
     }
 
     pub(super) fn cache_scope(&self) -> &'static str {
-        if self.authenticator.is_unauthenticated() { "public" } else { "private" }
+        if self.stages.authenticate.authenticator().is_unauthenticated() { "public" } else { "private" }
     }
 }
 
