@@ -23,10 +23,10 @@ use crate::cursor::Cursors;
 use crate::delegation::DelegationService;
 use crate::events::{EventBus, ServerEvent};
 use crate::handles::{HandleError, HandleService, PrincipalEvent};
-use crate::killswitch::KillSwitchStage;
+use crate::killswitch::{KillSwitchCheck, KillSwitchStage};
 use crate::metrics::Metrics;
 use crate::mrtr::StateSealer;
-use crate::pipeline::{Audit, Authenticate, Stages};
+use crate::pipeline::{Audit, Authenticate, Authorize, Classify, DelegationStage, Handles, Stages};
 use crate::refusals::TransportRefusals;
 use crate::registry::{App, TaskSupport};
 use crate::secret::ServerSecret;
@@ -51,7 +51,6 @@ pub struct Server {
     pub(crate) handles: Option<Arc<HandleService>>,
     pub(crate) tasks: Option<Arc<TaskService>>,
     pub(crate) sessions: Option<Arc<SessionService>>,
-    pub(crate) kill_switch: Option<KillSwitchStage>,
     pub(crate) once: Option<Arc<dyn OnceStore>>,
     pub(crate) delegation: Option<Arc<DelegationService>>,
     pub(crate) streams: Arc<StreamLimiter>,
@@ -314,12 +313,21 @@ impl ServerBuilder {
         let surface_audit = Arc::new(crate::surface_audit::SurfaceAudit::new(writer.clone(), &secret, clock.clone()));
         let session_key = secret.derive("palisade/session-owner/v1");
         let sessions = sessions.map(|store| Arc::new(SessionService::new(store, session_key, config.legacy.clone())));
+        let stages = Stages {
+            authenticate: Authenticate::new(authenticator.clone()),
+            classify: Classify,
+            delegation: DelegationStage::new(delegation.clone()),
+            kill_switch: KillSwitchCheck::new(kill_switch),
+            authorize: Authorize::new(authenticator),
+            handles: Handles::new(handles.clone()),
+            audit: Audit,
+        };
         let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
         Ok(Server {
             app: ArcSwap::from_pointee(app),
             sealer: StateSealer::new(&secret, ttl_ms),
             cursors: Cursors::new(&secret),
-            stages: Stages { authenticate: Authenticate::new(authenticator), audit: Audit },
+            stages,
             events,
             clock,
             shutdown: CancellationToken::new(),
@@ -328,7 +336,6 @@ impl ServerBuilder {
             handles,
             tasks,
             sessions,
-            kill_switch,
             once,
             delegation,
             streams: Arc::default(),
@@ -417,7 +424,7 @@ impl Server {
             None => None,
         };
         parts.check_with(&app, handle_types.as_ref())?;
-        if let Some(stage) = &self.kill_switch {
+        if let Some(stage) = self.stages.kill_switch.stage() {
             stage.check_covers(&app)?;
         }
         let old = self.app.load_full();

@@ -53,6 +53,10 @@ use crate::sessions::SessionId;
 
 pub(crate) use audit::Audit;
 pub(crate) use authenticate::Authenticate;
+pub(crate) use authorize::Authorize;
+pub(crate) use classify::Classify;
+pub(crate) use delegation::DelegationStage;
+pub(crate) use handles::Handles;
 pub(crate) use stages::Stages;
 pub(crate) use wire::LegacyWire;
 pub use wire::TransportHeaders;
@@ -165,7 +169,7 @@ impl Server {
             };
         // 3. classify: the operation key comes from the registry, never from client strings
         //    beyond picking a registered entry; every policy below is keyed on it.
-        let operation = match classify::classify(&app, method, &request.params) {
+        let operation = match self.stages.classify.classify(&app, method, &request.params) {
             Ok(operation) => operation,
             Err(error) => return audit.refuse(&id, AuditStage::Classify, &error, None).await,
         };
@@ -173,31 +177,30 @@ impl Server {
         // 3b. delegation: a presented capability is resolved once the operation is known (it must
         //     lie inside the capability) and before the kill switch, which checks every agent of
         //     its chain; from here on the principal is the one the capability acts for, narrowed.
-        let principal = match self.delegation_stage(&operation, principal, &request.params, audit).await {
+        let principal = match self.stages.delegation.resolve(&operation, principal, &request.params, audit).await {
             Ok(principal) => principal,
             Err(error) => return audit.refuse(&id, AuditStage::Delegation, &error, None).await,
         };
         // 4. kill switch: first among the decisions about the operation, so a disabled
         //    operation costs nothing further and reveals nothing about scopes or handles.
-        let cleared = match crate::killswitch::clear(self.kill_switch.as_ref(), &operation, &principal, audit).await {
+        let cleared = match self.stages.kill_switch.clear(&operation, &principal, audit).await {
             Ok(cleared) => cleared,
             Err(error) => return audit.refuse(&id, AuditStage::KillSwitch, &error, None).await,
         };
         // 5. authorize: the operation's required scopes (a 403 names all of them).
-        let required = authorize::required_scopes(&app, &operation, &request.params);
-        if let Err(refusal) = self.stages.authenticate.authenticator().require_scopes(&principal, &required) {
-            let error = ProtocolError::InsufficientScope { required };
-            return audit.refuse(&id, AuditStage::Authorize, &error, refusal.challenge).await;
+        if let Err((error, challenge)) = self.stages.authorize.authorize(&app, &operation, &request.params, &principal)
+        {
+            return audit.refuse(&id, AuditStage::Authorize, &error, challenge).await;
         }
         // 6. handles: after authorization (a caller without the scope learns nothing about a
         //    handle), before the allow (the record carries the handles' digests).
-        let resolved = match self.resolve_handles(&app, &operation, &principal, &request.params, audit).await {
+        let resolved = match self.stages.handles.resolve(&app, &operation, &principal, &request.params, audit).await {
             Ok(resolved) => resolved,
             Err(error) => return audit.refuse(&id, AuditStage::Handles, &error, None).await,
         };
         // 6b. the capability's call budget, spent last: a request any check above refused
         //     costs nothing.
-        if let Err(error) = self.spend_delegation(&operation, &principal).await {
+        if let Err(error) = self.stages.delegation.spend(&operation, &principal).await {
             return audit.refuse(&id, AuditStage::Delegation, &error, None).await;
         }
         // 7. audit: the allow decision is durable before any handler runs; if it cannot be

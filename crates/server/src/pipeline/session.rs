@@ -218,11 +218,10 @@ impl Server {
         };
         let operation = OperationKey::new(method, None);
         audit.operation(&operation);
-        let cleared =
-            match crate::killswitch::clear(self.kill_switch.as_ref(), &operation, &principal, &mut audit).await {
-                Ok(cleared) => cleared,
-                Err(error) => return Err(audit.refuse_any(None, AuditStage::KillSwitch, &error, None).await),
-            };
+        let cleared = match self.stages.kill_switch.clear(&operation, &principal, &mut audit).await {
+            Ok(cleared) => cleared,
+            Err(error) => return Err(audit.refuse_any(None, AuditStage::KillSwitch, &error, None).await),
+        };
         if let Err(error) = audit.allow(AuditStage::Session).await {
             return Err(audit.refuse_any(None, AuditStage::Audit, &error, None).await);
         }

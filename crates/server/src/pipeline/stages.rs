@@ -3,11 +3,26 @@
 
 use super::audit::Audit;
 use super::authenticate::Authenticate;
+use super::authorize::Authorize;
+use super::classify::Classify;
+use super::delegation::DelegationStage;
+use super::handles::Handles;
+use crate::killswitch::KillSwitchCheck;
 
 /// Every stage of the request path, each with only its own services.
 pub(crate) struct Stages {
     /// 2. authenticate: the authenticator.
     pub(crate) authenticate: Authenticate,
+    /// 3. classify: nothing (the application snapshot is the request's).
+    pub(crate) classify: Classify,
+    /// 3b. delegation (and 6b, the budget): the delegation service, when there is one.
+    pub(crate) delegation: DelegationStage,
+    /// 4. kill switch: the server's kill switch, when there is one.
+    pub(crate) kill_switch: KillSwitchCheck,
+    /// 5. authorize: the authenticator (its mode checks the scopes).
+    pub(crate) authorize: Authorize,
+    /// 6. handles: the handle service, when there is one.
+    pub(crate) handles: Handles,
     /// 7. audit: nothing (the request's trail carries the recorder).
     pub(crate) audit: Audit,
 }
