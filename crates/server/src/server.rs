@@ -26,7 +26,7 @@ use crate::handles::{HandleError, HandleService, PrincipalEvent};
 use crate::killswitch::{KillSwitchCheck, KillSwitchStage};
 use crate::metrics::Metrics;
 use crate::mrtr::StateSealer;
-use crate::pipeline::{Audit, Authenticate, Authorize, Classify, DelegationStage, Handles, Stages};
+use crate::pipeline::{Audit, Authenticate, Authorize, Classify, DelegationStage, Envelope, Handles, Session, Stages};
 use crate::refusals::TransportRefusals;
 use crate::registry::{App, TaskSupport};
 use crate::secret::ServerSecret;
@@ -50,7 +50,6 @@ pub struct Server {
     pub(crate) audit_store: Option<Arc<dyn AuditStore>>,
     pub(crate) handles: Option<Arc<HandleService>>,
     pub(crate) tasks: Option<Arc<TaskService>>,
-    pub(crate) sessions: Option<Arc<SessionService>>,
     pub(crate) once: Option<Arc<dyn OnceStore>>,
     pub(crate) delegation: Option<Arc<DelegationService>>,
     pub(crate) streams: Arc<StreamLimiter>,
@@ -314,7 +313,9 @@ impl ServerBuilder {
         let session_key = secret.derive("palisade/session-owner/v1");
         let sessions = sessions.map(|store| Arc::new(SessionService::new(store, session_key, config.legacy.clone())));
         let stages = Stages {
+            envelope: Envelope::new(tasks.is_some(), config.legacy.versions.clone()),
             authenticate: Authenticate::new(authenticator.clone()),
+            session: Session::new(sessions, config.legacy.versions.clone(), clock.clone()),
             classify: Classify,
             delegation: DelegationStage::new(delegation.clone()),
             kill_switch: KillSwitchCheck::new(kill_switch),
@@ -335,7 +336,6 @@ impl ServerBuilder {
             audit_store: audit,
             handles,
             tasks,
-            sessions,
             once,
             delegation,
             streams: Arc::default(),
@@ -512,7 +512,7 @@ impl Server {
 
     /// The session service, when the server has one.
     pub fn sessions(&self) -> Option<&Arc<SessionService>> {
-        self.sessions.as_ref()
+        self.stages.session.sessions()
     }
 
     /// Whether the 2025-era session wire is served.
@@ -536,6 +536,30 @@ impl Server {
     /// The server's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.recorder.metrics
+    }
+
+    /// For the 2025-era transport's requests that are not JSON-RPC requests: authenticate, admit
+    /// the session, clear the kill switch (see [`Stages::admit_session`]).
+    pub(crate) async fn admit_session(
+        &self,
+        authorization: Option<&[u8]>,
+        session: Option<&crate::sessions::SessionId>,
+        method: crate::method::Method,
+    ) -> Result<
+        (Arc<crate::auth::VerifiedPrincipal>, crate::sessions::Admitted, Option<Arc<crate::clearance::Cleared>>),
+        crate::reply::Reply,
+    > {
+        self.stages.admit_session(&self.recorder, authorization, session, method).await
+    }
+
+    /// A 2025-era request whose `Mcp-Session-Id` is malformed or repeated (see
+    /// [`Stages::refuse_malformed_session`]).
+    pub(crate) async fn refuse_malformed_session(
+        &self,
+        authorization: Option<&[u8]>,
+        what: &str,
+    ) -> crate::reply::Reply {
+        self.stages.refuse_malformed_session(&self.recorder, authorization, what).await
     }
 
     /// The HTTP transport's refusals, counted until they are flushed to the audit log.

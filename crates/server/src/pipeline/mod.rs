@@ -56,7 +56,9 @@ pub(crate) use authenticate::Authenticate;
 pub(crate) use authorize::Authorize;
 pub(crate) use classify::Classify;
 pub(crate) use delegation::DelegationStage;
+pub(crate) use envelope::Envelope;
 pub(crate) use handles::Handles;
+pub(crate) use session::Session;
 pub(crate) use stages::Stages;
 pub(crate) use wire::LegacyWire;
 pub use wire::TransportHeaders;
@@ -144,7 +146,7 @@ impl Server {
         //    anything. Its order is the one the spec's probes pin down (`_meta` shape, headers
         //    against the body, version support, then the method). 2025-era requests carry no
         //    `_meta`: theirs comes from the session (2b).
-        let (method, meta) = match self.envelope(&app, &request, headers, legacy.as_ref()) {
+        let (method, meta) = match self.stages.envelope.envelope(&app, &request, headers, legacy.as_ref()) {
             Ok(checked) => checked,
             Err(error) => return audit.refuse(&id, AuditStage::Envelope, &error, None).await,
         };
@@ -162,11 +164,15 @@ impl Server {
         audit.principal(&principal);
         // 2b. session (2025-era wire only): after authentication, because a session is bound to
         //     the principal, never proof of it. Unknown, foreign, expired, deleted: one 404.
-        let (meta, admitted) =
-            match self.session_meta(method, meta, &request, headers, legacy.as_ref(), &principal).await {
-                Ok(checked) => checked,
-                Err(error) => return audit.refuse(&id, AuditStage::Session, &error, None).await,
-            };
+        let (meta, admitted) = match self
+            .stages
+            .session
+            .session_meta(method, meta, &request, headers, legacy.as_ref(), &principal)
+            .await
+        {
+            Ok(checked) => checked,
+            Err(error) => return audit.refuse(&id, AuditStage::Session, &error, None).await,
+        };
         // 3. classify: the operation key comes from the registry, never from client strings
         //    beyond picking a registered entry; every policy below is keyed on it.
         let operation = match self.stages.classify.classify(&app, method, &request.params) {
@@ -229,12 +235,12 @@ impl Server {
         let mut new_session = None;
         let result = match method {
             Method::Listen => self.listen(&app, ctx, &request.params).await,
-            Method::Initialize => self.initialize(&app, &ctx).await.map(|(result, session)| {
+            Method::Initialize => self.stages.session.initialize(&app, &ctx).await.map(|(result, session)| {
                 new_session = Some(session);
                 result
             }),
             Method::Ping | Method::SetLogLevel | Method::Subscribe | Method::Unsubscribe => {
-                self.session_method(method, &request.params, admitted.as_ref()).await
+                self.stages.session.session_method(method, &request.params, admitted.as_ref()).await
             }
             _ => {
                 let work = self.dispatch(&app, &operation, ctx, &request.params, audit, allowed);

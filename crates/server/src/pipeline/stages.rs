@@ -6,13 +6,19 @@ use super::authenticate::Authenticate;
 use super::authorize::Authorize;
 use super::classify::Classify;
 use super::delegation::DelegationStage;
+use super::envelope::Envelope;
 use super::handles::Handles;
+use super::session::Session;
 use crate::killswitch::KillSwitchCheck;
 
 /// Every stage of the request path, each with only its own services.
 pub(crate) struct Stages {
+    /// 1. envelope: whether tasks are served and the 2025-era versions accepted.
+    pub(crate) envelope: Envelope,
     /// 2. authenticate: the authenticator.
     pub(crate) authenticate: Authenticate,
+    /// 2b. session: the session service, the accepted versions and the clock.
+    pub(crate) session: Session,
     /// 3. classify: nothing (the application snapshot is the request's).
     pub(crate) classify: Classify,
     /// 3b. delegation (and 6b, the budget): the delegation service, when there is one.
