@@ -3,11 +3,10 @@
 //! absolute expiry in one store statement); its negotiated version, client capabilities and log
 //! level become the request's `_meta`. `initialize` makes the session instead; `ping`,
 //! `logging/setLevel` and `resources/subscribe|unsubscribe` change only the caller's own row.
-//! The session wire's requests that are not JSON-RPC requests pass [`Stages::admit_session`].
+//! The session wire's requests that are not JSON-RPC requests are admitted in `admission.rs`.
 //!
-//! Holds the session service, the accepted versions and the clock; the non-JSON-RPC requests'
-//! admission borrows stages 2 and 4 (authenticate, the kill switch's first phase). A session is
-//! never proof of identity.
+//! Holds the session service, the accepted versions and the clock. A session is never proof of
+//! identity.
 
 use std::sync::Arc;
 
@@ -15,17 +14,12 @@ use palisade_wire::{LogLevel, ProtocolError, Request, RequestMeta, meta_keys};
 use serde_json::{Map, Value, json};
 
 use super::params::string_param;
-use super::stages::Stages;
 use super::wire::{LegacyWire, TransportHeaders, plain_header};
-use crate::audit::Recorder;
-use crate::audit::{AuditStage, AuditTrail};
 use crate::auth::VerifiedPrincipal;
-use crate::clearance::Cleared;
 use crate::clock::Clock;
 use crate::context::RequestContext;
-use crate::method::{Method, OperationKey};
+use crate::method::Method;
 use crate::registry::App;
-use crate::reply::Reply;
 use crate::sessions::{Admitted, SessionId, SessionService};
 use crate::store_errors::store_refusal;
 
@@ -34,7 +28,7 @@ use crate::store_errors::store_refusal;
 pub(crate) struct Session {
     sessions: Option<Arc<SessionService>>,
     versions: Vec<String>,
-    clock: Arc<dyn Clock>,
+    pub(super) clock: Arc<dyn Clock>,
 }
 
 impl Session {
@@ -204,74 +198,5 @@ impl Session {
             _ => return Err(ProtocolError::Internal),
         };
         if live { Ok(json!({})) } else { Err(ProtocolError::SessionNotFound) }
-    }
-}
-
-impl Stages {
-    /// For the 2025-era transport's requests that are not JSON-RPC requests (the GET stream,
-    /// DELETE, notifications, answers to server requests): authenticate, admit the session for
-    /// that principal, then the kill switch for `method` (one of the `Session*` operations, in
-    /// the signed registry like every other). Audited like every other decision. The clearance
-    /// is what a GET stream watches to end on a DISABLE.
-    pub(crate) async fn admit_session(
-        &self,
-        recorder: &Recorder,
-        authorization: Option<&[u8]>,
-        session: Option<&SessionId>,
-        method: Method,
-    ) -> Result<(Arc<VerifiedPrincipal>, Admitted, Option<Arc<Cleared>>), Reply> {
-        let mut audit = AuditTrail::new(recorder, method.as_str());
-        let principal = match self.authenticate.authenticate(authorization).await {
-            Ok(principal) => Arc::new(principal),
-            Err(refusal) => {
-                let error = ProtocolError::Unauthenticated;
-                return Err(audit.refuse_any(None, AuditStage::Authenticate, &error, refusal.challenge).await);
-            }
-        };
-        audit.principal(&principal);
-        let Some(session) = session else {
-            let error = ProtocolError::InvalidRequest("an Mcp-Session-Id header is required");
-            return Err(audit.refuse_any(None, AuditStage::Session, &error, None).await);
-        };
-        let Some(service) = self.session.sessions() else {
-            return Err(audit.refuse_any(None, AuditStage::Session, &ProtocolError::Unavailable, None).await);
-        };
-        let admitted = match service.admit(&principal, session, self.session.clock.as_ref()).await {
-            Ok(admitted) => admitted,
-            Err(error) => return Err(audit.refuse_any(None, AuditStage::Session, &error, None).await),
-        };
-        let operation = OperationKey::new(method, None);
-        audit.operation(&operation);
-        let cleared = match self.kill_switch.clear(&operation, &principal, &mut audit).await {
-            Ok(cleared) => cleared,
-            Err(error) => return Err(audit.refuse_any(None, AuditStage::KillSwitch, &error, None).await),
-        };
-        if let Err(error) = audit.allow(AuditStage::Session).await {
-            return Err(audit.refuse_any(None, AuditStage::Audit, &error, None).await);
-        }
-        Ok((principal, admitted, cleared))
-    }
-
-    /// A 2025-era request whose `Mcp-Session-Id` is malformed or repeated: it can name no
-    /// session, but authentication still comes first (401 with its challenge, whatever the
-    /// session id), then the same 404 as an unknown session. Audited like every refusal.
-    pub(crate) async fn refuse_malformed_session(
-        &self,
-        recorder: &Recorder,
-        authorization: Option<&[u8]>,
-        what: &str,
-    ) -> Reply {
-        let mut audit = AuditTrail::new(recorder, what);
-        match self.authenticate.authenticate(authorization).await {
-            Ok(principal) => {
-                audit.principal(&Arc::new(principal));
-                audit.refuse_any(None, AuditStage::Session, &ProtocolError::SessionNotFound, None).await
-            }
-            Err(refusal) => {
-                audit
-                    .refuse_any(None, AuditStage::Authenticate, &ProtocolError::Unauthenticated, refusal.challenge)
-                    .await
-            }
-        }
     }
 }

@@ -6,6 +6,7 @@ use super::authenticate::Authenticate;
 use super::authorize::Authorize;
 use super::classify::Classify;
 use super::delegation::DelegationStage;
+use super::dispatch::Dispatch;
 use super::envelope::Envelope;
 use super::handles::Handles;
 use super::session::Session;
@@ -29,6 +30,8 @@ pub(crate) struct Stages {
     pub(crate) authorize: Authorize,
     /// 6. handles: the handle service, when there is one.
     pub(crate) handles: Handles,
-    /// 7. audit: nothing (the request's trail carries the recorder).
+    /// 7. audit: the recorder every request's trail writes to.
     pub(crate) audit: Audit,
+    /// 8. dispatch: what the handlers' requests use (see [`Dispatch`]).
+    pub(crate) dispatch: Dispatch,
 }
