@@ -1,18 +1,20 @@
 //! The request path, as the list of its stages. Every request, from HTTP or stdio and on either
 //! wire, passes them in this order; each stage lives in its own module below, and each either
 //! refuses the request (audited as a `deny` at its stage) or hands the next a stronger value.
+//! Each stage is a value holding only the services it uses ([`Stages`], built once by
+//! [`crate::ServerBuilder::build`]); [`Stages::run`] runs them, borrowing each.
 //!
 //! | # | stage          | file                         | hands on                                |
 //! |---|----------------|------------------------------|-----------------------------------------|
 //! | 1 | envelope       | `pipeline/envelope.rs`       | the `Method` and its `_meta`            |
-//! | 2 | authenticate   | `auth.rs`                    | a `VerifiedPrincipal`                   |
+//! | 2 | authenticate   | `pipeline/authenticate.rs`   | a `VerifiedPrincipal`                   |
 //! | 2b| session        | `pipeline/session.rs`        | the session's `_meta` (2025-era wire)   |
 //! | 3 | classify       | `pipeline/classify.rs`       | the `OperationKey`                      |
 //! | 3b| delegation     | `pipeline/delegation.rs`     | the principal acted for (C10)           |
 //! | 4 | kill switch    | `killswitch.rs` (`clear`)    | the clearance (`Cleared`)               |
 //! | 5 | authorize      | `pipeline/authorize.rs`      | (the scopes checked)                    |
 //! | 6 | handles        | `pipeline/handles.rs`        | the resolved handles                    |
-//! | 7 | audit          | `audit.rs`                   | `Allowed`: the allow decision is durable|
+//! | 7 | audit          | `pipeline/audit.rs`          | `Allowed`: the allow decision is durable|
 //! | 8 | dispatch       | `pipeline/dispatch/`         | the result (a handler needs `Allowed`)  |
 //! | 9 | respond        | here                         | the [`Reply`]                           |
 //!
