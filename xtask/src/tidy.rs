@@ -34,7 +34,7 @@ const STAGES_DOC: &str = "ARCHITECTURE.md";
 
 /// ARCHITECTURE.md's stage list (between `<!-- stages -->` and `<!-- /stages -->`, comma
 /// separated) must be `pipeline::STAGES`, in order, and every stage must be called in
-/// `Server::stages` in that order (each has a `// N. name` comment there).
+/// `Stages::stages` in that order (each has a `// N. name` comment there).
 fn check_stage_list(root: &Path, problems: &mut Vec<String>) {
     // A tree without the server crate (a test's) has no request path to check.
     if !root.join("crates/server").exists() {

@@ -140,6 +140,34 @@ impl KillSwitchStage {
     }
 }
 
+/// Stage 4 as the pipeline holds it: the server's kill switch, when it has one.
+pub(crate) struct KillSwitchCheck {
+    stage: Option<KillSwitchStage>,
+}
+
+impl KillSwitchCheck {
+    /// The stage for `stage` (without one every operation is cleared with no clearance).
+    pub(crate) fn new(stage: Option<KillSwitchStage>) -> Self {
+        Self { stage }
+    }
+
+    /// The kill switch, when the server has one (publication checks its registry covers a
+    /// snapshot; task workers and session admissions run it too).
+    pub(crate) fn stage(&self) -> Option<&KillSwitchStage> {
+        self.stage.as_ref()
+    }
+
+    /// Stage 4: [`clear`] with this server's kill switch.
+    pub(crate) async fn clear(
+        &self,
+        operation: &OperationKey,
+        principal: &VerifiedPrincipal,
+        trail: &mut AuditTrail<'_>,
+    ) -> Result<Option<Arc<Cleared>>, ProtocolError> {
+        clear(self.stage.as_ref(), operation, principal, trail).await
+    }
+}
+
 /// The kill switch's first phase for `operation`, when the server runs one (`None` without):
 /// the trail then names the policy generation the decision is made under.
 pub(crate) async fn clear(

@@ -13,7 +13,7 @@
 //! `store_errors`, `streams`, `refusal_reason`, `clearance`, `delegated` → `auth`, `cursor`,
 //! `mrtr`, `metrics` → `sessions`, `handles` → `reply`, `context` → `telemetry`, `registry` →
 //! `audit` → `execute`, `killswitch`, `delegation`, `surface_audit`, `refusals` → `tasks` →
-//! `server` → `pipeline`, `stdio` → `http_response` → `legacy` → `http` → `prelude`. A module refers only to
+//! `pipeline` → `server`, `stdio` → `http_response` → `legacy` → `http` → `prelude`. A module refers only to
 //! modules of its own group or lower ones; within a group no two refer to each other in a circle.
 
 pub mod audit;

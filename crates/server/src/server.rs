@@ -19,44 +19,45 @@ use crate::audit::{PrincipalDigester, Recorder, keyed_digest};
 use crate::auth::Authenticator;
 use crate::clock::{Clock, SystemClock};
 use crate::config::ServerConfig;
+use crate::context::NotificationSink;
 use crate::cursor::Cursors;
 use crate::delegation::DelegationService;
 use crate::events::{EventBus, ServerEvent};
 use crate::handles::{HandleError, HandleService, PrincipalEvent};
-use crate::killswitch::KillSwitchStage;
+use crate::killswitch::{KillSwitchCheck, KillSwitchStage};
 use crate::metrics::Metrics;
 use crate::mrtr::StateSealer;
+use crate::pipeline::{
+    Audit, Authenticate, Authorize, Classify, DelegationStage, Dispatch, Envelope, Handles, LegacyWire, Session,
+    Stages, TransportHeaders,
+};
 use crate::refusals::TransportRefusals;
 use crate::registry::{App, TaskSupport};
+use crate::reply::Reply;
 use crate::secret::ServerSecret;
 use crate::sessions::SessionService;
-use crate::streams::StreamLimiter;
 use crate::tasks::TaskService;
 
 /// A running server: the current application snapshot plus everything the pipeline needs.
 /// Shared by transports. Built by [`Server::builder`].
 pub struct Server {
-    pub(crate) app: ArcSwap<App>,
-    pub(crate) config: ServerConfig,
-    pub(crate) authenticator: Authenticator,
-    pub(crate) sealer: StateSealer,
-    pub(crate) cursors: Cursors,
-    pub(crate) events: EventBus,
+    app: ArcSwap<App>,
+    config: ServerConfig,
+    /// The request path's stages, each holding only its own services.
+    stages: Stages,
+    events: EventBus,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) shutdown: CancellationToken,
-    pub(crate) recorder: Arc<Recorder>,
-    pub(crate) audit_store: Option<Arc<dyn AuditStore>>,
-    pub(crate) handles: Option<Arc<HandleService>>,
-    pub(crate) tasks: Option<Arc<TaskService>>,
-    pub(crate) sessions: Option<Arc<SessionService>>,
-    pub(crate) kill_switch: Option<KillSwitchStage>,
-    pub(crate) once: Option<Arc<dyn OnceStore>>,
-    pub(crate) delegation: Option<Arc<DelegationService>>,
-    pub(crate) streams: Arc<StreamLimiter>,
+    shutdown: CancellationToken,
+    recorder: Arc<Recorder>,
+    audit_store: Option<Arc<dyn AuditStore>>,
+    handles: Option<Arc<HandleService>>,
+    tasks: Option<Arc<TaskService>>,
+    once: Option<Arc<dyn OnceStore>>,
+    delegation: Option<Arc<DelegationService>>,
     /// Refusals of the HTTP transport, aggregated for the audit log (see [`crate::refusals`]).
-    pub(crate) transport_refusals: TransportRefusals,
+    transport_refusals: TransportRefusals,
     /// The development authorization server's grants and refusals (see [`crate::surface_audit`]).
-    pub(crate) surface_audit: Arc<crate::surface_audit::SurfaceAudit>,
+    surface_audit: Arc<crate::surface_audit::SurfaceAudit>,
     /// Serializes [`Server::publish`] (readers never wait: they load the current snapshot).
     publishing: std::sync::Mutex<()>,
 }
@@ -373,23 +374,45 @@ impl ServerBuilder {
         let session_key = secret.derive("palisade/session-owner/v1");
         let sessions = sessions.map(|store| Arc::new(SessionService::new(store, session_key, config.legacy.clone())));
         let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
+        let shutdown = CancellationToken::new();
+        let cache_scope = if authenticator.is_unauthenticated() { "public" } else { "private" };
+        let stages = Stages {
+            envelope: Envelope::new(tasks.is_some(), config.legacy.versions.clone()),
+            authenticate: Authenticate::new(authenticator.clone()),
+            session: Session::new(sessions, config.legacy.versions.clone(), clock.clone()),
+            classify: Classify,
+            delegation: DelegationStage::new(delegation.clone()),
+            kill_switch: KillSwitchCheck::new(kill_switch),
+            authorize: Authorize::new(authenticator),
+            handles: Handles::new(handles.clone()),
+            audit: Audit::new(recorder.clone(), config.continue_traces),
+            dispatch: Dispatch {
+                config: config.clone(),
+                cursors: Cursors::new(&secret),
+                sealer: StateSealer::new(&secret, ttl_ms),
+                clock: clock.clone(),
+                events: events.clone(),
+                shutdown: shutdown.clone(),
+                streams: Arc::default(),
+                tasks: tasks.clone(),
+                handles: handles.clone(),
+                once: once.clone(),
+                delegation: delegation.clone(),
+                cache_scope,
+            },
+        };
         Ok(Server {
             app: ArcSwap::from_pointee(app),
-            sealer: StateSealer::new(&secret, ttl_ms),
-            cursors: Cursors::new(&secret),
-            authenticator,
+            stages,
             events,
             clock,
-            shutdown: CancellationToken::new(),
+            shutdown,
             recorder,
             audit_store: audit,
             handles,
             tasks,
-            sessions,
-            kill_switch,
             once,
             delegation,
-            streams: Arc::default(),
             transport_refusals,
             surface_audit,
             config,
@@ -475,7 +498,7 @@ impl Server {
             None => None,
         };
         parts.check_with(&app, handle_types.as_ref())?;
-        if let Some(stage) = &self.kill_switch {
+        if let Some(stage) = self.stages.kill_switch.stage() {
             stage.check_covers(&app)?;
         }
         let old = self.app.load_full();
@@ -563,7 +586,7 @@ impl Server {
 
     /// The session service, when the server has one.
     pub fn sessions(&self) -> Option<&Arc<SessionService>> {
-        self.sessions.as_ref()
+        self.stages.session.sessions()
     }
 
     /// Whether the 2025-era session wire is served.
@@ -587,6 +610,30 @@ impl Server {
     /// The server's metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.recorder.metrics
+    }
+
+    /// For the 2025-era transport's requests that are not JSON-RPC requests: authenticate, admit
+    /// the session, clear the kill switch (see [`Stages::admit_session`]).
+    pub(crate) async fn admit_session(
+        &self,
+        authorization: Option<&[u8]>,
+        session: Option<&crate::sessions::SessionId>,
+        method: crate::method::Method,
+    ) -> Result<
+        (Arc<crate::auth::VerifiedPrincipal>, crate::sessions::Admitted, Option<Arc<crate::clearance::Cleared>>),
+        crate::reply::Reply,
+    > {
+        self.stages.admit_session(authorization, session, method).await
+    }
+
+    /// A 2025-era request whose `Mcp-Session-Id` is malformed or repeated (see
+    /// [`Stages::refuse_malformed_session`]).
+    pub(crate) async fn refuse_malformed_session(
+        &self,
+        authorization: Option<&[u8]>,
+        what: &str,
+    ) -> crate::reply::Reply {
+        self.stages.refuse_malformed_session(authorization, what).await
     }
 
     /// The HTTP transport's refusals, counted until they are flushed to the audit log.
@@ -625,7 +672,7 @@ impl Server {
 
     /// The authentication mode.
     pub fn authenticator(&self) -> &Authenticator {
-        &self.authenticator
+        self.stages.authenticate.authenticator()
     }
 
     /// The event bus listen streams are fed from.
@@ -648,10 +695,44 @@ impl Server {
         &self,
         principal: &crate::auth::VerifiedPrincipal,
     ) -> Result<crate::streams::StreamPermit, palisade_wire::ProtocolError> {
-        self.streams.acquire(principal.partition_key(), self.config.max_streams_per_principal).ok_or_else(|| {
-            tracing::info!(stage = "listen", "stream refused: the principal holds the most streams allowed");
-            palisade_wire::ProtocolError::InvalidRequest("too many open streams for this caller")
-        })
+        self.stages.dispatch.stream_permit(principal)
+    }
+
+    /// Every version this server speaks: 2026-07-28, then the enabled 2025-era ones (an
+    /// auto-negotiating client picks the newest it knows).
+    pub fn supported_versions(&self) -> Vec<String> {
+        self.stages.dispatch.supported_versions()
+    }
+
+    /// Runs one request through every stage (see [`crate::pipeline`]). Notifications for the
+    /// request (progress, logs, listen events) go to `sink`; the returned [`Reply`] is the final
+    /// frame. When `cancel` fires the work stops and the reply is meaningless (the transport
+    /// sends nothing).
+    pub async fn handle_request(
+        &self,
+        request: palisade_wire::Request,
+        headers: Option<&TransportHeaders>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+    ) -> Reply {
+        // One application snapshot for the whole request: a publication while it runs is not
+        // half-seen.
+        self.stages.run(self.app(), request, headers, None, sink, cancel).await
+    }
+
+    /// Runs one request of the 2025-era session wire through the same stages: stage 1 is the
+    /// session wire's envelope, and stage 2b admits the caller's own live session (whose
+    /// negotiated version, client capabilities and log level become the request's `_meta`;
+    /// `initialize` creates the session instead, [`Reply::session`]).
+    pub async fn handle_legacy_request(
+        &self,
+        request: palisade_wire::Request,
+        headers: Option<&TransportHeaders>,
+        session: Option<&crate::sessions::SessionId>,
+        sink: NotificationSink,
+        cancel: CancellationToken,
+    ) -> Reply {
+        self.stages.run(self.app(), request, headers, Some(LegacyWire { session }), sink, cancel).await
     }
 }
 

@@ -82,7 +82,7 @@ pub(super) async fn record_authorization(
     peer: Option<IpAddr>,
 ) -> bool {
     use crate::surface_audit::{Grant, STAGE_AUTHORIZATION_SERVER};
-    let audit = &server.surface_audit;
+    let audit = server.surface_audit();
     if !event.granted {
         audit.refuse(STAGE_AUTHORIZATION_SERVER, event.endpoint, event.reason, status, peer);
         return true;

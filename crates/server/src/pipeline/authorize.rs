@@ -4,12 +4,43 @@
 //! check itself (`Authenticator::require_scopes`, a 403 naming every missing scope) is the auth
 //! module's.
 //!
-//! Knows the application's definitions; nothing about handles or the kill switch.
+//! Holds the authenticator (whose mode makes the check); knows the application's definitions;
+//! nothing about handles or the kill switch.
 
+use palisade_wire::ProtocolError;
 use serde_json::{Map, Value};
 
+use crate::auth::{Authenticator, VerifiedPrincipal};
 use crate::method::{Method, OperationKey};
 use crate::registry::App;
+
+/// Stage 5: the authenticator, whose mode checks the scopes.
+pub(crate) struct Authorize {
+    authenticator: Authenticator,
+}
+
+impl Authorize {
+    /// The stage for `authenticator` (the one stage 2 holds).
+    pub(crate) fn new(authenticator: Authenticator) -> Self {
+        Self { authenticator }
+    }
+
+    /// Stage 5: whether `principal` holds every scope the operation requires; the refusal
+    /// names all of them, with the mode's challenge.
+    pub(super) fn authorize(
+        &self,
+        app: &App,
+        operation: &OperationKey,
+        params: &Map<String, Value>,
+        principal: &VerifiedPrincipal,
+    ) -> Result<(), (ProtocolError, Option<String>)> {
+        let required = required_scopes(app, operation, params);
+        match self.authenticator.require_scopes(principal, &required) {
+            Ok(()) => Ok(()),
+            Err(refusal) => Err((ProtocolError::InsufficientScope { required }, refusal.challenge)),
+        }
+    }
+}
 
 /// Stage 5's scopes: what the operation's registered entry requires; for a listen stream,
 /// what reading every resource it names requires; for a completion, what its reference

@@ -12,8 +12,23 @@ use crate::method::{Method, OperationKey, TargetFamily};
 use crate::registry::App;
 use crate::tasks::TASKS_EXTENSION;
 
+/// Stage 3: holds nothing (the application snapshot is the request's).
+pub(crate) struct Classify;
+
+impl Classify {
+    /// Stage 3: the method plus the registered entry it targets, by [`Method::target_family`].
+    pub(super) fn classify(
+        &self,
+        app: &App,
+        method: Method,
+        params: &Map<String, Value>,
+    ) -> Result<OperationKey, ProtocolError> {
+        classify(app, method, params)
+    }
+}
+
 /// Stage 3: the method plus the registered entry it targets, by [`Method::target_family`].
-pub(super) fn classify(app: &App, method: Method, params: &Map<String, Value>) -> Result<OperationKey, ProtocolError> {
+fn classify(app: &App, method: Method, params: &Map<String, Value>) -> Result<OperationKey, ProtocolError> {
     let (target, origin) = match method.target_family() {
         TargetFamily::Tool => {
             let name = string_param(params, "name")?;

@@ -9,13 +9,13 @@
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
 
+use super::dispatch::Dispatch;
 use crate::audit::{AuditStage, AuditTrail, fresh_trace_id};
 use crate::context::{InputRequired, Outcome, RequestContext};
 use crate::method::Method;
 use crate::registry::ToolDef;
-use crate::server::Server;
 
-impl Server {
+impl Dispatch {
     /// The confirmation step of a needs-confirmation tool. `None`: confirmed, run the handler
     /// (with the application's own state unwrapped into the context). `Some(result)`: answer
     /// with it (the question, or the refusal after a decline).

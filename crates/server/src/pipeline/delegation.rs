@@ -3,10 +3,11 @@
 //! in one statement: every ancestor live, the caller its holder) and from here on runs as the
 //! capability's principal with the scopes both the capability and the token hold. The method must
 //! be one a capability can use and the registered tool, resource or prompt must be inside its
-//! grant. The call budget is spent later, just before the allow ([`Server::spend_delegation`]),
+//! grant. The call budget is spent later, just before the allow ([`DelegationStage::spend`]),
 //! so a request refused by the kill switch, the scopes or the handles costs nothing.
 //!
-//! Knows the delegation service and the operation key; nothing about transports or handlers.
+//! Holds the delegation service (when the server accepts capabilities); knows the operation key;
+//! nothing about transports or handlers.
 
 use std::sync::Arc;
 
@@ -15,9 +16,8 @@ use serde_json::{Map, Value};
 
 use crate::audit::AuditTrail;
 use crate::auth::VerifiedPrincipal;
-use crate::delegation::{CAPABILITY_META_KEY, DELEGATE_TOOL, Grant, REVOKE_TOOL, refusal};
+use crate::delegation::{CAPABILITY_META_KEY, DELEGATE_TOOL, DelegationService, Grant, REVOKE_TOOL, refusal};
 use crate::method::{Method, OperationKey};
-use crate::server::Server;
 
 /// Whether a capability's holder may use `operation` at all, and the target is inside `grant`.
 /// Lists, discovery and the capability's own tasks carry no target; `subscriptions/listen`,
@@ -54,10 +54,20 @@ fn spends(operation: &OperationKey) -> bool {
     }
 }
 
-impl Server {
+/// Stage 3b (and the budget spent in 6b): the delegation service, when the server has one.
+pub(crate) struct DelegationStage {
+    delegation: Option<Arc<DelegationService>>,
+}
+
+impl DelegationStage {
+    /// The stage for `delegation` (without one a presented capability is refused).
+    pub(crate) fn new(delegation: Option<Arc<DelegationService>>) -> Self {
+        Self { delegation }
+    }
+
     /// Stage 3b: the principal the rest of the path runs as — `principal` itself when no
     /// capability is presented, else the capability's principal narrowed to it.
-    pub(super) async fn delegation_stage(
+    pub(super) async fn resolve(
         &self,
         operation: &OperationKey,
         principal: Arc<VerifiedPrincipal>,
@@ -91,7 +101,7 @@ impl Server {
 
     /// Spends one call of the capability's budget, after every other check and before the allow
     /// (one store statement: exactly the budget succeeds under any concurrency, on any instance).
-    pub(super) async fn spend_delegation(
+    pub(super) async fn spend(
         &self,
         operation: &OperationKey,
         principal: &VerifiedPrincipal,

@@ -4,8 +4,9 @@
 //! and advertised. On the 2025-era wire: a method of that wire, a session id after `initialize`,
 //! an accepted version, no task augmentation.
 //!
-//! Knows the method table and the application's definitions (for `Mcp-Param-*`); knows nothing
-//! of the caller: it runs before authentication.
+//! Holds whether the server serves tasks and the 2025-era versions it accepts; knows the method
+//! table and the application's definitions (for `Mcp-Param-*`); knows nothing of the caller: it
+//! runs before authentication.
 
 use palisade_wire::header::{decode_value, matches_json};
 use palisade_wire::{ProtocolError, Request, RequestMeta, meta_keys};
@@ -14,9 +15,21 @@ use serde_json::Value;
 use super::wire::{LegacyWire, TransportHeaders, plain_header};
 use crate::method::Method;
 use crate::registry::App;
-use crate::server::Server;
 
-impl Server {
+/// Stage 1: whether the server has a task service (the tasks methods need one) and the
+/// versions the 2025-era wire accepts.
+pub(crate) struct Envelope {
+    serves_tasks: bool,
+    legacy_versions: Vec<String>,
+}
+
+impl Envelope {
+    /// The stage for a server with (or without) a task service, accepting `legacy_versions` on
+    /// the 2025-era wire.
+    pub(crate) fn new(serves_tasks: bool, legacy_versions: Vec<String>) -> Self {
+        Self { serves_tasks, legacy_versions }
+    }
+
     /// Stage 1 on either wire: the method, and the request's `_meta` (2026-07-28; on the
     /// 2025-era wire it comes from the session, stage 2b).
     pub(super) fn envelope(
@@ -74,7 +87,7 @@ impl Server {
     fn known_method(&self, app: &App, name: &str) -> Result<Method, ProtocolError> {
         let not_found = || ProtocolError::MethodNotFound { method: name.to_owned() };
         let method = Method::parse(name).ok_or_else(not_found)?;
-        if app.advertises(method) && (!method.is_tasks_method() || self.tasks.is_some()) {
+        if app.advertises(method) && (!method.is_tasks_method() || self.serves_tasks) {
             Ok(method)
         } else {
             Err(not_found())
@@ -100,7 +113,7 @@ impl Server {
                 return Err(ProtocolError::HeaderMismatch(format!("{name} sent more than once")));
             }
             if let Some(version) = plain_header(&headers.protocol_version, "MCP-Protocol-Version")?
-                && !self.config.legacy.versions.contains(&version)
+                && !self.legacy_versions.contains(&version)
             {
                 return Err(ProtocolError::UnsupportedVersion { requested: version });
             }

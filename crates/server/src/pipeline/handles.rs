@@ -4,7 +4,8 @@
 //! `503`; the handler never runs. The audit trail gets the handles' digest prefixes and policy
 //! versions, never a raw handle.
 //!
-//! Knows the handle service and the application's declarations; nothing about transports.
+//! Holds the handle service (when the server has one); knows the application's declarations;
+//! nothing about transports.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,16 +15,25 @@ use serde_json::{Map, Value};
 
 use crate::audit::AuditTrail;
 use crate::auth::VerifiedPrincipal;
-use crate::handles::{HandleError, ResolvedHandle};
+use crate::handles::{HandleError, HandleService, ResolvedHandle};
 use crate::method::{Method, OperationKey};
 use crate::registry::App;
-use crate::server::Server;
 
-impl Server {
+/// Stage 6: the handle service, when the server has one.
+pub(crate) struct Handles {
+    handles: Option<Arc<HandleService>>,
+}
+
+impl Handles {
+    /// The stage for `handles`.
+    pub(crate) fn new(handles: Option<Arc<HandleService>>) -> Self {
+        Self { handles }
+    }
+
     /// Stage 6: resolves the handle arguments the called tool declares. Any failure is one generic
     /// error (the audit record says which argument, by digest prefix only); a store outage is
     /// `503`. Tools without handle arguments pass through.
-    pub(super) async fn resolve_handles(
+    pub(super) async fn resolve(
         &self,
         app: &App,
         operation: &OperationKey,

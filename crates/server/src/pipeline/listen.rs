@@ -13,13 +13,13 @@ use palisade_wire::{ProtocolError, meta_keys};
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
+use super::dispatch::Dispatch;
 use crate::context::RequestContext;
 use crate::events::ServerEvent;
 use crate::registry::App;
-use crate::server::Server;
 use crate::tasks::{TASKS_EXTENSION, missing_tasks_capability};
 
-impl Server {
+impl Dispatch {
     /// `subscriptions/listen`: acknowledge the honoured filter, then deliver matching events
     /// until the client leaves, the server shuts down or the client falls behind.
     pub(super) async fn listen(
@@ -198,5 +198,18 @@ impl Server {
                 return Ok(complete);
             }
         }
+    }
+}
+
+impl Dispatch {
+    /// A place for one more open stream of `principal` (listen, GET), or the refusal.
+    pub(crate) fn stream_permit(
+        &self,
+        principal: &crate::auth::VerifiedPrincipal,
+    ) -> Result<crate::streams::StreamPermit, ProtocolError> {
+        self.streams.acquire(principal.partition_key(), self.config.max_streams_per_principal).ok_or_else(|| {
+            tracing::info!(stage = "listen", "stream refused: the principal holds the most streams allowed");
+            ProtocolError::InvalidRequest("too many open streams for this caller")
+        })
     }
 }

@@ -1,18 +1,20 @@
 //! The request path, as the list of its stages. Every request, from HTTP or stdio and on either
 //! wire, passes them in this order; each stage lives in its own module below, and each either
 //! refuses the request (audited as a `deny` at its stage) or hands the next a stronger value.
+//! Each stage is a value holding only the services it uses ([`Stages`], built once by
+//! [`crate::ServerBuilder::build`]); [`Stages::run`] runs them, borrowing each.
 //!
 //! | # | stage          | file                         | hands on                                |
 //! |---|----------------|------------------------------|-----------------------------------------|
 //! | 1 | envelope       | `pipeline/envelope.rs`       | the `Method` and its `_meta`            |
-//! | 2 | authenticate   | `auth.rs`                    | a `VerifiedPrincipal`                   |
+//! | 2 | authenticate   | `pipeline/authenticate.rs`   | a `VerifiedPrincipal`                   |
 //! | 2b| session        | `pipeline/session.rs`        | the session's `_meta` (2025-era wire)   |
 //! | 3 | classify       | `pipeline/classify.rs`       | the `OperationKey`                      |
 //! | 3b| delegation     | `pipeline/delegation.rs`     | the principal acted for (C10)           |
 //! | 4 | kill switch    | `killswitch.rs` (`clear`)    | the clearance (`Cleared`)               |
 //! | 5 | authorize      | `pipeline/authorize.rs`      | (the scopes checked)                    |
 //! | 6 | handles        | `pipeline/handles.rs`        | the resolved handles                    |
-//! | 7 | audit          | `audit.rs`                   | `Allowed`: the allow decision is durable|
+//! | 7 | audit          | `pipeline/audit.rs`          | `Allowed`: the allow decision is durable|
 //! | 8 | dispatch       | `pipeline/dispatch/`         | the result (a handler needs `Allowed`)  |
 //! | 9 | respond        | here                         | the [`Reply`]                           |
 //!
@@ -22,6 +24,9 @@
 //! **Architecture Invariant:** the order below is the order in ARCHITECTURE.md (a tidy test
 //! compares the two), and no handler runs without an `Allowed`, which only stage 7 makes.
 
+mod admission;
+mod audit;
+mod authenticate;
 mod authorize;
 mod classify;
 mod confirm;
@@ -33,6 +38,7 @@ mod listen;
 mod params;
 mod rounds;
 mod session;
+mod stages;
 mod wire;
 
 use std::sync::Arc;
@@ -44,10 +50,19 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::{Allowed, AuditStage, AuditTrail};
 use crate::context::{NotificationSink, RequestContext};
 use crate::method::Method;
+use crate::registry::App;
 use crate::reply::Reply;
-use crate::server::Server;
-use crate::sessions::SessionId;
 
+pub(crate) use audit::Audit;
+pub(crate) use authenticate::Authenticate;
+pub(crate) use authorize::Authorize;
+pub(crate) use classify::Classify;
+pub(crate) use delegation::DelegationStage;
+pub(crate) use dispatch::Dispatch;
+pub(crate) use envelope::Envelope;
+pub(crate) use handles::Handles;
+pub(crate) use session::Session;
+pub(crate) use stages::Stages;
 pub(crate) use wire::LegacyWire;
 pub use wire::TransportHeaders;
 
@@ -66,39 +81,16 @@ pub const STAGES: [&str; 11] = [
     "respond",
 ];
 
-impl Server {
-    /// Runs one request through every stage. Notifications for the request (progress, logs,
-    /// listen events) go to `sink`; the returned [`Reply`] is the final frame. When `cancel`
-    /// fires the work stops and the reply is meaningless (the transport sends nothing).
-    pub async fn handle_request(
+impl Stages {
+    /// Runs one request through every stage on `app`, the snapshot the request keeps to the
+    /// end: stage 1 is the session wire's envelope when `legacy` is given. Notifications for the
+    /// request go to `sink`; the returned [`Reply`] is the final frame. When `cancel` fires the
+    /// work stops and the reply is meaningless (the transport sends nothing). The stages run
+    /// inside the request's trace span (when trace export is on), whose trace id is the audit
+    /// trace id.
+    pub(crate) async fn run(
         &self,
-        request: Request,
-        headers: Option<&TransportHeaders>,
-        sink: NotificationSink,
-        cancel: CancellationToken,
-    ) -> Reply {
-        self.run(request, headers, None, sink, cancel).await
-    }
-
-    /// Runs one request of the 2025-era session wire through the same stages: stage 1 is the
-    /// session wire's envelope, and stage 2b admits the caller's own live session (whose
-    /// negotiated version, client capabilities and log level become the request's `_meta`;
-    /// `initialize` creates the session instead, [`Reply::session`]).
-    pub async fn handle_legacy_request(
-        &self,
-        request: Request,
-        headers: Option<&TransportHeaders>,
-        session: Option<&SessionId>,
-        sink: NotificationSink,
-        cancel: CancellationToken,
-    ) -> Reply {
-        self.run(request, headers, Some(LegacyWire { session }), sink, cancel).await
-    }
-
-    /// Runs the stages inside the request's trace span (when trace export is on), whose trace
-    /// id is the audit trace id.
-    async fn run(
-        &self,
+        app: Arc<App>,
         request: Request,
         headers: Option<&TransportHeaders>,
         legacy: Option<LegacyWire<'_>>,
@@ -106,9 +98,9 @@ impl Server {
         cancel: CancellationToken,
     ) -> Reply {
         let (span, trace_id) =
-            crate::telemetry::request_span(&request.method, &request.params, self.config.continue_traces);
-        let mut audit = AuditTrail::traced(&self.recorder, &request.method, span.clone(), trace_id);
-        let stages = self.stages(request, headers, legacy, sink, cancel, &mut audit);
+            crate::telemetry::request_span(&request.method, &request.params, self.audit.continue_traces());
+        let mut audit = AuditTrail::traced(self.audit.recorder(), &request.method, span.clone(), trace_id);
+        let stages = self.stages(app, request, headers, legacy, sink, cancel, &mut audit);
         if span.is_disabled() {
             return stages.await;
         }
@@ -117,8 +109,10 @@ impl Server {
         reply
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn stages(
         &self,
+        app: Arc<App>,
         request: Request,
         headers: Option<&TransportHeaders>,
         legacy: Option<LegacyWire<'_>>,
@@ -127,20 +121,18 @@ impl Server {
         audit: &mut AuditTrail<'_>,
     ) -> Reply {
         let id = request.id.clone();
-        // One application snapshot for the whole request: a publication while it runs is not
-        // half-seen.
-        let app = self.app();
         // 1. envelope: before anything else, because nothing in a malformed request means
         //    anything. Its order is the one the spec's probes pin down (`_meta` shape, headers
         //    against the body, version support, then the method). 2025-era requests carry no
         //    `_meta`: theirs comes from the session (2b).
-        let (method, meta) = match self.envelope(&app, &request, headers, legacy.as_ref()) {
+        let (method, meta) = match self.envelope.envelope(&app, &request, headers, legacy.as_ref()) {
             Ok(checked) => checked,
             Err(error) => return audit.refuse(&id, AuditStage::Envelope, &error, None).await,
         };
         // 2. authenticate: before any decision about the operation, because every later one is
         //    about *this* caller; nothing below runs without a VerifiedPrincipal.
-        let principal = match self.authenticator.authenticate(headers.and_then(|h| h.authorization.as_deref())).await {
+        let authorization = headers.and_then(|h| h.authorization.as_deref());
+        let principal = match self.authenticate.authenticate(authorization).await {
             Ok(principal) => Arc::new(principal),
             Err(refusal) => {
                 tracing::info!(stage = "authenticate", reason = %refusal.error, "credentials refused");
@@ -152,13 +144,13 @@ impl Server {
         // 2b. session (2025-era wire only): after authentication, because a session is bound to
         //     the principal, never proof of it. Unknown, foreign, expired, deleted: one 404.
         let (meta, admitted) =
-            match self.session_meta(method, meta, &request, headers, legacy.as_ref(), &principal).await {
+            match self.session.session_meta(method, meta, &request, headers, legacy.as_ref(), &principal).await {
                 Ok(checked) => checked,
                 Err(error) => return audit.refuse(&id, AuditStage::Session, &error, None).await,
             };
         // 3. classify: the operation key comes from the registry, never from client strings
         //    beyond picking a registered entry; every policy below is keyed on it.
-        let operation = match classify::classify(&app, method, &request.params) {
+        let operation = match self.classify.classify(&app, method, &request.params) {
             Ok(operation) => operation,
             Err(error) => return audit.refuse(&id, AuditStage::Classify, &error, None).await,
         };
@@ -166,37 +158,34 @@ impl Server {
         // 3b. delegation: a presented capability is resolved once the operation is known (it must
         //     lie inside the capability) and before the kill switch, which checks every agent of
         //     its chain; from here on the principal is the one the capability acts for, narrowed.
-        let principal = match self.delegation_stage(&operation, principal, &request.params, audit).await {
+        let principal = match self.delegation.resolve(&operation, principal, &request.params, audit).await {
             Ok(principal) => principal,
             Err(error) => return audit.refuse(&id, AuditStage::Delegation, &error, None).await,
         };
         // 4. kill switch: first among the decisions about the operation, so a disabled
         //    operation costs nothing further and reveals nothing about scopes or handles.
-        let cleared = match crate::killswitch::clear(self.kill_switch.as_ref(), &operation, &principal, audit).await {
+        let cleared = match self.kill_switch.clear(&operation, &principal, audit).await {
             Ok(cleared) => cleared,
             Err(error) => return audit.refuse(&id, AuditStage::KillSwitch, &error, None).await,
         };
         // 5. authorize: the operation's required scopes (a 403 names all of them).
-        let required = authorize::required_scopes(&app, &operation, &request.params);
-        if let Err(refusal) = self.authenticator.require_scopes(&principal, &required) {
-            let error = ProtocolError::InsufficientScope { required };
-            return audit.refuse(&id, AuditStage::Authorize, &error, refusal.challenge).await;
+        if let Err((error, challenge)) = self.authorize.authorize(&app, &operation, &request.params, &principal) {
+            return audit.refuse(&id, AuditStage::Authorize, &error, challenge).await;
         }
         // 6. handles: after authorization (a caller without the scope learns nothing about a
         //    handle), before the allow (the record carries the handles' digests).
-        let resolved = match self.resolve_handles(&app, &operation, &principal, &request.params, audit).await {
+        let resolved = match self.handles.resolve(&app, &operation, &principal, &request.params, audit).await {
             Ok(resolved) => resolved,
             Err(error) => return audit.refuse(&id, AuditStage::Handles, &error, None).await,
         };
         // 6b. the capability's call budget, spent last: a request any check above refused
         //     costs nothing.
-        if let Err(error) = self.spend_delegation(&operation, &principal).await {
+        if let Err(error) = self.delegation.spend(&operation, &principal).await {
             return audit.refuse(&id, AuditStage::Delegation, &error, None).await;
         }
         // 7. audit: the allow decision is durable before any handler runs; if it cannot be
         //    recorded the request is refused (fail closed). `Allowed` is the proof.
-        let stage = if resolved.is_empty() { AuditStage::Authorize } else { AuditStage::Handles };
-        let allowed: Allowed = match audit.allow(stage).await {
+        let allowed: Allowed = match self.audit.allow(audit, !resolved.is_empty()).await {
             Ok(allowed) => allowed,
             Err(error) => return audit.refuse(&id, AuditStage::Audit, &error, None).await,
         };
@@ -210,8 +199,8 @@ impl Server {
             request_state: None,
             sink,
             cancel: cancel.clone(),
-            events: self.events.clone(),
-            handles: self.handles.clone(),
+            events: self.dispatch.events.clone(),
+            handles: self.dispatch.handles.clone(),
             resolved: Arc::new(resolved),
             task: None,
             kill_switch: cleared.clone(),
@@ -219,18 +208,18 @@ impl Server {
         };
         let mut new_session = None;
         let result = match method {
-            Method::Listen => self.listen(&app, ctx, &request.params).await,
-            Method::Initialize => self.initialize(&app, &ctx).await.map(|(result, session)| {
+            Method::Listen => self.dispatch.listen(&app, ctx, &request.params).await,
+            Method::Initialize => self.session.initialize(&app, &ctx).await.map(|(result, session)| {
                 new_session = Some(session);
                 result
             }),
             Method::Ping | Method::SetLogLevel | Method::Subscribe | Method::Unsubscribe => {
-                self.session_method(method, &request.params, admitted.as_ref()).await
+                self.session.session_method(method, &request.params, admitted.as_ref()).await
             }
             _ => {
-                let work = self.dispatch(&app, &operation, ctx, &request.params, audit, allowed);
+                let work = self.dispatch.dispatch(&app, &operation, ctx, &request.params, audit, allowed);
                 tokio::select! {
-                    result = tokio::time::timeout(self.config.effective_timeout(), work) => {
+                    result = tokio::time::timeout(self.dispatch.config.effective_timeout(), work) => {
                         result.unwrap_or_else(|_| { cancel.cancel(); Err(ProtocolError::Timeout) })
                     }
                     () = cancel.cancelled() => Err(ProtocolError::Internal),

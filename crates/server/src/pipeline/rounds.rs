@@ -8,12 +8,12 @@
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
 
+use super::dispatch::Dispatch;
 use crate::context::{InputRequired, Outcome, RequestContext};
 use crate::method::Method;
 use crate::mrtr::Binding;
-use crate::server::Server;
 
-impl Server {
+impl Dispatch {
     /// Reads `requestState` and `inputResponses` of an MRTR retry into the context.
     pub(super) fn prepare_round(
         &self,

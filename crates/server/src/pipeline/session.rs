@@ -3,10 +3,10 @@
 //! absolute expiry in one store statement); its negotiated version, client capabilities and log
 //! level become the request's `_meta`. `initialize` makes the session instead; `ping`,
 //! `logging/setLevel` and `resources/subscribe|unsubscribe` change only the caller's own row.
-//! The session wire's requests that are not JSON-RPC requests pass [`Server::admit_session`].
+//! The session wire's requests that are not JSON-RPC requests are admitted in `admission.rs`.
 //!
-//! Knows the session service and the kill switch's first phase (for the non-JSON-RPC
-//! requests); a session is never proof of identity.
+//! Holds the session service, the accepted versions and the clock. A session is never proof of
+//! identity.
 
 use std::sync::Arc;
 
@@ -15,18 +15,33 @@ use serde_json::{Map, Value, json};
 
 use super::params::string_param;
 use super::wire::{LegacyWire, TransportHeaders, plain_header};
-use crate::audit::{AuditStage, AuditTrail};
 use crate::auth::VerifiedPrincipal;
-use crate::clearance::Cleared;
+use crate::clock::Clock;
 use crate::context::RequestContext;
-use crate::method::{Method, OperationKey};
+use crate::method::Method;
 use crate::registry::App;
-use crate::reply::Reply;
-use crate::server::Server;
-use crate::sessions::{Admitted, SessionId};
+use crate::sessions::{Admitted, SessionId, SessionService};
 use crate::store_errors::store_refusal;
 
-impl Server {
+/// Stage 2b (and the session methods stage 8 runs): the session service, when the server has
+/// one, the versions `initialize` accepts and the clock sessions expire by.
+pub(crate) struct Session {
+    sessions: Option<Arc<SessionService>>,
+    versions: Vec<String>,
+    pub(super) clock: Arc<dyn Clock>,
+}
+
+impl Session {
+    /// The stage for `sessions`, accepting `versions` at `initialize`.
+    pub(crate) fn new(sessions: Option<Arc<SessionService>>, versions: Vec<String>, clock: Arc<dyn Clock>) -> Self {
+        Self { sessions, versions, clock }
+    }
+
+    /// The session service, when the server has one.
+    pub(crate) fn sessions(&self) -> Option<&Arc<SessionService>> {
+        self.sessions.as_ref()
+    }
+
     /// Stage 2b: the request's `_meta` — the envelope's on the 2026-07-28 wire; on the 2025-era
     /// wire from the `initialize` params or from the caller's live session.
     pub(super) async fn session_meta(
@@ -74,7 +89,7 @@ impl Server {
                 Some(info @ Value::Object(_)) => Some(info.clone()),
                 Some(_) => return Err(ProtocolError::invalid_params("clientInfo must be an object")),
             };
-            let versions = &self.config.legacy.versions;
+            let versions = &self.versions;
             // The client's version if we speak it, else our newest (the client decides).
             let protocol_version = match versions.iter().find(|v| v.as_str() == requested) {
                 Some(version) => version.clone(),
@@ -183,67 +198,5 @@ impl Server {
             _ => return Err(ProtocolError::Internal),
         };
         if live { Ok(json!({})) } else { Err(ProtocolError::SessionNotFound) }
-    }
-
-    /// For the 2025-era transport's requests that are not JSON-RPC requests (the GET stream,
-    /// DELETE, notifications, answers to server requests): authenticate, admit the session for
-    /// that principal, then the kill switch for `method` (one of the `Session*` operations, in
-    /// the signed registry like every other). Audited like every other decision. The clearance
-    /// is what a GET stream watches to end on a DISABLE.
-    pub(crate) async fn admit_session(
-        &self,
-        authorization: Option<&[u8]>,
-        session: Option<&SessionId>,
-        method: Method,
-    ) -> Result<(Arc<VerifiedPrincipal>, Admitted, Option<Arc<Cleared>>), Reply> {
-        let mut audit = AuditTrail::new(&self.recorder, method.as_str());
-        let principal = match self.authenticator.authenticate(authorization).await {
-            Ok(principal) => Arc::new(principal),
-            Err(refusal) => {
-                let error = ProtocolError::Unauthenticated;
-                return Err(audit.refuse_any(None, AuditStage::Authenticate, &error, refusal.challenge).await);
-            }
-        };
-        audit.principal(&principal);
-        let Some(session) = session else {
-            let error = ProtocolError::InvalidRequest("an Mcp-Session-Id header is required");
-            return Err(audit.refuse_any(None, AuditStage::Session, &error, None).await);
-        };
-        let Some(service) = self.sessions.as_ref() else {
-            return Err(audit.refuse_any(None, AuditStage::Session, &ProtocolError::Unavailable, None).await);
-        };
-        let admitted = match service.admit(&principal, session, self.clock.as_ref()).await {
-            Ok(admitted) => admitted,
-            Err(error) => return Err(audit.refuse_any(None, AuditStage::Session, &error, None).await),
-        };
-        let operation = OperationKey::new(method, None);
-        audit.operation(&operation);
-        let cleared =
-            match crate::killswitch::clear(self.kill_switch.as_ref(), &operation, &principal, &mut audit).await {
-                Ok(cleared) => cleared,
-                Err(error) => return Err(audit.refuse_any(None, AuditStage::KillSwitch, &error, None).await),
-            };
-        if let Err(error) = audit.allow(AuditStage::Session).await {
-            return Err(audit.refuse_any(None, AuditStage::Audit, &error, None).await);
-        }
-        Ok((principal, admitted, cleared))
-    }
-
-    /// A 2025-era request whose `Mcp-Session-Id` is malformed or repeated: it can name no
-    /// session, but authentication still comes first (401 with its challenge, whatever the
-    /// session id), then the same 404 as an unknown session. Audited like every refusal.
-    pub(crate) async fn refuse_malformed_session(&self, authorization: Option<&[u8]>, what: &str) -> Reply {
-        let mut audit = AuditTrail::new(&self.recorder, what);
-        match self.authenticator.authenticate(authorization).await {
-            Ok(principal) => {
-                audit.principal(&Arc::new(principal));
-                audit.refuse_any(None, AuditStage::Session, &ProtocolError::SessionNotFound, None).await
-            }
-            Err(refusal) => {
-                audit
-                    .refuse_any(None, AuditStage::Authenticate, &ProtocolError::Unauthenticated, refusal.challenge)
-                    .await
-            }
-        }
     }
 }

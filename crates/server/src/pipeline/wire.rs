@@ -26,7 +26,7 @@ pub struct TransportHeaders {
 
 /// What the 2025-era transport adds to a request: its `Mcp-Session-Id`, if any.
 pub(crate) struct LegacyWire<'a> {
-    pub(super) session: Option<&'a SessionId>,
+    pub(crate) session: Option<&'a SessionId>,
 }
 
 /// A routing header without an encoded form (`MCP-Protocol-Version`, `Mcp-Method`), decoded.

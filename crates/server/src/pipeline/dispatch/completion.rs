@@ -6,12 +6,12 @@ use std::sync::Arc;
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
 
+use super::Dispatch;
 use crate::context::RequestContext;
 use crate::pipeline::params::{string_map, string_param};
 use crate::registry::{App, CompletionRef};
-use crate::server::Server;
 
-impl Server {
+impl Dispatch {
     /// `completion/complete`: relayed when the application relays completions, else answered
     /// by its handler.
     pub(super) async fn complete(

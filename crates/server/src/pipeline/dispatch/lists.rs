@@ -4,11 +4,11 @@
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
 
+use super::Dispatch;
 use crate::registry::App;
-use crate::server::Server;
 use crate::tasks::TASKS_EXTENSION;
 
-impl Server {
+impl Dispatch {
     pub(super) fn discover(&self, app: &App) -> Value {
         let mut result = json!({
             "supportedVersions": self.supported_versions(),

@@ -10,7 +10,8 @@
 //! `server/discover`), `tools.rs`, `prompts.rs`, `resources.rs`, `completion.rs`, `tasks.rs`;
 //! this file is the match that picks one, and stage 9's decoration.
 //!
-//! Knows the application snapshot it is handed and the services; never the transport.
+//! Holds what stage 8 uses (see [`Dispatch`]); knows the application snapshot it is handed;
+//! never the transport.
 
 mod completion;
 mod lists;
@@ -21,17 +22,47 @@ mod tools;
 
 use std::sync::Arc;
 
+use palisade_store::OnceStore;
 use palisade_wire::{ProtocolError, meta_keys};
 use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::audit::{Allowed, AuditTrail};
+use crate::clock::Clock;
+use crate::config::ServerConfig;
 use crate::context::RequestContext;
+use crate::cursor::Cursors;
+use crate::delegation::DelegationService;
+use crate::events::EventBus;
+use crate::handles::HandleService;
 use crate::method::{Method, OperationKey};
+use crate::mrtr::StateSealer;
 use crate::registry::App;
-use crate::server::Server;
+use crate::streams::StreamLimiter;
 use crate::tasks::TaskService;
 
-impl Server {
+/// Stage 8 (and the session-free `subscriptions/listen`): the services the handlers' requests
+/// use — the configuration (page size, timeouts, limits, versions), the cursor key and the
+/// request-state sealer, the clock, the event bus and the shutdown token listen streams end on,
+/// the per-principal stream limiter, and when the server has them the task, handle,
+/// single-use and delegation services (a confirmation under a capability is the ledger's).
+pub(crate) struct Dispatch {
+    pub(crate) config: ServerConfig,
+    pub(crate) cursors: Cursors,
+    pub(crate) sealer: StateSealer,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) events: EventBus,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) streams: Arc<StreamLimiter>,
+    pub(crate) tasks: Option<Arc<TaskService>>,
+    pub(crate) handles: Option<Arc<HandleService>>,
+    pub(crate) once: Option<Arc<dyn OnceStore>>,
+    pub(crate) delegation: Option<Arc<DelegationService>>,
+    /// `public` without authentication, else `private` (lists and reads say so).
+    pub(crate) cache_scope: &'static str,
+}
+
+impl Dispatch {
     /// Stage 8. Takes the stage-7 proof by value: nothing here runs unless the allow decision
     /// is on the record.
     pub(super) async fn dispatch(
@@ -77,7 +108,7 @@ impl Server {
 
     /// Every version this server speaks: 2026-07-28, then the enabled 2025-era ones (an
     /// auto-negotiating client picks the newest it knows).
-    pub fn supported_versions(&self) -> Vec<String> {
+    pub(crate) fn supported_versions(&self) -> Vec<String> {
         let mut versions: Vec<String> = palisade_wire::SUPPORTED_VERSIONS.iter().map(|v| (*v).to_owned()).collect();
         if self.config.legacy.enabled {
             versions.extend(self.config.legacy.versions.iter().cloned());
@@ -86,7 +117,7 @@ impl Server {
     }
 
     pub(super) fn cache_scope(&self) -> &'static str {
-        if self.authenticator.is_unauthenticated() { "public" } else { "private" }
+        self.cache_scope
     }
 }
 

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value};
 
+use super::Dispatch;
 use crate::context::RequestContext;
 use crate::method::{Method, OperationKey};
 use crate::pipeline::params::string_map;
 use crate::registry::App;
-use crate::server::Server;
 
-impl Server {
+impl Dispatch {
     /// `prompts/get` of the classified prompt.
     pub(super) async fn get_prompt(
         &self,

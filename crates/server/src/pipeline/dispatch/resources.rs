@@ -7,13 +7,13 @@ use std::sync::Arc;
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
 
+use super::Dispatch;
 use crate::context::{Outcome, RequestContext};
 use crate::method::Method;
 use crate::pipeline::params::string_param;
 use crate::registry::App;
-use crate::server::Server;
 
-impl Server {
+impl Dispatch {
     /// `resources/read` of the `uri` parameter.
     pub(super) async fn read_resource(
         &self,

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value};
 
+use super::Dispatch;
 use crate::context::RequestContext;
 use crate::method::Method;
 use crate::registry::App;
-use crate::server::Server;
 
-impl Server {
+impl Dispatch {
     /// One `tasks/*` method.
     pub(super) async fn task_method(
         &self,

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
 
+use super::Dispatch;
 use crate::audit::{Allowed, AuditStage, AuditTrail};
 use crate::context::{Outcome, RequestContext};
 use crate::method::{Method, OperationKey};
 use crate::registry::{App, TaskSupport};
-use crate::server::Server;
 use crate::tasks::{TASKS_EXTENSION, TaskCall, missing_tasks_capability};
 
-impl Server {
+impl Dispatch {
     /// `tools/call`, once the allow decision is on the record (`allowed`).
     pub(super) async fn call_tool(
         &self,
