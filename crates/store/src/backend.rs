@@ -44,6 +44,9 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// `statement` in this backend's placeholders.
     fn sql(statement: &'static Statement) -> &'static str;
 
+    /// A statement built at run time with `$n` placeholders, in this backend's placeholders.
+    fn built_sql(statement: String) -> String;
+
     /// The read of a row this write transaction goes on to change: `plain` on SQLite (the
     /// writer holds the database's write lock from `BEGIN IMMEDIATE`), `for_update` (the same read
     /// with `FOR UPDATE`) on PostgreSQL.

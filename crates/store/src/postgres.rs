@@ -10,15 +10,11 @@ use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::audit_sql::OwnChain;
-use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
 use crate::store::StoreFuture;
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
-use crate::{
-    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle, Revocation, RevokeSelector,
-    StoreError,
-};
+use crate::{HandleOwner, LiveHandle, StoreError};
 
 /// A `$n` statement as it is (PostgreSQL's own placeholders).
 macro_rules! pg_sql {
@@ -113,17 +109,7 @@ impl PostgresStore {
     }
 }
 
-crate::handles::impl_handle_store!(
-    store: PostgresStore,
-    database: sqlx::Postgres,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql,
-    dynamic: |statement: String| statement,
-    lookup: lookup_handle_routed
-);
-
-impl PostgresStore {
+impl crate::handles::HandleLookup for PostgresStore {
     /// On the lookup connections when there are any, else through the pool.
     async fn lookup_handle_routed(
         &self,
@@ -133,7 +119,7 @@ impl PostgresStore {
     ) -> Result<Option<LiveHandle>, StoreError> {
         match &self.lookups {
             Some(lookups) => lookups.lookup(digest, owner, now_ms).await,
-            None => self.lookup_handle_inner(digest, owner, now_ms).await,
+            None => crate::handles::lookup_handle_on::<Self, _>(&self.pool, digest, owner, now_ms).await,
         }
     }
 }
@@ -219,7 +205,7 @@ impl LookupConnections {
                 empty.insert(opened)
             }
         };
-        let found = PostgresStore::lookup_handle_on(&mut *connection, digest, owner, now_ms).await;
+        let found = crate::handles::lookup_handle_on::<PostgresStore, _>(&mut *connection, digest, owner, now_ms).await;
         if found.is_err() {
             slot.take();
         }
@@ -325,6 +311,10 @@ impl crate::backend::Backend for PostgresStore {
 
     fn sql(statement: &'static crate::backend::Statement) -> &'static str {
         statement.dollar()
+    }
+
+    fn built_sql(statement: String) -> String {
+        statement
     }
 
     fn locking_read(

@@ -9,16 +9,12 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::audit_sql::OwnChain;
-use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
 use crate::sqlite_sync::SyncSqlite;
 use crate::store::StoreFuture;
 use crate::tasks::{
     self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
 };
-use crate::{
-    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle, Revocation, RevokeSelector,
-    StoreError,
-};
+use crate::{HandleOwner, LiveHandle, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
@@ -128,17 +124,7 @@ impl SqliteStore {
     }
 }
 
-crate::handles::impl_handle_store!(
-    store: SqliteStore,
-    database: sqlx::Sqlite,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql,
-    dynamic: |statement: String| statement.replace('$', "?"),
-    lookup: lookup_handle_routed
-);
-
-impl SqliteStore {
+impl crate::handles::HandleLookup for SqliteStore {
     /// A file database answers inline through [`SyncSqlite`] (a primary-key probe: microseconds);
     /// an in-memory one through sqlx.
     async fn lookup_handle_routed(
@@ -149,7 +135,7 @@ impl SqliteStore {
     ) -> Result<Option<LiveHandle>, StoreError> {
         match &self.sync {
             Some(sync) => sync.lookup_handle(digest, owner, now_ms),
-            None => self.lookup_handle_inner(digest, owner, now_ms).await,
+            None => crate::handles::lookup_handle_on::<Self, _>(&self.reader, digest, owner, now_ms).await,
         }
     }
 }
@@ -203,6 +189,10 @@ impl crate::backend::Backend for SqliteStore {
 
     fn sql(statement: &'static crate::backend::Statement) -> &'static str {
         statement.question()
+    }
+
+    fn built_sql(statement: String) -> String {
+        statement.replace('$', "?")
     }
 
     fn locking_read(plain: &'static crate::backend::Statement, _: &'static crate::backend::Statement) -> &'static str {
