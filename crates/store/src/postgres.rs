@@ -10,18 +10,7 @@ use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::audit_sql::OwnChain;
-use crate::store::StoreFuture;
-use crate::tasks::{
-    self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
-};
 use crate::{HandleOwner, LiveHandle, StoreError};
-
-/// A `$n` statement as it is (PostgreSQL's own placeholders).
-macro_rules! pg_sql {
-    ($statement:expr) => {
-        $statement
-    };
-}
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -227,33 +216,8 @@ impl PostgresStore {
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
         self.pool.begin().await
     }
-
-    /// Announces a task change to every instance's listener (delivered at commit).
-    async fn notify_task(
-        &self,
-        transaction: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-        digest: &[u8],
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(NOTIFY_TASK).bind(palisade_base::hex::hex(digest)).execute(&mut **transaction).await.map(|_| ())
-    }
 }
 
-tasks::impl_task_store!(
-    store: PostgresStore,
-    begin: begin_write,
-    reader: pool,
-    sql: pg_sql,
-    status_sql: STATUS_FOR_UPDATE,
-    notify: notify_task,
-    extra: {
-        fn task_changes(&self) -> Option<tokio::sync::mpsc::Receiver<[u8; 32]>> {
-            Some(spawn_task_listener(self.pool.clone()))
-        }
-    }
-);
-
-/// The current status, locked until commit (the swap's history row needs it).
-const STATUS_FOR_UPDATE: &str = "SELECT status FROM tasks WHERE task_digest = $1 FOR UPDATE";
 /// The channel task changes are announced on.
 const TASK_CHANNEL: &str = "palisade_tasks";
 const NOTIFY_TASK: &str = "SELECT pg_notify('palisade_tasks', $1)";
@@ -322,6 +286,19 @@ impl crate::backend::Backend for PostgresStore {
         for_update: &'static crate::backend::Statement,
     ) -> &'static str {
         for_update.dollar()
+    }
+
+    /// Announces a task change to every instance's listener (delivered at commit).
+    async fn notify_task(
+        &self,
+        transaction: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        digest: &[u8],
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(NOTIFY_TASK).bind(palisade_base::hex::hex(digest)).execute(&mut **transaction).await.map(|_| ())
+    }
+
+    fn watch_tasks(&self) -> Option<tokio::sync::mpsc::Receiver<[u8; 32]>> {
+        Some(spawn_task_listener(self.pool.clone()))
     }
 
     fn rows_affected(done: &<sqlx::Postgres as sqlx::Database>::QueryResult) -> u64 {
