@@ -1,5 +1,5 @@
-//! What a store implementation written once needs from a backend: its database, its pools and
-//! its SQL dialect (a shared `$n` statement as the backend sends it).
+//! What a store implementation written once needs from a backend: its database, its pools, its
+//! SQL dialect (a shared `$n` statement as the backend sends it) and its task change notification.
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -44,10 +44,28 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// `statement` in this backend's placeholders.
     fn sql(statement: &'static Statement) -> &'static str;
 
+    /// A statement built at run time with `$n` placeholders, in this backend's placeholders.
+    fn built_sql(statement: String) -> String;
+
     /// The read of a row this write transaction goes on to change: `plain` on SQLite (the
     /// writer holds the database's write lock from `BEGIN IMMEDIATE`), `for_update` (the same read
     /// with `FOR UPDATE`) on PostgreSQL.
     fn locking_read(plain: &'static Statement, for_update: &'static Statement) -> &'static str;
+
+    /// Announces a task change inside `transaction` (delivered at commit): PostgreSQL's
+    /// `pg_notify` to every instance's listener; nothing on SQLite, where the server's own bus
+    /// sees every change.
+    fn notify_task(
+        &self,
+        transaction: &mut sqlx::Transaction<'static, Self::Db>,
+        digest: &[u8],
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// The digests of tasks changed on any instance, when the backend can push them
+    /// (`TaskStore::task_changes`); `None` for a single-process backend.
+    fn watch_tasks(&self) -> Option<tokio::sync::mpsc::Receiver<[u8; 32]>> {
+        None
+    }
 
     /// How many rows a statement changed.
     fn rows_affected(done: &<Self::Db as sqlx::Database>::QueryResult) -> u64;

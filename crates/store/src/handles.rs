@@ -5,7 +5,12 @@
 //! statement, and a revocation is one statement, so no lookup that starts after a revocation
 //! committed can see the handle live.
 
+use std::future::Future;
+
+use sqlx::{ColumnIndex, Database, Decode, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
 use crate::StoreError;
+use crate::backend::Backend;
 use crate::store::StoreFuture;
 
 /// Most rows [`HandleStore::list_handles`] returns.
@@ -304,19 +309,27 @@ pub(crate) enum Bind {
 /// them rewritten to `?n`). Scopes are the one column whose type differs: a space-separated
 /// string on SQLite, `TEXT[]` on PostgreSQL; the backends bind and decode it themselves.
 pub(crate) mod sql {
-    pub const INSERT: &str = "INSERT INTO handles (handle_digest, subject_key, tenant_id, client_id, object_type, \
+    use crate::backend::Statement;
+
+    pub static INSERT: Statement = Statement::new(
+        "INSERT INTO handles (handle_digest, subject_key, tenant_id, client_id, object_type, \
         object_ref, object_version, scopes, policy_version, created_ms, expires_ms) \
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
-    pub const LOOKUP: &str = "SELECT object_type, object_ref, object_version, scopes, policy_version, expires_ms \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    );
+    /// The owner-bound lookup as written (also what benchmarks and tests name).
+    pub const LOOKUP_TEXT: &str = "SELECT object_type, object_ref, object_version, scopes, policy_version, expires_ms \
         FROM handles WHERE handle_digest = $1 AND subject_key = $2 AND tenant_id = $3 AND client_id = $4 \
         AND revoked_ms IS NULL AND expires_ms > $5";
-    pub const LIST: &str = concat!(
+    pub static LOOKUP: Statement = Statement::new(LOOKUP_TEXT);
+    pub static LIST: Statement = Statement::new(concat!(
         "SELECT ",
         handle_summary_columns!(),
         " FROM handles WHERE subject_key = $1 ORDER BY created_ms DESC, handle_digest LIMIT $2"
+    ));
+    pub static PURGE: Statement = Statement::new(
+        "DELETE FROM handles WHERE handle_digest IN (SELECT handle_digest FROM handles \
+        WHERE expires_ms < $1 OR revoked_ms < $1 LIMIT $2)",
     );
-    pub const PURGE: &str = "DELETE FROM handles WHERE handle_digest IN (SELECT handle_digest FROM handles \
-        WHERE expires_ms < $1 OR revoked_ms < $1 LIMIT $2)";
 }
 
 /// The `WHERE` condition naming the rows `selector` covers, with placeholders from `$first` on,
@@ -379,177 +392,167 @@ pub(crate) fn count_statement(selector: RevokeSelector) -> (String, Vec<Bind>) {
     (format!("SELECT COUNT(*) FROM handles WHERE revoked_ms IS NULL AND {clause}"), binds)
 }
 
-/// Implements [`HandleStore`] for a backend from the shared statements (one text for both).
-/// `writer`/`reader` name the pools, `sql` adapts a constant statement's placeholders and
-/// `dynamic` a built one; `lookup` names the method that answers `lookup_handle` (the generated
-/// `lookup_handle_inner`, or a backend's own route to it, which can run the same statement on a
-/// connection of its choice through the generated `lookup_handle_on`).
-macro_rules! impl_handle_store {
-    (store: $store:ty, database: $database:ty, writer: $writer:ident, reader: $reader:ident, sql: $sql:ident, dynamic: $dynamic:expr, lookup: $lookup:ident) => {
-        impl $store {
-            async fn insert_handle_inner(&self, handle: NewHandle) -> Result<(), StoreError> {
-                handle.validate()?;
-                sqlx::query($sql!(sql::INSERT))
-                    .bind(handle.digest.to_vec())
-                    .bind(handle.owner.subject_key.to_vec())
-                    .bind(handle.owner.tenant)
-                    .bind(handle.owner.client)
-                    .bind(handle.object_type)
-                    .bind(handle.object_ref)
-                    .bind(handle.object_version)
-                    .bind(handle.scopes.join(" "))
-                    .bind(handle.policy_version)
-                    .bind(handle.created_ms)
-                    .bind(handle.expires_ms)
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("insert_handle", error))?;
-                Ok(())
-            }
-
-            async fn lookup_handle_inner(
-                &self,
-                digest: [u8; 32],
-                owner: &HandleOwner,
-                now_ms: i64,
-            ) -> Result<Option<LiveHandle>, StoreError> {
-                Self::lookup_handle_on(&self.$reader, digest, owner, now_ms).await
-            }
-
-            /// The owner-bound lookup statement, on `executor` (the reader pool or one connection).
-            async fn lookup_handle_on<'e, E>(
-                executor: E,
-                digest: [u8; 32],
-                owner: &HandleOwner,
-                now_ms: i64,
-            ) -> Result<Option<LiveHandle>, StoreError>
-            where
-                E: sqlx::Executor<'e, Database = $database>,
-            {
-                let row: Option<(String, String, String, String, i64, i64)> = sqlx::query_as($sql!(sql::LOOKUP))
-                    .bind(digest.to_vec())
-                    .bind(owner.subject_key.to_vec())
-                    .bind(owner.tenant.as_str())
-                    .bind(owner.client.as_str())
-                    .bind(now_ms)
-                    .fetch_optional(executor)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("lookup_handle", error))?;
-                Ok(row.map(|(object_type, object_ref, object_version, scopes, policy_version, expires_ms)| {
-                    LiveHandle {
-                        object_type,
-                        object_ref,
-                        object_version,
-                        scopes: scopes.split(' ').map(str::to_owned).collect(),
-                        policy_version,
-                        expires_ms,
-                    }
-                }))
-            }
-
-            async fn revoke_handles_inner(
-                &self,
-                selector: RevokeSelector,
-                revocation: Revocation,
-            ) -> Result<u64, StoreError> {
-                revocation.validate()?;
-                let (statement, binds) = revoke_statement(selector, revocation);
-                // Built by `revoke_statement` from constant clauses: safe to send as SQL.
-                let mut query = sqlx::query(sqlx::AssertSqlSafe($dynamic(statement)));
-                for bind in binds {
-                    query = match bind {
-                        Bind::Bytes(bytes) => query.bind(bytes),
-                        Bind::Text(text) => query.bind(text),
-                        Bind::OptText(text) => query.bind(text),
-                        Bind::Int(int) => query.bind(int),
-                    };
-                }
-                let done = query
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("revoke_handles", error))?;
-                Ok(done.rows_affected())
-            }
-
-            async fn count_handles_inner(&self, selector: RevokeSelector) -> Result<u64, StoreError> {
-                let (statement, binds) = count_statement(selector);
-                // Built by `count_statement` from constant clauses: safe to send as SQL.
-                let mut query = sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe($dynamic(statement)));
-                for bind in binds {
-                    query = match bind {
-                        Bind::Bytes(bytes) => query.bind(bytes),
-                        Bind::Text(text) => query.bind(text),
-                        Bind::OptText(text) => query.bind(text),
-                        Bind::Int(int) => query.bind(int),
-                    };
-                }
-                let count = query
-                    .fetch_one(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("count_handles", error))?;
-                u64::try_from(count)
-                    .map_err(|_| StoreError::Corrupt { what: "a negative handle count".into(), source: None })
-            }
-
-            async fn list_handles_inner(
-                &self,
-                subject_key: [u8; 32],
-                limit: u32,
-            ) -> Result<Vec<HandleSummary>, StoreError> {
-                let rows: Vec<SummaryRow> = sqlx::query_as($sql!(sql::LIST))
-                    .bind(subject_key.to_vec())
-                    .bind(i64::from(limit.min(MAX_HANDLE_LIST)))
-                    .fetch_all(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("list_handles", error))?;
-                rows.into_iter().map(decode_summary).collect()
-            }
-
-            async fn purge_handles_inner(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
-                let done = sqlx::query($sql!(sql::PURGE))
-                    .bind(before_ms)
-                    .bind(i64::from(limit))
-                    .execute(&self.$writer)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("purge_handles", error))?;
-                Ok(done.rows_affected())
-            }
-        }
-
-        impl HandleStore for $store {
-            fn insert_handle(&self, handle: NewHandle) -> StoreFuture<'_, ()> {
-                Box::pin(self.insert_handle_inner(handle))
-            }
-
-            fn lookup_handle(
-                &self,
-                digest: [u8; 32],
-                owner: &HandleOwner,
-                now_ms: i64,
-            ) -> StoreFuture<'_, Option<LiveHandle>> {
-                let owner = owner.clone();
-                Box::pin(async move { self.$lookup(digest, &owner, now_ms).await })
-            }
-
-            fn revoke_handles(&self, selector: RevokeSelector, revocation: Revocation) -> StoreFuture<'_, u64> {
-                Box::pin(self.revoke_handles_inner(selector, revocation))
-            }
-
-            fn count_handles(&self, selector: RevokeSelector) -> StoreFuture<'_, u64> {
-                Box::pin(self.count_handles_inner(selector))
-            }
-
-            fn list_handles(&self, subject_key: [u8; 32], limit: u32) -> StoreFuture<'_, Vec<HandleSummary>> {
-                Box::pin(self.list_handles_inner(subject_key, limit))
-            }
-
-            fn purge_handles(&self, before_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
-                Box::pin(self.purge_handles_inner(before_ms, limit))
-            }
-        }
-    };
+/// The handle lookup's route: a backend answers `lookup_handle` on a connection of its choice
+/// (SQLite's inline connection, PostgreSQL's lookup connections), falling back to
+/// [`lookup_handle_on`] on its reader pool. A plain method of each backend: the request path's
+/// one statement goes through nothing that allocates or boxes beyond [`HandleStore`]'s future.
+pub(crate) trait HandleLookup: Backend {
+    /// The owner-bound lookup of [`HandleStore::lookup_handle`].
+    fn lookup_handle_routed(
+        &self,
+        digest: [u8; 32],
+        owner: &HandleOwner,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<Option<LiveHandle>, StoreError>> + Send;
 }
-pub(crate) use impl_handle_store;
+
+/// The columns of a live handle, in `LOOKUP` order.
+pub(crate) type LiveRow = (String, String, String, String, i64, i64);
+
+/// The owner-bound lookup statement, on `executor` (a backend's reader pool or one connection).
+pub(crate) async fn lookup_handle_on<'e, B, E>(
+    executor: E,
+    digest: [u8; 32],
+    owner: &HandleOwner,
+    now_ms: i64,
+) -> Result<Option<LiveHandle>, StoreError>
+where
+    B: Backend,
+    E: Executor<'e, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> LiveRow: FromRow<'r, <B::Db as Database>::Row>,
+{
+    let row: Option<LiveRow> = sqlx::query_as(B::sql(&sql::LOOKUP))
+        .bind(digest.to_vec())
+        .bind(owner.subject_key.to_vec())
+        .bind(owner.tenant.as_str())
+        .bind(owner.client.as_str())
+        .bind(now_ms)
+        .fetch_optional(executor)
+        .await
+        .map_err(|error| StoreError::from_sqlx("lookup_handle", error))?;
+    Ok(row.map(|(object_type, object_ref, object_version, scopes, policy_version, expires_ms)| LiveHandle {
+        object_type,
+        object_ref,
+        object_version,
+        scopes: scopes.split(' ').map(str::to_owned).collect(),
+        policy_version,
+        expires_ms,
+    }))
+}
+
+/// A built statement (`revoke_statement`, `count_statement`) with its values bound, in this
+/// backend's placeholders.
+macro_rules! bind_all {
+    ($query:expr, $binds:expr) => {{
+        let mut query = $query;
+        for bind in $binds {
+            query = match bind {
+                Bind::Bytes(bytes) => query.bind(bytes),
+                Bind::Text(text) => query.bind(text),
+                Bind::OptText(text) => query.bind(text),
+                Bind::Int(int) => query.bind(int),
+            };
+        }
+        query
+    }};
+}
+
+/// [`HandleStore`] for every backend, from the shared statements (one text for both); the
+/// lookup goes the backend's own route ([`HandleLookup`]).
+impl<B> HandleStore for B
+where
+    B: HandleLookup,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> SummaryRow: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (i64,): FromRow<'r, <B::Db as Database>::Row>,
+    i64: for<'r> Decode<'r, B::Db> + Type<B::Db>,
+    usize: ColumnIndex<<B::Db as Database>::Row>,
+{
+    fn insert_handle(&self, handle: NewHandle) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            handle.validate()?;
+            sqlx::query(B::sql(&sql::INSERT))
+                .bind(handle.digest.to_vec())
+                .bind(handle.owner.subject_key.to_vec())
+                .bind(handle.owner.tenant)
+                .bind(handle.owner.client)
+                .bind(handle.object_type)
+                .bind(handle.object_ref)
+                .bind(handle.object_version)
+                .bind(handle.scopes.join(" "))
+                .bind(handle.policy_version)
+                .bind(handle.created_ms)
+                .bind(handle.expires_ms)
+                .execute(self.writer())
+                .await
+                .map_err(|error| StoreError::from_sqlx("insert_handle", error))?;
+            Ok(())
+        })
+    }
+
+    fn lookup_handle(&self, digest: [u8; 32], owner: &HandleOwner, now_ms: i64) -> StoreFuture<'_, Option<LiveHandle>> {
+        let owner = owner.clone();
+        Box::pin(async move { self.lookup_handle_routed(digest, &owner, now_ms).await })
+    }
+
+    fn revoke_handles(&self, selector: RevokeSelector, revocation: Revocation) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            revocation.validate()?;
+            let (statement, binds) = revoke_statement(selector, revocation);
+            // Built by `revoke_statement` from constant clauses: safe to send as SQL.
+            let query = bind_all!(sqlx::query(sqlx::AssertSqlSafe(B::built_sql(statement))), binds);
+            let done =
+                query.execute(self.writer()).await.map_err(|error| StoreError::from_sqlx("revoke_handles", error))?;
+            Ok(B::rows_affected(&done))
+        })
+    }
+
+    fn count_handles(&self, selector: RevokeSelector) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let (statement, binds) = count_statement(selector);
+            // Built by `count_statement` from constant clauses: safe to send as SQL.
+            let query = bind_all!(sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(B::built_sql(statement))), binds);
+            let count =
+                query.fetch_one(self.reader()).await.map_err(|error| StoreError::from_sqlx("count_handles", error))?;
+            u64::try_from(count)
+                .map_err(|_| StoreError::Corrupt { what: "a negative handle count".into(), source: None })
+        })
+    }
+
+    fn list_handles(&self, subject_key: [u8; 32], limit: u32) -> StoreFuture<'_, Vec<HandleSummary>> {
+        Box::pin(async move {
+            let rows: Vec<SummaryRow> = sqlx::query_as(B::sql(&sql::LIST))
+                .bind(subject_key.to_vec())
+                .bind(i64::from(limit.min(MAX_HANDLE_LIST)))
+                .fetch_all(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("list_handles", error))?;
+            rows.into_iter().map(decode_summary).collect()
+        })
+    }
+
+    fn purge_handles(&self, before_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let done = sqlx::query(B::sql(&sql::PURGE))
+                .bind(before_ms)
+                .bind(i64::from(limit))
+                .execute(self.writer())
+                .await
+                .map_err(|error| StoreError::from_sqlx("purge_handles", error))?;
+            Ok(B::rows_affected(&done))
+        })
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -10,22 +10,7 @@ use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 
 use crate::audit_sql::OwnChain;
-use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
-use crate::store::StoreFuture;
-use crate::tasks::{
-    self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
-};
-use crate::{
-    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle, Revocation, RevokeSelector,
-    StoreError,
-};
-
-/// A `$n` statement as it is (PostgreSQL's own placeholders).
-macro_rules! pg_sql {
-    ($statement:expr) => {
-        $statement
-    };
-}
+use crate::{HandleOwner, LiveHandle, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
@@ -113,17 +98,7 @@ impl PostgresStore {
     }
 }
 
-crate::handles::impl_handle_store!(
-    store: PostgresStore,
-    database: sqlx::Postgres,
-    writer: pool,
-    reader: pool,
-    sql: pg_sql,
-    dynamic: |statement: String| statement,
-    lookup: lookup_handle_routed
-);
-
-impl PostgresStore {
+impl crate::handles::HandleLookup for PostgresStore {
     /// On the lookup connections when there are any, else through the pool.
     async fn lookup_handle_routed(
         &self,
@@ -133,7 +108,7 @@ impl PostgresStore {
     ) -> Result<Option<LiveHandle>, StoreError> {
         match &self.lookups {
             Some(lookups) => lookups.lookup(digest, owner, now_ms).await,
-            None => self.lookup_handle_inner(digest, owner, now_ms).await,
+            None => crate::handles::lookup_handle_on::<Self, _>(&self.pool, digest, owner, now_ms).await,
         }
     }
 }
@@ -219,7 +194,7 @@ impl LookupConnections {
                 empty.insert(opened)
             }
         };
-        let found = PostgresStore::lookup_handle_on(&mut *connection, digest, owner, now_ms).await;
+        let found = crate::handles::lookup_handle_on::<PostgresStore, _>(&mut *connection, digest, owner, now_ms).await;
         if found.is_err() {
             slot.take();
         }
@@ -241,33 +216,8 @@ impl PostgresStore {
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
         self.pool.begin().await
     }
-
-    /// Announces a task change to every instance's listener (delivered at commit).
-    async fn notify_task(
-        &self,
-        transaction: &mut sqlx::Transaction<'static, sqlx::Postgres>,
-        digest: &[u8],
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query(NOTIFY_TASK).bind(palisade_base::hex::hex(digest)).execute(&mut **transaction).await.map(|_| ())
-    }
 }
 
-tasks::impl_task_store!(
-    store: PostgresStore,
-    begin: begin_write,
-    reader: pool,
-    sql: pg_sql,
-    status_sql: STATUS_FOR_UPDATE,
-    notify: notify_task,
-    extra: {
-        fn task_changes(&self) -> Option<tokio::sync::mpsc::Receiver<[u8; 32]>> {
-            Some(spawn_task_listener(self.pool.clone()))
-        }
-    }
-);
-
-/// The current status, locked until commit (the swap's history row needs it).
-const STATUS_FOR_UPDATE: &str = "SELECT status FROM tasks WHERE task_digest = $1 FOR UPDATE";
 /// The channel task changes are announced on.
 const TASK_CHANNEL: &str = "palisade_tasks";
 const NOTIFY_TASK: &str = "SELECT pg_notify('palisade_tasks', $1)";
@@ -327,11 +277,28 @@ impl crate::backend::Backend for PostgresStore {
         statement.dollar()
     }
 
+    fn built_sql(statement: String) -> String {
+        statement
+    }
+
     fn locking_read(
         _: &'static crate::backend::Statement,
         for_update: &'static crate::backend::Statement,
     ) -> &'static str {
         for_update.dollar()
+    }
+
+    /// Announces a task change to every instance's listener (delivered at commit).
+    async fn notify_task(
+        &self,
+        transaction: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+        digest: &[u8],
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query(NOTIFY_TASK).bind(palisade_base::hex::hex(digest)).execute(&mut **transaction).await.map(|_| ())
+    }
+
+    fn watch_tasks(&self) -> Option<tokio::sync::mpsc::Receiver<[u8; 32]>> {
+        Some(spawn_task_listener(self.pool.clone()))
     }
 
     fn rows_affected(done: &<sqlx::Postgres as sqlx::Database>::QueryResult) -> u64 {

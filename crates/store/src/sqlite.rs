@@ -3,33 +3,16 @@
 //! wait on SQLite's write lock (busy_timeout).
 
 use std::str::FromStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::audit_sql::OwnChain;
-use crate::handles::{Bind, SummaryRow, count_statement, decode_summary, revoke_statement, sql};
 use crate::sqlite_sync::SyncSqlite;
-use crate::store::StoreFuture;
-use crate::tasks::{
-    self, MAX_TASK_HISTORY, TaskRow, TaskStore, TaskTuple, bind_task_insert, bind_task_swap, decode_task,
-};
-use crate::{
-    HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_LIST, NewHandle, Revocation, RevokeSelector,
-    StoreError,
-};
+use crate::{HandleOwner, LiveHandle, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
-
-/// A shared `$n` statement rewritten to SQLite's `?n`, once per call site.
-macro_rules! sqlite_sql {
-    ($statement:expr) => {{
-        static STATEMENT: OnceLock<String> = OnceLock::new();
-        // Built only from the shared constant statements: safe to send as SQL.
-        sqlx::AssertSqlSafe(STATEMENT.get_or_init(|| $statement.replace('$', "?")).as_str())
-    }};
-}
 
 /// How long a writer waits for another process's write lock before giving up (`Unavailable`).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -128,17 +111,7 @@ impl SqliteStore {
     }
 }
 
-crate::handles::impl_handle_store!(
-    store: SqliteStore,
-    database: sqlx::Sqlite,
-    writer: writer,
-    reader: reader,
-    sql: sqlite_sql,
-    dynamic: |statement: String| statement.replace('$', "?"),
-    lookup: lookup_handle_routed
-);
-
-impl SqliteStore {
+impl crate::handles::HandleLookup for SqliteStore {
     /// A file database answers inline through [`SyncSqlite`] (a primary-key probe: microseconds);
     /// an in-memory one through sqlx.
     async fn lookup_handle_routed(
@@ -149,7 +122,7 @@ impl SqliteStore {
     ) -> Result<Option<LiveHandle>, StoreError> {
         match &self.sync {
             Some(sync) => sync.lookup_handle(digest, owner, now_ms),
-            None => self.lookup_handle_inner(digest, owner, now_ms).await,
+            None => crate::handles::lookup_handle_on::<Self, _>(&self.reader, digest, owner, now_ms).await,
         }
     }
 }
@@ -158,22 +131,7 @@ impl SqliteStore {
     async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
         self.writer.begin_with("BEGIN IMMEDIATE").await
     }
-
-    /// One process: the server's own bus sees every task change.
-    async fn notify_task(&self, _: &mut sqlx::Transaction<'static, sqlx::Sqlite>, _: &[u8]) -> Result<(), sqlx::Error> {
-        Ok(())
-    }
 }
-
-tasks::impl_task_store!(
-    store: SqliteStore,
-    begin: begin_write,
-    reader: reader,
-    sql: sqlite_sql,
-    status_sql: sqlite_sql!(tasks::sql::STATUS),
-    notify: notify_task,
-    extra: {}
-);
 
 /// True for `:memory:`, `sqlite::memory:`, `sqlite://:memory:` and URLs with `mode=memory`.
 fn is_in_memory(path_or_url: &str) -> bool {
@@ -205,8 +163,17 @@ impl crate::backend::Backend for SqliteStore {
         statement.question()
     }
 
+    fn built_sql(statement: String) -> String {
+        statement.replace('$', "?")
+    }
+
     fn locking_read(plain: &'static crate::backend::Statement, _: &'static crate::backend::Statement) -> &'static str {
         plain.question()
+    }
+
+    /// One process: the server's own bus sees every task change.
+    async fn notify_task(&self, _: &mut sqlx::Transaction<'static, sqlx::Sqlite>, _: &[u8]) -> Result<(), sqlx::Error> {
+        Ok(())
     }
 
     fn rows_affected(done: &<sqlx::Sqlite as sqlx::Database>::QueryResult) -> u64 {

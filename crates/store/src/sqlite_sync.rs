@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -127,6 +127,5 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The shared `$n` lookup rewritten to SQLite's `?n`.
 fn lookup_statement() -> &'static str {
-    static STATEMENT: OnceLock<String> = OnceLock::new();
-    STATEMENT.get_or_init(|| handle_sql::LOOKUP.replace('$', "?"))
+    handle_sql::LOOKUP.question()
 }

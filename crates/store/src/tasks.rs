@@ -9,7 +9,10 @@
 //! completed, failed or cancelled row, whatever the application does), and two instances racing
 //! on one task serialize: one wins, the other re-reads.
 
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Type};
+
 use crate::StoreError;
+use crate::backend::Backend;
 use crate::handles::HandleOwner;
 use crate::store::StoreFuture;
 
@@ -203,43 +206,56 @@ macro_rules! task_columns {
 
 /// The task statements both backends run, with `$n` placeholders (SQLite rewrites them).
 pub(crate) mod sql {
-    pub const INSERT: &str = concat!(
+    use crate::backend::Statement;
+
+    pub static INSERT: Statement = Statement::new(concat!(
         "INSERT INTO tasks (",
         task_columns!(),
         ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, \
          $21, $22, $23, $24, $25, $26)"
-    );
-    pub const LOAD_OWNED: &str = concat!(
+    ));
+    pub static LOAD_OWNED: Statement = Statement::new(concat!(
         "SELECT ",
         task_columns!(),
         " FROM tasks WHERE task_digest = $1 AND subject_key = $2 AND tenant_id = $3 AND client_id = $4 \
          AND (ttl_ms IS NULL OR created_ms + ttl_ms > $5)"
-    );
-    pub const LOAD: &str = concat!("SELECT ", task_columns!(), " FROM tasks WHERE task_digest = $1");
-    pub const SWAP: &str = "UPDATE tasks SET status = $2, status_message = $3, input_requests = $4, \
+    ));
+    pub static LOAD: Statement =
+        Statement::new(concat!("SELECT ", task_columns!(), " FROM tasks WHERE task_digest = $1"));
+    pub static SWAP: Statement = Statement::new(
+        "UPDATE tasks SET status = $2, status_message = $3, input_requests = $4, \
          input_responses = $5, answered_keys = $6, result = $7, error = $8, cancel_requested = $9, updated_ms = $10, \
          lease_owner = $11, lease_until_ms = $12, attempts = $13, version = version + 1 \
-         WHERE task_digest = $1 AND version = $14 AND status NOT IN ('completed', 'failed', 'cancelled')";
-    pub const STATUS: &str = "SELECT status FROM tasks WHERE task_digest = $1";
-    pub const ACTIVE_OF: &str = concat!(
+         WHERE task_digest = $1 AND version = $14 AND status NOT IN ('completed', 'failed', 'cancelled')",
+    );
+    pub static STATUS: Statement = Statement::new("SELECT status FROM tasks WHERE task_digest = $1");
+    /// The current status, locked until commit (the swap's history row needs it).
+    pub static STATUS_FOR_UPDATE: Statement =
+        Statement::new("SELECT status FROM tasks WHERE task_digest = $1 FOR UPDATE");
+    pub static ACTIVE_OF: Statement = Statement::new(concat!(
         "SELECT ",
         task_columns!(),
         " FROM tasks WHERE subject_key = $1 AND ($2 IS NULL OR tenant_id = $2) \
          AND status NOT IN ('completed', 'failed', 'cancelled') ORDER BY created_ms LIMIT $3"
-    );
-    pub const HISTORY_INSERT: &str = "INSERT INTO task_history (task_digest, at_ms, status) VALUES ($1, $2, $3)";
-    pub const HISTORY: &str =
-        "SELECT at_ms, status FROM task_history WHERE task_digest = $1 ORDER BY at_ms, id LIMIT $2";
-    pub const ORPHANS: &str = concat!(
+    ));
+    pub static HISTORY_INSERT: Statement =
+        Statement::new("INSERT INTO task_history (task_digest, at_ms, status) VALUES ($1, $2, $3)");
+    pub static HISTORY: Statement =
+        Statement::new("SELECT at_ms, status FROM task_history WHERE task_digest = $1 ORDER BY at_ms, id LIMIT $2");
+    pub static ORPHANS: Statement = Statement::new(concat!(
         "SELECT ",
         task_columns!(),
         " FROM tasks WHERE status = 'working' AND (lease_until_ms IS NULL OR lease_until_ms < $1) \
          ORDER BY created_ms LIMIT $2"
+    ));
+    pub static PURGE_HISTORY: Statement = Statement::new(
+        "DELETE FROM task_history WHERE task_digest IN (SELECT task_digest FROM tasks \
+         WHERE ttl_ms IS NOT NULL AND created_ms + ttl_ms < $1 ORDER BY created_ms LIMIT $2)",
     );
-    pub const PURGE_HISTORY: &str = "DELETE FROM task_history WHERE task_digest IN (SELECT task_digest FROM tasks \
-         WHERE ttl_ms IS NOT NULL AND created_ms + ttl_ms < $1 ORDER BY created_ms LIMIT $2)";
-    pub const PURGE: &str = "DELETE FROM tasks WHERE task_digest IN (SELECT task_digest FROM tasks \
-         WHERE ttl_ms IS NOT NULL AND created_ms + ttl_ms < $1 ORDER BY created_ms LIMIT $2)";
+    pub static PURGE: Statement = Statement::new(
+        "DELETE FROM tasks WHERE task_digest IN (SELECT task_digest FROM tasks \
+         WHERE ttl_ms IS NOT NULL AND created_ms + ttl_ms < $1 ORDER BY created_ms LIMIT $2)",
+    );
 }
 
 /// A task row as both backends read it (columns by name).
@@ -339,7 +355,6 @@ macro_rules! bind_task_insert {
             .bind(task.version)
     }};
 }
-pub(crate) use bind_task_insert;
 
 /// Binds the mutable columns in `SWAP` order.
 macro_rules! bind_task_swap {
@@ -362,199 +377,177 @@ macro_rules! bind_task_swap {
             .bind($expected)
     }};
 }
-pub(crate) use bind_task_swap;
 
-/// Implements [`TaskStore`] for a backend from the shared statements: one text for both, so the
-/// two backends cannot drift. `begin` opens the write transaction, `notify` announces a change
-/// inside it (PostgreSQL `pg_notify`; a no-op on SQLite), `sql` adapts a statement's placeholders.
-macro_rules! impl_task_store {
-    (
-        store: $store:ty,
-        begin: $begin:ident,
-        reader: $reader:ident,
-        sql: $sql:ident,
-        status_sql: $status_sql:expr,
-        notify: $notify:ident,
-        extra: { $($extra:tt)* }
-    ) => {
-        impl $store {
-            async fn insert_task_inner(&self, task: TaskRow) -> Result<(), StoreError> {
-                task.validate()?;
-                let during = "insert_task";
-                let sqlx_error = |error| StoreError::from_sqlx(during, error);
-                let (digest, at, status) = (task.digest.to_vec(), task.created_ms, task.status.as_str().to_owned());
-                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
-                bind_task_insert!(sqlx::query($sql!(tasks::sql::INSERT)), task)
-                    .execute(&mut *transaction)
-                    .await
-                    .map_err(sqlx_error)?;
-                sqlx::query($sql!(tasks::sql::HISTORY_INSERT))
+/// [`TaskStore`] for every backend, from the shared statements: one text for both, so the two
+/// backends cannot drift. The backend opens the write transaction ([`Backend::begin`]), picks the
+/// status read the swap locks ([`Backend::locking_read`]) and announces a change inside the
+/// transaction ([`Backend::notify_task`]: PostgreSQL `pg_notify`; nothing on SQLite).
+impl<B> TaskStore for B
+where
+    B: Backend,
+    for<'c> &'c Pool<B::Db>: Executor<'c, Database = B::Db>,
+    for<'c> &'c mut <B::Db as Database>::Connection: Executor<'c, Database = B::Db>,
+    <B::Db as Database>::Arguments: IntoArguments<B::Db>,
+    for<'q> Vec<u8>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> i64: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> bool: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> String: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<i64>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> Option<String>: Encode<'q, B::Db> + Type<B::Db>,
+    for<'q> &'q str: Encode<'q, B::Db> + Type<B::Db>,
+    for<'r> TaskTuple: FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (String,): FromRow<'r, <B::Db as Database>::Row>,
+    for<'r> (i64, String): FromRow<'r, <B::Db as Database>::Row>,
+{
+    fn insert_task(&self, task: TaskRow) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            task.validate()?;
+            let during = "insert_task";
+            let sqlx_error = |error| StoreError::from_sqlx(during, error);
+            let (digest, at, status) = (task.digest.to_vec(), task.created_ms, task.status.as_str().to_owned());
+            let mut transaction = self.begin().await.map_err(sqlx_error)?;
+            bind_task_insert!(sqlx::query(B::sql(&sql::INSERT)), task)
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            sqlx::query(B::sql(&sql::HISTORY_INSERT))
+                .bind(digest.clone())
+                .bind(at)
+                .bind(status)
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            self.notify_task(&mut transaction, &digest).await.map_err(sqlx_error)?;
+            transaction.commit().await.map_err(sqlx_error)
+        })
+    }
+
+    fn load_owned_task(&self, digest: [u8; 32], owner: &HandleOwner, now_ms: i64) -> StoreFuture<'_, Option<TaskRow>> {
+        let owner = owner.clone();
+        Box::pin(async move {
+            let row: Option<TaskTuple> = sqlx::query_as(B::sql(&sql::LOAD_OWNED))
+                .bind(digest.to_vec())
+                .bind(owner.subject_key.to_vec())
+                .bind(owner.tenant.as_str())
+                .bind(owner.client.as_str())
+                .bind(now_ms)
+                .fetch_optional(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("load_task", error))?;
+            row.map(decode_task).transpose()
+        })
+    }
+
+    fn load_task(&self, digest: [u8; 32]) -> StoreFuture<'_, Option<TaskRow>> {
+        Box::pin(async move {
+            let row: Option<TaskTuple> = sqlx::query_as(B::sql(&sql::LOAD))
+                .bind(digest.to_vec())
+                .fetch_optional(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("load_task", error))?;
+            row.map(decode_task).transpose()
+        })
+    }
+
+    fn swap_task(&self, next: TaskRow, expected_version: i64) -> StoreFuture<'_, bool> {
+        Box::pin(async move {
+            next.validate()?;
+            let during = "swap_task";
+            let sqlx_error = |error| StoreError::from_sqlx(during, error);
+            let (digest, at, status) = (next.digest.to_vec(), next.updated_ms, next.status.as_str().to_owned());
+            let mut transaction = self.begin().await.map_err(sqlx_error)?;
+            let previous: Option<(String,)> = sqlx::query_as(B::locking_read(&sql::STATUS, &sql::STATUS_FOR_UPDATE))
+                .bind(digest.clone())
+                .fetch_optional(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            let done = bind_task_swap!(sqlx::query(B::sql(&sql::SWAP)), next, expected_version)
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            if B::rows_affected(&done) != 1 {
+                return Ok(false);
+            }
+            if previous.is_some_and(|(previous,)| previous != status) {
+                sqlx::query(B::sql(&sql::HISTORY_INSERT))
                     .bind(digest.clone())
                     .bind(at)
                     .bind(status)
                     .execute(&mut *transaction)
                     .await
                     .map_err(sqlx_error)?;
-                self.$notify(&mut transaction, &digest).await.map_err(sqlx_error)?;
-                transaction.commit().await.map_err(sqlx_error)
             }
+            self.notify_task(&mut transaction, &digest).await.map_err(sqlx_error)?;
+            transaction.commit().await.map_err(sqlx_error)?;
+            Ok(true)
+        })
+    }
 
-            async fn load_owned_task_inner(
-                &self,
-                digest: [u8; 32],
-                owner: &HandleOwner,
-                now_ms: i64,
-            ) -> Result<Option<TaskRow>, StoreError> {
-                let row: Option<TaskTuple> = sqlx::query_as($sql!(tasks::sql::LOAD_OWNED))
-                    .bind(digest.to_vec())
-                    .bind(owner.subject_key.to_vec())
-                    .bind(owner.tenant.as_str())
-                    .bind(owner.client.as_str())
-                    .bind(now_ms)
-                    .fetch_optional(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("load_task", error))?;
-                row.map(decode_task).transpose()
-            }
+    fn active_tasks_of(
+        &self,
+        subject_key: [u8; 32],
+        tenant: Option<&str>,
+        limit: u32,
+    ) -> StoreFuture<'_, Vec<TaskRow>> {
+        let tenant = tenant.map(str::to_owned);
+        Box::pin(async move {
+            let rows: Vec<TaskTuple> = sqlx::query_as(B::sql(&sql::ACTIVE_OF))
+                .bind(subject_key.to_vec())
+                .bind(tenant)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("active_tasks_of", error))?;
+            rows.into_iter().map(decode_task).collect()
+        })
+    }
 
-            async fn load_task_inner(&self, digest: [u8; 32]) -> Result<Option<TaskRow>, StoreError> {
-                let row: Option<TaskTuple> = sqlx::query_as($sql!(tasks::sql::LOAD))
-                    .bind(digest.to_vec())
-                    .fetch_optional(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("load_task", error))?;
-                row.map(decode_task).transpose()
-            }
+    fn orphaned_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, Vec<TaskRow>> {
+        Box::pin(async move {
+            let rows: Vec<TaskTuple> = sqlx::query_as(B::sql(&sql::ORPHANS))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .fetch_all(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("orphaned_tasks", error))?;
+            rows.into_iter().map(decode_task).collect()
+        })
+    }
 
-            async fn swap_task_inner(&self, next: TaskRow, expected_version: i64) -> Result<bool, StoreError> {
-                next.validate()?;
-                let during = "swap_task";
-                let sqlx_error = |error| StoreError::from_sqlx(during, error);
-                let (digest, at, status) = (next.digest.to_vec(), next.updated_ms, next.status.as_str().to_owned());
-                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
-                let previous: Option<(String,)> = sqlx::query_as($status_sql)
-                    .bind(digest.clone())
-                    .fetch_optional(&mut *transaction)
-                    .await
-                    .map_err(sqlx_error)?;
-                let done = bind_task_swap!(sqlx::query($sql!(tasks::sql::SWAP)), next, expected_version)
-                    .execute(&mut *transaction)
-                    .await
-                    .map_err(sqlx_error)?;
-                if done.rows_affected() != 1 {
-                    return Ok(false);
-                }
-                if previous.is_some_and(|(previous,)| previous != status) {
-                    sqlx::query($sql!(tasks::sql::HISTORY_INSERT))
-                        .bind(digest.clone())
-                        .bind(at)
-                        .bind(status)
-                        .execute(&mut *transaction)
-                        .await
-                        .map_err(sqlx_error)?;
-                }
-                self.$notify(&mut transaction, &digest).await.map_err(sqlx_error)?;
-                transaction.commit().await.map_err(sqlx_error)?;
-                Ok(true)
-            }
+    fn task_history(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<(i64, String)>> {
+        Box::pin(async move {
+            sqlx::query_as(B::sql(&sql::HISTORY))
+                .bind(digest.to_vec())
+                .bind(i64::from(MAX_TASK_HISTORY))
+                .fetch_all(self.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("task_history", error))
+        })
+    }
 
-            async fn active_tasks_of_inner(
-                &self,
-                subject_key: [u8; 32],
-                tenant: Option<String>,
-                limit: u32,
-            ) -> Result<Vec<TaskRow>, StoreError> {
-                let rows: Vec<TaskTuple> = sqlx::query_as($sql!(tasks::sql::ACTIVE_OF))
-                    .bind(subject_key.to_vec())
-                    .bind(tenant)
-                    .bind(i64::from(limit))
-                    .fetch_all(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("active_tasks_of", error))?;
-                rows.into_iter().map(decode_task).collect()
-            }
+    fn purge_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let during = "purge_tasks";
+            let sqlx_error = |error| StoreError::from_sqlx(during, error);
+            let mut transaction = self.begin().await.map_err(sqlx_error)?;
+            sqlx::query(B::sql(&sql::PURGE_HISTORY))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            let done = sqlx::query(B::sql(&sql::PURGE))
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .execute(&mut *transaction)
+                .await
+                .map_err(sqlx_error)?;
+            transaction.commit().await.map_err(sqlx_error)?;
+            Ok(B::rows_affected(&done))
+        })
+    }
 
-            async fn orphaned_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<Vec<TaskRow>, StoreError> {
-                let rows: Vec<TaskTuple> = sqlx::query_as($sql!(tasks::sql::ORPHANS))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .fetch_all(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("orphaned_tasks", error))?;
-                rows.into_iter().map(decode_task).collect()
-            }
-
-            async fn task_history_inner(&self, digest: [u8; 32]) -> Result<Vec<(i64, String)>, StoreError> {
-                sqlx::query_as($sql!(tasks::sql::HISTORY))
-                    .bind(digest.to_vec())
-                    .bind(i64::from(MAX_TASK_HISTORY))
-                    .fetch_all(&self.$reader)
-                    .await
-                    .map_err(|error| StoreError::from_sqlx("task_history", error))
-            }
-
-            async fn purge_tasks_inner(&self, now_ms: i64, limit: u32) -> Result<u64, StoreError> {
-                let during = "purge_tasks";
-                let sqlx_error = |error| StoreError::from_sqlx(during, error);
-                let mut transaction = self.$begin().await.map_err(sqlx_error)?;
-                sqlx::query($sql!(tasks::sql::PURGE_HISTORY))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .execute(&mut *transaction)
-                    .await
-                    .map_err(sqlx_error)?;
-                let done = sqlx::query($sql!(tasks::sql::PURGE))
-                    .bind(now_ms)
-                    .bind(i64::from(limit))
-                    .execute(&mut *transaction)
-                    .await
-                    .map_err(sqlx_error)?;
-                transaction.commit().await.map_err(sqlx_error)?;
-                Ok(done.rows_affected())
-            }
-        }
-
-        impl TaskStore for $store {
-            fn insert_task(&self, task: TaskRow) -> StoreFuture<'_, ()> {
-                Box::pin(self.insert_task_inner(task))
-            }
-
-            fn load_owned_task(&self, digest: [u8; 32], owner: &HandleOwner, now_ms: i64) -> StoreFuture<'_, Option<TaskRow>> {
-                let owner = owner.clone();
-                Box::pin(async move { self.load_owned_task_inner(digest, &owner, now_ms).await })
-            }
-
-            fn load_task(&self, digest: [u8; 32]) -> StoreFuture<'_, Option<TaskRow>> {
-                Box::pin(self.load_task_inner(digest))
-            }
-
-            fn swap_task(&self, next: TaskRow, expected_version: i64) -> StoreFuture<'_, bool> {
-                Box::pin(self.swap_task_inner(next, expected_version))
-            }
-
-            fn active_tasks_of(
-                &self,
-                subject_key: [u8; 32],
-                tenant: Option<&str>,
-                limit: u32,
-            ) -> StoreFuture<'_, Vec<TaskRow>> {
-                Box::pin(self.active_tasks_of_inner(subject_key, tenant.map(str::to_owned), limit))
-            }
-
-            fn orphaned_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, Vec<TaskRow>> {
-                Box::pin(self.orphaned_tasks_inner(now_ms, limit))
-            }
-
-            fn task_history(&self, digest: [u8; 32]) -> StoreFuture<'_, Vec<(i64, String)>> {
-                Box::pin(self.task_history_inner(digest))
-            }
-
-            fn purge_tasks(&self, now_ms: i64, limit: u32) -> StoreFuture<'_, u64> {
-                Box::pin(self.purge_tasks_inner(now_ms, limit))
-            }
-
-                $($extra)*
-            }
-    };
+    fn task_changes(&self) -> Option<tokio::sync::mpsc::Receiver<[u8; 32]>> {
+        self.watch_tasks()
+    }
 }
-pub(crate) use impl_task_store;

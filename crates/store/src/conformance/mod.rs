@@ -36,7 +36,7 @@ pub use tasks::*;
 
 /// The owner-bound handle lookup as the PostgreSQL backend sends it (`$n` placeholders), for a
 /// backend test that checks its query plan. Not an interface: SQL stays inside this crate.
-pub const HANDLE_LOOKUP_STATEMENT: &str = crate::handles::sql::LOOKUP;
+pub const HANDLE_LOOKUP_STATEMENT: &str = crate::handles::sql::LOOKUP_TEXT;
 
 /// A boxed future for harness methods.
 pub type HarnessFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
