@@ -72,3 +72,54 @@ async fn a_task_only_tool_needs_a_task_service_of_its_own() {
     let refused = refusal(builder(task_only()).tasks(tasks).build());
     assert!(matches!(refused, BuildError::TaskServiceShared), "{refused}");
 }
+
+/// Log lines captured for one test (the build runs on this thread).
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_server_without_audit_says_so_at_build() {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let app = App::builder("builder-test", "0").build().unwrap();
+    Server::new(app).without_audit().build().expect("no audit log, turned off explicitly");
+    let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    assert!(logged.contains("WARN"), "{logged}");
+    assert!(
+        logged.contains("the audit log is off (ServerBuilder::without_audit): no decision is recorded"),
+        "{logged}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_with_neither_an_audit_log_nor_without_audit_is_refused() {
+    let app = App::builder("builder-test", "0").build().unwrap();
+    let refused = refusal(Server::new(app).build());
+    assert!(matches!(refused, BuildError::NoAuditLog), "{refused:?}");
+    assert_eq!(
+        refused.to_string(),
+        "the server has no audit log: give it a store (ServerBuilder::audit) or turn it off explicitly (ServerBuilder::without_audit)"
+    );
+    let app = App::builder("builder-test", "0").build().unwrap();
+    let refused = refusal(
+        Server::builder(app, ServerConfig::default(), Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+            .build(),
+    );
+    assert!(matches!(refused, BuildError::NoAuditLog), "{refused:?}");
+}

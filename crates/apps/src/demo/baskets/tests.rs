@@ -1,4 +1,4 @@
-//! Unit tests of the demo shop: the basket store's tenancy, quantities and URL schemes.
+//! Unit tests of the demo's basket store: its tenancy, quantities and URL schemes.
 
 #![allow(clippy::unwrap_used)]
 
