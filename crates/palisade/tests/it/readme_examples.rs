@@ -301,10 +301,37 @@ fn subcommands(help: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether a `--help` text offers the flag `--NAME` (and not only a longer one).
+/// Whether a `--help` text offers the flag `--NAME` as an option of its own (an option line's
+/// spelling, `-x, --name <VALUE>`; a description mentioning it, or a longer flag, is not).
 fn offers(help: &str, flag: &str) -> bool {
-    help.match_indices(flag)
-        .any(|(at, _)| help[at + flag.len()..].chars().next().is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-')))
+    help.lines().map(str::trim_start).filter(|line| line.starts_with('-')).any(|line| {
+        let spelling = line.split("  ").next().unwrap_or_default();
+        spelling.split([',', ' ']).any(|token| token == flag)
+    })
+}
+
+/// What is wrong with `palisade WORDS`: a first word that is no subcommand, or a flag the
+/// subcommand it names does not offer (the binary's own `--help` says which it has).
+fn command_problems(cache: &mut HashMap<Vec<String>, String>, words: &[String]) -> Vec<String> {
+    let mut path: Vec<String> = Vec::new();
+    for word in words.iter().take_while(|w| !w.starts_with('-')) {
+        if subcommands(help(cache, &path)).contains(word) {
+            path.push(word.clone());
+        } else {
+            break;
+        }
+    }
+    if path.is_empty() {
+        return vec![format!("`palisade {}` names no subcommand", words.join(" "))];
+    }
+    let text = help(cache, &path).to_owned();
+    words
+        .iter()
+        .filter(|w| w.starts_with("--"))
+        .map(|flag| flag.split('=').next().unwrap_or_default())
+        .filter(|flag| !offers(&text, flag))
+        .map(|flag| format!("`palisade {}` has no {flag}: palisade {}", path.join(" "), words.join(" ")))
+        .collect()
 }
 
 #[test]
@@ -315,39 +342,31 @@ fn every_palisade_command_in_readme_has_the_subcommands_and_flags_it_names() {
     for block in blocks().iter().filter(|b| b.lang == "sh") {
         // `"$@"`: the definition of README's `palisade` shell function, not a command.
         for words in palisade_commands(&block.text).into_iter().filter(|w| w.first().is_some_and(|w| w != "$@")) {
-            let mut path: Vec<String> = Vec::new();
-            for word in words.iter().take_while(|w| !w.starts_with('-')) {
-                if subcommands(help(&mut cache, &path)).contains(word) {
-                    path.push(word.clone());
-                } else {
-                    break;
-                }
-            }
-            if path.is_empty() {
-                failures.push(format!(
-                    "README line {}: `palisade {}` names no subcommand",
-                    block.line,
-                    words.join(" ")
-                ));
-                continue;
-            }
-            let text = help(&mut cache, &path).to_owned();
-            for flag in words.iter().filter(|w| w.starts_with("--")) {
-                let flag = flag.split('=').next().unwrap_or_default();
-                if !offers(&text, flag) {
-                    failures.push(format!(
-                        "README line {}: `palisade {}` has no {flag}: {}",
-                        block.line,
-                        path.join(" "),
-                        words.join(" ")
-                    ));
-                }
-            }
+            let problems = command_problems(&mut cache, &words);
+            failures.extend(problems.into_iter().map(|problem| format!("README line {}: {problem}", block.line)));
             checked += 1;
         }
     }
     assert!(checked >= 20, "README's commands were not found: {checked}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+
+    // The check finds what a stale example would have: a renamed flag, a longer flag's prefix, a
+    // subcommand that does not exist.
+    let words = |text: &str| text.split(' ').map(str::to_owned).collect::<Vec<_>>();
+    let stale = command_problems(&mut cache, &words("handles revoke --subjekt alice --reason r --receipt t"));
+    assert_eq!(
+        stale,
+        ["`palisade handles revoke` has no --subjekt: palisade handles revoke --subjekt alice --reason r --receipt t"]
+    );
+    assert_eq!(
+        command_problems(&mut cache, &words("serve --allow")).len(),
+        1,
+        "--allow is only a prefix of --allow-host"
+    );
+    assert_eq!(command_problems(&mut cache, &words("handles forget --all")).len(), 1);
+    assert!(
+        command_problems(&mut cache, &words("handles revoke --subject alice --all --reason r --receipt t")).is_empty()
+    );
 }
 
 #[test]
@@ -539,10 +558,10 @@ async fn the_gateway_walkthrough_runs_as_readme_writes_it() {
     // server-everything's `echo`.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let echo = loop {
-        if let Some((id, _)) = gateway.pin("everything", "tool", "echo") {
-            if gateway.pin("fx", "tool", "test_simple_text").is_some() {
-                break id;
-            }
+        if let Some((id, _)) = gateway.pin("everything", "tool", "echo")
+            && gateway.pin("fx", "tool", "test_simple_text").is_some()
+        {
+            break id;
         }
         assert!(std::time::Instant::now() < deadline, "the gateway did not list its upstreams");
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
