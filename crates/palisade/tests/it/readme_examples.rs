@@ -1,11 +1,12 @@
 //! README.md's examples, held to what they say. Every fenced block of README is extracted: each
 //! `toml` configuration goes through `palisade config check` (only what names this machine is
-//! swapped: data directories, the directories a grant names); every `palisade` command of a `sh`
-//! block names subcommands and flags the binary has; and every block that is not a configuration
-//! carries a marker on the line above its fence — `<!-- example: proven by FILE::TEST, … -->`
-//! naming the tests that run it (they must exist and be tests; the demo's walk-through is run
-//! here, as written), or `<!-- example: not run: WHY -->` for a block that cannot run here. A new
-//! example with neither fails the suite.
+//! swapped: data directories, the directories a grant names, stand-ins for the files it names);
+//! every `palisade` command of a `sh` block names subcommands and flags the binary has; and every
+//! block that is not a configuration carries a marker on the line above its fence —
+//! `<!-- example: proven by FILE::TEST, … -->` naming the tests that run it (they must exist and
+//! be tests), or `<!-- example: not run: WHY -->` for a block that cannot run here. A new example
+//! with neither fails the suite. Run here as written: the demo's walk-through, the gateway's with
+//! the real server-everything README pins, and the `connections` block.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -140,25 +141,34 @@ fn every_readme_example_is_run_or_says_why_not() {
 }
 
 /// README's configurations, each as `config check` reads it: a block opening with
-/// `# appended to NAME` is the block that opens with `# NAME` plus itself. Paths that name this
-/// machine are swapped: `data_dir`, and the directories a stdio upstream is granted.
+/// `# appended to NAME` is the nearest block above it that opens with `# NAME`, plus itself.
+/// What names this machine is swapped: `data_dir`, the directories a stdio upstream is granted;
+/// and the files a configuration names by a relative path (`tls_cert_file = "web.crt"`, …) are
+/// written into the directory the check runs in.
 fn configurations(dir: &Path) -> Vec<(usize, String)> {
-    let blocks: Vec<Block> = blocks().into_iter().filter(|b| b.lang == "toml").collect();
+    let data = dir.join("data");
+    let shared = dir.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
     let swap = |text: &str| -> String {
-        let data = dir.join("data");
-        let shared = dir.join("shared");
-        std::fs::create_dir_all(&shared).unwrap();
         text.lines()
-            .map(|line| match line.split('=').next().unwrap_or("").trim() {
-                "data_dir" => format!("data_dir = \"{}\"", data.display()),
-                _ => line.replace("/srv/shared", shared.to_str().unwrap()),
+            .map(|line| {
+                let (key, value) = line.split_once('=').unwrap_or((line, ""));
+                let value = value.split('#').next().unwrap_or_default().trim().trim_matches('"');
+                if key.trim() == "data_dir" {
+                    return format!("data_dir = \"{}\"", data.display());
+                }
+                if key.trim().ends_with("_file") && !value.is_empty() && !value.starts_with('/') {
+                    std::fs::write(dir.join(value), "stand-in-0123456789abcdef\n").unwrap();
+                }
+                line.replace("/srv/shared", shared.to_str().unwrap())
             })
             .collect::<Vec<_>>()
             .join("\n")
             + "\n"
     };
+    let mut bases: HashMap<String, String> = HashMap::new();
     let mut out = Vec::new();
-    for block in &blocks {
+    for block in blocks().into_iter().filter(|b| b.lang == "toml") {
         if matches!(block.marker, Some(Marker::NotRun(_))) {
             // Not checked against this machine, but at least TOML.
             toml::from_str::<toml::Table>(&block.text)
@@ -167,15 +177,19 @@ fn configurations(dir: &Path) -> Vec<(usize, String)> {
         }
         let first = block.text.lines().next().unwrap_or_default();
         let text = match first.strip_prefix("# appended to ") {
-            Some(name) => {
-                let name = name.split_whitespace().next().unwrap_or_default();
-                let base = blocks
-                    .iter()
-                    .find(|b| b.text.starts_with(&format!("# {name}")))
-                    .unwrap_or_else(|| panic!("README line {}: no block opens with `# {name}`", block.line));
-                format!("{}\n{}", base.text, block.text)
+            Some(rest) => {
+                let name = rest.split_whitespace().next().unwrap_or_default();
+                let base = bases
+                    .get(name)
+                    .unwrap_or_else(|| panic!("README line {}: no block above opens with `# {name}`", block.line));
+                format!("{base}\n{}", block.text)
             }
-            None => block.text.clone(),
+            None => {
+                if let Some(name) = first.strip_prefix("# ").and_then(|rest| rest.split_whitespace().next()) {
+                    bases.insert(name.to_owned(), block.text.clone());
+                }
+                block.text.clone()
+            }
         };
         out.push((block.line, swap(&text)));
     }
@@ -186,7 +200,7 @@ fn configurations(dir: &Path) -> Vec<(usize, String)> {
 fn every_readme_configuration_passes_config_check() {
     let dir = TempDir::new();
     let configurations = configurations(&dir.0);
-    assert!(configurations.len() >= 4, "{configurations:?}");
+    assert!(configurations.len() >= 5, "{configurations:?}");
     let mut failures = Vec::new();
     for (n, (line, text)) in configurations.iter().enumerate() {
         let file = dir.0.join(format!("readme-{n}.toml"));
