@@ -24,30 +24,45 @@ pub fn subject_of(row: &PinRow) -> Option<PinSubject> {
 /// empty when the current definition is the one decided on. Shared by `pins diff` and the
 /// review page.
 pub fn decided_diff(row: &PinRow, pins: &PinSettings) -> Option<String> {
-    let decision = row.decision.as_ref()?;
+    let decided_label = decision_label(row, pins)?;
     let decided = row.decided_definition.as_deref()?;
-    let decided_label = format!(
+    let current_label = format!("current, {}", state_of(row, pins).as_str());
+    Some(crate::pins::diff(&decided_label, decided, &current_label, &row.observation.definition))
+}
+
+/// The decision last made on `row`, as the reviewer should read it: `approved by alice at <RFC
+/// 3339>` or `rejected by …`, and for an approval that does not count under `require_signed`
+/// (no valid signature of that reviewer) that it does not. `None` when nothing was decided.
+pub fn decision_label(row: &PinRow, pins: &PinSettings) -> Option<String> {
+    let decision = row.decision.as_ref()?;
+    let mut label = format!(
         "{} by {} at {}",
         decision.verdict.as_str(),
         decision.reviewer,
         palisade_base::time::format_rfc3339_ms(decision.decided_at_ms)
     );
-    let current_label = format!("current, {}", state_of(row, pins).as_str());
-    Some(crate::pins::diff(&decided_label, decided, &current_label, &row.observation.definition))
+    if decision.verdict == PinVerdict::Approved && pins.require_signed && !signature_valid(row, decision, pins) {
+        label.push_str(" without a valid signature of that reviewer (not counted: require_signed)");
+    }
+    Some(label)
+}
+
+/// Whether `decision` on `row` carries a valid signature of its reviewer under `pins`' keys.
+fn signature_valid(row: &PinRow, decision: &PinDecision, pins: &PinSettings) -> bool {
+    match (subject_of(row), &decision.signature) {
+        (Some(subject), Some(signature)) => {
+            pins.reviewers.verify(&decision.reviewer, &subject, &decision.digest, signature)
+        }
+        _ => false,
+    }
 }
 
 /// The state `row` is in under `pins` (signatures checked against its reviewer keys).
 pub fn state_of(row: &PinRow, pins: &PinSettings) -> PinState {
-    let subject = subject_of(row);
     let decision = row.decision.as_ref().map(|decision| DecisionView {
         approved: decision.verdict == PinVerdict::Approved,
         digest: &decision.digest,
-        signature_valid: match (&subject, &decision.signature) {
-            (Some(subject), Some(signature)) => {
-                pins.reviewers.verify(&decision.reviewer, subject, &decision.digest, signature)
-            }
-            _ => false,
-        },
+        signature_valid: signature_valid(row, decision, pins),
     });
     evaluate(&row.observation.digest, decision, pins.require_signed)
 }

@@ -74,7 +74,7 @@ async fn connections_list(config: Option<&Path>, subject: Option<&str>) -> anyho
             continue;
         }
         println!(
-            "subject={} issuer={} tenant={} upstream={} authorization_server={} client_id={} scopes={:?} created={} updated={}",
+            "subject={} issuer={} tenant={} upstream={} authorization_server={} client_id={} scopes=\"{}\" created={} updated={}",
             person.subject,
             person.issuer,
             person.tenant.as_deref().unwrap_or("-"),
@@ -82,8 +82,8 @@ async fn connections_list(config: Option<&Path>, subject: Option<&str>) -> anyho
             row.issuer,
             row.client_id,
             row.scopes,
-            row.created_ms,
-            row.updated_ms
+            palisade_base::time::format_rfc3339_ms(row.created_ms),
+            palisade_base::time::format_rfc3339_ms(row.updated_ms)
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -11,7 +11,7 @@ use clap::Subcommand;
 use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_base::reveal::{count_hidden_json, notice, notice_for, reveal, reveal_line};
 use palisade_gateway::config::GatewaySettings;
-use palisade_gateway::decisions::{Reviewer, decided_diff, record, state_of};
+use palisade_gateway::decisions::{Reviewer, decided_diff, decision_label, record, state_of};
 use palisade_gateway::findings::{ToolNames, for_row, render_text};
 use palisade_gateway::launch::LaunchSpec;
 use palisade_gateway::pins::{DefinitionKind, PinState};
@@ -235,7 +235,12 @@ pub async fn pins(command: PinsCommand) -> anyhow::Result<ExitCode> {
                 None => println!("{shown} was never decided on: `palisade pins show {shown}` shows its definition"),
                 Some(text) => {
                     if text.is_empty() {
-                        println!("{shown}: the current definition is the one decided on");
+                        let decided = decision_label(&row, &gateway.pins).unwrap_or_default();
+                        let state = state_of(&row, &gateway.pins);
+                        println!(
+                            "{shown}: the current definition is the one decided on ({decided}); it is {}",
+                            state.as_str()
+                        );
                     } else {
                         if let Some(line) =
                             notice_for("the current definition", count_hidden_json(&row.observation.definition))

@@ -476,6 +476,10 @@ async fn the_kill_switch_stops_one_upstream_before_anything_is_forwarded() {
     assert_error(&refused, 403, -32030, "operation disabled", "a disabled upstream");
     assert_eq!(a.calls().len(), forwarded, "nothing was forwarded to the disabled upstream");
     assert_eq!(echoed(&gateway.call(&token, "b_echo", json!({"text": "b"})).await), json!({"text": "b"}));
+    // `authority status` names the gateway's upstream (the authority keeps only its digest).
+    let listed = gateway.cli_ok(&["authority", "status"]);
+    assert!(listed.lines().any(|line| line.starts_with("upstream:a DISABLE ")), "{listed}");
+    assert!(!listed.contains("upstream:?"), "{listed}");
 
     gateway.cli_ok(&["authority", "enable", "--target", "upstream:a", "--reason", "resolved"]);
     assert_eq!(echoed(&gateway.call(&token, "a_echo", json!({"text": "back"})).await), json!({"text": "back"}));

@@ -22,6 +22,7 @@ mod http_flows;
 mod killswitch;
 mod production_gateway;
 mod protected_paths;
+mod readme_examples;
 mod rmcp_client;
 mod schema;
 mod stdio;

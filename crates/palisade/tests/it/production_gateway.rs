@@ -41,7 +41,8 @@ fn deployment_config(port: u16, data: &str, upstream: &str) -> String {
     text.join("\n") + "\n"
 }
 
-fn free_port() -> u16 {
+/// A port free at the moment (for a configuration that must name its port).
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
@@ -49,7 +50,8 @@ fn palisade(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).output().expect("run palisade")
 }
 
-struct Running(Child);
+/// A child process, killed on drop.
+pub(crate) struct Running(pub(crate) Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
