@@ -400,7 +400,8 @@ impl Printer {
             } else {
                 format!("{} do NOT match their hash or predecessor", self.mismatches)
             };
-            format!("{shown} records, oldest first; {checked}")
+            let records = if shown == 1 { "record" } else { "records" };
+            format!("{shown} {records}, oldest first; {checked}")
         };
         if more {
             text = format!("{text}; more match than --limit {limit} (the newest are shown)");
