@@ -59,10 +59,10 @@ pub fn server_secret(settings: &Settings) -> anyhow::Result<ServerSecret> {
 /// created (a new secret would only make every checkpoint look forged and every digest differ).
 pub fn existing_server_secret(settings: &Settings) -> anyhow::Result<ServerSecret> {
     let path = &settings.secret_file;
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading the server secret {}", path.display()))?;
-    let bytes = parse_key_hex(&text).ok_or_else(|| {
-        anyhow::anyhow!("{}: the server secret must be 64 hex characters (32 bytes)", path.display())
-    })?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading the server secret {}", path.display()))?;
+    let bytes = parse_key_hex(&text)
+        .ok_or_else(|| anyhow::anyhow!("{}: the server secret must be 64 hex characters (32 bytes)", path.display()))?;
     Ok(ServerSecret::from_bytes(bytes))
 }
 

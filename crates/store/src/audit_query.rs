@@ -141,11 +141,10 @@ pub(crate) fn search_statement(query: &AuditQuery) -> (String, Vec<Bind>) {
         None => "at_ms DESC, chain_id DESC, seq DESC",
     };
     let limit = built.placeholder(Bind::Int(i64::from(query.limit.min(MAX_SEARCH))));
-    let filter = if built.clauses.is_empty() { String::new() } else { format!(" WHERE {}", built.clauses.join(" AND ")) };
-    let statement = format!(
-        "SELECT chain_id, {} FROM audit_log{filter} ORDER BY {order} LIMIT {limit}",
-        audit_columns!()
-    );
+    let filter =
+        if built.clauses.is_empty() { String::new() } else { format!(" WHERE {}", built.clauses.join(" AND ")) };
+    let statement =
+        format!("SELECT chain_id, {} FROM audit_log{filter} ORDER BY {order} LIMIT {limit}", audit_columns!());
     (statement, built.binds)
 }
 
@@ -156,7 +155,10 @@ mod tests {
     #[test]
     fn an_empty_query_reads_the_newest_records() {
         let (statement, binds) = search_statement(&AuditQuery { limit: 5, ..AuditQuery::default() });
-        assert!(statement.ends_with(" FROM audit_log ORDER BY at_ms DESC, chain_id DESC, seq DESC LIMIT $1"), "{statement}");
+        assert!(
+            statement.ends_with(" FROM audit_log ORDER BY at_ms DESC, chain_id DESC, seq DESC LIMIT $1"),
+            "{statement}"
+        );
         assert!(matches!(binds.as_slice(), [Bind::Int(5)]));
     }
 

@@ -62,11 +62,11 @@ mod store;
 mod tasks;
 mod writer;
 
+pub use audit_query::{AuditQuery, ChainRange, MAX_SEARCH};
 pub use chain::{
     ChainBreak, ChainBreakKind, ChainHead, ChainReport, CheckpointedHeads, LEGACY_CHAIN, is_chain_id, link,
     new_chain_id,
 };
-pub use audit_query::{AuditQuery, ChainRange, MAX_SEARCH};
 pub use checkpoint::{CheckpointKey, Checkpointer, LogReport, verify_log};
 pub use connections::{
     ApprovedClient, ConnectionRow, ConnectionStore, MAX_CONNECTION_LIST, MAX_CONNECTION_SCOPES_BYTES,

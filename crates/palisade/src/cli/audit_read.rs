@@ -235,12 +235,16 @@ fn parse_time(flag: &str, text: &str, now: u64) -> anyhow::Result<u64> {
         'w' => Some(604_800_000),
         _ => None,
     });
-    let count = text.get(..text.len().saturating_sub(1)).filter(|count| !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()));
+    let count = text
+        .get(..text.len().saturating_sub(1))
+        .filter(|count| !count.is_empty() && count.bytes().all(|b| b.is_ascii_digit()));
     match (unit, count.and_then(|count| count.parse::<u64>().ok())) {
         (Some(unit), Some(count)) => Ok(now.saturating_sub(count.saturating_mul(unit))),
         _ => Err(bad(
             flag,
-            format!("`{text}` is neither an RFC 3339 time (2026-12-07T09:00:00Z, …+01:00) nor an age (90s, 15m, 2h, 1d, 1w)"),
+            format!(
+                "`{text}` is neither an RFC 3339 time (2026-12-07T09:00:00Z, …+01:00) nor an age (90s, 15m, 2h, 1d, 1w)"
+            ),
         )),
     }
 }
@@ -262,7 +266,10 @@ fn subject_digests(settings: &Settings, subject: &str, issuer: Option<&str>) -> 
         }
     };
     if issuers.is_empty() {
-        return Err(bad("--issuer", "the configuration trusts no issuer: name the subject's issuer (`iss`) with --issuer"));
+        return Err(bad(
+            "--issuer",
+            "the configuration trusts no issuer: name the subject's issuer (`iss`) with --issuer",
+        ));
     }
     let secret = palisade_host::secrets::existing_server_secret(settings).map_err(|error| {
         bad(
@@ -324,8 +331,7 @@ async fn tail(store: &dyn Store, query: AuditQuery, printer: &mut Printer, inter
             let mut after = seen.get(&head.chain).copied().unwrap_or(0);
             while after < head.seq {
                 let range = ChainRange { chain: head.chain.clone(), after_seq: after, up_to_seq: head.seq };
-                let page =
-                    store.search(AuditQuery { chain: Some(range), limit: MAX_SEARCH, ..query.clone() }).await?;
+                let page = store.search(AuditQuery { chain: Some(range), limit: MAX_SEARCH, ..query.clone() }).await?;
                 let full = page.len() == MAX_SEARCH as usize;
                 after = match (full, page.last()) {
                     (true, Some(last)) => last.seq,
@@ -483,7 +489,10 @@ mod tests {
         assert_eq!(parse_time("--since", "15m", now).unwrap(), now - 900_000);
         assert_eq!(parse_time("--since", "2h", now).unwrap(), now - 7_200_000);
         assert_eq!(parse_time("--since", "1d", now).unwrap(), now - 86_400_000);
-        assert_eq!(parse_time("--since", "2026-12-07T10:00:00+01:00", now).unwrap(), parse_time("--since", "2026-12-07T09:00:00Z", now).unwrap());
+        assert_eq!(
+            parse_time("--since", "2026-12-07T10:00:00+01:00", now).unwrap(),
+            parse_time("--since", "2026-12-07T09:00:00Z", now).unwrap()
+        );
         for bad in ["", "m", "15", "-5m", "15 m", "1y", "yesterday", "2026-12-07", "ﬁm"] {
             let error = parse_time("--since", bad, now).unwrap_err();
             assert!(error.to_string().contains("--since"), "{bad}: {error}");

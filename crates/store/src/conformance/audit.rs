@@ -502,18 +502,25 @@ pub async fn search_filters_and_follows_chains(harness: &dyn Harness) {
     assert_eq!(search(all()).await, newest_first);
     let expect = |filter: fn(u64) -> bool| newest_first.iter().copied().filter(|n| filter(*n)).collect::<Vec<_>>();
     let base = 1_764_000_000_000;
-    assert_eq!(search(crate::AuditQuery { since_ms: Some(base + 3), until_ms: Some(base + 6), ..all() }).await, vec![
-        6, 5, 4, 3
-    ]);
+    assert_eq!(
+        search(crate::AuditQuery { since_ms: Some(base + 3), until_ms: Some(base + 6), ..all() }).await,
+        vec![6, 5, 4, 3]
+    );
     assert_eq!(search(crate::AuditQuery { decision: Some(Decision::Deny), ..all() }).await, expect(|n| n % 2 == 1));
-    assert_eq!(search(crate::AuditQuery { stages: vec!["authenticate".into()], ..all() }).await, expect(|n| n % 3 == 0));
+    assert_eq!(
+        search(crate::AuditQuery { stages: vec!["authenticate".into()], ..all() }).await,
+        expect(|n| n % 3 == 0)
+    );
     assert_eq!(search(crate::AuditQuery { codes: vec![-32_003], ..all() }).await, expect(|n| n % 2 == 1));
     assert_eq!(search(crate::AuditQuery { codes: vec![403], ..all() }).await, Vec::<u64>::new());
     assert_eq!(search(crate::AuditQuery { operations: vec!["tools/call".into()], ..all() }).await, newest_first);
     assert_eq!(search(crate::AuditQuery { operations: vec!["tools".into()], ..all() }).await, Vec::<u64>::new());
     assert_eq!(
-        search(crate::AuditQuery { operations: vec!["tools/call:basket_1".into(), "tools/call:basket_3".into()], ..all() })
-            .await,
+        search(crate::AuditQuery {
+            operations: vec!["tools/call:basket_1".into(), "tools/call:basket_3".into()],
+            ..all()
+        })
+        .await,
         expect(|n| n % 5 == 1 || n % 5 == 3)
     );
     assert_eq!(search(crate::AuditQuery { tools: vec!["basket_2".into()], ..all() }).await, expect(|n| n % 5 == 2));
@@ -550,16 +557,18 @@ pub async fn search_filters_and_follows_chains(harness: &dyn Harness) {
     // One chain's range, oldest first, the filters still applied; the head bounds it.
     let heads = store.chain_heads().await.expect("chain_heads");
     let first = heads.iter().find(|head| head.seq == 12).expect("the first handle's chain");
-    let range = |after_seq, up_to_seq| {
-        Some(crate::ChainRange { chain: first.chain.clone(), after_seq, up_to_seq })
-    };
+    let range = |after_seq, up_to_seq| Some(crate::ChainRange { chain: first.chain.clone(), after_seq, up_to_seq });
     assert_eq!(search(crate::AuditQuery { chain: range(2, 7), ..all() }).await, vec![3, 4, 5, 6, 7]);
     let denied = store
         .search(crate::AuditQuery { chain: range(2, 7), decision: Some(Decision::Deny), limit: 100, ..all() })
         .await
         .expect("search");
     assert_eq!(numbers(&denied), vec![3, 5, 7]);
-    assert!(denied.iter().all(|stored| stored.chain == first.chain && stored.hash == chain_hash(&stored.prev_hash, &stored.record)));
+    assert!(
+        denied
+            .iter()
+            .all(|stored| stored.chain == first.chain && stored.hash == chain_hash(&stored.prev_hash, &stored.record))
+    );
     assert_eq!(search(crate::AuditQuery { chain: range(12, 12), ..all() }).await, Vec::<u64>::new());
     fixture.cleanup().await;
 }
