@@ -300,7 +300,7 @@ async fn a_read_only_store_reads_and_never_writes() {
     let schema = unique_schema();
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("create schema");
     let store_url = url_with_schema(&url, &schema);
-    let empty = open_store_read_only(&store_url).await.err().expect("no schema to read");
+    let empty = open_store_read_only(&store_url).await.expect_err("no schema to read");
     assert!(matches!(empty, StoreError::Config { .. }), "{empty:?}");
     assert!(empty.to_string().contains("holds no palisade schema"), "{empty}");
     let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM information_schema.tables WHERE table_schema = $1")

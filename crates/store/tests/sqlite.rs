@@ -194,7 +194,7 @@ async fn a_read_only_store_reads_and_never_writes() {
     let directory = unique_directory();
     let path = directory.join("audit.db");
     let url = format!("sqlite:{}", path.display());
-    let missing = open_store_read_only(&url).await.err().expect("a missing file does not open");
+    let missing = open_store_read_only(&url).await.expect_err("a missing file does not open");
     assert!(matches!(missing, StoreError::Unavailable { .. }), "{missing:?}");
     assert!(!path.exists(), "opening for reading created the file");
     let writer = open_store(&url).await.expect("open");

@@ -133,8 +133,9 @@ async fn every_filter_selects_its_records_and_a_subject_is_found_by_name() {
     check(&["--decision", "allow", "--stage", "authorize"], &|record| {
         record["decision"] == "allow" && record["stage"] == "authorize"
     });
-    let code = refusal["code"].as_i64().expect("a refusal has a code").to_string();
-    check(&["--code", &code], &|record| record["code"].to_string() == code);
+    let code_value = refusal["code"].as_i64().expect("a refusal has a code");
+    let code = code_value.to_string();
+    check(&["--code", &code], &|record| record["code"].as_i64() == Some(code_value));
     check(&["--operation", "tools/call"], &|record| record["operation"].as_str().unwrap().starts_with("tools/call:"));
     check(&["--operation", "tools/call:catalog_search"], &|record| record["operation"] == "tools/call:catalog_search");
     check(&["--tool", "product_get", "--tool", "basket_create"], &|record| {
