@@ -1,5 +1,6 @@
 //! The one timestamp format of the workspace: RFC 3339 in UTC with a `Z` suffix, from and to
-//! milliseconds since the Unix epoch (what the kill switch signs and the task wire shows).
+//! milliseconds since the Unix epoch (what the kill switch signs and the task wire shows); and,
+//! for what operators type, RFC 3339 with any UTC offset.
 
 /// Formats milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn format_rfc3339_ms(epoch_ms: i64) -> String {
@@ -62,6 +63,36 @@ pub fn parse_rfc3339_ms(text: &str) -> Option<i64> {
     Some(days * 86_400_000 + hour * 3_600_000 + minute * 60_000 + second * 1000 + millis)
 }
 
+/// Parses RFC 3339 as an operator may type it: [`parse_rfc3339_ms`]'s form, or the same with a
+/// lowercase `z` or a numeric offset `±HH:MM` (at most ±23:59) instead of `Z`, as UTC
+/// milliseconds. `None` for anything else, or a time before the epoch.
+pub fn parse_rfc3339_any_offset_ms(text: &str) -> Option<i64> {
+    if let Some(utc) = text.strip_suffix('z') {
+        return parse_rfc3339_ms(&format!("{utc}Z"));
+    }
+    if text.ends_with('Z') {
+        return parse_rfc3339_ms(text);
+    }
+    let split = text.len().checked_sub(6).filter(|split| text.is_char_boundary(*split))?;
+    let (local, offset) = text.split_at(split);
+    let bytes = offset.as_bytes();
+    let sign = match bytes[0] {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    if bytes[3] != b':' || ![1, 2, 4, 5].iter().all(|index| bytes[*index].is_ascii_digit()) {
+        return None;
+    }
+    let number = |at: usize| i64::from(bytes[at] - b'0') * 10 + i64::from(bytes[at + 1] - b'0');
+    let (hours, minutes) = (number(1), number(4));
+    if hours > 23 || minutes > 59 {
+        return None;
+    }
+    let at = parse_rfc3339_ms(&format!("{local}Z"))? - sign * (hours * 3_600_000 + minutes * 60_000);
+    (at >= 0).then_some(at)
+}
+
 fn is_leap(year: i64) -> bool {
     (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
 }
@@ -110,6 +141,31 @@ mod tests {
         assert_eq!(parse_rfc3339_ms("2024-02-29T23:59:59.123456Z"), Some(1_709_251_199_123));
         for sample in [0_i64, 951_868_800_500, 1_709_251_199_123, 4_102_444_800_000, 253_402_300_799_999] {
             assert_eq!(parse_rfc3339_ms(&format_rfc3339_ms(sample)), Some(sample));
+        }
+    }
+
+    #[test]
+    fn offsets_are_converted_to_utc() {
+        let utc = parse_rfc3339_ms("2026-12-07T01:30:00Z");
+        assert!(utc.is_some());
+        for same in [
+            "2026-12-07T01:30:00Z",
+            "2026-12-07T01:30:00z",
+            "2026-12-07T03:30:00+02:00",
+            "2026-12-06T20:00:00-05:30",
+            "2026-12-07T01:30:00+00:00",
+        ] {
+            assert_eq!(parse_rfc3339_any_offset_ms(same), utc, "{same}");
+        }
+        for bad in [
+            "2026-12-07T01:30:00+24:00",
+            "2026-12-07T01:30:00+0200",
+            "2026-12-07T01:30:00",
+            "1970-01-01T00:00:00+01:00",
+            "2026-12-07T01:30:00+02:60",
+            "é",
+        ] {
+            assert_eq!(parse_rfc3339_any_offset_ms(bad), None, "{bad}");
         }
     }
 

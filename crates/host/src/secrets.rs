@@ -54,6 +54,18 @@ pub fn server_secret(settings: &Settings) -> anyhow::Result<ServerSecret> {
     Ok(ServerSecret::from_bytes(load_or_create_key(&settings.secret_file, "the server secret")?))
 }
 
+/// The deployment's server secret as the server reads it (`secret_file`), for a command that
+/// checks or reads what the server wrote (`audit verify`, `audit search --subject`): never
+/// created (a new secret would only make every checkpoint look forged and every digest differ).
+pub fn existing_server_secret(settings: &Settings) -> anyhow::Result<ServerSecret> {
+    let path = &settings.secret_file;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading the server secret {}", path.display()))?;
+    let bytes = parse_key_hex(&text)
+        .ok_or_else(|| anyhow::anyhow!("{}: the server secret must be 64 hex characters (32 bytes)", path.display()))?;
+    Ok(ServerSecret::from_bytes(bytes))
+}
+
 /// The handle subject key: `PALISADE_HANDLES_SUBJECT_KEY` (64 hex characters) or the key file
 /// (created on first run). Either must hold exactly 32 bytes, or the process does not start.
 pub fn handle_subject_key(settings: &Settings) -> anyhow::Result<SubjectKey> {

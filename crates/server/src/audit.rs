@@ -248,7 +248,7 @@ impl PrincipalDigests {
     fn of(key: &aws_lc_rs::hmac::Key, principal: &VerifiedPrincipal) -> Self {
         let digest = |value: &str| keyed_digest(key, value);
         PrincipalDigests {
-            principal: Some(digest(&format!("{}#{}", principal.issuer(), principal.subject()))),
+            principal: Some(principal_digest(key, principal.issuer(), principal.subject())),
             tenant: principal.tenant().map(digest),
             client: principal.client_id().map(digest),
         }
@@ -346,6 +346,13 @@ const TRACE_ID_BLOCK: usize = 4096;
 struct TraceIdBlock {
     bytes: [u8; TRACE_ID_BLOCK],
     used: usize,
+}
+
+/// The `principal_digest` of audit records made for `subject` of `issuer`, under the
+/// audit-digest key ([`ServerSecret::audit_digest_key`](crate::secret::ServerSecret::audit_digest_key)):
+/// how a reader holding the server secret finds a person's records.
+pub fn principal_digest(key: &aws_lc_rs::hmac::Key, issuer: &str, subject: &str) -> String {
+    keyed_digest(key, &format!("{issuer}#{subject}"))
 }
 
 pub(crate) fn keyed_digest(key: &aws_lc_rs::hmac::Key, value: &str) -> String {

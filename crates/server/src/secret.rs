@@ -44,6 +44,14 @@ impl ServerSecret {
         palisade_store::CheckpointKey::from_seed(*bytes)
     }
 
+    /// The audit-digest key: the HMAC key of the keyed digests audit records carry instead of
+    /// identities (principal `issuer#subject`, tenant, client), HMAC(secret, "palisade/audit-digest/v1").
+    /// Whoever holds the server secret can compute a known identity's digest (`palisade audit
+    /// search --subject`); the log alone names nobody.
+    pub fn audit_digest_key(&self) -> hmac::Key {
+        self.derive("palisade/audit-digest/v1")
+    }
+
     /// An HMAC-SHA256 key for one purpose, derived as HMAC(secret, label).
     pub fn derive(&self, label: &str) -> hmac::Key {
         let root = hmac::Key::new(hmac::HMAC_SHA256, &self.0);

@@ -352,7 +352,7 @@ impl ServerBuilder {
         });
         let recorder = Arc::new(Recorder {
             writer: writer.clone(),
-            digester: PrincipalDigester::new(secret.derive("palisade/audit-digest/v1")),
+            digester: PrincipalDigester::new(secret.audit_digest_key()),
             clock: clock.clone(),
             metrics: Metrics::default(),
         });
@@ -369,7 +369,7 @@ impl ServerBuilder {
             // Every edge, revocation and approval goes into this server's audit log.
             delegation.attach(recorder.clone());
         }
-        let transport_refusals = TransportRefusals::new(secret.derive("palisade/audit-digest/v1"), writer.clone());
+        let transport_refusals = TransportRefusals::new(secret.audit_digest_key(), writer.clone());
         let surface_audit = Arc::new(crate::surface_audit::SurfaceAudit::new(writer.clone(), &secret, clock.clone()));
         let session_key = secret.derive("palisade/session-owner/v1");
         let sessions = sessions.map(|store| Arc::new(SessionService::new(store, session_key, config.legacy.clone())));

@@ -94,7 +94,7 @@ impl SurfaceAudit {
     /// Records through `writer` (`None`: no audit log, as a server without one), digesting
     /// under `secret`'s audit-digest key (the pipeline's).
     pub fn new(writer: Option<Arc<AuditWriter>>, secret: &ServerSecret, clock: Arc<dyn Clock>) -> Self {
-        Self { writer, key: secret.derive("palisade/audit-digest/v1"), clock, pending: Mutex::new(HashMap::new()) }
+        Self { writer, key: secret.audit_digest_key(), clock, pending: Mutex::new(HashMap::new()) }
     }
 
     /// The keyed audit digest of `value` (as `Server::digest`).

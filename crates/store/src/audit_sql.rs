@@ -303,6 +303,17 @@ where
         rows.into_iter().map(crate::chain::decode_row).collect()
     }
 
+    async fn search_inner(self, query: crate::AuditQuery) -> Result<Vec<StoredAuditRecord>, StoreError> {
+        let (statement, binds) = crate::audit_query::search_statement(&query);
+        // Built by `search_statement` from constant clauses: safe to send as SQL.
+        let rows: Vec<AuditRow> =
+            crate::handles::bind_all!(sqlx::query_as(sqlx::AssertSqlSafe(B::built_sql(statement))), binds)
+                .fetch_all(self.0.reader())
+                .await
+                .map_err(|error| StoreError::from_sqlx("search", error))?;
+        rows.into_iter().map(crate::chain::decode_row).collect()
+    }
+
     async fn add_checkpoint_inner(
         self,
         checkpoint: crate::StoredCheckpoint,
@@ -388,6 +399,10 @@ where
 
     fn recent(&self, limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
         Box::pin(Audit(self).recent_inner(limit))
+    }
+
+    fn search(&self, query: crate::AuditQuery) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
+        Box::pin(Audit(self).search_inner(query))
     }
 
     fn claim_checkpointer(&self, holder: &str, now_ms: i64, until_ms: i64) -> StoreFuture<'_, bool> {

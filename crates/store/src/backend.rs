@@ -1,5 +1,6 @@
 //! What a store implementation written once needs from a backend: its database, its pools, its
-//! SQL dialect (a shared `$n` statement as the backend sends it) and its task change notification.
+//! SQL dialect (a shared `$n` statement as the backend sends it) and its task change notification;
+//! and the schema check of a store opened without migrating it.
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -69,4 +70,42 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug + 'static {
 
     /// How many rows a statement changed.
     fn rows_affected(done: &<Self::Db as sqlx::Database>::QueryResult) -> u64;
+}
+
+/// The applied migrations of a store opened for reading.
+static APPLIED: Statement = Statement::new("SELECT max(version) FROM _sqlx_migrations WHERE success");
+
+/// Checks, without changing anything, that the store's schema is the one `migrator` brings it
+/// to: a store never migrated, or migrated by an older or newer binary, is
+/// [`StoreError::Config`] saying which (a reader must not guess at columns).
+pub(crate) async fn check_schema<B: Backend>(
+    pool: &sqlx::Pool<B::Db>,
+    migrator: &sqlx::migrate::Migrator,
+) -> Result<(), crate::StoreError>
+where
+    for<'c> &'c sqlx::Pool<B::Db>: sqlx::Executor<'c, Database = B::Db>,
+    <B::Db as sqlx::Database>::Arguments: sqlx::IntoArguments<B::Db>,
+    for<'r> (Option<i64>,): sqlx::FromRow<'r, <B::Db as sqlx::Database>::Row>,
+{
+    let expected = migrator.iter().map(|migration| migration.version).max().unwrap_or(0);
+    let applied: Result<(Option<i64>,), sqlx::Error> = sqlx::query_as(B::sql(&APPLIED)).fetch_one(pool).await;
+    let applied = match applied {
+        Ok((applied,)) => applied,
+        // No migration table (PostgreSQL's undefined_table, SQLite's generic error): a database
+        // this software never set up.
+        Err(sqlx::Error::Database(error)) if matches!(error.code().as_deref(), Some("42P01" | "1")) => None,
+        Err(error) => return Err(crate::StoreError::from_sqlx("schema check", error)),
+    };
+    let reason = match applied {
+        Some(applied) if applied == expected => return Ok(()),
+        None => "it holds no palisade schema (a server of this version has never started on it)".to_owned(),
+        Some(applied) if applied < expected => format!(
+            "its schema is at migration {applied}, older than this binary's {expected}: start this version's server \
+             once to migrate it"
+        ),
+        Some(applied) => {
+            format!("its schema is at migration {applied}, newer than this binary's {expected}: use the newer binary")
+        }
+    };
+    Err(crate::StoreError::Config { reason })
 }

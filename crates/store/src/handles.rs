@@ -451,15 +451,16 @@ macro_rules! bind_all {
         let mut query = $query;
         for bind in $binds {
             query = match bind {
-                Bind::Bytes(bytes) => query.bind(bytes),
-                Bind::Text(text) => query.bind(text),
-                Bind::OptText(text) => query.bind(text),
-                Bind::Int(int) => query.bind(int),
+                $crate::handles::Bind::Bytes(bytes) => query.bind(bytes),
+                $crate::handles::Bind::Text(text) => query.bind(text),
+                $crate::handles::Bind::OptText(text) => query.bind(text),
+                $crate::handles::Bind::Int(int) => query.bind(int),
             };
         }
         query
     }};
 }
+pub(crate) use bind_all;
 
 /// [`HandleStore`] for every backend, from the shared statements (one text for both); the
 /// lookup goes the backend's own route ([`HandleLookup`]).

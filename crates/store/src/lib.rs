@@ -21,7 +21,7 @@
 //! that batch was written: the request path fails closed.
 //!
 //! Layers, low to high: `backend`, `error` → `record` → `chain` → `store` → `checkpoint` → `handles`, `once`,
-//! `pins` → `audit_sql`, `connections`, `delegations`, `segment`, `sessions`, `sqlite_sync`,
+//! `pins` → `audit_query`, `audit_sql`, `connections`, `delegations`, `segment`, `sessions`, `sqlite_sync`,
 //! `tasks` → `connection_sql`, `writer` → `postgres`, `sqlite` → `conformance`.
 
 // Tests may unwrap; the library may not (workspace lint `unwrap_used`).
@@ -37,6 +37,7 @@ macro_rules! audit_columns {
     };
 }
 
+mod audit_query;
 mod audit_sql;
 mod backend;
 mod chain;
@@ -61,6 +62,7 @@ mod store;
 mod tasks;
 mod writer;
 
+pub use audit_query::{AuditQuery, ChainRange, MAX_SEARCH};
 pub use chain::{
     ChainBreak, ChainBreakKind, ChainHead, ChainReport, CheckpointedHeads, LEGACY_CHAIN, is_chain_id, link,
     new_chain_id,
@@ -117,6 +119,21 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, StoreError> {
         Ok(Arc::new(SqliteStore::open(url).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
         Ok(Arc::new(PostgresStore::connect(url).await?))
+    } else {
+        Err(StoreError::Config { reason: unsupported_scheme(url) })
+    }
+}
+
+/// Opens the store a URL names for reading only, as [`open_store`] chooses the backend: nothing
+/// is created or migrated, and the database itself refuses writes (SQLite `mode=ro`, PostgreSQL
+/// read-only transactions). A missing SQLite file or an unreachable server is
+/// [`StoreError::Unavailable`]; a schema of another version is [`StoreError::Config`].
+pub async fn open_store_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::open_read_only(url).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let options = PostgresOptions { max_connections: 2, ..PostgresOptions::default() };
+        Ok(Arc::new(PostgresStore::connect_read_only(url, options).await?))
     } else {
         Err(StoreError::Config { reason: unsupported_scheme(url) })
     }

@@ -67,6 +67,24 @@ impl PostgresStore {
         Ok(store)
     }
 
+    /// Connects for reading only: every transaction is read-only
+    /// (`default_transaction_read_only`), nothing is migrated, and a schema that is not this
+    /// version's is [`StoreError::Config`] ([`crate::backend::check_schema`]). Fails with
+    /// [`StoreError::Unavailable`] if the server cannot be reached within `acquire_timeout`.
+    pub async fn connect_read_only(url: &str, options: PostgresOptions) -> Result<Self, StoreError> {
+        let connect = PgConnectOptions::from_str(url)
+            .map_err(|error| StoreError::from_sqlx("open", error))?
+            .options([("default_transaction_read_only", "on")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(1))
+            .acquire_timeout(options.acquire_timeout)
+            .connect_lazy_with(connect);
+        let store = PostgresStore { pool, lookups: None, own: OwnChain::default() };
+        crate::backend::check_schema::<Self>(&store.pool, &MIGRATOR).await?;
+        store.ping_inner().await?;
+        Ok(store)
+    }
+
     /// Builds the pool without connecting or migrating: nothing is checked until first use (use
     /// [`AuditStore::ping`] as the readiness probe). For a process that must start while the
     /// database is still coming up, with the schema migrated by another instance or a job.

@@ -94,6 +94,33 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// Opens an existing file database for reading only (`mode=ro`): nothing is created,
+    /// migrated or written, and the database refuses any write. Fails with
+    /// [`StoreError::Unavailable`] when the file does not exist or does not open, and with
+    /// [`StoreError::Config`] when its schema is not this version's
+    /// ([`crate::backend::check_schema`]).
+    pub async fn open_read_only(path_or_url: &str) -> Result<Self, StoreError> {
+        if is_in_memory(path_or_url) {
+            return Err(StoreError::Config { reason: "an in-memory database has nothing to read".into() });
+        }
+        let options = if path_or_url.starts_with("sqlite:") {
+            SqliteConnectOptions::from_str(path_or_url).map_err(|error| StoreError::from_sqlx("open", error))?
+        } else {
+            SqliteConnectOptions::new().filename(path_or_url)
+        };
+        let options = options.create_if_missing(false).read_only(true).busy_timeout(BUSY_TIMEOUT);
+        let reader = SqlitePoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await
+            .map_err(|error| StoreError::from_sqlx("open", error))?;
+        crate::backend::check_schema::<Self>(&reader, &MIGRATOR).await?;
+        let store = SqliteStore { writer: reader.clone(), reader, sync: None, own: OwnChain::default() };
+        store.ping_inner().await?;
+        Ok(store)
+    }
+
     async fn ping_inner(&self) -> Result<(), StoreError> {
         sqlx::query_scalar::<_, String>(crate::audit_sql::sql::PING.question())
             .fetch_one(&self.reader)

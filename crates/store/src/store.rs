@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::{AuditRecord, ChainHead, ChainReport, CheckpointedHeads, StoreError, StoredAuditRecord};
+use crate::{AuditQuery, AuditRecord, ChainHead, ChainReport, CheckpointedHeads, StoreError, StoredAuditRecord};
 
 /// A checkpoint as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +71,11 @@ pub trait AuditStore: Send + Sync + std::fmt::Debug + 'static {
 
     /// The newest `limit` records (capped at [`MAX_RECENT`]) over every chain, newest first.
     fn recent(&self, limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>>;
+
+    /// The records `query` matches: the newest `query.limit` (capped at
+    /// [`MAX_SEARCH`](crate::MAX_SEARCH)) newest first, or, for one chain's range, oldest first.
+    /// Reads only.
+    fn search(&self, query: AuditQuery) -> StoreFuture<'_, Vec<StoredAuditRecord>>;
 
     /// Takes or renews the lease to sign checkpoints: `Ok(true)` if `holder` holds it until
     /// `until_ms` (it was free, expired at `now_ms`, or already `holder`'s).

@@ -365,6 +365,9 @@ mod tests {
         fn recent(&self, _limit: u32) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
             Box::pin(async { Ok(Vec::new()) })
         }
+        fn search(&self, _query: crate::AuditQuery) -> StoreFuture<'_, Vec<StoredAuditRecord>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
         fn claim_checkpointer(&self, _: &str, _: i64, _: i64) -> StoreFuture<'_, bool> {
             Box::pin(async { Ok(false) })
         }

@@ -10,8 +10,8 @@ use palisade_store::conformance::{
     Fixture, HANDLE_LOOKUP_STATEMENT, Harness, HarnessFuture, sample_handle, sample_record,
 };
 use palisade_store::{
-    AuditWriter, AuditWriterConfig, HandleOwner, HandleStore, PostgresOptions, PostgresStore, Store, StoreError,
-    open_store,
+    AuditQuery, AuditWriter, AuditWriterConfig, HandleOwner, HandleStore, PostgresOptions, PostgresStore, Store,
+    StoreError, open_store, open_store_read_only,
 };
 use sqlx::postgres::{PgPool, PgPoolOptions};
 
@@ -288,5 +288,35 @@ async fn the_handle_lookup_probes_the_primary_key_without_statistics() {
     drop(connection);
     assert!(plan[0].contains("Index Scan using handles_pkey"), "{plan:#?}");
     palisade_store::AuditStore::close(&store).await;
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await.expect("drop");
+}
+
+/// A reader's store: a schema never migrated is `Config` and stays empty (nothing migrated); a
+/// migrated one is read, and every write is refused (read-only transactions).
+#[tokio::test]
+async fn a_read_only_store_reads_and_never_writes() {
+    let url = database_url();
+    let admin = admin_pool(&url).await;
+    let schema = unique_schema();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}"))).execute(&admin).await.expect("create schema");
+    let store_url = url_with_schema(&url, &schema);
+    let empty = open_store_read_only(&store_url).await.expect_err("no schema to read");
+    assert!(matches!(empty, StoreError::Config { .. }), "{empty:?}");
+    assert!(empty.to_string().contains("holds no palisade schema"), "{empty}");
+    let tables: i64 = sqlx::query_scalar("SELECT count(*) FROM information_schema.tables WHERE table_schema = $1")
+        .bind(&schema)
+        .fetch_one(&admin)
+        .await
+        .expect("count tables");
+    assert_eq!(tables, 0, "opening for reading migrated");
+    let writer = open_store(&store_url).await.expect("open");
+    writer.append_batch(vec![sample_record(1), sample_record(2)]).await.expect("append");
+    let reader = open_store_read_only(&store_url).await.expect("open read-only");
+    let found = reader.search(AuditQuery { limit: 10, ..AuditQuery::default() }).await.expect("search");
+    assert_eq!(found.len(), 2);
+    assert!(reader.append_batch(vec![sample_record(3)]).await.is_err(), "a read-only store wrote");
+    assert_eq!(writer.recent(10).await.expect("recent").len(), 2);
+    reader.close().await;
+    writer.close().await;
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE"))).execute(&admin).await.expect("drop");
 }

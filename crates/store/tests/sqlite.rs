@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use palisade_store::conformance::{Fixture, Harness, HarnessFuture, sample_record};
-use palisade_store::{AuditWriter, AuditWriterConfig, SqliteStore, Store, StoreError, open_store};
+use palisade_store::{
+    AuditQuery, AuditWriter, AuditWriterConfig, SqliteStore, Store, StoreError, open_store, open_store_read_only,
+};
 
 struct SqliteHarness;
 
@@ -182,5 +184,28 @@ async fn the_single_chain_log_migrates_into_a_chain_of_its_own() {
     let report = palisade_store::AuditStore::verify_chain(&store).await.expect("verify");
     assert_eq!((report.records, report.chains, report.first_break), (4, 2, None));
     palisade_store::AuditStore::close(&store).await;
+    let _ = std::fs::remove_dir_all(&directory);
+}
+
+/// A reader's store: a missing file is `Unavailable` and is not created; an existing one is read
+/// and refuses every write (the database is opened read-only); an in-memory URL is refused.
+#[tokio::test]
+async fn a_read_only_store_reads_and_never_writes() {
+    let directory = unique_directory();
+    let path = directory.join("audit.db");
+    let url = format!("sqlite:{}", path.display());
+    let missing = open_store_read_only(&url).await.expect_err("a missing file does not open");
+    assert!(matches!(missing, StoreError::Unavailable { .. }), "{missing:?}");
+    assert!(!path.exists(), "opening for reading created the file");
+    let writer = open_store(&url).await.expect("open");
+    writer.append_batch(vec![sample_record(1), sample_record(2)]).await.expect("append");
+    let reader = open_store_read_only(&url).await.expect("open read-only");
+    let found = reader.search(AuditQuery { limit: 10, ..AuditQuery::default() }).await.expect("search");
+    assert_eq!(found.len(), 2);
+    assert!(reader.append_batch(vec![sample_record(3)]).await.is_err(), "a read-only store wrote");
+    assert_eq!(writer.recent(10).await.expect("recent").len(), 2);
+    assert!(matches!(open_store_read_only("sqlite::memory:").await, Err(StoreError::Config { .. })));
+    reader.close().await;
+    writer.close().await;
     let _ = std::fs::remove_dir_all(&directory);
 }

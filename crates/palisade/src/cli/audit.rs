@@ -1,5 +1,5 @@
-//! `palisade audit verify|salvage`: the audit log's hash chains and checkpoints checked, and a
-//! damaged segment salvaged.
+//! `palisade audit verify|salvage|show|search|tail`: the audit log's hash chains and checkpoints
+//! checked, a damaged segment salvaged, and the reading commands (`audit_read`) dispatched.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,10 +8,25 @@ use anyhow::Context as _;
 use clap::Subcommand;
 use palisade_base::clock::{Clock as _, SystemClock};
 use palisade_host::secrets;
-use palisade_server::secret::ServerSecret;
 
 #[derive(Subcommand)]
 pub enum AuditCommand {
+    /// Show the newest records (all, or those the filters match), oldest first, each checked
+    /// against its hash. Reads only; exit 1 if a record shown does not match its hash, 2 if the
+    /// log could not be read or a filter is bad.
+    Show(#[command(flatten)] super::audit_read::ReadArgs),
+    /// Show the records the filters match (at least one filter), like `show`. `--subject NAME`
+    /// needs the server secret: records hold only keyed digests of `issuer#subject`.
+    Search(#[command(flatten)] super::audit_read::ReadArgs),
+    /// Show the newest records the filters match, then each new one as it is written, until
+    /// interrupted (Ctrl-C), like `tail -f`.
+    Tail {
+        #[command(flatten)]
+        read: super::audit_read::ReadArgs,
+        /// Seconds between looks at the store (1–60).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=60))]
+        interval: u64,
+    },
     /// Walk the hash chain of the audit log and report whether it is intact (exit 1 if not).
     Verify {
         /// Configuration file (for the store URL).
@@ -33,7 +48,11 @@ pub enum AuditCommand {
 
 /// Runs a `palisade audit` command.
 pub async fn run(command: AuditCommand) -> anyhow::Result<ExitCode> {
+    use super::audit_read::{self, Reading};
     match command {
+        AuditCommand::Show(read) => audit_read::run(read, Reading::Show).await,
+        AuditCommand::Search(read) => audit_read::run(read, Reading::Search).await,
+        AuditCommand::Tail { read, interval } => audit_read::run(read, Reading::Tail { interval }).await,
         AuditCommand::Verify { config } => audit_verify(config.as_deref()).await,
         AuditCommand::Salvage { config, apply } => audit_salvage(config.as_deref(), apply).await,
     }
@@ -60,15 +79,8 @@ async fn audit_verify_report(config: Option<&Path>) -> anyhow::Result<ExitCode> 
     secrets::prepare_sqlite_dir(&settings)?;
     // The checkpoint key is derived from the deployment's server secret; verifying never creates
     // one (a new secret would only make every checkpoint look forged).
-    let text = std::fs::read_to_string(&settings.secret_file).with_context(|| {
-        format!(
-            "reading the server secret {} (checkpoints are verified with the key derived from it)",
-            settings.secret_file.display()
-        )
-    })?;
-    let secret = ServerSecret::from_bytes(secrets::parse_key_hex(&text).ok_or_else(|| {
-        anyhow::anyhow!("{}: the server secret must be 64 hex characters (32 bytes)", settings.secret_file.display())
-    })?);
+    let secret = secrets::existing_server_secret(&settings)
+        .context("checkpoints are verified with the key derived from the server secret")?;
     let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
     let key = secret.audit_checkpoint_key().verifying();
     let report = match palisade_store::verify_log(store.as_ref(), &key).await {

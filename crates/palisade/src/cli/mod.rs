@@ -2,6 +2,7 @@
 //! every command shares with `serve`.
 
 pub mod audit;
+pub mod audit_read;
 pub mod config_cli;
 pub mod connections;
 pub mod delegation;

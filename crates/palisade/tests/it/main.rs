@@ -5,6 +5,7 @@
 
 mod answer_relay;
 mod audit_log;
+mod audit_read;
 mod auth;
 mod delegation;
 mod dev_authorization;

@@ -1,4 +1,5 @@
-//! The audit log's checks: appends, chain links, tampering, shipping, checkpoints, a store that is down.
+//! The audit log's checks: appends, chain links, tampering, shipping, checkpoints, searching by
+//! what records say, a store that is down.
 
 use super::*;
 
@@ -463,4 +464,111 @@ pub async fn unreachable_store_is_unavailable(harness: &dyn Harness) {
     let result = harness.open_unreachable().await;
     expect_unavailable(result, "open");
     assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+}
+
+/// The `n` of [`sample_record`]s, from their trace ids, in the order given.
+fn numbers(found: &[crate::StoredAuditRecord]) -> Vec<u64> {
+    found
+        .iter()
+        .map(|stored| stored.record.trace_id.trim_start_matches("trace-").parse().expect("a sample record"))
+        .collect()
+}
+
+/// `search`: each filter matches exactly its records, filters combine, values of one filter are
+/// alternatives, values are data (never SQL), newest first within the limit, and one chain's
+/// range oldest first with the filters still applied.
+pub async fn search_filters_and_follows_chains(harness: &dyn Harness) {
+    let fixture = harness.fresh().await;
+    let store = fixture.store();
+    let other = fixture.another_instance().await;
+    append(store.as_ref(), 1..13).await;
+    let upstream = |n: u64, detail: &str| AuditRecord { detail: Some(detail.to_owned()), ..sample_record(n) };
+    other
+        .append_batch(vec![
+            upstream(13, "upstream=bank exposed=bank_pay upstream_name=pay pin=0123456789ab"),
+            upstream(14, "upstream=bank"),
+            upstream(15, "upstream=bank2 exposed=x"),
+            upstream(16, "exposed=y upstream=bank"),
+            upstream(17, "UPSTREAM=BANK z"),
+        ])
+        .await
+        .expect("append_batch");
+    let search = |query: crate::AuditQuery| {
+        let store = store.clone();
+        async move { numbers(&store.search(crate::AuditQuery { limit: 100, ..query }).await.expect("search")) }
+    };
+    let all = || crate::AuditQuery::default();
+    let newest_first: Vec<u64> = (1..18).rev().collect();
+    assert_eq!(search(all()).await, newest_first);
+    let expect = |filter: fn(u64) -> bool| newest_first.iter().copied().filter(|n| filter(*n)).collect::<Vec<_>>();
+    let base = 1_764_000_000_000;
+    assert_eq!(
+        search(crate::AuditQuery { since_ms: Some(base + 3), until_ms: Some(base + 6), ..all() }).await,
+        vec![6, 5, 4, 3]
+    );
+    assert_eq!(search(crate::AuditQuery { decision: Some(Decision::Deny), ..all() }).await, expect(|n| n % 2 == 1));
+    assert_eq!(
+        search(crate::AuditQuery { stages: vec!["authenticate".into()], ..all() }).await,
+        expect(|n| n % 3 == 0)
+    );
+    assert_eq!(search(crate::AuditQuery { codes: vec![-32_003], ..all() }).await, expect(|n| n % 2 == 1));
+    assert_eq!(search(crate::AuditQuery { codes: vec![403], ..all() }).await, Vec::<u64>::new());
+    assert_eq!(search(crate::AuditQuery { operations: vec!["tools/call".into()], ..all() }).await, newest_first);
+    assert_eq!(search(crate::AuditQuery { operations: vec!["tools".into()], ..all() }).await, Vec::<u64>::new());
+    assert_eq!(
+        search(crate::AuditQuery {
+            operations: vec!["tools/call:basket_1".into(), "tools/call:basket_3".into()],
+            ..all()
+        })
+        .await,
+        expect(|n| n % 5 == 1 || n % 5 == 3)
+    );
+    assert_eq!(search(crate::AuditQuery { tools: vec!["basket_2".into()], ..all() }).await, expect(|n| n % 5 == 2));
+    assert_eq!(search(crate::AuditQuery { tools: vec!["BASKET_2".into()], ..all() }).await, Vec::<u64>::new());
+    assert_eq!(search(crate::AuditQuery { upstreams: vec!["bank".into()], ..all() }).await, vec![14, 13]);
+    assert_eq!(search(crate::AuditQuery { upstreams: vec!["ban".into()], ..all() }).await, Vec::<u64>::new());
+    assert_eq!(
+        search(crate::AuditQuery { principal_digests: vec![format!("p-{:x}", 4 * 7919)], ..all() }).await,
+        vec![4]
+    );
+    assert_eq!(
+        search(crate::AuditQuery { trace_ids: vec!["trace-00000009".into(), "trace-00000011".into()], ..all() }).await,
+        vec![11, 9]
+    );
+    // Combined: every filter at once must hold.
+    assert_eq!(
+        search(crate::AuditQuery {
+            decision: Some(Decision::Deny),
+            stages: vec!["authorize".into()],
+            since_ms: Some(base + 5),
+            ..all()
+        })
+        .await,
+        expect(|n| n >= 5 && n % 2 == 1 && n % 3 != 0)
+    );
+    for hostile in ["x' OR '1'='1", "%", "_", "authorize' --"] {
+        assert_eq!(search(crate::AuditQuery { stages: vec![hostile.into()], ..all() }).await, Vec::<u64>::new());
+        assert_eq!(search(crate::AuditQuery { upstreams: vec![hostile.into()], ..all() }).await, Vec::<u64>::new());
+        assert_eq!(search(crate::AuditQuery { operations: vec![hostile.into()], ..all() }).await, Vec::<u64>::new());
+    }
+    let three = store.search(crate::AuditQuery { limit: 3, ..all() }).await.expect("search");
+    assert_eq!(numbers(&three), vec![17, 16, 15]);
+
+    // One chain's range, oldest first, the filters still applied; the head bounds it.
+    let heads = store.chain_heads().await.expect("chain_heads");
+    let first = heads.iter().find(|head| head.seq == 12).expect("the first handle's chain");
+    let range = |after_seq, up_to_seq| Some(crate::ChainRange { chain: first.chain.clone(), after_seq, up_to_seq });
+    assert_eq!(search(crate::AuditQuery { chain: range(2, 7), ..all() }).await, vec![3, 4, 5, 6, 7]);
+    let denied = store
+        .search(crate::AuditQuery { chain: range(2, 7), decision: Some(Decision::Deny), limit: 100, ..all() })
+        .await
+        .expect("search");
+    assert_eq!(numbers(&denied), vec![3, 5, 7]);
+    assert!(
+        denied
+            .iter()
+            .all(|stored| stored.chain == first.chain && stored.hash == chain_hash(&stored.prev_hash, &stored.record))
+    );
+    assert_eq!(search(crate::AuditQuery { chain: range(12, 12), ..all() }).await, Vec::<u64>::new());
+    fixture.cleanup().await;
 }

@@ -91,6 +91,7 @@ macro_rules! audit_store_conformance {
             a_deleted_chain_is_detected_by_the_checkpoints,
             a_rewritten_chain_differs_from_its_checkpoint,
             tampered_checkpoints_are_detected,
+            search_filters_and_follows_chains,
             closed_store_is_unavailable,
             unreachable_store_is_unavailable,
             handle_round_trips_for_its_owner_only,
