@@ -25,7 +25,7 @@ use crate::web::{Page, escape};
 /// in a grid.
 const STYLE: &str = "body{max-width:80rem}nav{display:flex;flex-wrap:wrap;gap:.25rem 1rem;margin:.5rem 0 1rem}\
 section{margin:1.5rem 0}table{border-collapse:collapse;width:100%;font-size:.9rem}\
-th,td{border-bottom:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}\
+th,td{border-bottom:1px solid #ddd;padding:.3rem .5rem;text-align:left;vertical-align:top;overflow-wrap:anywhere}th{overflow-wrap:normal}\
 .ok{color:#1a5e20}.bad{color:#9b1c1c;font-weight:600}.charts{display:grid;\
 grid-template-columns:repeat(auto-fill,minmax(min(100%,20rem),1fr));gap:1rem}figure.chart{margin:0}\
 svg.chart{width:100%;height:7rem;display:block}svg.swatch{width:.7rem;height:.7rem}ul.legend{list-style:none;\
@@ -293,7 +293,7 @@ fn awaiting_html(view: &View) -> String {
     html
 }
 
-fn kill_switch_html(view: &View) -> String {
+pub(crate) fn kill_switch_html(view: &View) -> String {
     let body = match &view.kill_switch {
         KillView::Off => "<p>No kill switch runs (<code>[killswitch] mode = \"off\"</code>).</p>".to_owned(),
         KillView::External => "<p>The kill switch asks an external authority, whose states are read there \

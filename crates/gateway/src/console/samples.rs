@@ -225,7 +225,7 @@ pub fn spawn_sampler(
                 _ = tick.tick() => {}
             }
             samples.push(parse(&exposition(), clock.now_ms()));
-            if taken % VERIFY_EVERY_SAMPLES == 0 {
+            if taken.is_multiple_of(VERIFY_EVERY_SAMPLES) {
                 let outcome = store.verify_chain().await.map_err(|error| error.to_string());
                 samples.set_chain(ChainStatus { at_ms: clock.now_ms(), outcome });
             }

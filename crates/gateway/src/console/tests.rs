@@ -277,3 +277,32 @@ fn the_ring_is_bounded_and_histograms_chart_as_interval_means() {
     assert!(html.starts_with("<figure class=\"chart\" id=\"chart-palisade_upstream_latency_seconds\">"), "{html}");
     assert!(html.contains("<circle") && html.contains("upstream=u <b>50</b>"), "{html}");
 }
+
+#[tokio::test]
+async fn kill_switch_states_are_shown_by_name_where_the_deployment_can_name_them() {
+    use palisade_killswitch::authority::TargetStatus;
+    use palisade_killswitch::{TargetDigest, TargetKind, TargetState};
+
+    let Fixture { console, .. } = fixture(true).await;
+    let mut view = render::gather(&console).await;
+    let status = |kind, digest: &str, state, reason: &str| TargetStatus {
+        target: TargetDigest { kind, digest: digest.into() },
+        state,
+        generation: 3,
+        reason_code: reason.into(),
+        updated_at_ms: 1_700_000_000_000,
+    };
+    view.kill_switch = render::KillView::States(vec![
+        (Some("upstream:files".into()), status(TargetKind::Upstream, "ab", TargetState::Disable, "incident <42>")),
+        (None, status(TargetKind::Tenant, "0123456789abcdef0123", TargetState::Enable, "restored")),
+    ]);
+    let html = render::kill_switch_html(&view);
+    assert!(
+        html.contains("<code>upstream:files</code></td><td data-label=\"State\"><span class=\"bad\">DISABLE</span>"),
+        "{html}"
+    );
+    assert!(html.contains("incident &lt;42&gt;") && html.contains("2023-11-14T22:13:20.000Z"), "{html}");
+    assert!(html.contains("<code>tenant:?</code> <span class=\"muted\">0123456789abcdef</span>"), "{html}");
+    view.kill_switch = render::KillView::External;
+    assert!(render::kill_switch_html(&view).contains("external authority"));
+}

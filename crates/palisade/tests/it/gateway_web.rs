@@ -210,10 +210,12 @@ async fn the_operator_console_in_headless_chromium() {
     assert!(!html.contains("<img src=x") && html.contains("&lt;img src=x"), "the hostile description is escaped");
 
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop");
-    let out = TempDir::new();
+    // The screenshots stay beside the build for a person (or CI) to look at.
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&out).unwrap();
     let run = std::process::Command::new(tools.join("bin/node"))
         .arg(root.join("console_page.mjs"))
-        .arg(out.path())
+        .arg(&out)
         .env("INTEROP_NODE_MODULES", tools.join("npm/node_modules"))
         .env("CHROMIUM", "/usr/bin/chromium")
         .env("CONSOLE_URL", format!("{}/console", pages.origin))
