@@ -3,13 +3,15 @@
 //
 // Usage: INTEROP_NODE_MODULES=DIR CONSOLE_URL=https://127.0.0.1:PORT/console \
 //        CONSOLE_OPERATOR=NAME CONSOLE_TOKEN=TOKEN WEB_CERT=PEM WEB_KEY=PEM \
-//        EXPECT_UPSTREAM=ID EXPECT_LAYOUT=console-layout.json node console_page.mjs [OUT_DIR]
+//        EXPECT_UPSTREAM=ID EXPECT_DISABLED=KIND:VALUE EXPECT_LAYOUT=console-layout.json \
+//        node console_page.mjs [OUT_DIR]
 //   CHROMIUM (default /usr/bin/chromium) is the browser. Screenshots go to OUT_DIR
 //   (console-390.png, console-1280.png).
 //
 // Checks, each printed as `ok - console: …` or `FAIL - console: …` (exit status 1 on any FAIL):
 //   1. the sign-in form; a wrong token refused; the right one shows the console, with every
-//      section, the upstream EXPECT_UPSTREAM, a definition awaiting a decision linking the review
+//      section, the upstream EXPECT_UPSTREAM, the target EXPECT_DISABLED shown by name as DISABLE
+//      at the kill switch, a definition awaiting a decision linking the review
 //      page, the audit tail with its chain status and charts drawn as inline SVG;
 //   2. the exact CSP and X-Frame-Options: DENY on the console's response, and no script at all;
 //   3. framed by a page of another origin of the same site: the frame shows nothing of it;
@@ -26,7 +28,7 @@ import path from 'node:path';
 
 const env = process.env;
 for (const name of ['INTEROP_NODE_MODULES', 'CONSOLE_URL', 'CONSOLE_OPERATOR', 'CONSOLE_TOKEN', 'WEB_CERT', 'WEB_KEY',
-  'EXPECT_UPSTREAM', 'EXPECT_LAYOUT']) {
+  'EXPECT_UPSTREAM', 'EXPECT_DISABLED', 'EXPECT_LAYOUT']) {
   if (!env[name]) {
     console.error(`console_page.mjs: ${name} is not set`);
     process.exit(2);
@@ -122,6 +124,8 @@ try {
   report(missing.length === 0, 'every section is shown', missing.join(', '));
   const upstreamText = await page.locator('#upstream-table').textContent();
   report(upstreamText.includes(env.EXPECT_UPSTREAM), `the upstream ${env.EXPECT_UPSTREAM} is listed`, upstreamText.slice(0, 200));
+  const switched = await page.locator('#killswitch-table tr', { hasText: env.EXPECT_DISABLED }).textContent().catch(() => '');
+  report(switched.includes('DISABLE'), `the kill switch shows ${env.EXPECT_DISABLED} by name, disabled`, switched);
   const reviewLinks = await page.locator('#definitions a[href^="/review#pin-"]').count();
   const findings = await page.locator('#definitions [data-finding]').count();
   report(reviewLinks >= 1 && findings >= 1, 'definitions awaiting a decision link the review page, with their findings',

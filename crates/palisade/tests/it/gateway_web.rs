@@ -19,6 +19,7 @@ struct Pages {
     origin: String,
     ca: reqwest::Certificate,
     db: std::path::PathBuf,
+    config: std::path::PathBuf,
     cert: std::path::PathBuf,
     key: std::path::PathBuf,
     _upstream: Upstream,
@@ -46,7 +47,8 @@ async fn boot() -> Pages {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n\n[auth]\ndev_issuer = true\n\n[web]\nlisten = \"127.0.0.1:{port}\"\n\
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n\n[auth]\ndev_issuer = true\n\n[killswitch]\nmode = \"dev\"\n\n\
+             [web]\nlisten = \"127.0.0.1:{port}\"\n\
              public_url = \"https://127.0.0.1:{port}/\"\ntls_cert_file = \"{cert}\"\ntls_key_file = \"{key}\"\n\
              review_token_file = \"{token}\"\noperators_file = \"{operators}\"\nconsole_sample_secs = 1\n\n\
              [[upstreams]]\nid = \"docs\"\nurl = \"{url}\"\n",
@@ -69,6 +71,7 @@ async fn boot() -> Pages {
         origin: format!("https://127.0.0.1:{port}"),
         ca: reqwest::Certificate::from_pem(certified.cert.pem().as_bytes()).unwrap(),
         db,
+        config,
         cert,
         key,
         _upstream: upstream,
@@ -170,13 +173,21 @@ async fn parallel_wrong_review_tokens_are_limited_per_source_and_every_sign_in_a
 }
 
 /// The operator console in headless Chromium: sign-in, every section with the upstream and its
-/// pending definition, the CSP, framing and forged-POST refusals, the layout at 390 px and the
+/// pending definition, the upstream the operator switched off, the CSP, framing and forged-POST refusals, the layout at 390 px and the
 /// landmarks' boxes against tests/interop/console-layout.json (tests/interop/console_page.mjs
 /// says what each check is).
 #[tokio::test]
 async fn the_operator_console_in_headless_chromium() {
     let tools = crate::gateway_stdio_servers::test_tools();
     let pages = boot().await;
+    // An operator switches the upstream off at the (development) authority (`--force`: with nothing
+    // approved yet, the development policy has no rule that asks for upstream targets).
+    let disabled = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["authority", "disable", "--target", "upstream:docs", "--reason", "incident-7", "--force", "--config"])
+        .arg(&pages.config)
+        .output()
+        .unwrap();
+    assert!(disabled.status.success(), "{}", String::from_utf8_lossy(&disabled.stderr));
     let browser = pages.browser([127, 0, 0, 1]);
     let body = url::form_urlencoded::Serializer::new(String::new())
         .append_pair("operator", OPERATOR)
@@ -224,11 +235,12 @@ async fn the_operator_console_in_headless_chromium() {
         .env("WEB_CERT", &pages.cert)
         .env("WEB_KEY", &pages.key)
         .env("EXPECT_UPSTREAM", "docs")
+        .env("EXPECT_DISABLED", "upstream:docs")
         .env("EXPECT_LAYOUT", root.join("console-layout.json"))
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stdout}\n{stderr}");
-    assert!(!stdout.contains("FAIL") && stdout.matches("ok - console:").count() >= 17, "{stdout}");
+    assert!(!stdout.contains("FAIL") && stdout.matches("ok - console:").count() >= 18, "{stdout}");
 }
