@@ -137,6 +137,7 @@ pub fn validate(
     let web = web.map(validate_web).transpose()?;
     if let Some(web) = &web {
         protected_paths.push(web.tls_key_file.clone());
+        protected_paths.extend(web.operators_file.clone());
         for secret in [&web.review_token, &web.sign_in.as_ref().and_then(|sign_in| sign_in.client_secret.clone())] {
             if let Some(SecretSource::File(path)) = secret {
                 protected_paths.push(path.clone());
@@ -414,6 +415,9 @@ mod tests {
         assert_eq!(web.review_token, Some(SecretSource::File("/etc/palisade/review-token".into())));
         assert!(settings.protected_paths.contains(&PathBuf::from("/etc/palisade/web.key")), "the TLS key is a secret");
         assert!(settings.protected_paths.contains(&PathBuf::from("/etc/palisade/review-token")));
+        let console = upstreams(&format!("{WEB}operators_file = \"/etc/palisade/operators\"\n")).unwrap();
+        assert!(console.protected_paths.contains(&PathBuf::from("/etc/palisade/operators")), "the operators' tokens");
+        assert_eq!(console.web.as_ref().unwrap().console_sample_secs, 10);
         assert!(!settings.protected_paths.contains(&PathBuf::from("/etc/palisade/web.crt")));
         assert!(upstreams("").unwrap().web.is_none(), "no [web]: no listener");
         let env = upstreams(&format!("{WEB}review_token_env = \"REVIEW_TOKEN\"\n")).unwrap();
@@ -432,6 +436,9 @@ mod tests {
             ("review_token_env = \"\"", "web.review_token_env"),
             ("review_token_file = \"\"", "web.review_token_file"),
             ("review_token_file = \"/t\"\nreview_token_env = \"T\"", "web.review_token_file"),
+            ("operators_file = \"\"", "web.operators_file"),
+            ("console_sample_secs = 0", "web.console_sample_secs"),
+            ("console_sample_secs = 301", "web.console_sample_secs"),
         ] {
             assert_eq!(key_of(&format!("{WEB}{extra}\n")), key, "{extra}");
         }

@@ -4,7 +4,7 @@
 //!
 //! Layers, low to high: `churn`, `config_error`, `names`, `secret` → `pins`, `web` →
 //! `user_oauth` → `credentials` → `upstream` → `config` → `decisions`, `findings` → `review` →
-//! `gateway`.
+//! `gateway` → `console`.
 //!
 //! - [`config`]: composes the `[[upstreams]]`, `[pins]`, `[gateway]` and `[web]` sections, each
 //!   validated by the module that owns it (`upstream`, `pins`, `web`, `credentials`).
@@ -24,6 +24,8 @@
 //!   connect page.
 //! - [`review`], [`decisions`], [`findings`]: the pin review page, reviewers' decisions, and
 //!   what a reviewer is shown about a definition.
+//! - [`console`]: the operator console, a read-only page of the gateway's state on the same
+//!   surface, with its own operator sign-in.
 //!
 //! **Architecture Invariant:** no byte of a caller's credential (its `Authorization`, cookies,
 //! any header) is ever copied into an upstream request: upstream requests are built from
@@ -35,6 +37,7 @@
 pub mod churn;
 pub mod config;
 mod config_error;
+pub mod console;
 pub mod credentials;
 pub mod decisions;
 pub mod findings;

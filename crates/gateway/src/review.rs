@@ -30,7 +30,6 @@
 //!   [`findings`] are listed beside it: flags for the reviewer, never a block.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -38,7 +37,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use palisade_base::clock::Clock;
-use palisade_base::limit::{Limits, SourceLimiter};
 use palisade_server::secret::ServerSecret;
 use palisade_store::{PinRow, PinVerdict, Store};
 
@@ -47,38 +45,26 @@ use crate::findings::{self, Finding, ToolNames};
 use crate::pins::PinSettings;
 use crate::pins::PinState;
 use crate::secret::Secret;
-use crate::web::{
-    Form, Page, PageKeys, SeeOther, WebAudit, clear_host_cookie, error_page, escape, host_cookie, random_token,
-    read_cookie,
-};
+use crate::web::signin::{Account, OperatorSignIn, Refused};
+use crate::web::{Form, Page, PageKeys, SeeOther, WebAudit, error_page, escape};
 use palisade_base::reveal::{Piece, count_hidden_json, marker, notice_for, reveal_with};
 
 /// The session cookie (`__Host-palisade_review`).
 const SESSION_COOKIE: &str = "palisade_review";
-/// How long a session lasts.
-const SESSION_SECS: u64 = 8 * 3600;
-/// What a wrong token costs.
-const WRONG_TOKEN_DELAY: Duration = Duration::from_secs(1);
-/// Sign-in attempts: per source 5 at once, then one every 12 s; over all sources 20 at once,
-/// then one every 3 s. An attempt is taken before the token is compared.
-const SIGN_IN_LIMITS: Limits =
-    Limits { burst: 5, refill_ms: 12_000, total_burst: 20, total_refill_ms: 3_000, max_sources: 4096 };
 /// Shortest review token accepted.
-pub const MIN_TOKEN_CHARS: usize = 16;
+pub const MIN_TOKEN_CHARS: usize = crate::web::signin::MIN_TOKEN_CHARS;
 /// Longest reviewer name and note accepted.
 const MAX_NAME_CHARS: usize = 64;
 const MAX_NOTE_CHARS: usize = 500;
 
-/// The review page's state: the store the gateway reads decisions from, the pin settings, the
-/// operator's token and the page's keys (derived from the server secret).
+/// The review page's state: the store the gateway reads decisions from, the pin settings, and
+/// the operator's sign-in with the review token (its keys derived from the server secret).
 pub struct Review {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     pins: PinSettings,
     names: ToolNames,
-    token: Secret,
-    keys: PageKeys,
-    sign_ins: SourceLimiter,
+    sign_in: OperatorSignIn,
 }
 
 impl std::fmt::Debug for Review {
@@ -98,39 +84,15 @@ impl Review {
         token: Secret,
         secret: &ServerSecret,
     ) -> Self {
-        Self {
-            store,
-            clock,
-            pins,
-            names,
-            token,
-            keys: PageKeys::new(secret.derive("palisade/review-page/v1")),
-            sign_ins: SourceLimiter::new(SIGN_IN_LIMITS),
-        }
-    }
-
-    fn now_secs(&self) -> i64 {
-        self.clock.now_ms() / 1000
-    }
-
-    /// Whether `given` is the operator's token.
-    fn token_matches(&self, given: &str) -> bool {
-        self.keys.same_secret(given, self.token.expose())
-    }
-
-    /// A new session value: a fresh nonce and its expiry, signed.
-    fn new_session(&self) -> Option<String> {
-        let nonce = random_token().ok()?;
-        let expires = self.now_secs() + i64::try_from(SESSION_SECS).unwrap_or(0);
-        Some(self.keys.sign("review-session", format!("{nonce}.{expires}").as_bytes()))
-    }
-
-    /// The browser's session value, when it is one of ours and not expired.
-    fn session(&self, headers: &HeaderMap) -> Option<String> {
-        let value = read_cookie(headers, SESSION_COOKIE)?;
-        let payload = String::from_utf8(self.keys.verify("review-session", &value)?).ok()?;
-        let (_, expires) = payload.split_once('.')?;
-        (expires.parse::<i64>().ok()? > self.now_secs()).then_some(value)
+        let keys = PageKeys::new(secret.derive("palisade/review-page/v1"));
+        let sign_in = OperatorSignIn::new(
+            "review",
+            SESSION_COOKIE,
+            vec![Account::new(String::new(), token)],
+            keys,
+            clock.clone(),
+        );
+        Self { store, clock, pins, names, sign_in }
     }
 }
 
@@ -155,37 +117,24 @@ fn sign_in_page(status: StatusCode, message: Option<&str>) -> Response {
 }
 
 async fn login(State(review): State<Arc<Review>>, audit: WebAudit, form: Form) -> Response {
-    // Taken before the token is looked at, so parallel guesses cannot all be checked.
-    if review.sign_ins.try_take(audit.peer(), review.clock.now_ms()).is_err() {
-        audit.refuse("review", "rate_limited", StatusCode::TOO_MANY_REQUESTS);
-        let mut page = sign_in_page(
-            StatusCode::TOO_MANY_REQUESTS,
-            Some("too many sign-in attempts; wait a minute and try again (the token was not checked)"),
-        );
-        page.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("12"));
-        return page;
+    match review.sign_in.sign_in(&audit, "", form.one("token").unwrap_or("")).await {
+        Ok((cookie, _)) => SeeOther::to("/review").cookie(cookie).into_response(),
+        Err(Refused::RateLimited) => {
+            let mut page = sign_in_page(
+                StatusCode::TOO_MANY_REQUESTS,
+                Some("too many sign-in attempts; wait a minute and try again (the token was not checked)"),
+            );
+            page.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("12"));
+            page
+        }
+        Err(Refused::Wrong) => sign_in_page(StatusCode::FORBIDDEN, Some("that is not the review token")),
+        Err(Refused::Unavailable(status)) => error_page(status, "the session could not be made; nothing was granted"),
     }
-    let given = form.one("token").unwrap_or("");
-    if !review.token_matches(given) {
-        audit.refuse("review", "token_wrong", StatusCode::FORBIDDEN);
-        tokio::time::sleep(WRONG_TOKEN_DELAY).await;
-        tracing::warn!("review page: a sign-in with a wrong token");
-        return sign_in_page(StatusCode::FORBIDDEN, Some("that is not the review token"));
-    }
-    review.sign_ins.refund(audit.peer());
-    let Some(cookie) = review.new_session().and_then(|value| host_cookie(SESSION_COOKIE, &value, SESSION_SECS).ok())
-    else {
-        return error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be made");
-    };
-    if let Err(unrecorded) = audit.grant("review", "signed_in", None, None, None).await {
-        return unrecorded;
-    }
-    SeeOther::to("/review").cookie(cookie).into_response()
 }
 
 async fn logout(State(review): State<Arc<Review>>, audit: WebAudit, headers: HeaderMap, form: Form) -> Response {
-    let Some(session) = review.session(&headers) else { return SeeOther::to("/review").into_response() };
-    if !form.one("csrf").is_some_and(|token| review.keys.csrf().check(&[&session, "logout"], token)) {
+    let Some(session) = review.sign_in.session(&headers) else { return SeeOther::to("/review").into_response() };
+    if !review.sign_in.csrf_ok(&session, "logout", &[], form.one("csrf")) {
         return audit.refused(
             "review",
             "csrf",
@@ -193,25 +142,29 @@ async fn logout(State(review): State<Arc<Review>>, audit: WebAudit, headers: Hea
             "the form's CSRF token is missing or wrong; nothing was done",
         );
     }
-    match clear_host_cookie(SESSION_COOKIE) {
-        Ok(cookie) => SeeOther::to("/review").cookie(cookie).into_response(),
-        Err(_) => error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be ended"),
+    match review.sign_in.sign_out_cookie() {
+        Some(cookie) => SeeOther::to("/review").cookie(cookie).into_response(),
+        None => error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be ended"),
     }
 }
 
 /// The rows awaiting a decision (pending and held, by upstream, kind and name), each with its
 /// review findings.
-async fn awaiting(review: &Review) -> Result<Vec<(PinRow, PinState, Vec<Finding>)>, Response> {
-    let rows = review.store.pins(None).await.map_err(|error| {
+pub(crate) async fn awaiting(
+    store: &dyn Store,
+    pins: &PinSettings,
+    names: &ToolNames,
+) -> Result<Vec<(PinRow, PinState, Vec<Finding>)>, Response> {
+    let rows = store.pins(None).await.map_err(|error| {
         tracing::warn!(%error, "review page: pins could not be read");
         error_page(StatusCode::SERVICE_UNAVAILABLE, "the pins could not be read; try again")
     })?;
     Ok(rows
         .iter()
         .filter_map(|row| {
-            let state = state_of(row, &review.pins);
+            let state = state_of(row, pins);
             matches!(state, PinState::Pending | PinState::Held).then(|| {
-                let found = findings::for_row(row, &review.names.others(&rows, row));
+                let found = findings::for_row(row, &names.others(&rows, row));
                 (row.clone(), state, found)
             })
         })
@@ -220,7 +173,7 @@ async fn awaiting(review: &Review) -> Result<Vec<(PinRow, PinState, Vec<Finding>
 
 /// Untrusted text as HTML: escaped, every hidden character a highlighted `⟨U+XXXX⟩` marker
 /// (line feeds and tabs kept unless `one_line`).
-fn revealed_html(text: &str, one_line: bool) -> String {
+pub(crate) fn revealed_html(text: &str, one_line: bool) -> String {
     let mut out = String::with_capacity(text.len());
     let mut marking = false;
     reveal_with(text, one_line, |piece| match piece {
@@ -275,6 +228,25 @@ fn findings_html(pin: &str, found: &[Finding]) -> String {
     )
 }
 
+/// What a reviewer reads of a definition awaiting a decision: its findings, then what changed
+/// since it was last decided on (or the whole definition when it never was), everything the
+/// upstream wrote escaped with its hidden characters as markers.
+pub(crate) fn change_html(row: &PinRow, pins: &PinSettings, found: &[Finding]) -> String {
+    let o = &row.observation;
+    let hidden = hidden_notice(&o.definition);
+    let change = match decided_diff(row, pins) {
+        Some(text) => format!(
+            "<p>Changed since it was last decided on:</p>{hidden}<pre class=\"diff\">{}</pre>",
+            revealed_html(&text, false)
+        ),
+        None => format!(
+            "<p>New: never decided on.</p>{hidden}<pre class=\"definition\">{}</pre>",
+            revealed_html(&pretty(&o.definition), false)
+        ),
+    };
+    format!("{}{change}", findings_html(&o.pin_id, found))
+}
+
 fn pretty(definition: &str) -> String {
     serde_json::from_str::<serde_json::Value>(definition)
         .ok()
@@ -283,8 +255,8 @@ fn pretty(definition: &str) -> String {
 }
 
 async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response {
-    let Some(session) = review.session(&headers) else { return sign_in_page(StatusCode::OK, None) };
-    let rows = match awaiting(&review).await {
+    let Some(session) = review.sign_in.session(&headers) else { return sign_in_page(StatusCode::OK, None) };
+    let rows = match awaiting(review.store.as_ref(), &review.pins, &review.names).await {
         Ok(rows) => rows,
         Err(response) => return response,
     };
@@ -301,21 +273,8 @@ async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response
     }
     for (row, state, found) in &rows {
         let o = &row.observation;
-        let hidden = hidden_notice(&o.definition);
-        let change = match decided_diff(row, &review.pins) {
-            Some(text) => {
-                format!(
-                    "<p>Changed since it was last decided on:</p>{hidden}<pre class=\"diff\">{}</pre>",
-                    revealed_html(&text, false)
-                )
-            }
-            None => format!(
-                "<p>New: never decided on.</p>{hidden}<pre class=\"definition\">{}</pre>",
-                revealed_html(&pretty(&o.definition), false)
-            ),
-        };
-        let change = format!("{}{change}", findings_html(&o.pin_id, found));
-        let csrf = review.keys.csrf().token(&[&session, "decide", &o.pin_id, &o.digest]);
+        let change = change_html(row, &review.pins, found);
+        let csrf = review.sign_in.csrf(&session, "decide", &[&o.pin_id, &o.digest]);
         let approve = if signed_only {
             String::new()
         } else {
@@ -339,7 +298,7 @@ async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response
             digest = escape(&o.digest),
         ));
     }
-    let logout = review.keys.csrf().token(&[&session, "logout"]);
+    let logout = review.sign_in.csrf(&session, "logout", &[]);
     html.push_str(&format!(
         "<form method=\"post\" action=\"/review/logout\"><input type=\"hidden\" name=\"csrf\" value=\"{logout}\">\
          <button type=\"submit\">Sign out</button></form>"
@@ -348,7 +307,7 @@ async fn list(State(review): State<Arc<Review>>, headers: HeaderMap) -> Response
 }
 
 async fn decide(State(review): State<Arc<Review>>, audit: WebAudit, headers: HeaderMap, form: Form) -> Response {
-    let Some(session) = review.session(&headers) else {
+    let Some(session) = review.sign_in.session(&headers) else {
         return audit.refused(
             "review",
             "no_session",
@@ -359,7 +318,7 @@ async fn decide(State(review): State<Arc<Review>>, audit: WebAudit, headers: Hea
     let (Some(pin), Some(digest)) = (form.one("pin"), form.one("digest")) else {
         return audit.refused("review", "bad_form", StatusCode::BAD_REQUEST, "the form names no pin or digest");
     };
-    if !form.one("csrf").is_some_and(|token| review.keys.csrf().check(&[&session, "decide", pin, digest], token)) {
+    if !review.sign_in.csrf_ok(&session, "decide", &[pin, digest], form.one("csrf")) {
         return audit.refused(
             "review",
             "csrf",
@@ -417,7 +376,9 @@ async fn decide(State(review): State<Arc<Review>>, audit: WebAudit, headers: Hea
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use std::time::Duration;
+
     use axum::body::Body;
     use axum::http::Request;
     use palisade_base::clock::SystemClock;
@@ -437,7 +398,7 @@ mod tests {
     }
 
     /// A tool `name` of upstream `upstream` described by `description`.
-    fn tool_observation(upstream: &str, name: &str, description: &str) -> PinObservation {
+    pub(crate) fn tool_observation(upstream: &str, name: &str, description: &str) -> PinObservation {
         let subject = PinSubject {
             upstream_id: upstream.into(),
             upstream_url: format!("https://{upstream}.example/mcp"),
@@ -475,6 +436,8 @@ mod tests {
             tls_cert_file: "/nonexistent".into(),
             tls_key_file: "/nonexistent".into(),
             review_token: None,
+            operators_file: None,
+            console_sample_secs: 10,
             sign_in: None,
             flow_ttl_secs: 600,
         };
@@ -743,7 +706,7 @@ mod tests {
         let limited = statuses.iter().filter(|status| **status == StatusCode::TOO_MANY_REQUESTS).count();
         assert_eq!(
             (checked, limited),
-            (SIGN_IN_LIMITS.burst as usize, 30 - SIGN_IN_LIMITS.burst as usize),
+            (crate::web::signin::SIGN_IN_LIMITS.burst as usize, 30 - crate::web::signin::SIGN_IN_LIMITS.burst as usize),
             "{statuses:?}"
         );
         // The same source with the right token is refused too (its attempts are used up) ...

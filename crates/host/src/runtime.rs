@@ -103,6 +103,7 @@ impl Runtime {
         // Authenticates answers relayed between instances (events_redis); derived before the
         // secret moves into the server.
         let relay_key = secret.derive(ANSWER_RELAY_KEY_LABEL);
+        let console_key = secret.derive(palisade_gateway::console::KEY_LABEL);
         // The gateway's browser pages (connect flow, review page): their keys derive from the secret.
         let web = match (&gateway, settings.gateway.as_ref().and_then(|g| g.web.as_ref())) {
             (Some(gateway), Some(web)) => {
@@ -130,7 +131,28 @@ impl Runtime {
         // The gateway's browser pages on their own TLS listener. Their grants and refusals go to
         // the server's surface sink (the request path's chain and digest key), whose refusal
         // counts the server's flusher writes every interval and `flush_audit` a last time.
-        if let Some((web, routes)) = web {
+        if let Some((web, mut routes)) = web {
+            // The operator console (`[web] operators_file`), its charts sampled from this server's
+            // own metrics until it shuts down.
+            if let Some(gateway) = &gateway {
+                let view = kill_switch.as_ref().map(|runtime| palisade_gateway::console::KillSwitchView {
+                    switch: runtime.switch.clone(),
+                    authority: runtime.shared_db.clone(),
+                    server_release: runtime.server_release.clone(),
+                });
+                let metrics = server.clone();
+                let console = palisade_gateway::console::serve(
+                    gateway,
+                    console_key,
+                    view,
+                    Arc::new(move || metrics.metrics().render()),
+                    server.shutdown_token().clone(),
+                )
+                .context("building the operator console ([web] operators_file)")?;
+                if let Some(console) = console {
+                    routes = routes.merge(console);
+                }
+            }
             palisade_server::server::spawn_refusal_flusher(&server);
             let local = palisade_gateway::web::start(
                 web,

@@ -304,6 +304,21 @@ impl Gateway {
         Ok(routes)
     }
 
+    /// The validated settings it runs.
+    pub(crate) fn settings(&self) -> &GatewaySettings {
+        &self.inner.settings
+    }
+
+    /// The store its decisions and records live in.
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    /// Its clock.
+    pub(crate) fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
     /// The pin report of the last build.
     pub fn report(&self) -> Vec<PinEntry> {
         lock(&self.inner.report).clone()

@@ -70,6 +70,8 @@ async fn pages() -> Pages {
         tls_cert_file: "/nonexistent".into(),
         tls_key_file: "/nonexistent".into(),
         review_token: None,
+        operators_file: None,
+        console_sample_secs: 10,
         sign_in: None,
         flow_ttl_secs: 600,
     };

@@ -13,6 +13,8 @@
 //!   on every unsafe method, the request timeout, the body limit, the headers), and the audit
 //!   sink every page records its grants and refusals through ([`WebAudit`]).
 //! - [`tls_config`] and [`serve_web`]: TLS (rustls, aws-lc-rs) and the accept loop.
+//! - [`signin`]: operator sign-in (named tokens, attempt limits, signed session cookies), shared
+//!   by the review page and the console.
 //!
 //! **Architecture Invariant:** every response leaves through [`surface`]'s header layer, and
 //! every request whose method is not `GET` or `HEAD` is refused (403) before any handler runs
@@ -53,6 +55,7 @@ pub use palisade_base::html::escape;
 pub use palisade_server::surface_audit::SurfaceAudit as Audit;
 
 pub(crate) mod settings;
+pub mod signin;
 
 pub use settings::WebSettings;
 
@@ -203,6 +206,7 @@ pub struct Page {
     body_html: String,
     form_actions: Vec<String>,
     cookies: Vec<HeaderValue>,
+    style: &'static str,
 }
 
 impl Page {
@@ -214,7 +218,14 @@ impl Page {
             body_html: body_html.into(),
             form_actions: Vec::new(),
             cookies: Vec::new(),
+            style: "",
         }
+    }
+
+    /// Adds `style` (a constant of this crate) after the surface's style sheet.
+    pub fn style(mut self, style: &'static str) -> Self {
+        self.style = style;
+        self
     }
 
     /// Allows the page's forms to be posted to (and redirected through) `target`'s origin as
@@ -240,8 +251,9 @@ impl IntoResponse for Page {
         let html = format!(
             "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
              <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-             <title>{}</title><style>{STYLE}</style></head><body>{}</body></html>",
+             <title>{}</title><style>{STYLE}{}</style></head><body>{}</body></html>",
             escape(&self.title),
+            self.style,
             self.body_html
         );
         let mut response = (self.status, html).into_response();

@@ -13,6 +13,9 @@ use crate::secret::SecretSource;
 /// Default lifetime of every flow step (connect link, sign-in, authorization `state`).
 pub const DEFAULT_FLOW_TTL_SECS: u64 = 600;
 
+/// Default seconds between two samples of the console's charts.
+pub const DEFAULT_CONSOLE_SAMPLE_SECS: u64 = 10;
+
 /// `[web]` as written: the HTTPS listener of the gateway's browser pages.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,6 +32,10 @@ pub struct RawWeb {
     pub review_token_file: Option<PathBuf>,
     /// Environment variable holding the review token (instead of the file).
     pub review_token_env: Option<String>,
+    /// File of the console's operator accounts, one `name token` a line: enables `/console`.
+    pub operators_file: Option<PathBuf>,
+    /// Seconds between two samples of the console's metrics charts. Default 10 (1..=300).
+    pub console_sample_secs: Option<u64>,
     /// Listen on a non-loopback address. Default false.
     pub allow_remote: Option<bool>,
     /// `user_oauth`: the identity provider people sign in with on the connect page; it must be
@@ -59,6 +66,10 @@ pub struct WebSettings {
     pub tls_key_file: PathBuf,
     /// The operator's credential for the review page (`None`: no review page).
     pub review_token: Option<SecretSource>,
+    /// The console's operator accounts (`None`: no console).
+    pub operators_file: Option<PathBuf>,
+    /// Seconds between two samples of the console's charts (1..=300).
+    pub console_sample_secs: u64,
     /// The identity provider of the `user_oauth` connect page (`None`: no connect page).
     pub sign_in: Option<SignInSettings>,
     /// Lifetime of every connect-flow step, in seconds (1..=600).
@@ -119,6 +130,14 @@ pub fn validate_web(raw: RawWeb) -> Result<WebSettings, GatewayConfigError> {
             return Err(bad("web.review_token_file", "give the token as a file or an environment variable, not both"));
         }
     };
+    let operators_file = match raw.operators_file {
+        Some(path) if path.as_os_str().is_empty() => return Err(bad("web.operators_file", "must not be empty")),
+        other => other,
+    };
+    let console_sample_secs = match raw.console_sample_secs.unwrap_or(DEFAULT_CONSOLE_SAMPLE_SECS) {
+        secs @ 1..=300 => secs,
+        _ => return Err(bad("web.console_sample_secs", "must be 1..=300")),
+    };
     let sign_in = match (raw.sign_in_issuer, raw.sign_in_client_id) {
         (None, None) => {
             if raw.sign_in_client_secret_file.is_some() || raw.sign_in_client_secret_env.is_some() {
@@ -158,5 +177,15 @@ pub fn validate_web(raw: RawWeb) -> Result<WebSettings, GatewayConfigError> {
         secs @ 1..=DEFAULT_FLOW_TTL_SECS => secs,
         _ => return Err(bad("web.flow_ttl_secs", "must be 1..=600")),
     };
-    Ok(WebSettings { listen, public_url, tls_cert_file, tls_key_file, review_token, sign_in, flow_ttl_secs })
+    Ok(WebSettings {
+        listen,
+        public_url,
+        tls_cert_file,
+        tls_key_file,
+        review_token,
+        operators_file,
+        console_sample_secs,
+        sign_in,
+        flow_ttl_secs,
+    })
 }

@@ -17,6 +17,8 @@ fn settings() -> WebSettings {
         tls_cert_file: PathBuf::from("/nonexistent/web.crt"),
         tls_key_file: PathBuf::from("/nonexistent/web.key"),
         review_token: None,
+        operators_file: None,
+        console_sample_secs: 10,
         sign_in: None,
         flow_ttl_secs: 600,
     }

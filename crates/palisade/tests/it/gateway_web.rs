@@ -1,6 +1,7 @@
 //! The gateway's web pages (`[web]`) through the real binary: the review page's sign-in limits
 //! (parallel wrong guesses past the per-source limit refused unchecked, the operator at another
-//! address still signing in) and the audit records of the pages' grants and refusals.
+//! address still signing in) and the audit records of the pages' grants and refusals; the
+//! operator console in headless Chromium (tests/interop/console_page.mjs).
 
 use std::time::{Duration, Instant};
 
@@ -8,12 +9,19 @@ use crate::harness::{Palisade, TempDir};
 use crate::upstream_fixture::{Upstream, tool};
 
 const REVIEW_TOKEN: &str = "operator-review-token-it-0123";
+const OPERATOR: &str = "olivia";
+const OPERATOR_TOKEN: &str = "operator-console-token-it-0123";
+/// A description an attacker would write: markup, and a hidden right-to-left override.
+const HOSTILE: &str = "Echoes its arguments. <img src=x onerror=alert(1)><script>alert(2)</script>\u{202E}";
 
 struct Pages {
     _server: Palisade,
     origin: String,
     ca: reqwest::Certificate,
     db: std::path::PathBuf,
+    config: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
     _upstream: Upstream,
 }
 
@@ -22,7 +30,7 @@ fn free_port() -> u16 {
 }
 
 async fn boot() -> Pages {
-    let upstream = Upstream::start(vec![tool("echo", "Echoes its arguments.")]).await;
+    let upstream = Upstream::start(vec![tool("echo", HOSTILE)]).await;
     let dir = TempDir::new();
     let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
     let cert = dir.0.join("web.crt");
@@ -31,19 +39,24 @@ async fn boot() -> Pages {
     std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
     let token = dir.0.join("review-token");
     std::fs::write(&token, REVIEW_TOKEN).unwrap();
+    let operators = dir.0.join("operators");
+    std::fs::write(&operators, format!("# the console's operators\n{OPERATOR} {OPERATOR_TOKEN}\n")).unwrap();
     let port = free_port();
     let config = dir.0.join("gateway.toml");
     let db = dir.0.join("palisade.db");
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n\n[auth]\ndev_issuer = true\n\n[web]\nlisten = \"127.0.0.1:{port}\"\n\
+            "listen = \"127.0.0.1:0\"\ndata_dir = \"{data}\"\n\n[auth]\ndev_issuer = true\n\n[killswitch]\nmode = \"dev\"\n\n\
+             [web]\nlisten = \"127.0.0.1:{port}\"\n\
              public_url = \"https://127.0.0.1:{port}/\"\ntls_cert_file = \"{cert}\"\ntls_key_file = \"{key}\"\n\
-             review_token_file = \"{token}\"\n\n[[upstreams]]\nid = \"docs\"\nurl = \"{url}\"\n",
+             review_token_file = \"{token}\"\noperators_file = \"{operators}\"\nconsole_sample_secs = 1\n\n\
+             [[upstreams]]\nid = \"docs\"\nurl = \"{url}\"\n",
             data = dir.path(),
             cert = cert.display(),
             key = key.display(),
             token = token.display(),
+            operators = operators.display(),
             url = upstream.url,
         ),
     )
@@ -58,6 +71,9 @@ async fn boot() -> Pages {
         origin: format!("https://127.0.0.1:{port}"),
         ca: reqwest::Certificate::from_pem(certified.cert.pem().as_bytes()).unwrap(),
         db,
+        config,
+        cert,
+        key,
         _upstream: upstream,
     }
 }
@@ -154,4 +170,77 @@ async fn parallel_wrong_review_tokens_are_limited_per_source_and_every_sign_in_a
     assert_ne!(signed_in.3.split(' ').next(), guesser_source.split(' ').next());
     let text = format!("{records:?}");
     assert!(!text.contains("127.0.0") && !text.contains("operator-review-token"), "{text}");
+}
+
+/// The operator console in headless Chromium: sign-in, every section with the upstream and its
+/// pending definition, the upstream the operator switched off, the CSP, framing and forged-POST refusals, the layout at 390 px and the
+/// landmarks' boxes against tests/interop/console-layout.json (tests/interop/console_page.mjs
+/// says what each check is).
+#[tokio::test]
+async fn the_operator_console_in_headless_chromium() {
+    let tools = crate::gateway_stdio_servers::test_tools();
+    let pages = boot().await;
+    // An operator switches the upstream off at the (development) authority (`--force`: with nothing
+    // approved yet, the development policy has no rule that asks for upstream targets).
+    let disabled = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["authority", "disable", "--target", "upstream:docs", "--reason", "incident-7", "--force", "--config"])
+        .arg(&pages.config)
+        .output()
+        .unwrap();
+    assert!(disabled.status.success(), "{}", String::from_utf8_lossy(&disabled.stderr));
+    let browser = pages.browser([127, 0, 0, 1]);
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("operator", OPERATOR)
+        .append_pair("token", OPERATOR_TOKEN)
+        .finish();
+    let signed_in = browser
+        .post(format!("{}/console/login", pages.origin))
+        .header("origin", &pages.origin)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 303);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_owned();
+    // The console has figures once it sampled twice and verified the chains once.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let html = loop {
+        let page = browser.get(format!("{}/console", pages.origin)).header("cookie", &cookie).send().await.unwrap();
+        let html = page.text().await.unwrap();
+        let charted = html.split("id=\"chart-requests\"").nth(1).is_some_and(|chart| {
+            let chart = &chart[..chart.find("</figure>").unwrap_or(chart.len())];
+            chart.contains("<polyline") || chart.contains("<circle")
+        });
+        if (charted && html.contains("Chain status: intact")) || Instant::now() > deadline {
+            break html;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(html.contains("Chain status: intact"), "{html}");
+    assert!(!html.contains("<img src=x") && html.contains("&lt;img src=x"), "the hostile description is escaped");
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/interop");
+    // The screenshots stay beside the build for a person (or CI) to look at.
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    std::fs::create_dir_all(&out).unwrap();
+    let run = std::process::Command::new(tools.join("bin/node"))
+        .arg(root.join("console_page.mjs"))
+        .arg(&out)
+        .env("INTEROP_NODE_MODULES", tools.join("npm/node_modules"))
+        .env("CHROMIUM", "/usr/bin/chromium")
+        .env("CONSOLE_URL", format!("{}/console", pages.origin))
+        .env("CONSOLE_OPERATOR", OPERATOR)
+        .env("CONSOLE_TOKEN", OPERATOR_TOKEN)
+        .env("WEB_CERT", &pages.cert)
+        .env("WEB_KEY", &pages.key)
+        .env("EXPECT_UPSTREAM", "docs")
+        .env("EXPECT_DISABLED", "upstream:docs")
+        .env("EXPECT_LAYOUT", root.join("console-layout.json"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("FAIL") && stdout.matches("ok - console:").count() >= 18, "{stdout}");
 }
