@@ -340,6 +340,30 @@ async fn observed_launch(
     Ok((spec, digest, row))
 }
 
+/// Starts upstream `id`'s approved launch (`digest`) once, connects and lists its tools, and
+/// stops it: `Ok` with what answered, `Err` with why it did not (a server that exits at start
+/// carries its stderr's cause).
+async fn start_check(gateway: &GatewaySettings, id: &str, digest: &str) -> Result<String, String> {
+    use palisade_gateway::upstream::{ListKind, UpstreamClient, stdio::SandboxIdentities};
+    let upstream = gateway.upstreams.iter().find(|u| u.id == id).ok_or_else(|| format!("no upstream {id}"))?;
+    let identities = SandboxIdentities::new(gateway.sandbox);
+    let client = UpstreamClient::stdio(upstream, identities, gateway.protected_paths.clone())
+        .map_err(|error| format!("FAILED: {error}"))?;
+    client.set_launch_approved(Some(digest.to_owned())).await;
+    let outcome = async {
+        let info = client.connect().await?;
+        let tools = client.list(ListKind::Tools).await?;
+        Ok::<_, palisade_gateway::upstream::UpstreamError>(format!(
+            "started; it answers ({}) and lists {} tools",
+            info.era,
+            tools.len()
+        ))
+    }
+    .await;
+    client.shutdown().await;
+    outcome.map_err(|error| format!("FAILED: {error}"))
+}
+
 #[allow(clippy::print_stdout)]
 pub async fn upstreams(command: UpstreamsCommand) -> anyhow::Result<ExitCode> {
     let (args, verdict) = match command {
@@ -351,11 +375,21 @@ pub async fn upstreams(command: UpstreamsCommand) -> anyhow::Result<ExitCode> {
             println!("{:<18}{}", "pin", row.observation.pin_id);
             let state = state_of(&row, &gateway.pins);
             println!("{:<18}{}", "state", state.as_str());
+            // An approved launch is started once, as the gateway would: a server that cannot start
+            // says why here (its stderr's cause), not only in the gateway's log.
+            let started = if state == PinState::Approved {
+                let check = start_check(&gateway, &id, &digest).await;
+                println!("{:<18}{}", "start check", reveal_line(check.as_ref().unwrap_or_else(|error| error)));
+                check.is_ok()
+            } else {
+                println!("{:<18}not run (only an approved launch is started)", "start check");
+                true
+            };
             if spec.settings.confinement == palisade_gateway::config::Confinement::None {
                 println!("\nWARNING: confinement = \"none\": this server runs UNCONFINED, with the gateway's access.");
             }
             println!("\nWARNING: {}", palisade_gateway::launch::EXECUTES_CODE_WARNING);
-            return Ok(ExitCode::SUCCESS);
+            return Ok(if started { ExitCode::SUCCESS } else { ExitCode::FAILURE });
         }
         UpstreamsCommand::Approve(args) => (args, PinVerdict::Approved),
         UpstreamsCommand::Reject(args) => (args, PinVerdict::Rejected),
