@@ -305,3 +305,69 @@ pub fn file_sha256(path: &Path) -> Result<String, PackageError> {
     }
     Ok(sha)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(dir: &Path, first_line: &str) -> Result<Option<Shebang>, PackageError> {
+        let path = dir.join("script");
+        std::fs::write(&path, format!("{first_line}\nbody\n")).unwrap();
+        shebang(&path)
+    }
+
+    #[test]
+    fn shebang_lines_name_their_interpreter_as_the_kernel_reads_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = |name: &str, args: &[&str]| {
+            Some(Shebang::Env { name: name.to_owned(), args: args.iter().map(|a| (*a).to_owned()).collect() })
+        };
+        assert_eq!(script(dir.path(), "#!/usr/bin/env node").unwrap(), env("node", &[]));
+        assert_eq!(
+            script(dir.path(), "#!/usr/bin/env -S node --max-old-space-size=512").unwrap(),
+            env("node", &["--max-old-space-size=512"])
+        );
+        assert_eq!(
+            script(dir.path(), "#!/opt/mcp/py/bin/python3 -u").unwrap(),
+            Some(Shebang::Direct { interpreter: "/opt/mcp/py/bin/python3".into(), arg: Some("-u".into()) })
+        );
+        assert_eq!(
+            script(dir.path(), "#! /bin/sh").unwrap(),
+            Some(Shebang::Direct { interpreter: "/bin/sh".into(), arg: None })
+        );
+        assert_eq!(script(dir.path(), "\u{7f}ELF").unwrap(), None, "a binary has none");
+        assert_eq!(script(dir.path(), "#!").unwrap(), None);
+        assert!(matches!(shebang(&dir.path().join("missing")), Err(PackageError::Unreadable { .. })));
+    }
+
+    #[test]
+    fn a_tree_digest_changes_with_any_byte_mode_name_or_link_and_not_otherwise() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("node_modules");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/index.js"), "one").unwrap();
+        std::os::unix::fs::symlink("a/b/index.js", root.join("link")).unwrap();
+        let digest = || hash_tree(TreeKind::NodeModules, &root, &TREE_BOUNDS).unwrap();
+        let first = digest();
+        assert_eq!((first.entries, first.bytes), (4, 3));
+        assert_eq!(digest(), first, "stable");
+        let mut seen = vec![first.sha256.clone()];
+        let mut changed = |what: &str| {
+            let sha = digest().sha256;
+            assert!(!seen.contains(&sha), "{what} did not change the digest");
+            seen.push(sha);
+        };
+        std::fs::write(root.join("a/b/index.js"), "two").unwrap();
+        changed("a file's bytes");
+        std::fs::set_permissions(root.join("a/b/index.js"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        changed("a file's mode");
+        std::fs::remove_file(root.join("link")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("link")).unwrap();
+        changed("a symlink's target");
+        std::fs::rename(root.join("a/b/index.js"), root.join("a/b/main.js")).unwrap();
+        changed("a file's name");
+        std::fs::create_dir(root.join("a/empty")).unwrap();
+        changed("a new directory");
+    }
+}

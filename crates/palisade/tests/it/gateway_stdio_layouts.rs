@@ -89,14 +89,13 @@ async fn the_filesystem_server_runs_from_its_bin_link_and_from_a_prefix_install_
         );
         assert!(shown.contains(&format!("runs              {} ", text(&node))), "{shown}");
         let token = approve_and_serve(&gateway, upstream, &["read_text_file", "list_directory"]).await;
-        let read = gateway.call(
-            &token,
-            &format!("{upstream}_read_text_file"),
-            json!({"path": text(&served.join("hello.txt"))}),
-        );
-        assert_eq!(result_text(&read.await, upstream).trim(), "served-by-node");
+        let hello = served.join("hello.txt");
+        let read = gateway.call(&token, &format!("{upstream}_read_text_file"), json!({"path": text(&hello)})).await;
+        assert_eq!(result_text(&read, upstream).trim(), "served-by-node");
         let listed = gateway.call(&token, &format!("{upstream}_list_directory"), json!({"path": text(&served)})).await;
         assert!(result_text(&listed, upstream).contains("hello.txt"));
+        let started = gateway.cli_ok(&["upstreams", "show", upstream, "--start"]);
+        assert!(started.contains("start check       started; it answers ("), "{started}");
     }
 
     // A changed dependency is a changed launch: nothing starts until it is approved again.
@@ -168,8 +167,10 @@ fn a_node_server_missing_a_dependency_is_reported_with_its_cause() {
         + &stdio_entry("broken", text(&node), &[text(&server)], &[], "");
     let gateway = GatewayUnderTest::new(&body);
     // Before its approval nothing is started.
-    let pending = gateway.cli_ok(&["upstreams", "show", "broken"]);
-    assert!(pending.contains("start check       not run (only an approved launch is started)"), "{pending}");
+    let pending = gateway.cli(&["upstreams", "show", "broken", "--start"]);
+    let pending_text = String::from_utf8_lossy(&pending.stdout);
+    assert_eq!(pending.status.code(), Some(1), "{pending_text}");
+    assert!(pending_text.contains("start check       not run (only an approved launch is started)"), "{pending_text}");
     gateway.cli_ok(&["upstreams", "approve", "broken", "--reviewer", "alice"]);
     let cause = "Error [ERR_MODULE_NOT_FOUND]: Cannot find package '@modelcontextprotocol/sdk' imported from";
     let status = gateway.cli(&["gateway", "status"]);
@@ -179,7 +180,7 @@ fn a_node_server_missing_a_dependency_is_reported_with_its_cause() {
     assert!(line.contains("closed its stdout; its last stderr lines:"), "{line}");
     assert!(line.contains(cause), "gateway status names the cause: {line}");
     assert!(!line.contains(" at "), "the stack frames are left out: {line}");
-    let show = gateway.cli(&["upstreams", "show", "broken"]);
+    let show = gateway.cli(&["upstreams", "show", "broken", "--start"]);
     let shown = String::from_utf8_lossy(&show.stdout);
     assert_eq!(show.status.code(), Some(1), "an approved launch that cannot start fails the show: {shown}");
     let check = shown.lines().find(|line| line.starts_with("start check")).unwrap_or_else(|| panic!("{shown}"));
