@@ -651,7 +651,7 @@ mod tests {
         let launch =
             LaunchSpec::resolve_stdio("n", "stdio:n", &settings(bin.to_str().unwrap(), &["--x"]), Some(&path_var))
                 .unwrap();
-        assert_eq!(launch.packages.iter().map(|t| t.path.clone()).collect::<Vec<_>>(), [modules.clone()]);
+        assert_eq!(launch.packages.iter().map(|t| t.path.as_path()).collect::<Vec<_>>(), [modules.as_path()]);
         assert_eq!(launch.argv(), [node_bin.join("node").to_str().unwrap(), bin.to_str().unwrap(), "--x"]);
         let entry = modules.join("@scope/srv/dist/index.js");
         let by_argument = settings(node_bin.join("node").to_str().unwrap(), &[entry.to_str().unwrap()]);
