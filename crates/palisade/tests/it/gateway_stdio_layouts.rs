@@ -4,7 +4,9 @@
 //! read-only; the interpreter its `#!/usr/bin/env node` names found on the gateway's `PATH`), the
 //! Python SDK server from a virtual environment made by `python3 -m venv`, a changed dependency
 //! making the launch unapproved, and a real Node server whose dependency is missing, whose cause
-//! (`ERR_MODULE_NOT_FOUND`) `gateway status` and `upstreams show` name.
+//! (`ERR_MODULE_NOT_FOUND`) `gateway status` and `upstreams show --start` name. README's
+//! recipes (Node with `--prefix`, Python in a venv, a static binary) are run as written, only
+//! their paths moved.
 
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -13,15 +15,21 @@ use crate::gateway_boundary::GatewayUnderTest;
 use crate::gateway_stdio_servers::{approve_and_serve, node_modules, result_text, stdio_entry, test_tools, text};
 use crate::harness::{Palisade, TempDir};
 
+#[path = "../../../gateway/tests/support/stdio_fixture.rs"]
+mod stdio_fixture;
+
 /// The gateway's `PATH`: the tools' Node first, then the system's.
 fn gateway_path() -> String {
     format!("{}:/usr/bin:/bin", text(&test_tools().join("bin")))
 }
 
-/// Starts the gateway with [`gateway_path`] as its `PATH` (the CLI then resolves on the same one).
+/// Starts the gateway with [`gateway_path`] as its `PATH` (the CLI then resolves on the same
+/// one), and `MCP_TOOL_TOKEN` set.
 fn start(gateway: &mut GatewayUnderTest) {
     let args = ["gateway", "--config", gateway.config.as_str()];
-    gateway.server = Some(Palisade::spawn(&args, &[("PATH", &gateway_path())], TempDir::new()));
+    let envs = [("PATH", gateway_path()), ("MCP_TOOL_TOKEN", "tool-token-for-the-recipe".to_owned())];
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(name, value)| (*name, value.as_str())).collect();
+    gateway.server = Some(Palisade::spawn(&args, &envs, TempDir::new()));
 }
 
 /// `cp -al`: a copy of the tree `from` at `to` whose files are hard links (no bytes copied).
@@ -185,4 +193,25 @@ fn a_node_server_missing_a_dependency_is_reported_with_its_cause() {
     assert_eq!(show.status.code(), Some(1), "an approved launch that cannot start fails the show: {shown}");
     let check = shown.lines().find(|line| line.starts_with("start check")).unwrap_or_else(|| panic!("{shown}"));
     assert!(check.contains("FAILED") && check.contains(cause), "{check}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_binary_runs_from_readme_s_recipe_with_nothing_but_itself() {
+    let fixture = stdio_fixture::fixture_path();
+    let entry = readme_recipe("tool", &[("/opt/mcp/bin/mcp-tool", &fixture)]);
+    let mut gateway = GatewayUnderTest::new(&entry);
+    start(&mut gateway);
+    let shown = gateway.cli_ok(&["upstreams", "show", "tool"]);
+    assert!(!shown.contains("package tree"), "a static binary has no package tree: {shown}");
+    assert!(!shown.contains("interpreter"), "{shown}");
+    assert!(
+        shown.contains(&format!("runs              {}\n", text(&std::fs::canonicalize(&fixture).unwrap()))),
+        "{shown}"
+    );
+    assert!(shown.contains("env               MCP_TOOL_TOKEN"), "{shown}");
+    let token = approve_and_serve(&gateway, "tool", &["echo"]).await;
+    let echoed = gateway.call(&token, "tool_echo", json!({"text": "static"})).await;
+    assert_eq!(echoed.result()["structuredContent"], json!({"text": "static"}), "{:?}", echoed.response());
+    assert!(gateway.is_running());
+    gateway.stop();
 }
