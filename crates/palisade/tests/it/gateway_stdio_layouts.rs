@@ -12,11 +12,9 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 
 use crate::gateway_boundary::GatewayUnderTest;
+use crate::gateway_stdio::stdio_fixture;
 use crate::gateway_stdio_servers::{approve_and_serve, node_modules, result_text, stdio_entry, test_tools, text};
 use crate::harness::{Palisade, TempDir};
-
-#[path = "../../../gateway/tests/support/stdio_fixture.rs"]
-mod stdio_fixture;
 
 /// The gateway's `PATH`: the tools' Node first, then the system's.
 fn gateway_path() -> String {
