@@ -37,6 +37,7 @@ mod http;
 pub mod launch;
 mod legacy;
 mod messages;
+pub mod packages;
 pub(crate) mod settings;
 mod sse;
 pub mod stdio;

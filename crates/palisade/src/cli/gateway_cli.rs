@@ -69,14 +69,20 @@ pub enum PinsCommand {
 #[derive(Subcommand)]
 pub enum UpstreamsCommand {
     /// Show a stdio upstream's launch exactly: command, every argument, environment names,
-    /// working directory, grants, network, limits, confinement, and the SHA-256 of the
-    /// executable that will run; with its launch digest and approval state.
+    /// working directory, grants, network, limits, confinement, the SHA-256 of the executable
+    /// and interpreter that will run, and the package trees it runs from; with its launch digest
+    /// and approval state.
     Show {
         /// The upstream id.
         id: String,
         /// The gateway's configuration file.
         #[arg(long)]
         config: PathBuf,
+        /// Start an approved launch once (confined, with this shell's environment for its `env`
+        /// names), connect and list its tools, and stop it: prints what answered, or why it did
+        /// not (a server that exits at start: the cause its stderr gives); exit status 1 then.
+        #[arg(long)]
+        start: bool,
     },
     /// Approve the launch as it resolves now (or only if its digest is the one given with
     /// --digest). Any change to it later, the executable's bytes included, needs a new approval.
@@ -345,10 +351,34 @@ async fn observed_launch(
     Ok((spec, digest, row))
 }
 
+/// Starts upstream `id`'s approved launch (`digest`) once, connects and lists its tools, and
+/// stops it: `Ok` with what answered, `Err` with why it did not (a server that exits at start
+/// carries its stderr's cause).
+async fn start_check(gateway: &GatewaySettings, id: &str, digest: &str) -> Result<String, String> {
+    use palisade_gateway::upstream::{ListKind, UpstreamClient, stdio::SandboxIdentities};
+    let upstream = gateway.upstreams.iter().find(|u| u.id == id).ok_or_else(|| format!("no upstream {id}"))?;
+    let identities = SandboxIdentities::new(gateway.sandbox);
+    let client = UpstreamClient::stdio(upstream, identities, gateway.protected_paths.clone())
+        .map_err(|error| format!("FAILED: {error}"))?;
+    client.set_launch_approved(Some(digest.to_owned())).await;
+    let outcome = async {
+        let info = client.connect().await?;
+        let tools = client.list(ListKind::Tools).await?;
+        Ok::<_, palisade_gateway::upstream::UpstreamError>(format!(
+            "started; it answers ({}) and lists {} tools",
+            info.era,
+            tools.len()
+        ))
+    }
+    .await;
+    client.shutdown().await;
+    outcome.map_err(|error| format!("FAILED: {error}"))
+}
+
 #[allow(clippy::print_stdout)]
 pub async fn upstreams(command: UpstreamsCommand) -> anyhow::Result<ExitCode> {
     let (args, verdict) = match command {
-        UpstreamsCommand::Show { id, config } => {
+        UpstreamsCommand::Show { id, config, start } => {
             let (_, gateway, store) = open(&config).await?;
             let (spec, digest, row) = observed_launch(&gateway, &store, &id).await?;
             print!("{}", spec.render());
@@ -356,11 +386,25 @@ pub async fn upstreams(command: UpstreamsCommand) -> anyhow::Result<ExitCode> {
             println!("{:<18}{}", "pin", row.observation.pin_id);
             let state = state_of(&row, &gateway.pins);
             println!("{:<18}{}", "state", state.as_str());
+            // With --start an approved launch is started once, as the gateway would: a server that
+            // cannot start says why here (its stderr's cause), not only in the gateway's log.
+            let started = match (start, state == PinState::Approved) {
+                (true, true) => {
+                    let check = start_check(&gateway, &id, &digest).await;
+                    println!("{:<18}{}", "start check", reveal_line(check.as_ref().unwrap_or_else(|error| error)));
+                    check.is_ok()
+                }
+                (true, false) => {
+                    println!("{:<18}not run (only an approved launch is started)", "start check");
+                    false
+                }
+                (false, _) => true,
+            };
             if spec.settings.confinement == palisade_gateway::config::Confinement::None {
                 println!("\nWARNING: confinement = \"none\": this server runs UNCONFINED, with the gateway's access.");
             }
             println!("\nWARNING: {}", palisade_gateway::launch::EXECUTES_CODE_WARNING);
-            return Ok(ExitCode::SUCCESS);
+            return Ok(if started { ExitCode::SUCCESS } else { ExitCode::FAILURE });
         }
         UpstreamsCommand::Approve(args) => (args, PinVerdict::Approved),
         UpstreamsCommand::Reject(args) => (args, PinVerdict::Rejected),

@@ -14,7 +14,7 @@ use crate::gateway_boundary::GatewayUnderTest;
 use crate::harness::{Exchange, Palisade, TempDir, tool_call};
 
 #[path = "../../../gateway/tests/support/stdio_fixture.rs"]
-mod stdio_fixture;
+pub(crate) mod stdio_fixture;
 
 /// How long a wanted change (a process started or stopped, tools withdrawn) may take.
 const DEADLINE: Duration = Duration::from_secs(30);

@@ -42,11 +42,11 @@ pub(crate) fn test_tools() -> PathBuf {
     tools
 }
 
-fn node_modules() -> PathBuf {
+pub(crate) fn node_modules() -> PathBuf {
     test_tools().join("npm/node_modules")
 }
 
-fn text(path: &Path) -> &str {
+pub(crate) fn text(path: &Path) -> &str {
     path.to_str().expect("a UTF-8 path")
 }
 
@@ -59,7 +59,7 @@ fn random_marker(label: &str) -> String {
 }
 
 /// One confined stdio `[[upstreams]]` entry (`extra`: more keys, then tables).
-fn stdio_entry(id: &str, command: &str, args: &[&str], grants: &[&Path], extra: &str) -> String {
+pub(crate) fn stdio_entry(id: &str, command: &str, args: &[&str], grants: &[&Path], extra: &str) -> String {
     let args: Vec<String> = args.iter().map(|arg| format!("{arg:?}")).collect();
     let grants: Vec<String> = grants.iter().map(|path| format!("{{ path = {:?} }}", text(path))).collect();
     format!(
@@ -84,7 +84,7 @@ fn pinned_tools(gateway: &GatewayUnderTest, upstream: &str) -> Vec<String> {
 
 /// Approves `upstream`'s launch, waits until the started server's tools `expected` are pinned,
 /// approves them all, and returns alice's token once the gateway lists them.
-async fn approve_and_serve(gateway: &GatewayUnderTest, upstream: &str, expected: &[&str]) -> String {
+pub(crate) async fn approve_and_serve(gateway: &GatewayUnderTest, upstream: &str, expected: &[&str]) -> String {
     let shown = gateway.cli_ok(&["upstreams", "show", upstream]);
     assert!(shown.contains("bubblewrap"), "the launch is confined: {shown}");
     gateway.cli_ok(&["upstreams", "approve", upstream, "--reviewer", "it"]);
@@ -117,7 +117,7 @@ fn everything(answer: &Exchange) -> String {
 }
 
 /// The text of a successful tool result (its first content item).
-fn result_text(answer: &Exchange, what: &str) -> String {
+pub(crate) fn result_text(answer: &Exchange, what: &str) -> String {
     let result = answer.result();
     assert_ne!(result["isError"], true, "{what}: {result}");
     result["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{what}: no text in {result}")).to_owned()

@@ -14,6 +14,7 @@ mod gateway_boundary;
 mod gateway_names;
 mod gateway_pins;
 mod gateway_stdio;
+mod gateway_stdio_layouts;
 mod gateway_stdio_servers;
 mod gateway_web;
 mod harness;

@@ -241,6 +241,7 @@ impl StdioLink {
         }
         let env = sandbox::environment(&spec, &|name| std::env::var(name).ok())
             .map_err(|error| UpstreamError::Unavailable(error.to_string()))?;
+        let secrets: Vec<(String, String)> = env.iter().skip(sandbox::FIXED_ENV).cloned().collect();
         let confined = spec.settings.confinement == Confinement::Bubblewrap;
         let uid = if confined && sandbox::running_as_root() {
             Some(self.identities.pool.take().map_err(|error| UpstreamError::Unavailable(error.to_string()))?)
@@ -259,6 +260,7 @@ impl StdioLink {
                         relay_messages: !spec.settings.shared,
                         uid,
                         drops: self.health.drops.clone(),
+                        secrets,
                     },
                 )
             });

@@ -44,8 +44,10 @@ struct Shared {
     /// Set by [`Process::stop`]: the end that follows is expected.
     stopping: AtomicBool,
     exited: CancellationToken,
-    /// Its last stderr lines (escaped, each cut to [`STDERR_TAIL_CHARS`]), for the error of a
-    /// process that ends unasked: the operator sees why it ended without reading the log.
+    /// Its last [`STDERR_RING_LINES`] stderr lines (a JSON log record as its level, message and
+    /// error; escaped, each cut to [`STDERR_TAIL_CHARS`]), from which the error of a process that
+    /// ends unasked takes its cause ([`stderr_cause`]): the operator sees why it ended without
+    /// reading the log.
     stderr_tail: Mutex<std::collections::VecDeque<String>>,
     /// Cancelled when its stderr has been read to the end.
     stderr_done: CancellationToken,
@@ -53,6 +55,8 @@ struct Shared {
 
 /// How many of the last stderr lines an unexpected end's error carries.
 const STDERR_TAIL_LINES: usize = 6;
+/// How many of the last stderr lines are kept to find them in (a Node error is ~15 lines).
+const STDERR_RING_LINES: usize = 48;
 /// How many characters of each of those lines.
 const STDERR_TAIL_CHARS: usize = 300;
 /// How long the end of stdout waits for stderr to be read to its end before failing requests.
@@ -100,6 +104,8 @@ pub(crate) struct StartOptions {
     pub uid: Option<u32>,
     /// The upstream's drop counters.
     pub drops: Arc<Drops>,
+    /// The declared environment's values, by name: masked wherever stderr repeats one.
+    pub secrets: Vec<(String, String)>,
 }
 
 impl Process {
@@ -128,7 +134,7 @@ impl Process {
             dead: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             exited: CancellationToken::new(),
-            stderr_tail: Mutex::new(std::collections::VecDeque::with_capacity(STDERR_TAIL_LINES)),
+            stderr_tail: Mutex::new(std::collections::VecDeque::with_capacity(STDERR_RING_LINES)),
             stderr_done: CancellationToken::new(),
         });
         let process = Arc::new(Self {
@@ -142,7 +148,9 @@ impl Process {
             uid: options.uid,
         });
         tracing::info!(upstream = %options.upstream, pid = ?process.pid, uid = ?options.uid, "stdio server started");
-        tokio::spawn(log_stderr(options.upstream.clone(), stderr, options.drops.clone(), shared.clone()));
+        let stderr_sink =
+            StderrSink { upstream: options.upstream.clone(), drops: options.drops.clone(), secrets: options.secrets };
+        tokio::spawn(log_stderr(stderr_sink, stderr, shared.clone()));
         let weak = Arc::downgrade(&process);
         let limits = StdoutLimits { max_line_bytes: options.max_line_bytes, drops: options.drops };
         tokio::spawn(read_stdout(weak, shared, stdout, limits, options.upstream));
@@ -345,7 +353,7 @@ async fn read_stdout(
         // A server that fails at start says why on stderr (a missing module, a bad argument):
         // its last lines go into the one error the caller, the log and `gateway status` show.
         let _ = tokio::time::timeout(STDERR_TAIL_WAIT, shared.stderr_done.cancelled()).await;
-        let tail = lock(&shared.stderr_tail).iter().cloned().collect::<Vec<_>>();
+        let tail = stderr_cause(&lock(&shared.stderr_tail).iter().cloned().collect::<Vec<_>>());
         let why = if tail.is_empty() {
             why.to_owned()
         } else {
@@ -399,10 +407,35 @@ async fn route_notification(shared: &Shared, method: &str, mut frame: Value) {
     }
 }
 
-/// Logs stderr lines (control characters escaped, each cut to [`MAX_STDERR_LINE`] bytes) up to
-/// [`MAX_STDERR_BYTES`]. Only the kept part of a line is ever held: the rest of a long line, and
-/// everything past the log cap, is read through the reader's fixed buffer, discarded and counted.
-async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc<Drops>, shared: Arc<Shared>) {
+/// Where a process's stderr goes: the log under its upstream's name, its drop counters, and
+/// the values masked in both.
+struct StderrSink {
+    upstream: String,
+    drops: Arc<Drops>,
+    secrets: Vec<(String, String)>,
+}
+
+/// Shortest declared value that is masked in stderr (a shorter one would mask ordinary words).
+const MIN_MASKED_CHARS: usize = 6;
+
+/// `line` with every declared value of at least [`MIN_MASKED_CHARS`] replaced by `[NAME]`: a
+/// server that echoes its API key on stderr does not put it in the gateway's log or errors.
+fn mask(line: &str, secrets: &[(String, String)]) -> String {
+    let mut line = line.to_owned();
+    for (name, value) in secrets {
+        if value.chars().count() >= MIN_MASKED_CHARS && line.contains(value.as_str()) {
+            line = line.replace(value.as_str(), &format!("[{name}]"));
+        }
+    }
+    line
+}
+
+/// Logs stderr lines (declared values masked, control characters escaped, each cut to
+/// [`MAX_STDERR_LINE`] bytes) up to [`MAX_STDERR_BYTES`]. Only the kept part of a line is ever
+/// held: the rest of a long line, and everything past the log cap, is read through the reader's
+/// fixed buffer, discarded and counted.
+async fn log_stderr(sink: StderrSink, stderr: impl AsyncRead + Unpin, shared: Arc<Shared>) {
+    let StderrSink { upstream, drops, secrets } = sink;
     let mut reader = BufReader::new(stderr);
     let mut logged = 0usize;
     let mut dropped = 0usize;
@@ -416,11 +449,14 @@ async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc
             };
         dropped = dropped.saturating_add(read.discarded);
         let kept = read.consumed - read.discarded;
-        let shown =
-            palisade_base::reveal::reveal_line_short(String::from_utf8_lossy(&line).trim_end(), STDERR_TAIL_CHARS);
+        let raw = mask(String::from_utf8_lossy(&line).trim_end(), &secrets);
+        let shown = palisade_base::reveal::reveal_line_short(
+            &mask(&log_record(&raw).unwrap_or_else(|| raw.clone()), &secrets),
+            STDERR_TAIL_CHARS,
+        );
         if !shown.is_empty() {
             let mut tail = lock(&shared.stderr_tail);
-            if tail.len() == STDERR_TAIL_LINES {
+            if tail.len() == STDERR_RING_LINES {
                 tail.pop_front();
             }
             tail.push_back(shown);
@@ -431,12 +467,8 @@ async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc
             continue;
         }
         logged += kept;
-        let text = String::from_utf8_lossy(&line);
-        let text: String = text
-            .trim_end()
-            .chars()
-            .map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() })
-            .collect();
+        let text: String =
+            raw.chars().map(|c| if c.is_control() { c.escape_unicode().to_string() } else { c.to_string() }).collect();
         tracing::info!(%upstream, stderr = %text, "stdio server stderr");
         if logged >= MAX_STDERR_BYTES {
             tracing::warn!(%upstream, "stdio server stderr reached its log cap; the rest is not logged");
@@ -446,4 +478,153 @@ async fn log_stderr(upstream: String, stderr: impl AsyncRead + Unpin, drops: Arc
         tracing::warn!(%upstream, dropped_bytes = dropped, "stdio server stderr not logged");
     }
     shared.stderr_done.cancel();
+}
+
+/// A stderr line that is a JSON log record (pino, bunyan, structlog, …) as `level: message:
+/// error`; `None` for any other line.
+fn log_record(line: &str) -> Option<String> {
+    let record = serde_json::from_str::<Map<String, Value>>(line.trim()).ok()?;
+    let text = |value: &Value| match value {
+        Value::String(text) => Some(text.clone()),
+        Value::Number(number) => Some(number.to_string()),
+        _ => None,
+    };
+    let field = |names: &[&str]| names.iter().find_map(|name| record.get(*name).and_then(text));
+    let message = field(&["msg", "message", "event"])?;
+    let error = ["err", "error", "exception"].iter().find_map(|name| match record.get(*name)? {
+        Value::Object(error) => error.get("message").and_then(text).or_else(|| error.get("stack").and_then(text)),
+        other => text(other),
+    });
+    let mut shown = field(&["level", "levelname", "severity"]).map(|level| format!("{level}: ")).unwrap_or_default();
+    shown.push_str(&message);
+    if let Some(error) = error {
+        shown.push_str(": ");
+        shown.push_str(error.lines().next().unwrap_or_default());
+    }
+    Some(shown)
+}
+
+/// The lines of a failed start's stderr that say why it failed: Node's stack frames (`at …`),
+/// its source excerpt and caret, the braces of a printed error object, a Python traceback's
+/// frames, and blank lines are dropped; of the rest the last [`STDERR_TAIL_LINES`], led by the
+/// last line that names an error when that one would have fallen out.
+fn stderr_cause(lines: &[String]) -> Vec<String> {
+    let caret = |line: &str| !line.trim().is_empty() && line.trim().chars().all(|c| matches!(c, '^' | '~'));
+    let mut kept: Vec<&str> = Vec::new();
+    let mut in_traceback = false;
+    for (index, line) in lines.iter().enumerate() {
+        let trimmed = line.trim();
+        let indented = line.starts_with([' ', '\t']);
+        if trimmed.starts_with("Traceback (most recent call last)") {
+            in_traceback = true;
+            continue;
+        }
+        if in_traceback && indented {
+            continue;
+        }
+        in_traceback = false;
+        let frame = indented && trimmed.starts_with("at ");
+        let excerpt = lines.get(index + 1).is_some_and(|next| caret(next));
+        if trimmed.is_empty() || frame || excerpt || caret(line) || matches!(trimmed, "{" | "}") {
+            continue;
+        }
+        kept.push(trimmed);
+    }
+    let names_error = |line: &str| {
+        line.contains("Error")
+            || line.contains("ERR_")
+            || line.contains("Exception")
+            || line.to_lowercase().starts_with("error")
+    };
+    let start = kept.len().saturating_sub(STDERR_TAIL_LINES);
+    let mut cause: Vec<String> = Vec::new();
+    if let Some(error) = kept[..start].iter().rev().find(|line| names_error(line))
+        && !kept[start..].iter().any(|line| names_error(line))
+    {
+        cause.push((*error).to_owned());
+        cause.push("…".to_owned());
+        cause.extend(kept[start + 2..].iter().map(|line| (*line).to_owned()));
+    } else {
+        cause.extend(kept[start..].iter().map(|line| (*line).to_owned()));
+    }
+    cause
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(text: &str) -> Vec<String> {
+        text.lines().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn a_node_module_error_keeps_its_cause_and_drops_the_stack() {
+        let node = lines(
+            "node:internal/modules/esm/resolve:873
+  throw new ERR_MODULE_NOT_FOUND(packageName, fileURLToPath(base), null);
+        ^
+
+Error [ERR_MODULE_NOT_FOUND]: Cannot find package '@modelcontextprotocol/sdk' imported from /opt/mcp/dist/index.js
+    at packageResolve (node:internal/modules/esm/resolve:873:9)
+    at moduleResolve (node:internal/modules/esm/resolve:946:18)
+    at defaultResolve (node:internal/modules/esm/resolve:1188:11)
+    at ModuleLoader.defaultResolve (node:internal/modules/esm/loader:642:12)
+    at #cachedDefaultResolve (node:internal/modules/esm/loader:591:25)
+    at ModuleLoader.resolve (node:internal/modules/esm/loader:574:38)
+    at ModuleLoader.getModuleJobForImport (node:internal/modules/esm/loader:236:38)
+    at ModuleJob._link (node:internal/modules/esm/module_job:130:49) {
+  code: 'ERR_MODULE_NOT_FOUND'
+}
+
+Node.js v22.20.0",
+        );
+        assert_eq!(
+            stderr_cause(&node),
+            [
+                "node:internal/modules/esm/resolve:873",
+                "Error [ERR_MODULE_NOT_FOUND]: Cannot find package '@modelcontextprotocol/sdk' imported from /opt/mcp/dist/index.js",
+                "code: 'ERR_MODULE_NOT_FOUND'",
+                "Node.js v22.20.0",
+            ]
+        );
+    }
+
+    #[test]
+    fn declared_values_are_masked_in_stderr() {
+        let secrets = vec![("API_KEY".to_owned(), "sk-live-123456".to_owned()), ("SHORT".to_owned(), "abc".to_owned())];
+        assert_eq!(
+            mask("auth failed for key sk-live-123456 (abc)", &secrets),
+            "auth failed for key [API_KEY] (abc)",
+            "a value under six characters is left alone"
+        );
+        let record = r#"{"level":"error","msg":"bad key sk-live-123456"}"#;
+        assert_eq!(mask(&log_record(&mask(record, &secrets)).unwrap(), &secrets), "error: bad key [API_KEY]");
+    }
+
+    #[test]
+    fn a_python_traceback_keeps_its_exception() {
+        let python = lines(
+            "Traceback (most recent call last):
+  File \"/srv/server.py\", line 3, in <module>
+    from mcp.server.fastmcp import FastMCP
+ModuleNotFoundError: No module named 'mcp'",
+        );
+        assert_eq!(stderr_cause(&python), ["ModuleNotFoundError: No module named 'mcp'"]);
+    }
+
+    #[test]
+    fn an_error_further_up_leads_the_last_lines_and_json_records_are_read() {
+        let mut many = vec!["Error: the configuration file is missing".to_owned()];
+        many.extend((0..10).map(|n| format!("shutting down {n}")));
+        let cause = stderr_cause(&many);
+        assert_eq!(cause[0], "Error: the configuration file is missing");
+        assert_eq!(cause[1], "…");
+        assert_eq!(cause.last().map(String::as_str), Some("shutting down 9"));
+        assert_eq!(cause.len(), STDERR_TAIL_LINES);
+        let record = r#"{"level":50,"time":1,"msg":"cannot start","err":{"message":"EACCES: permission denied, open '/data/x'","stack":"Error: EACCES\n at x"}}"#;
+        assert_eq!(log_record(record).as_deref(), Some("50: cannot start: EACCES: permission denied, open '/data/x'"));
+        assert_eq!(log_record("not json"), None);
+        assert_eq!(log_record(r#"{"no":"message"}"#), None);
+    }
 }

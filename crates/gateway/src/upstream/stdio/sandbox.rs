@@ -9,7 +9,9 @@
 //!   (`--disable-userns`: the kernel surface of nested ones stays closed); a new network
 //!   namespace unless `network`;
 //! - read-only `/usr`, `/bin`, `/sbin`, `/lib*` and `/etc`, a minimal `/dev`, its own `/proc`,
-//!   a private `/tmp`; the executable file itself, read-only; each grant at its own path,
+//!   a private `/tmp`; the package trees the launch hashed (a `node_modules` tree, a virtual
+//!   environment and its Python installation), read-only; the executable, its interpreter and
+//!   every argument file outside those, each file alone, read-only; each grant at its own path,
 //!   read-only unless `rw`; nothing else of the host (no `/home`, `/root`, `/srv`, `/var`, …);
 //! - every protected path (the gateway's configuration, data directory and secret files) that
 //!   would be visible is masked, and a grant that would expose one is refused;
@@ -22,10 +24,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::upstream::launch::LaunchSpec;
+use crate::upstream::packages::{SYSTEM_DIRS, in_system_dirs};
 use crate::upstream::settings::{Confinement, SandboxSettings};
-
-/// Directories of the host visible, read-only, inside every sandbox.
-const SYSTEM_DIRS: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc"];
 /// The `PATH` inside the sandbox.
 const SANDBOX_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// Where the tools are looked for (never the gateway's `PATH`: a writable directory early on it
@@ -147,7 +147,10 @@ pub(crate) fn running_as_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// The environment a process starts with: the fixed names, then the declared ones.
+/// How many fixed names [`environment`] puts first (`PATH`, `HOME`, `TMPDIR`).
+pub(crate) const FIXED_ENV: usize = 3;
+
+/// The environment a process starts with: the [`FIXED_ENV`] fixed names, then the declared ones.
 pub(crate) fn environment(
     spec: &LaunchSpec,
     lookup: &dyn Fn(&str) -> Option<String>,
@@ -214,6 +217,11 @@ fn reachable(path: &Path, uid: u32, gid: u32, want: u32) -> Result<(), SandboxEr
     Ok(())
 }
 
+/// Whether `path` lies in one of the operator's grants.
+fn in_grants(path: &Path, settings: &crate::upstream::settings::StdioSettings) -> bool {
+    settings.grants.iter().any(|grant| path.starts_with(&grant.path))
+}
+
 fn find_tool(name: &'static str) -> Result<PathBuf, SandboxError> {
     TOOL_DIRS.iter().map(|dir| Path::new(dir).join(name)).find(|path| path.is_file()).ok_or(SandboxError::Missing(name))
 }
@@ -228,9 +236,10 @@ pub(crate) fn command(
     env: Vec<(String, String)>,
 ) -> Result<tokio::process::Command, SandboxError> {
     let settings = &spec.settings;
+    let argv = spec.argv();
     if settings.confinement == Confinement::None {
-        let mut command = tokio::process::Command::new(&spec.executable);
-        command.args(&settings.args).env_clear().envs(env).current_dir(&settings.cwd);
+        let mut command = tokio::process::Command::new(&argv[0]);
+        command.args(&argv[1..]).env_clear().envs(env).current_dir(&settings.cwd);
         return Ok(command);
     }
     let prlimit = find_tool("prlimit")?;
@@ -259,7 +268,6 @@ pub(crate) fn command(
     };
     // As root, bubblewrap runs as the sandbox uid: what it binds must be reachable by that uid.
     if uid.is_some() {
-        reachable(&spec.executable, inside_uid, inside_gid, 0o5)?;
         reachable(&settings.cwd, inside_uid, inside_gid, 0o1).or_else(|error| {
             // The default working directory is the sandbox's private /tmp, not the host's.
             if settings.cwd == Path::new("/tmp") { Ok(()) } else { Err(error) }
@@ -279,10 +287,28 @@ pub(crate) fn command(
         }
     }
     push(&["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
-    let executable = spec.executable.to_string_lossy();
-    let visible = |path: &Path| SYSTEM_DIRS.iter().any(|dir| path.starts_with(dir));
-    if !visible(&spec.executable) {
-        push(&["--ro-bind", &executable, &executable]);
+    // The package trees, then each file the launch runs that lies outside them, read-only.
+    let mut files: Vec<(&Path, u32)> = vec![(spec.executable.as_path(), 0o5)];
+    if let Some(interpreter) = &spec.interpreter {
+        files.push((interpreter.executable.as_path(), 0o5));
+    }
+    files.extend(spec.argument_files.iter().map(|(_, path, _)| (path.as_path(), 0o4)));
+    let trees = spec.packages.iter().filter(|tree| !in_system_dirs(&tree.path)).map(|tree| (tree.path.as_path(), 0o5));
+    for (path, want) in trees.chain(files.into_iter().filter(|(path, _)| !spec.seen(path))) {
+        if uid.is_some() {
+            reachable(path, inside_uid, inside_gid, want)?;
+        }
+        let text = path.to_string_lossy();
+        push(&["--ro-bind", &text, &text]);
+    }
+    // An argument file named through a symlink outside what is visible (`/opt/mcp/bin/NAME`)
+    // gets that symlink, so the program resolves it as on the host.
+    for (index, canonical, _) in &spec.argument_files {
+        let written = Path::new(&settings.args[*index]);
+        let written = if written.is_absolute() { written.to_path_buf() } else { settings.cwd.join(written) };
+        if written != *canonical && !spec.seen(&written) && !in_grants(&written, settings) {
+            push(&["--symlink", &canonical.to_string_lossy(), &written.to_string_lossy()]);
+        }
     }
     for grant in &settings.grants {
         let real =
@@ -305,7 +331,7 @@ pub(crate) fn command(
     }
     // A protected path under a visible system directory is masked: an empty tmpfs over a
     // directory, /dev/null over a file.
-    for path in protected.iter().filter(|path| visible(path)) {
+    for path in protected.iter().filter(|path| in_system_dirs(path)) {
         let text = path.to_string_lossy().into_owned();
         if path.is_dir() {
             push(&["--tmpfs", &text]);
@@ -314,8 +340,7 @@ pub(crate) fn command(
         }
     }
     push(&["--chdir", &settings.cwd.to_string_lossy(), "--cap-drop", "ALL", "--"]);
-    push(&[&executable]);
-    args.extend(settings.args.iter().cloned());
+    args.extend(argv);
     let mut command = tokio::process::Command::new(prlimit);
     command.args(args).env_clear().envs(env).current_dir("/");
     if let Some(uid) = uid {
@@ -351,8 +376,11 @@ mod tests {
                 search_path: None,
             },
             executable: "/usr/bin/env".into(),
+            command_path: "/usr/bin/env".into(),
             executable_sha256: "0".repeat(64),
+            interpreter: None,
             argument_files: Vec::new(),
+            packages: Vec::new(),
         }
     }
 
@@ -413,6 +441,55 @@ mod tests {
         let networked =
             command(&spec(Vec::new(), true, Confinement::Bubblewrap), &SANDBOX, None, &[], Vec::new()).unwrap();
         assert!(!has(&super::tests::args(&networked), &["--unshare-net"]), "network = true shares the network");
+    }
+
+    #[test]
+    fn package_trees_and_files_outside_them_are_bound_read_only_and_the_argv_runs_last() {
+        use crate::upstream::launch::Interpreter;
+        use crate::upstream::packages::{PackageTree, TreeKind};
+        if find_tool("bwrap").is_err() || find_tool("prlimit").is_err() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let modules = root.join("lib/node_modules");
+        let entry = modules.join("srv/index.js");
+        std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
+        std::fs::write(&entry, "").unwrap();
+        let node = root.join("node");
+        std::fs::write(&node, "").unwrap();
+        let script = root.join("extra.js");
+        std::fs::write(&script, "").unwrap();
+        let mut launch = spec(Vec::new(), false, Confinement::Bubblewrap);
+        launch.executable = entry.clone();
+        launch.command_path = root.join("bin/srv");
+        launch.interpreter = Some(Interpreter {
+            path: node.clone(),
+            executable: node.clone(),
+            sha256: "0".repeat(64),
+            args: Vec::new(),
+        });
+        launch.settings.args = vec![root.join("via/link.js").to_string_lossy().into_owned()];
+        launch.argument_files = vec![(0, script.clone(), "0".repeat(64))];
+        launch.packages = vec![PackageTree {
+            kind: TreeKind::NodeModules,
+            path: modules.clone(),
+            sha256: "0".repeat(64),
+            entries: 2,
+            bytes: 0,
+        }];
+        let built = command(&launch, &SANDBOX, None, &[], Vec::new()).unwrap();
+        let args = args(&built);
+        let text = |path: &Path| path.to_string_lossy().into_owned();
+        assert!(has(&args, &["--ro-bind", &text(&modules), &text(&modules)]), "the tree, read-only: {args:?}");
+        assert!(has(&args, &["--ro-bind", &text(&node), &text(&node)]), "the interpreter: {args:?}");
+        assert!(has(&args, &["--ro-bind", &text(&script), &text(&script)]), "the argument file: {args:?}");
+        assert!(!has(&args, &["--ro-bind", &text(&entry), &text(&entry)]), "inside the tree, no bind of its own");
+        let written = root.join("via/link.js");
+        assert!(has(&args, &["--symlink", &text(&script), &text(&written)]), "the argument as written: {args:?}");
+        let tail: Vec<&str> = args.iter().rev().take(3).rev().map(String::as_str).collect();
+        assert_eq!(tail, [text(&node), text(&entry), text(&written)], "interpreter, script, arguments");
     }
 
     #[test]
