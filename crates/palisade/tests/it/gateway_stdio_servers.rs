@@ -18,7 +18,7 @@ use crate::harness::{Exchange, Palisade, TempDir};
 const LISTING_DEADLINE: Duration = Duration::from_secs(60);
 
 /// The tools folder scripts/test installs (Node 22 at bin/node, npm packages, the Python venv).
-fn test_tools() -> PathBuf {
+pub(crate) fn test_tools() -> PathBuf {
     let tools = std::env::var_os("PALISADE_TEST_TOOLS").unwrap_or_else(|| {
         panic!(
             "PALISADE_TEST_TOOLS is not set: these tests run real stdio servers and need the tools folder \
