@@ -7,6 +7,7 @@ mod answer_relay;
 mod audit_log;
 mod auth;
 mod client_refusals;
+mod config_check;
 mod delegation;
 mod dev_authorization;
 mod events_bridge;
