@@ -14,7 +14,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use palisade_wire::ProtocolError;
-use palisade_wire::jsonrpc::error_frame;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
@@ -199,10 +198,10 @@ pub(crate) fn json_response(reply: Reply) -> Response {
 }
 
 /// The answer that carries only `error`: its HTTP status, code and message all from the error
-/// catalogue ([`ProtocolError::http_status`], [`ProtocolError::to_wire`]).
+/// catalogue ([`ProtocolError::http_status_for`], [`ProtocolError::to_wire`]), as [`Reply::error`]
+/// makes them.
 pub(crate) fn refusal_response(id: Option<&palisade_wire::RequestId>, error: &ProtocolError) -> Response {
-    let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, [(header::CONTENT_TYPE, "application/json")], frame_bytes(&error_frame(id, error))).into_response()
+    json_response(Reply::error(id, error))
 }
 
 /// A frame as JSON bytes, serialized straight into the buffer (no `Display` detour).

@@ -26,8 +26,12 @@ impl Reply {
         Self { frame: result_frame(id, result), status: 200, challenge: None, session: None }
     }
 
-    /// An error reply.
+    /// An error reply. With an `id` it answers a request, so an application refusal is a
+    /// JSON-RPC error in a 200; without one the refused message was not a request (a
+    /// notification, a client's answer, the 2025-era GET stream or DELETE) and takes its HTTP
+    /// status ([`ProtocolError::http_status_for`]).
     pub fn error(id: Option<&RequestId>, error: &ProtocolError) -> Self {
-        Self { frame: error_frame(id, error), status: error.http_status(), challenge: None, session: None }
+        let status = error.http_status_for(id.is_some());
+        Self { frame: error_frame(id, error), status, challenge: None, session: None }
     }
 }

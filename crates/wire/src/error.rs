@@ -141,17 +141,17 @@ pub enum ProtocolError {
     /// no operator detail (target, reason) on purpose.
     #[error("operation disabled")]
     OperationDisabled,
-    /// A delegation capability does not allow this request (HTTP 403): it is not valid for this
-    /// caller (unknown, revoked, expired, held by another agent — one answer for all), the method,
-    /// tool, resource or prompt is outside it, or its call budget is spent. `reason` is one fixed
-    /// sentence.
+    /// A delegation capability does not allow this request (a JSON-RPC error in HTTP 200): it is
+    /// not valid for this caller (unknown, revoked, expired, held by another agent — one answer
+    /// for all), the method, tool, resource or prompt is outside it, or its call budget is spent.
+    /// `reason` is one fixed sentence.
     #[error("outside the delegated capability")]
     DelegationRefused {
         /// Why, as a fixed sentence (never a value from the request).
         reason: &'static str,
     },
     /// A consequential tool called under a delegation capability needs an approval of exactly
-    /// this call from the principal's own client (HTTP 403); the data names what to approve.
+    /// this call from the principal's own client (in HTTP 200); the data names what to approve.
     #[error("the principal's approval is required")]
     ApprovalRequired {
         /// The capability's public id (SHA-256 of the reference, hex).
@@ -208,7 +208,16 @@ impl ProtocolError {
         }
     }
 
-    /// The HTTP status of a response that carries only this error (protocol.md §5).
+    /// The HTTP status of a response that answers a JSON-RPC request with only this error.
+    ///
+    /// 401 and 403 mean what the MCP authorization spec says: no valid token (401, with the
+    /// transport's `WWW-Authenticate` challenge) and `insufficient_scope` (403, with its
+    /// challenge); 403 is also the transport's refusal of a foreign `Host` or `Origin`, refused
+    /// before the body is read. A refusal of a well-formed, authenticated request (the kill
+    /// switch, a delegation capability, the principal's approval) is the application's answer:
+    /// a JSON-RPC error in a 200, so a client shows its code and message rather than an HTTP
+    /// failure (a client reading 403 starts its authorization flow). See
+    /// [`ProtocolError::http_status_without_response`] for messages no response can answer.
     pub fn http_status(&self) -> u16 {
         match self {
             Self::Parse | Self::InvalidRequest(_) | Self::TokenInUrl | Self::BodyUnreadable => 400,
@@ -220,10 +229,8 @@ impl ProtocolError {
             Self::TooManyStreams => 429,
             Self::HeadersTooLarge => 431,
             Self::Unauthenticated => 401,
-            Self::InsufficientScope { .. }
-            | Self::OperationDisabled
-            | Self::DelegationRefused { .. }
-            | Self::ApprovalRequired { .. } => 403,
+            Self::InsufficientScope { .. } => 403,
+            Self::OperationDisabled | Self::DelegationRefused { .. } | Self::ApprovalRequired { .. } => 200,
             Self::Unavailable => 503,
             Self::MethodNotFound { .. } | Self::SessionNotFound => 404,
             Self::InvalidMeta(_)
@@ -235,6 +242,24 @@ impl ProtocolError {
             Self::Timeout => 504,
             Self::Internal => 500,
         }
+    }
+
+    /// The HTTP status of a refusal of a message that is not a request, so that no JSON-RPC
+    /// response can carry the error: a notification, a client's answer to a server request,
+    /// the 2025-era GET stream and DELETE. An application refusal is then 403 (a 200 would
+    /// tell the client its notification was taken, or its stream opened); every other error
+    /// has the status of [`ProtocolError::http_status`].
+    pub fn http_status_without_response(&self) -> u16 {
+        match self {
+            Self::OperationDisabled | Self::DelegationRefused { .. } | Self::ApprovalRequired { .. } => 403,
+            _ => self.http_status(),
+        }
+    }
+
+    /// The status of the response carrying this error: to a request (`answers_request`), or to
+    /// a message no JSON-RPC response can answer.
+    pub fn http_status_for(&self, answers_request: bool) -> u16 {
+        if answers_request { self.http_status() } else { self.http_status_without_response() }
     }
 
     /// The JSON-RPC `error` object.
@@ -264,6 +289,127 @@ impl ProtocolError {
         }
         Value::Object(error)
     }
+}
+
+impl ProtocolError {
+    /// One error of every kind, in the order the catalogue table lists them (the table of
+    /// [`catalogue_markdown`], which SECURITY.md carries).
+    pub fn catalogue() -> Vec<ProtocolError> {
+        vec![
+            Self::Parse,
+            Self::InvalidRequest("frame"),
+            Self::PayloadTooLarge,
+            Self::RepeatedHost,
+            Self::HostNotAllowed,
+            Self::RepeatedOrigin,
+            Self::OriginNotAllowed,
+            Self::HeadersTooLarge,
+            Self::TokenInUrl,
+            Self::NotAcceptable,
+            Self::EventStreamRequired,
+            Self::UnsupportedMediaType,
+            Self::BodyUnreadable,
+            Self::BodyTimeout,
+            Self::TooManyStreams,
+            Self::MethodNotFound { method: String::new() },
+            Self::InvalidMeta(String::new()),
+            Self::InvalidParams { message: String::new(), data: None },
+            Self::ResourceNotFound { uri: String::new() },
+            Self::HeaderMismatch(String::new()),
+            Self::MissingCapability { required: Value::Null },
+            Self::UnsupportedVersion { requested: String::new() },
+            Self::Unauthenticated,
+            Self::InsufficientScope { required: Vec::new() },
+            Self::SessionNotFound,
+            Self::Unavailable,
+            Self::OperationDisabled,
+            Self::DelegationRefused { reason: "" },
+            Self::ApprovalRequired { capability: String::new(), tool: String::new(), arguments_sha256: String::new() },
+            Self::Timeout,
+            Self::Internal,
+        ]
+    }
+
+    /// The variant's name and why it travels with its HTTP status (a row of the catalogue).
+    pub fn status_reason(&self) -> (&'static str, &'static str) {
+        match self {
+            Self::Parse => ("Parse", "the body is not JSON"),
+            Self::InvalidRequest(_) => ("InvalidRequest", "not an acceptable JSON-RPC request"),
+            Self::PayloadTooLarge => ("PayloadTooLarge", "the body is over the limit; refused before it is read"),
+            Self::RepeatedHost | Self::HostNotAllowed => {
+                ("RepeatedHost, HostNotAllowed", "DNS rebinding defence, before authentication")
+            }
+            Self::RepeatedOrigin | Self::OriginNotAllowed => {
+                ("RepeatedOrigin, OriginNotAllowed", "the transport spec: an invalid Origin MUST be 403")
+            }
+            Self::HeadersTooLarge => ("HeadersTooLarge", "too many or too large headers"),
+            Self::TokenInUrl => ("TokenInUrl", "tokens travel in Authorization only (OAuth 2.1)"),
+            Self::NotAcceptable => ("NotAcceptable", "Accept allows neither JSON nor an event stream"),
+            Self::EventStreamRequired => ("EventStreamRequired", "this answer can only be an event stream"),
+            Self::UnsupportedMediaType => ("UnsupportedMediaType", "the body is not application/json"),
+            Self::BodyUnreadable => ("BodyUnreadable", "the body broke off"),
+            Self::BodyTimeout => ("BodyTimeout", "the body did not arrive in time"),
+            Self::TooManyStreams => ("TooManyStreams", "the caller holds as many open streams as it may"),
+            Self::MethodNotFound { .. } => ("MethodNotFound", "the spec: unknown method MUST be 404"),
+            Self::InvalidMeta(_) => ("InvalidMeta", "the spec: missing `_meta` is 400"),
+            Self::InvalidParams { .. } => ("InvalidParams", "a bad request of the client's"),
+            Self::ResourceNotFound { .. } => ("ResourceNotFound", "a bad request of the client's"),
+            Self::HeaderMismatch(_) => ("HeaderMismatch", "the spec: a header mismatch is 400"),
+            Self::MissingCapability { .. } => ("MissingCapability", "the spec: 400"),
+            Self::UnsupportedVersion { .. } => ("UnsupportedVersion", "the spec: 400"),
+            Self::Unauthenticated => {
+                ("Unauthenticated", "the authorization spec: no valid token is 401 with a WWW-Authenticate challenge")
+            }
+            Self::InsufficientScope { .. } => (
+                "InsufficientScope",
+                "the authorization spec: 403 with error=\"insufficient_scope\" naming every scope (clients step up)",
+            ),
+            Self::SessionNotFound => {
+                ("SessionNotFound", "the 2025 transport: 404 makes the client start a new session")
+            }
+            Self::Unavailable => ("Unavailable", "a dependency could not confirm the request: refused, retry later"),
+            Self::OperationDisabled => (
+                "OperationDisabled",
+                "kill switch: an application refusal of an authenticated request, shown by the client as an error",
+            ),
+            Self::DelegationRefused { .. } => (
+                "DelegationRefused",
+                "delegation (scope, budget, validity): an application refusal, shown by the client as an error",
+            ),
+            Self::ApprovalRequired { .. } => (
+                "ApprovalRequired",
+                "the principal must approve this call: an application refusal whose data names what to approve",
+            ),
+            Self::Timeout => ("Timeout", "the request did not finish in time"),
+            Self::Internal => ("Internal", "anything else; the cause is logged, never sent"),
+        }
+    }
+}
+
+/// The error catalogue as a Markdown table: every error's JSON-RPC code, its HTTP status
+/// answering a request, its status where no response can carry it, and why. SECURITY.md
+/// carries it; a test holds the copy to this.
+pub fn catalogue_markdown() -> String {
+    let mut out = String::from(
+        "| Error | JSON-RPC code | HTTP answering a request | HTTP, no response possible | Why |\n|---|---|---|---|---|\n",
+    );
+    let mut seen: Vec<&str> = Vec::new();
+    for error in ProtocolError::catalogue() {
+        let (name, why) = error.status_reason();
+        if seen.contains(&name) {
+            continue;
+        }
+        seen.push(name);
+        let names: Vec<String> = name.split(", ").map(|name| format!("`{name}`")).collect();
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {why} |\n",
+            names.join(", "),
+            error.code(),
+            error.http_status(),
+            error.http_status_without_response()
+        ));
+    }
+    out
 }
 
 /// Methods of earlier revisions that 2026-07-28 removed; they answer -32601 with the versions
@@ -322,6 +468,89 @@ mod tests {
             assert_eq!(error.http_status(), status, "{error:?}");
             assert_eq!(error.to_wire(), json!({"code": -32600, "message": message}), "{error:?}");
         }
+    }
+
+    /// Refusals of a well-formed, authenticated request are JSON-RPC errors in a 200 (where no
+    /// response can carry them, 403); 401 and 403 stay what the authorization spec says.
+    #[test]
+    fn application_refusals_answer_200_and_authorization_keeps_401_and_403() {
+        let refusals = [
+            ProtocolError::OperationDisabled,
+            ProtocolError::DelegationRefused { reason: "r" },
+            ProtocolError::ApprovalRequired { capability: "c".into(), tool: "t".into(), arguments_sha256: "a".into() },
+        ];
+        for error in refusals {
+            assert_eq!((error.http_status(), error.http_status_for(true)), (200, 200), "{error:?}");
+            assert_eq!((error.http_status_without_response(), error.http_status_for(false)), (403, 403), "{error:?}");
+        }
+        for (error, status) in [
+            (ProtocolError::Unauthenticated, 401),
+            (ProtocolError::InsufficientScope { required: vec!["s".into()] }, 403),
+            (ProtocolError::OriginNotAllowed, 403),
+        ] {
+            assert_eq!((error.http_status(), error.http_status_without_response()), (status, status), "{error:?}");
+        }
+        // Only the application refusals differ between the two.
+        for error in ProtocolError::catalogue() {
+            let differs = error.http_status() != error.http_status_without_response();
+            let refusal = matches!(
+                error,
+                ProtocolError::OperationDisabled
+                    | ProtocolError::DelegationRefused { .. }
+                    | ProtocolError::ApprovalRequired { .. }
+            );
+            assert_eq!(differs, refusal, "{error:?}");
+        }
+    }
+
+    /// Every variant of the enum is in the catalogue once, and variants sharing a row share
+    /// their code and statuses.
+    #[test]
+    fn the_catalogue_lists_every_variant() {
+        let source = include_str!("error.rs");
+        let (_, body) = source.split_once("pub enum ProtocolError {").unwrap();
+        let (body, _) = body.split_once("\n}\n").unwrap();
+        let declared: std::collections::BTreeSet<String> = body
+            .lines()
+            .filter(|line| line.starts_with("    ") && line.chars().nth(4).is_some_and(|c| c.is_ascii_uppercase()))
+            .map(|line| variant_name(line.trim()))
+            .collect();
+        let catalogue = ProtocolError::catalogue();
+        let listed: Vec<String> = catalogue.iter().map(|error| variant_name(&format!("{error:?}"))).collect();
+        assert_eq!(listed.iter().cloned().collect::<std::collections::BTreeSet<_>>(), declared);
+        assert_eq!(listed.len(), declared.len(), "each variant once");
+        for a in &catalogue {
+            for b in &catalogue {
+                if a.status_reason().0 == b.status_reason().0 {
+                    assert_eq!(
+                        (a.code(), a.http_status(), a.http_status_without_response()),
+                        (b.code(), b.http_status(), b.http_status_without_response()),
+                        "{a:?} and {b:?} share a row"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The variant's name at the start of a declaration line or of a `Debug` form.
+    fn variant_name(text: &str) -> String {
+        text.split(|c: char| !c.is_ascii_alphanumeric()).next().unwrap_or_default().to_owned()
+    }
+
+    /// The line before SECURITY.md's copy of the catalogue.
+    const SECURITY_BEGIN: &str = "<!-- error catalogue: generated by `palisade_wire::error::catalogue_markdown`; a test holds this copy to it -->";
+    /// The line after it.
+    const SECURITY_END: &str = "<!-- error catalogue: end -->";
+
+    /// SECURITY.md's table of codes and statuses is [`catalogue_markdown`], so it cannot drift
+    /// from `http_status`.
+    #[test]
+    fn security_md_carries_the_catalogue() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../SECURITY.md")).unwrap();
+        let (_, rest) = text.split_once(SECURITY_BEGIN).expect("SECURITY.md has the catalogue's begin marker");
+        let (block, _) = rest.split_once(SECURITY_END).expect("SECURITY.md has the catalogue's end marker");
+        let expected = catalogue_markdown();
+        assert!(block.trim() == expected.trim(), "SECURITY.md's error catalogue is stale; it must read:\n{expected}");
     }
 
     #[test]

@@ -446,10 +446,14 @@ fn upstream_capabilities(declared: &Map<String, Value>) -> Map<String, Value> {
 }
 
 /// A JSON-RPC error the upstream answered, as the caller sees it: invalid params and unknown
-/// resources keep their meaning; anything else is the upstream being unavailable for this call.
+/// resources keep their meaning, and so does an upstream's kill switch (-32030: the operation is
+/// switched off there, said without detail, as the gateway's own); anything else is the upstream
+/// being unavailable for this call (a delegation refusal of the upstream's concerns the gateway's
+/// credential, not the caller).
 fn relayed_error(upstream: &str, code: i64, message: &str, required_capabilities: Option<Value>) -> ProtocolError {
     tracing::info!(%upstream, code, "upstream answered an error");
     match (code, required_capabilities) {
+        (palisade_wire::error::codes::OPERATION_DISABLED, _) => ProtocolError::OperationDisabled,
         (-32602, _) => ProtocolError::invalid_params(format!("upstream {upstream}: {message}")),
         (-32601, _) => ProtocolError::invalid_params(format!("upstream {upstream} does not support this method")),
         // The caller must declare what the upstream needs (elicitation, sampling, roots).

@@ -158,7 +158,7 @@ impl Transport {
             return Err(UpstreamError::Status(404).into());
         }
         if !status.is_success() {
-            // A modern server answers most refusals as a JSON-RPC error with a 4xx status: read
+            // A modern server answers many refusals as a JSON-RPC error with a 4xx status: read
             // it when it is one for our id; anything else is the status itself.
             if is_json(response.headers()) {
                 let bytes = self.read_body(response).await?;
@@ -475,7 +475,10 @@ fn is_protocol_header(name: &HeaderName) -> bool {
         || name.starts_with("mcp-")
 }
 
-/// A 401/403 with `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`.
+/// A 401/403 with `WWW-Authenticate: Bearer error="insufficient_scope", scope="…"`, or any
+/// other 401. A 403 without that challenge is not an authorization refusal: `None`, so its body
+/// is read like any other refusal's (servers that answer an application refusal, such as a kill
+/// switch's -32030, with a 403 still get their JSON-RPC error relayed).
 fn auth_refusal(status: StatusCode, headers: &HeaderMap) -> Option<Refusal> {
     if status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN {
         return None;
@@ -494,7 +497,7 @@ fn auth_refusal(status: StatusCode, headers: &HeaderMap) -> Option<Refusal> {
                 .filter_map(|value| value.to_str().ok())
                 .find_map(|challenge| bearer_param(challenge, "resource_metadata")),
         ),
-        None => Refusal::Failed(UpstreamError::Status(status.as_u16())),
+        None => return None,
     })
 }
 

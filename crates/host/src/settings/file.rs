@@ -126,7 +126,8 @@ fn closest<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
 }
 
 /// The dotted key of the `name = value` line holding byte `at` of `text`: the table header above
-/// it, if any, and the name.
+/// it, if any (an array-of-tables element by its index, `upstreams[1]`, as the deserializer's
+/// paths name it), and the name.
 fn key_at(text: &str, at: usize) -> Option<String> {
     let line_start = text.get(..at)?.rfind('\n').map_or(0, |newline| newline + 1);
     let line = text.get(line_start..)?.lines().next()?;
@@ -135,14 +136,44 @@ fn key_at(text: &str, at: usize) -> Option<String> {
     if name.is_empty() || name.starts_with('[') {
         return None;
     }
-    let table = text[..line_start]
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|line| line.starts_with('['))
-        .map(|header| header.trim_matches(|c| c == '[' || c == ']').trim().to_owned());
-    Some(match table {
+    Some(match table_at(&text[..line_start]) {
         Some(table) => format!("{table}.{name}"),
         None => name.to_owned(),
     })
+}
+
+/// The path of the table the end of `before` is in: its last header, each array of tables on
+/// the way named with the index of its current element (`[[upstreams]]` twice, then
+/// `[upstreams.credential]`: `upstreams[1].credential`).
+fn table_at(before: &str) -> Option<String> {
+    let mut elements: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    let mut current = None;
+    for line in before.lines().map(str::trim) {
+        let (header, array) = match line.strip_prefix("[[") {
+            Some(rest) => (rest.split("]]").next().unwrap_or_default(), true),
+            None => match line.strip_prefix('[') {
+                Some(rest) => (rest.split(']').next().unwrap_or_default(), false),
+                None => continue,
+            },
+        };
+        let segments: Vec<&str> = header.split('.').map(|segment| segment.trim().trim_matches('"')).collect();
+        if array {
+            *elements.entry(segments.join(".")).or_default() += 1;
+        }
+        let mut path = String::new();
+        let mut plain = String::new();
+        for segment in segments {
+            if !plain.is_empty() {
+                plain.push('.');
+                path.push('.');
+            }
+            plain.push_str(segment);
+            path.push_str(segment);
+            if let Some(count) = elements.get(&plain) {
+                path.push_str(&format!("[{}]", count.saturating_sub(1)));
+            }
+        }
+        current = Some(path);
+    }
+    current
 }

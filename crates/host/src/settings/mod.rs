@@ -155,6 +155,7 @@ pub fn resolve(
     };
     apply_env(&mut raw, env)?;
     flags.apply(&mut raw)?;
+    let overrides = options::overrides(flags, env);
     if let Some(app) = app {
         raw.app = Some(app.to_owned());
     }
@@ -162,7 +163,7 @@ pub fn resolve(
         // stdio without a configured principal: the local, unauthenticated mode.
         raw.auth.mode = Some("none".into());
     }
-    let mut settings = validate(raw)?;
+    let mut settings = validate(raw).map_err(|error| error.with_source(&overrides))?;
     settings.protect_from_stdio_upstreams(config);
     Ok(settings)
 }

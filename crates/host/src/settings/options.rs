@@ -394,6 +394,18 @@ pub fn apply_env(raw: &mut RawConfig, env: &dyn Fn(&str) -> Option<String>) -> R
     Ok(())
 }
 
+/// The file keys the environment and `flags` set, each with where its value came from (the
+/// variable, or `--flag`), in the order they are applied: a validation error of one of these keys
+/// then says the value was not the file's.
+pub(crate) fn overrides(flags: &ConfigFlags, env: &dyn Fn(&str) -> Option<String>) -> Vec<(&'static str, String)> {
+    let from_env = OPTIONS.iter().filter_map(|spec| {
+        let name = spec.env.filter(|name| spec.set.is_some() && env(name).is_some())?;
+        Some((spec.key, name.to_owned()))
+    });
+    let from_flags = flags.0.iter().filter_map(|(spec, _)| Some((spec.key, format!("--{}", spec.flag?))));
+    from_env.chain(from_flags).collect()
+}
+
 /// The configuration flags of [`OPTIONS`] given on a command line (`--listen`, `--store`, …);
 /// `serve` and `dev token` both flatten them in, so both resolve the same settings.
 #[derive(Debug, Clone, Default)]

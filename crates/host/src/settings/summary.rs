@@ -27,6 +27,40 @@ impl Settings {
     }
 }
 
+/// How the gateway reaches one upstream: stdio (the command, its confinement and network) or
+/// Streamable HTTP (the URL, the protocol era, the credential's kind), never a secret.
+fn upstream_transport(upstream: &palisade_gateway::config::UpstreamSettings) -> String {
+    use palisade_gateway::credentials::CredentialConfig;
+    use palisade_gateway::upstream::ProtocolChoice;
+    if let Some(stdio) = &upstream.stdio {
+        let mut command = stdio.command.clone();
+        for arg in &stdio.args {
+            command.push(' ');
+            command.push_str(arg);
+        }
+        return format!(
+            "stdio, runs {command} (confinement {}, network {}, {} process{} at most)",
+            stdio.confinement.as_str(),
+            if stdio.network { "on" } else { "off" },
+            stdio.max_processes,
+            if stdio.max_processes == 1 { "" } else { "es" }
+        );
+    }
+    let protocol = match upstream.protocol {
+        ProtocolChoice::Auto => "2026-07-28, else the 2025 session wire",
+        ProtocolChoice::Modern => "2026-07-28 only",
+        ProtocolChoice::Legacy => "the 2025 session wire only",
+    };
+    let credential = match &upstream.credential {
+        CredentialConfig::None => "no credential",
+        CredentialConfig::Static { .. } => "static credential",
+        CredentialConfig::ClientCredentials { .. } => "OAuth client credentials",
+        CredentialConfig::TokenExchange { .. } => "OAuth token exchange",
+        CredentialConfig::UserOAuth { .. } => "each person's own OAuth grant",
+    };
+    format!("Streamable HTTP {} ({protocol}, {credential})", without_password(upstream.url.as_str()))
+}
+
 /// `url` with any password in it replaced (a store or Redis URL may carry one).
 fn without_password(url: &str) -> String {
     match url::Url::parse(url) {
@@ -50,7 +84,15 @@ impl Settings {
             AppChoice::Conformance => "conformance (the fixture of the official conformance suite)",
             AppChoice::Gateway => "gateway",
         };
-        line("app", app.to_owned());
+        let app = match &self.gateway {
+            Some(gateway) => format!(
+                "{app}, fronting {} upstream{}",
+                gateway.upstreams.len(),
+                if gateway.upstreams.len() == 1 { "" } else { "s" }
+            ),
+            None => app.to_owned(),
+        };
+        line("app", app);
         line("listen", format!("http://{} (public URL {})", self.listen, self.public_url));
         line("metrics", self.metrics_listen.map_or("not served".to_owned(), |a| format!("http://{a}/metrics")));
         line("store", without_password(&self.store));
@@ -100,20 +142,19 @@ impl Settings {
         }
         if let Some(gateway) = &self.gateway {
             for upstream in &gateway.upstreams {
-                let target = match &upstream.stdio {
-                    Some(stdio) => format!("runs {} (confinement {})", stdio.command, stdio.confinement.as_str()),
-                    None => upstream.url.to_string(),
-                };
                 let prefix = match &upstream.prefix {
                     Some(prefix) => format!("names {prefix}{}…", gateway.separator.as_str()),
                     None => "unprefixed".to_owned(),
                 };
-                line("upstream", format!("{}: {target}, {prefix}", upstream.id));
+                line("upstream", format!("{}: {}, {prefix}", upstream.id, upstream_transport(upstream)));
             }
-            if let Some(web) = &gateway.web {
-                let review = if web.review_token.is_some() { "review page on" } else { "review page off" };
-                let sign_in = web.sign_in.as_ref().map_or(String::new(), |s| format!(", sign-in at {}", s.issuer));
-                line("web pages", format!("https://{} as {} ({review}{sign_in})", web.listen, web.public_url));
+            match &gateway.web {
+                Some(web) => {
+                    let review = if web.review_token.is_some() { "review page on" } else { "review page off" };
+                    let sign_in = web.sign_in.as_ref().map_or(String::new(), |s| format!(", sign-in at {}", s.issuer));
+                    line("web pages", format!("https://{} as {} ({review}{sign_in})", web.listen, web.public_url));
+                }
+                None => line("web pages", "off (no [web] section)".to_owned()),
             }
         }
         out

@@ -161,6 +161,29 @@ fn a_misspelt_key_is_named_by_its_full_path_with_the_key_it_is_close_to() {
     }
 }
 
+/// TOML the parser refuses is located by its line: the table above it, an array-of-tables
+/// element by its index, as the deserializer's paths name it.
+#[test]
+fn a_syntax_error_is_named_by_the_full_path_of_its_line() {
+    let upstream = "[[upstreams]]\nid = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n";
+    for (text, key) in [
+        (format!("{upstream}{upstream}url = \"x\"\n"), "upstreams[1].url"),
+        (
+            format!("{upstream}[upstreams.credential]\nkind = \"none\"\nkind = \"none\"\n"),
+            "upstreams[0].credential.kind",
+        ),
+        (
+            format!("{upstream}{upstream}[upstreams.credential]\nkind = \"none\"\nkind = \"none\"\n"),
+            "upstreams[1].credential.kind",
+        ),
+        ("[limits]\npage_size = 1\npage_size = 2\n".to_owned(), "limits.page_size"),
+        ("[[auth.issuers]]\nissuer = \"a\"\nissuer = \"b\"\n".to_owned(), "auth.issuers[0].issuer"),
+        ("listen = \nstore = \"x\"\n".to_owned(), "listen"),
+    ] {
+        assert_eq!(parse(&text).unwrap_err().key, key, "{text}");
+    }
+}
+
 #[test]
 fn bad_values_name_their_key() {
     for (text, key) in [

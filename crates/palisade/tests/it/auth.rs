@@ -409,7 +409,7 @@ fn config_check_names_a_misspelt_key_by_its_path_and_summarises_without_secrets(
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("app:                gateway"), "{stdout}");
-    assert!(stdout.contains("upstream:           fx: http://127.0.0.1:9/mcp"), "{stdout}");
+    assert!(stdout.contains("upstream:           fx: Streamable HTTP http://127.0.0.1:9/mcp"), "{stdout}");
     assert!(stdout.contains("postgres://palisade:redacted@db.internal/palisade"), "{stdout}");
     assert!(!stdout.contains("pg-canary-password") && !stdout.contains("Settings {"), "{stdout}");
 }

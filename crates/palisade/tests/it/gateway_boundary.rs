@@ -467,19 +467,27 @@ async fn the_kill_switch_stops_one_upstream_before_anything_is_forwarded() {
     gateway.stop();
     gateway.start();
     let token = gateway.token("alice");
-    gateway.wait_for_tools(&token, &["a_echo", "b_echo"]).await;
+    gateway.wait_for_tools(&token, &["a_echo", "b_echo", "b_disabled"]).await;
     assert_eq!(echoed(&gateway.call(&token, "a_echo", json!({"text": "on"})).await), json!({"text": "on"}));
 
     gateway.cli_ok(&["authority", "disable", "--target", "upstream:a", "--reason", "incident"]);
     let forwarded = a.calls().len();
     let refused = gateway.call(&token, "a_echo", json!({"text": "off"})).await;
-    assert_error(&refused, 403, -32030, "operation disabled", "a disabled upstream");
+    // An application refusal: a JSON-RPC error in a 200, which clients show as an error.
+    assert_error(&refused, 200, -32030, "operation disabled", "a disabled upstream");
     assert_eq!(a.calls().len(), forwarded, "nothing was forwarded to the disabled upstream");
     assert_eq!(echoed(&gateway.call(&token, "b_echo", json!({"text": "b"})).await), json!({"text": "b"}));
     // `authority status` names the gateway's upstream (the authority keeps only its digest).
     let listed = gateway.cli_ok(&["authority", "status"]);
     assert!(listed.lines().any(|line| line.starts_with("upstream:a DISABLE ")), "{listed}");
     assert!(!listed.contains("upstream:?"), "{listed}");
+    // An upstream's own kill switch is relayed as what it is, whether the upstream answered it
+    // in a 200 or (as servers did) in a 403 without an insufficient_scope challenge.
+    for status in [200, 403] {
+        let relayed = gateway.call(&token, "b_disabled", json!({"status": status})).await;
+        assert_error(&relayed, 200, -32030, "operation disabled", &format!("the upstream's own, in a {status}"));
+    }
+    assert_eq!(b.calls().iter().filter(|call| call.tool() == Some("disabled")).count(), 2);
 
     gateway.cli_ok(&["authority", "enable", "--target", "upstream:a", "--reason", "resolved"]);
     assert_eq!(echoed(&gateway.call(&token, "a_echo", json!({"text": "back"})).await), json!({"text": "back"}));

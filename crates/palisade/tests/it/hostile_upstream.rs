@@ -3,7 +3,8 @@
 //! the 2025-11-25 session wire), records every request it receives (headers, method, session
 //! id, body), and misbehaves per tool: `garbage`, `huge`, `bad_output`, `endless_sse`, `slow`,
 //! `wrong_id`, `flood` (2,000 `sampling/createMessage` requests on the answer's event stream
-//! before the answer); `echo` and `late` answer normally. It counts the connections it accepts,
+//! before the answer), `disabled` (refuses as a kill switch does, -32030, with the HTTP status its
+//! `status` argument names); `echo` and `late` answer normally. It counts the connections it accepts,
 //! and holds every answer to a request of its own open, unanswered (so each one in flight keeps
 //! its connection). Stopping it drops every connection at once.
 //! Also [`Closer`], a listener that accepts connections and closes them unanswered, counting
@@ -113,6 +114,11 @@ pub fn tool_definitions() -> Vec<Value> {
         plain("slow", "Answers after a minute."),
         plain("wrong_id", "Answers with an id it never received."),
         plain("flood", "Sends 2,000 sampling requests on its answer's event stream, then the answer."),
+        json!({
+            "name": "disabled",
+            "description": "Refuses with -32030 operation disabled, in a response of the status it is given.",
+            "inputSchema": {"type": "object", "properties": {"status": {"type": "integer"}}},
+        }),
     ]
 }
 
@@ -371,6 +377,11 @@ async fn call(request: &Value, id: &Value, wire: Wire) -> Response {
                 .header("content-type", "text/event-stream")
                 .body(Body::from_stream(futures::stream::iter(events)))
                 .expect("response")
+        }
+        "disabled" => {
+            let status = arguments.get("status").and_then(Value::as_u64).and_then(|s| u16::try_from(s).ok());
+            let status = status.and_then(|s| StatusCode::from_u16(s).ok()).unwrap_or(StatusCode::OK);
+            rpc_error(status, id, -32030, "operation disabled")
         }
         "wrong_id" => {
             let other = id.as_i64().map_or_else(|| json!("someone-else"), |n| json!(n + 1000));

@@ -7,6 +7,8 @@ mod answer_relay;
 mod audit_log;
 mod audit_read;
 mod auth;
+mod client_refusals;
+mod config_check;
 mod delegation;
 mod dev_authorization;
 mod events_bridge;

@@ -207,7 +207,8 @@ async fn disable_refuses_before_the_handler_and_enable_restores() {
     world.set(TargetKind::Tool, "counted", true).await;
     for _ in 0..3 {
         let refused = world.call("counted").await;
-        assert_eq!((refused.status, error_code(&refused)), (403, Some(-32030)), "{}", refused.frame);
+        // An application refusal: a JSON-RPC error in a 200 (clients show it as an error).
+        assert_eq!((refused.status, error_code(&refused)), (200, Some(-32030)), "{}", refused.frame);
         assert_eq!(refused.frame["error"]["message"], "operation disabled");
     }
     assert_eq!(world.counters.counted.load(Ordering::SeqCst), 1, "no handler ran while disabled");
@@ -227,7 +228,7 @@ async fn disable_refuses_before_the_handler_and_enable_restores() {
 
     // A DISABLE of the server release (every operation's target) stops everything.
     world.set(TargetKind::ServerRelease, RELEASE, true).await;
-    assert_eq!(world.call("counted").await.status, 403);
+    assert_eq!(error_code(&world.call("counted").await), Some(-32030));
     world.set(TargetKind::ServerRelease, RELEASE, false).await;
     assert_eq!(world.call("counted").await.status, 200);
 }
@@ -255,14 +256,14 @@ async fn an_observed_disable_ends_the_listen_streams_it_covers() {
     // The listen operation's targets include the server release; once any check observes its
     // DISABLE, the stream ends with its complete result.
     world.set(TargetKind::ServerRelease, RELEASE, true).await;
-    assert_eq!(world.call("counted").await.status, 403);
+    assert_eq!(error_code(&world.call("counted").await), Some(-32030));
     let ended = tokio::time::timeout(std::time::Duration::from_secs(5), stream).await.unwrap().unwrap();
     assert_eq!(ended.frame["result"]["resultType"], "complete", "{}", ended.frame);
     // A new stream is refused while disabled.
     let (sink, _frames) = NotificationSink::channel(16);
     let listen = request("subscriptions/listen", json!({ "notifications": { "toolsListChanged": true } }));
     let refused = world.server.handle_request(listen, None, sink, CancellationToken::new()).await;
-    assert_eq!(refused.status, 403);
+    assert_eq!((refused.status, error_code(&refused)), (200, Some(-32030)));
 }
 
 /// Waits (real time, bounded) until the kill switch has sent more than `before` batches.
