@@ -270,12 +270,11 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
                 && modules::needs_current_protocol(&check)
                 && unspoken.get_or_init(|| modules::unspoken_protocol(&ctx)).await.is_some()
             {
+                // One line says why (the report's protocol line); each check says only what it
+                // needs, its refused control stays in its transcript.
                 outcome.verdict = check::Verdict::NotTestable;
-                outcome.detail = format!(
-                    "needs {}, which the target does not speak (was: {})",
-                    target::PROTOCOL_VERSION,
-                    outcome.detail
-                );
+                outcome.detail =
+                    format!("needs {}, not spoken by the target (see the protocol line)", target::PROTOCOL_VERSION);
             }
             outcome.detail = redactor.redact(&outcome.detail);
             progress(&check, &outcome);

@@ -620,13 +620,17 @@ mod tests {
         );
         assert_eq!(report.to_json()["date"], report.date.as_str());
         // Which program each operator command ran, in the head and in JSON.
-        let report = report.with_programs(vec!["--disable-command runs /usr/bin/palisade (palisade found on PATH)".into()]);
+        let report =
+            report.with_programs(vec!["--disable-command runs /usr/bin/palisade (palisade found on PATH)".into()]);
         let markdown = report.render(Format::Markdown);
         let (head, _) = markdown.split_once("\n| check |").unwrap();
         assert!(
             head.contains("- **Command:** --disable-command runs /usr/bin/palisade (palisade found on PATH)"),
             "{markdown}"
         );
-        assert_eq!(report.to_json()["programs"][0], "--disable-command runs /usr/bin/palisade (palisade found on PATH)");
+        assert_eq!(
+            report.to_json()["programs"][0],
+            "--disable-command runs /usr/bin/palisade (palisade found on PATH)"
+        );
     }
 }

@@ -129,9 +129,12 @@ fn server_everything_gets_one_protocol_line_not_testable_checks_and_its_failures
     assert!(inconclusive.is_empty(), "INCONCLUSIVE: {inconclusive:?}");
     let for_protocol = with("not_testable")
         .into_iter()
-        .filter(|c| c["detail"].as_str().unwrap().starts_with("needs 2026-07-28, which the target does not speak"))
+        .filter(|c| c["detail"].as_str().unwrap().starts_with("needs 2026-07-28, not spoken by the target"))
         .count();
-    assert!(for_protocol >= 100, "{for_protocol} checks not testable for the protocol\n{stdout}");
+    // The others are NOT TESTABLE for what their modules found missing (no tool, prompt or
+    // resource listed on a wire the target refuses).
+    assert!(for_protocol >= 50, "{for_protocol} checks not testable for the protocol\n{stdout}");
+    assert!(with("not_testable").len() >= 150, "{stdout}");
     // The 2025-era session checks ran on the wire it speaks.
     let open = checks.iter().find(|c| c["id"] == "sessions.open").unwrap();
     assert_eq!(open["verdict"], "pass", "{open}");

@@ -139,7 +139,12 @@ fn policy_init_covers_the_registry_and_an_incomplete_policy_refuses_to_start() {
         assert_eq!(operations[key]["coverage"], "COVERED", "{key}");
     }
     // A prompt is asked for as a `prompt` target of its own, a tool as a `tool`.
-    assert!(operations["prompts/get:shop_assistant"]["required_target_kinds"].as_array().unwrap().contains(&json!("prompt")));
+    assert!(
+        operations["prompts/get:shop_assistant"]["required_target_kinds"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("prompt"))
+    );
     assert!(operations["tools/call:product_get"]["required_target_kinds"].as_array().unwrap().contains(&json!("tool")));
     assert_eq!(operations["tools/call:basket_checkout"]["require_commit_fence"], true);
     assert_eq!(operations["tools/call:product_get"]["require_commit_fence"], false);
