@@ -175,7 +175,7 @@ impl PolicyPayload {
 
     /// A registry skeleton for `palisade policy init`: every exposed operation COVERED, by
     /// `server_release`, the caller's `tenant`, `client` and delegated `agent`s, plus the operation's own kind
-    /// ([`ExposedOperation::target_kinds`]: `tool` for a tool call, `resource` for a read or a
+    /// ([`ExposedOperation::target_kinds`]: `tool` for a tool call, `prompt` for a prompt got, `resource` for a read or a
     /// subscription, `upstream` too for a relayed one), with a commit fence where the operation declares a side effect. The
     /// operator reviews it (removing a kind deliberately, or NOT_APPLICABLE with a reason) and
     /// signs it with [`sign_policy`]. Fail-safe: nothing starts out NOT_APPLICABLE, and every

@@ -1,4 +1,4 @@
-//! Targets: what the authority can disable (a tool, a tenant, a server release, …), and their
+//! Targets: what the authority can disable (a tool, a prompt, a tenant, a server release, …), and their
 //! keyed digests. Raw target values never leave the server: the authority and the generation
 //! store only see `HMAC-SHA256(target_key, kind || 0x00 || value)`.
 
@@ -36,11 +36,14 @@ pub enum TargetKind {
     /// carries one value per agent of its chain (the holder and every agent it descends from), so
     /// disabling an agent stops it and everything delegated under it.
     Agent,
+    /// The prompt got (`prompts/get`), by its registered name: a prompt relayed from an upstream
+    /// is content that reaches the model, and an operator stops one prompt as they stop one tool.
+    Prompt,
 }
 
 impl TargetKind {
     /// Every kind, in order.
-    pub const ALL: [TargetKind; 10] = [
+    pub const ALL: [TargetKind; 11] = [
         TargetKind::ServerRelease,
         TargetKind::Tenant,
         TargetKind::Client,
@@ -51,6 +54,7 @@ impl TargetKind {
         TargetKind::Upstream,
         TargetKind::Object,
         TargetKind::Agent,
+        TargetKind::Prompt,
     ];
 
     /// The wire name (`server_release`, `tenant`, …).
@@ -66,6 +70,7 @@ impl TargetKind {
             TargetKind::Upstream => "upstream",
             TargetKind::Object => "object",
             TargetKind::Agent => "agent",
+            TargetKind::Prompt => "prompt",
         }
     }
 
@@ -212,11 +217,13 @@ mod tests {
         let tool = key.digest(TargetKind::Tool, "a");
         assert!(tool.is_well_formed());
         assert_ne!(tool, key.digest(TargetKind::Resource, "a"));
+        assert_ne!(tool, key.digest(TargetKind::Prompt, "a"));
         assert_ne!(tool, other.digest(TargetKind::Tool, "a"));
         assert_eq!(tool, key.digest(TargetKind::Tool, "a"));
         assert_eq!(format!("{key:?}"), "TargetKey(..)");
         assert_eq!(parse_target_spec("tool:x:y"), Some((TargetKind::Tool, "x:y".to_owned())));
         assert_eq!(parse_target_spec("tool:"), None);
+        assert_eq!(parse_target_spec("prompt:greet"), Some((TargetKind::Prompt, "greet".to_owned())));
         assert_eq!(parse_target_spec("nope:x"), None);
     }
 }

@@ -6,7 +6,7 @@
 //! - Stage 4 ([`clear`], `pre_dispatch`) runs for every classified request (and every task
 //!   segment), before authorization. Its
 //!   targets are built by the server: the configured server release, the principal's tenant and
-//!   client, the *registered* tool or resource; never a client string beyond the registered name.
+//!   client, the *registered* tool, prompt or resource; never a client string beyond the registered name.
 //! - [`crate::RequestContext::pre_side_effect`] is the second phase: after the handler's side-effect-free
 //!   preparation and before its commit, with this request's clearance and targets. It returns the
 //!   [`palisade_killswitch::CommitFence`] only that phase can make; a backend redeems its tokens in the commit
@@ -28,13 +28,14 @@ use crate::clearance::{Cleared, refusal};
 use crate::method::{Method, OperationKey, Origin, TargetFamily};
 use crate::registry::{App, Effect};
 
-/// The kind of target an operation's registered entry is, for the authority: a tool or a
-/// resource (prompts have no kind of their own; the release, tenant and client still cover them).
+/// The kind of target an operation's registered entry is, for the authority: a tool, a prompt
+/// or a resource (a method alone has none; the release, tenant and client still cover it).
 fn target_kind(family: TargetFamily) -> Option<TargetKind> {
     match family {
         TargetFamily::Tool => Some(TargetKind::Tool),
+        TargetFamily::Prompt => Some(TargetKind::Prompt),
         TargetFamily::Resource => Some(TargetKind::Resource),
-        TargetFamily::Prompt | TargetFamily::None => None,
+        TargetFamily::None => None,
     }
 }
 

@@ -164,22 +164,29 @@ pub struct Commands {
     pub disable: Option<String>,
     /// `--enable-command`.
     pub enable: Option<String>,
+    /// One line per command saying which program it runs and how it was found.
+    pub notes: Vec<String>,
 }
 
 /// Resolves every operator command's program before anything is sent.
 pub fn resolve_commands(args: &VerifyArgs) -> Result<Commands, Refusal> {
-    let resolve = |flag: &str, line: &Option<String>| {
-        line.as_deref()
+    let mut notes = Vec::new();
+    let mut resolve = |flag: &str, line: &Option<String>| {
+        let resolved = line
+            .as_deref()
             .filter(|line| !line.trim().is_empty())
             .map(|line| program::resolve_on_path(flag, line))
             .transpose()
-            .map_err(Refusal::Command)
+            .map_err(Refusal::Command)?;
+        Ok::<_, Refusal>(resolved.map(|resolved| {
+            notes.push(resolved.note);
+            resolved.line
+        }))
     };
-    Ok(Commands {
-        change_upstream: resolve("--change-upstream-command", &args.change_upstream_command)?,
-        disable: resolve("--disable-command", &args.disable_command)?,
-        enable: resolve("--enable-command", &args.enable_command)?,
-    })
+    let change_upstream = resolve("--change-upstream-command", &args.change_upstream_command)?;
+    let disable = resolve("--disable-command", &args.disable_command)?;
+    let enable = resolve("--enable-command", &args.enable_command)?;
+    Ok(Commands { change_upstream, disable, enable, notes })
 }
 
 /// The safety gates: authorization confirmed, and the host loopback or named. Sends nothing.
@@ -229,6 +236,7 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     let target = Target::new(config, redactor.clone()).map_err(|error| Refusal::Client(error.to_string()))?;
     let pinning = modules::pinning::Options::new(commands.change_upstream.as_deref(), args.pin_wait_secs);
     let killswitch = modules::killswitch::Switch::new(commands.disable, commands.enable);
+    let programs = commands.notes;
     let ctx = Context::new(target, identities, args.allow_mutations, pinning, killswitch);
     let modules = selected_modules(&args.modules)?;
     // A target that does not speak 2026-07-28 gets one line saying so; a check needing it whose
@@ -262,12 +270,11 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
                 && modules::needs_current_protocol(&check)
                 && unspoken.get_or_init(|| modules::unspoken_protocol(&ctx)).await.is_some()
             {
+                // One line says why (the report's protocol line); each check says only what it
+                // needs, its refused control stays in its transcript.
                 outcome.verdict = check::Verdict::NotTestable;
-                outcome.detail = format!(
-                    "needs {}, which the target does not speak (was: {})",
-                    target::PROTOCOL_VERSION,
-                    outcome.detail
-                );
+                outcome.detail =
+                    format!("needs {}, not spoken by the target (see the protocol line)", target::PROTOCOL_VERSION);
             }
             outcome.detail = redactor.redact(&outcome.detail);
             progress(&check, &outcome);
@@ -285,6 +292,7 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
     Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone())
         .with_protocol(unspoken)
+        .with_programs(programs)
         .with_no_authentication(unauthenticated))
 }
 
@@ -308,6 +316,15 @@ pub fn selected_cases(names: &[String]) -> Result<Vec<modules::Case>, Refusal> {
 /// on stdout, the report file; exit 0 when nothing unbaselined FAILs, 1 otherwise, 2 when the
 /// run is refused.
 pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    // Which program each operator command runs, before anything runs (a refusal is reported
+    // by the run itself, after the gates).
+    if check_gates(&args).is_ok()
+        && let Ok(commands) = resolve_commands(&args)
+    {
+        for note in &commands.notes {
+            eprintln!("{}", escape::visible(note));
+        }
+    }
     let display = progress::Progress::new(selected_cases(&args.modules).map_or(0, |cases| cases.len()));
     let result = verify(&args, &mut |check: &Check, outcome: &Outcome| display.finished(check, outcome)).await;
     display.finish();
@@ -396,5 +413,7 @@ mod tests {
         .unwrap();
         let resolved = commands.change_upstream.unwrap();
         assert!(resolved.starts_with('/') && resolved.ends_with("/sh -c true {tool} {state}"), "{resolved}");
+        let program = resolved.split_whitespace().next().unwrap();
+        assert_eq!(commands.notes, [format!("--change-upstream-command runs {program} (sh found on PATH)")]);
     }
 }

@@ -94,9 +94,21 @@ pub struct RootCause {
 pub const NO_AUTHENTICATION: &str = "auth.none";
 
 /// Whether a FAIL of `id` follows from a target that needs no authentication at all: every
-/// `auth.*` check, and the transport and listen checks of a missing or wrong token.
+/// `auth.*` check, the transport and listen checks of a missing or wrong token, and the
+/// 2025-era session checks of a token that is not the session owner's (no token, another
+/// identity's, tenant's or client's: a target that reads no token cannot tell them apart).
 pub fn follows_from_no_authentication(id: &str) -> bool {
-    id.starts_with("auth.") || id == "transport.auth.missing" || id.starts_with("listen.auth.")
+    id.starts_with("auth.")
+        || id == "transport.auth.missing"
+        || id.starts_with("listen.auth.")
+        || matches!(
+            id,
+            "sessions.no_token"
+                | "sessions.other_identity"
+                | "sessions.other_tenant"
+                | "sessions.other_client"
+                | "sessions.delete.other_identity"
+        )
 }
 
 /// A run's report.
@@ -108,6 +120,8 @@ pub struct Report {
     pub date: String,
     /// When the target does not speak 2026-07-28: the one line saying so.
     pub protocol: Option<String>,
+    /// Which program each operator command ran, and how it was found.
+    pub programs: Vec<String>,
     /// Every check, in catalogue order.
     pub entries: Vec<Entry>,
     /// Causes several findings share (their checks are grouped under them).
@@ -140,7 +154,16 @@ impl Report {
             .collect();
         let now_ms = palisade_base::clock::Clock::now_ms(&palisade_base::clock::SystemClock);
         let date = palisade_base::time::format_rfc3339_ms(now_ms);
-        Self { target: target.to_owned(), date, protocol: None, entries, root_causes: Vec::new(), stale, redactor }
+        Self {
+            target: target.to_owned(),
+            date,
+            protocol: None,
+            programs: Vec::new(),
+            entries,
+            root_causes: Vec::new(),
+            stale,
+            redactor,
+        }
     }
 
     /// Groups the FAILs that follow from a target needing no authentication at all under the
@@ -175,6 +198,12 @@ impl Report {
     /// The report with the line saying the target does not speak 2026-07-28, if it does not.
     pub fn with_protocol(mut self, unspoken: Option<String>) -> Self {
         self.protocol = unspoken;
+        self
+    }
+
+    /// The report with the lines saying which program each operator command ran.
+    pub fn with_programs(mut self, programs: Vec<String>) -> Self {
+        self.programs = programs;
         self
     }
 
@@ -235,6 +264,7 @@ impl Report {
                 "spoken": self.protocol.is_none(),
                 "detail": self.protocol,
             },
+            "programs": self.programs,
             "summary": {
                 "pass": self.count(Verdict::Pass),
                 "fail": self.count(Verdict::Fail),
@@ -465,6 +495,9 @@ fn markdown(json: &Value) -> String {
     if let Some(line) = protocol_line(json) {
         text.insert_str(text.len() - 1, &format!("- **Protocol:** {}\n", markdown_cell(&line)));
     }
+    for program in json["programs"].as_array().into_iter().flatten().filter_map(Value::as_str) {
+        text.insert_str(text.len() - 1, &format!("- **Command:** {}\n", markdown_cell(program)));
+    }
     // Each root cause first, its checks (each with its own verdict) under it; then the rest.
     for cause in root_causes(json) {
         let id = field(cause, "id");
@@ -586,5 +619,18 @@ mod tests {
             "{head}"
         );
         assert_eq!(report.to_json()["date"], report.date.as_str());
+        // Which program each operator command ran, in the head and in JSON.
+        let report =
+            report.with_programs(vec!["--disable-command runs /usr/bin/palisade (palisade found on PATH)".into()]);
+        let markdown = report.render(Format::Markdown);
+        let (head, _) = markdown.split_once("\n| check |").unwrap();
+        assert!(
+            head.contains("- **Command:** --disable-command runs /usr/bin/palisade (palisade found on PATH)"),
+            "{markdown}"
+        );
+        assert_eq!(
+            report.to_json()["programs"][0],
+            "--disable-command runs /usr/bin/palisade (palisade found on PATH)"
+        );
     }
 }

@@ -1,7 +1,8 @@
 //! The killswitch module against the real demo (`palisade serve --app demo`, whose kill switch
 //! runs in its default `dev` mode: generated keys and an in-process development authority in the
 //! data directory), flipping targets with the real `palisade authority disable|enable`: every
-//! check the demo can exercise passes and every flipped target ends enabled; with a disable
+//! check passes (its prompt flipped as `prompt:shop_assistant`) and every flipped target ends
+//! enabled; with a disable
 //! command that changes nothing, the disabled-tool check fails.
 
 // Helpers outside #[test] functions unwrap too: a failure there is the test failing.
@@ -85,8 +86,13 @@ fn explain(report: &Report) -> String {
 }
 
 /// The targets the module flips on the demo.
-const FLIPPED: [&str; 4] =
-    ["tool:catalog_search", "tool:basket_view", "resource:shop://policies/returns", "tool:basket_create"];
+const FLIPPED: [&str; 5] = [
+    "tool:catalog_search",
+    "tool:basket_view",
+    "prompt:shop_assistant",
+    "resource:shop://policies/returns",
+    "tool:basket_create",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_demo_passes_every_killswitch_check_it_can_exercise_and_ends_enabled() {
@@ -108,8 +114,8 @@ async fn the_demo_passes_every_killswitch_check_it_can_exercise_and_ends_enabled
     let all = explain(&report);
     assert!(report.entries.len() >= 8, "{all}");
     assert!(report.entries.iter().all(|entry| entry.check.id.starts_with("killswitch.")), "{all}");
-    // Only kinds the kill switch has are asked for: a prompt is none (prompts are switched by
-    // server release, tenant and client), so the prompt checks are not testable.
+    // Only kinds the kill switch has are asked for, the demo's prompt among them (the real
+    // `authority disable --target prompt:shop_assistant`).
     let log = std::fs::read_to_string(&asked).unwrap();
     let targets: Vec<&str> =
         log.lines().filter_map(|line| line.split_whitespace().skip_while(|w| *w != "--target").nth(1)).collect();
@@ -118,28 +124,17 @@ async fn the_demo_passes_every_killswitch_check_it_can_exercise_and_ends_enabled
         let parsed = palisade_killswitch::parse_target_spec(target);
         assert!(parsed.is_some(), "the flip commands were asked for {target}, no kill-switch target\n{log}");
     }
-    assert!(!targets.iter().any(|target| target.starts_with("prompt:")), "{log}");
-    for id in ["killswitch.prompt.disabled", "killswitch.prompt.reenabled"] {
-        let entry = report.entries.iter().find(|entry| entry.check.id == id).unwrap();
-        assert!(entry.outcome.detail.contains("a prompt is no kill-switch target kind"), "{}", entry.outcome.detail);
-    }
-    let untestable: Vec<&str> = report
-        .entries
-        .iter()
-        .filter(|entry| entry.outcome.verdict == Verdict::NotTestable)
-        .map(|entry| entry.check.id)
-        .collect();
-    assert_eq!(untestable, ["killswitch.prompt.disabled", "killswitch.prompt.reenabled"], "{all}");
+    assert!(targets.contains(&"prompt:shop_assistant"), "{log}");
     for entry in &report.entries {
-        if entry.outcome.verdict != Verdict::NotTestable {
-            assert_eq!(entry.outcome.verdict, Verdict::Pass, "{}\n{}", all, entry.outcome.transcript.join("\n"));
-            assert!(entry.outcome.transcript.len() >= 2, "a pass shows its control and its case: {}", entry.check.id);
-        }
+        assert_eq!(entry.outcome.verdict, Verdict::Pass, "{}\n{}", all, entry.outcome.transcript.join("\n"));
+        assert!(entry.outcome.transcript.len() >= 2, "a pass shows its control and its case: {}", entry.check.id);
     }
     for id in [
         "killswitch.tool.disabled",
         "killswitch.tool.reenabled",
         "killswitch.tool.other_served",
+        "killswitch.prompt.disabled",
+        "killswitch.prompt.reenabled",
         "killswitch.resource.disabled",
         "killswitch.resource.reenabled",
         "killswitch.dispatch.no_side_effect",
@@ -165,6 +160,7 @@ async fn a_killswitch_disable_command_that_changes_nothing_fails_the_disabled_to
     let all = explain(&report);
     assert_eq!(verdict_of(&report, "killswitch.tool.disabled"), Verdict::Fail, "{all}");
     assert_eq!(verdict_of(&report, "killswitch.resource.disabled"), Verdict::Fail, "{all}");
+    assert_eq!(verdict_of(&report, "killswitch.prompt.disabled"), Verdict::Fail, "{all}");
     // Nothing was disabled, so nothing can be judged re-enabled, and the mutating tool is
     // never called under a disable that did not apply.
     assert_eq!(verdict_of(&report, "killswitch.tool.reenabled"), Verdict::Inconclusive, "{all}");

@@ -79,7 +79,7 @@ async fn a_target_without_2026_07_28_gets_one_line_and_not_testable_checks() {
         .entries
         .iter()
         .filter(|entry| entry.outcome.verdict == Verdict::NotTestable)
-        .filter(|entry| entry.outcome.detail.starts_with("needs 2026-07-28, which the target does not speak"))
+        .filter(|entry| entry.outcome.detail.starts_with("needs 2026-07-28, not spoken by the target"))
         .count();
     assert!(for_protocol >= 50, "{for_protocol} checks not testable for the protocol");
     // The 2025-era session checks still run on the 2025 wire.

@@ -163,8 +163,8 @@ pub struct AuthorityLocation {
 
 #[derive(Args)]
 pub struct TargetArgs {
-    /// The target, KIND:VALUE (kinds: server_release, tenant, client, tool, resource, task,
-    /// subscription, upstream, object), e.g. `tool:basket_checkout`.
+    /// The target, KIND:VALUE (kinds: server_release, tenant, client, tool, prompt, resource,
+    /// task, subscription, upstream, object, agent), e.g. `tool:basket_checkout`.
     #[arg(long)]
     target: String,
     /// Why (recorded and signed into the heads; not shown to clients).
@@ -387,6 +387,7 @@ fn known_target_names(
                     for operation in policy.payload().operations.keys() {
                         let Some((_, value)) = operation.split_once(':') else { continue };
                         candidates.push((TargetKind::Tool, value.to_owned()));
+                        candidates.push((TargetKind::Prompt, value.to_owned()));
                         candidates.push((TargetKind::Resource, value.to_owned()));
                     }
                 }

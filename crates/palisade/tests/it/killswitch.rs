@@ -1,5 +1,5 @@
 //! The kill switch through the real binary: the demo runs the development authority by default,
-//! `palisade authority disable|enable` flips a tool off and on live, `policy init` covers the
+//! `palisade authority disable|enable` flips a tool, and a prompt, off and on live, `policy init` covers the
 //! server's registry, and a signed policy missing an exposed operation refuses to start.
 
 use std::process::Command;
@@ -65,6 +65,41 @@ async fn the_demo_tool_flips_off_and_on_live() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--target"));
 }
 
+/// A 2026-07-28 `prompts/get` of the demo's prompt as `token`.
+fn prompt_get(server: &Palisade, token: &str) -> reqwest::RequestBuilder {
+    let params = with_meta(json!({ "name": "shop_assistant", "arguments": { "goal": "a gift" } }), json!({}));
+    let body = json!({ "jsonrpc": "2.0", "id": 1, "method": "prompts/get", "params": params });
+    crate::harness::Client::new(server)
+        .post("prompts/get", &params)
+        .header("authorization", format!("Bearer {token}"))
+        .body(body.to_string())
+}
+
+#[tokio::test]
+async fn a_prompt_is_a_kill_switch_target_of_its_own() {
+    let server = Palisade::start_app("demo", &[]);
+    let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let token = dev_token(&server, "alice", "acme", "it", "shop:read");
+    let served = send(prompt_get(&server, &token)).await;
+    assert!(served.result()["messages"].is_array(), "{:?}", served.response());
+
+    let disabled =
+        succeed(&["authority", "disable", "--target", "prompt:shop_assistant", "--reason", "poisoned"], &env);
+    assert!(disabled.contains("prompt:shop_assistant is now DISABLE"), "{disabled}");
+    let refused = send(prompt_get(&server, &token)).await;
+    assert_eq!(refused.error_code(), -32030, "{:?}", refused.response());
+    // Only that prompt: the tools are still served.
+    let search = send(tool_call(&server, &token, "catalog_search", json!({ "query": "tea" }))).await;
+    assert!(search.result().is_object(), "{:?}", search.response());
+    // `authority status` names it (the signed registry lists the prompt).
+    let all = succeed(&["authority", "status"], &env);
+    assert!(all.lines().any(|line| line.starts_with("prompt:shop_assistant DISABLE ")), "{all}");
+
+    succeed(&["authority", "enable", "--target", "prompt:shop_assistant", "--reason", "reviewed"], &env);
+    let again = send(prompt_get(&server, &token)).await;
+    assert!(again.result()["messages"].is_array(), "{:?}", again.response());
+}
+
 #[test]
 fn policy_init_covers_the_registry_and_an_incomplete_policy_refuses_to_start() {
     // First run of the demo generates the development authority's keys and certificates.
@@ -103,6 +138,14 @@ fn policy_init_covers_the_registry_and_an_incomplete_policy_refuses_to_start() {
     ] {
         assert_eq!(operations[key]["coverage"], "COVERED", "{key}");
     }
+    // A prompt is asked for as a `prompt` target of its own, a tool as a `tool`.
+    assert!(
+        operations["prompts/get:shop_assistant"]["required_target_kinds"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("prompt"))
+    );
+    assert!(operations["tools/call:product_get"]["required_target_kinds"].as_array().unwrap().contains(&json!("tool")));
     assert_eq!(operations["tools/call:basket_checkout"]["require_commit_fence"], true);
     assert_eq!(operations["tools/call:product_get"]["require_commit_fence"], false);
 

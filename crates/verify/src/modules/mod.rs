@@ -128,11 +128,15 @@ pub async fn unspoken_protocol(ctx: &Context) -> Option<String> {
     protocol_gap(&discover)
 }
 
-/// Whether the target needs no authentication at all: a `tools/list` with no token is served.
+/// Whether the target needs no authentication at all: a `tools/list` with no token is served,
+/// or (a target of the 2025-era wire only) an `initialize` with no token opens a session.
 /// `Some` says what it got (the root cause [`crate::report::NO_AUTHENTICATION`]).
 pub async fn unauthenticated_served(ctx: &Context) -> Option<String> {
     let exchange = ctx.target.send(Probe::request("tools/list", json!({}), Auth::None)).await;
-    exchange.accepted().then(|| format!("tools/list without a token: {}", exchange.summary()))
+    if exchange.accepted() {
+        return Some(format!("tools/list without a token: {}", exchange.summary()));
+    }
+    sessions::opened_without_token(ctx).await
 }
 
 /// [`unspoken_protocol`]'s judgement of a `server/discover` exchange.

@@ -86,6 +86,25 @@ fn redact_id(ctx: &Context, id: &str, name: &str, exchanges: &mut [Exchange]) {
     }
 }
 
+/// Whether the 2025-era wire opens a session for a request with no token at all: `Some` says
+/// what `initialize` without a token got (the session it opened is deleted again, its id
+/// redacted). The no-authentication root cause on a target that speaks only that wire.
+pub(crate) async fn opened_without_token(ctx: &Context) -> Option<String> {
+    let params = json!({
+        "protocolVersion": LEGACY_VERSION,
+        "capabilities": {},
+        "clientInfo": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION") }
+    });
+    let mut initialize = [ctx.target.send(legacy("initialize", params, Auth::None, None, LEGACY_VERSION)).await];
+    let id = initialize[0].header("mcp-session-id").map(str::to_owned);
+    let id = id.filter(|_| initialize[0].accepted())?;
+    redact_id(ctx, &id, "session-without-token", &mut initialize);
+    let said = format!("initialize without a token on the {LEGACY_VERSION} wire: {}", initialize[0].summary());
+    // Best effort: the session was the verifier's own.
+    let _ = ctx.target.send(delete(Auth::None, &id, LEGACY_VERSION)).await;
+    Some(said)
+}
+
 /// Opens a session as the first identity: `initialize`, then `notifications/initialized`.
 /// `Err` says why the target cannot be tested on the session wire.
 async fn open_session(ctx: &Context) -> Result<Session, String> {

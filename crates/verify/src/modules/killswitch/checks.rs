@@ -239,25 +239,23 @@ impl<'a> Run<'a> {
         self.verdict(id, verdict, detail, &exchanges);
     }
 
-    /// The prompt checks: a prompt is no kill-switch target kind ([`FLIPPED_KINDS`]), so the
-    /// flip commands are never asked for one and both checks are NOT TESTABLE; the first
-    /// prompt's `prompts/get` is still the unlisted prompt's control.
+    /// The first prompt's flip (its required arguments filled with a constant string), asked
+    /// for as `prompt:NAME`; its control doubles as the unlisted prompt's control.
     pub(super) async fn prompt_checks(&mut self) {
         let (disabled, reenabled) = ("killswitch.prompt.disabled", "killswitch.prompt.reenabled");
-        let detail = format!(
-            "a prompt is no kill-switch target kind (the flip commands are asked only for {} targets): \
-             a prompt is switched through the kinds it falls under (server_release, tenant, client)",
-            FLIPPED_KINDS.iter().map(|kind| format!("{kind}:")).collect::<Vec<_>>().join(" and ")
-        );
-        self.verdict(disabled, Verdict::NotTestable, detail.clone(), &[]);
-        self.verdict(reenabled, Verdict::NotTestable, detail, &[]);
-        match self.first_prompt().await {
-            Ok((_, probe)) => {
-                let control = self.ctx.target.send(probe).await;
-                self.unlisted_prompt(&control).await;
+        let (name, probe) = match self.first_prompt().await {
+            Ok(found) => found,
+            Err(listed) => {
+                let detail = format!("the target lists no prompt (prompts/list: {})", listed.summary());
+                self.verdict(disabled, Verdict::NotTestable, detail.clone(), &[&listed]);
+                self.verdict(reenabled, Verdict::NotTestable, detail, &[&listed]);
+                return self.unlisted_prompt(&listed).await;
             }
-            Err(listed) => self.unlisted_prompt(&listed).await,
-        }
+        };
+        let target = format!("prompt:{name}");
+        let (flip, _) = self.flip(&target, &probe, None, async |_: &Exchange| Vec::new()).await;
+        self.judge_flip(&flip, &target, disabled, reenabled);
+        self.unlisted_prompt(&flip.control).await;
     }
 
     /// The first listed resource that is served: its flip.

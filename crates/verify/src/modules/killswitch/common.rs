@@ -25,9 +25,10 @@ pub(super) const STDERR_KEPT: usize = 4096;
 pub(super) const STDERR_SHOWN: usize = 200;
 /// The kill-switch target kinds the flip commands are asked for (`{target}` = `kind:name`):
 /// of the kinds Palisade's kill switch has (`server_release`, `tenant`, `client`, `tool`,
-/// `resource`, `task`, `subscription`, `upstream`, `object`, `agent`), the two a client can
-/// name from what a server lists. A prompt is no kind: the prompt checks are NOT TESTABLE.
-pub const FLIPPED_KINDS: [&str; 2] = ["tool", "resource"];
+/// `prompt`, `resource`, `task`, `subscription`, `upstream`, `object`, `agent`), the three a
+/// client can name from what a server lists. A command that cannot flip one of them exits
+/// [`UNSUPPORTED_EXIT`], and the checks of that kind are NOT TESTABLE.
+pub const FLIPPED_KINDS: [&str; 3] = ["tool", "prompt", "resource"];
 /// The value given to a prompt's required arguments.
 pub(super) const PROMPT_ARGUMENT: &str = "palisade-verify";
 

@@ -1,6 +1,6 @@
 //! The kill-switch module (seed 003): when the operator supplies a way to flip a target
 //! (`--disable-command` and `--enable-command`, each run without a shell with `{target}`
-//! replaced by `kind:name`, `kind` one of [`FLIPPED_KINDS`]), a disabled tool and resource must be refused before
+//! replaced by `kind:name`, `kind` one of [`FLIPPED_KINDS`]), a disabled tool, prompt and resource must be refused before
 //! dispatch and served again once re-enabled; disabling one tool must leave the others served;
 //! a disabled mutating tool must create nothing; operations the server does not list must be
 //! refused. Every flip is preceded by its positive control (the call served) and followed by the
@@ -107,7 +107,7 @@ mod tests {
         for kind in FLIPPED_KINDS {
             assert!(kinds.contains(&kind), "{kind} is no kill-switch target kind: {kinds:?}");
         }
-        assert!(!kinds.contains(&"prompt"), "a prompt kind exists now: the prompt checks could flip it");
+        assert_eq!(FLIPPED_KINDS, ["tool", "prompt", "resource"], "every kind a client names from a listing");
     }
 
     fn strings(list: &[&str]) -> Vec<String> {
