@@ -384,14 +384,13 @@ pub(crate) mod tests {
     use palisade_base::clock::SystemClock;
     use palisade_store::{PinObservation, SqliteStore};
     use serde_json::json;
-    use tower::ServiceExt as _;
 
     use super::*;
     use crate::pins::{DefinitionKind, PinSubject, ReviewerKeys, canonical_text, definition_digest};
+    use crate::web::testing::{get, post, send};
     use crate::web::{WebSettings, surface};
 
     const TOKEN: &str = "operator-review-token-0123";
-    const ORIGIN: &str = "https://127.0.0.1:8443";
 
     fn observation(version: u32) -> PinObservation {
         tool_observation("files", "read", &format!("Reads a file <b>v{version}</b>"))
@@ -449,31 +448,6 @@ pub(crate) mod tests {
     fn from(ip: [u8; 4], mut request: Request<Body>) -> Request<Body> {
         request.extensions_mut().insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((ip, 50000))));
         request
-    }
-
-    async fn send(router: &Router, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
-        let response = router.clone().oneshot(request).await.unwrap();
-        let (status, headers) = (response.status(), response.headers().clone());
-        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.unwrap();
-        (status, headers, String::from_utf8(bytes.to_vec()).unwrap())
-    }
-
-    fn post(path: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> Request<Body> {
-        let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(fields).finish();
-        let mut request =
-            Request::post(path).header("origin", ORIGIN).header("content-type", "application/x-www-form-urlencoded");
-        if let Some(cookie) = cookie {
-            request = request.header("cookie", cookie);
-        }
-        request.body(Body::from(body)).unwrap()
-    }
-
-    fn get(path: &str, cookie: Option<&str>) -> Request<Body> {
-        let mut request = Request::get(path);
-        if let Some(cookie) = cookie {
-            request = request.header("cookie", cookie);
-        }
-        request.body(Body::empty()).unwrap()
     }
 
     /// Signs in; the `Cookie` header of the session.

@@ -2,21 +2,18 @@
 //! page's, every section of the page with hostile values escaped, the exposition parser, the
 //! bounded ring and the charts.
 
-use axum::body::Body;
-use axum::http::Request;
 use palisade_base::clock::SystemClock;
 use palisade_server::secret::ServerSecret;
 use palisade_store::{ChainReport, ConnectionRow, SqliteStore};
 use serde::Deserialize;
-use tower::ServiceExt as _;
 
 use super::samples::{ChainStatus, Kind, MAX_SERIES, RING, Sample, Series, parse};
 use super::*;
 use crate::config::{RawGateway, RawPins, RawUpstream, RawWeb};
 use crate::review::tests::tool_observation;
+use crate::web::testing::{get, post, send};
 use crate::web::{WebSettings, surface};
 
-const ORIGIN: &str = "https://127.0.0.1:8443";
 const ALICE: &str = "operator-alice-token-0123";
 
 struct Fixture {
@@ -49,31 +46,6 @@ async fn fixture(review_page: bool) -> Fixture {
     let console = Arc::new(Console::new(&gateway, accounts, key, None, review_page));
     let audit = crate::web::testing::recording(store.clone());
     Fixture { router: surface(&web, audit.clone(), routes(console.clone())), console, store, audit }
-}
-
-async fn send(router: &Router, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
-    let response = router.clone().oneshot(request).await.unwrap();
-    let (status, headers) = (response.status(), response.headers().clone());
-    let bytes = axum::body::to_bytes(response.into_body(), 1 << 22).await.unwrap();
-    (status, headers, String::from_utf8(bytes.to_vec()).unwrap())
-}
-
-fn post(path: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> Request<Body> {
-    let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(fields).finish();
-    let mut request =
-        Request::post(path).header("origin", ORIGIN).header("content-type", "application/x-www-form-urlencoded");
-    if let Some(cookie) = cookie {
-        request = request.header("cookie", cookie);
-    }
-    request.body(Body::from(body)).unwrap()
-}
-
-fn get(path: &str, cookie: Option<&str>) -> Request<Body> {
-    let mut request = Request::get(path);
-    if let Some(cookie) = cookie {
-        request = request.header("cookie", cookie);
-    }
-    request.body(Body::empty()).unwrap()
 }
 
 async fn sign_in(router: &Router) -> String {

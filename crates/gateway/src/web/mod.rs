@@ -822,14 +822,49 @@ pub async fn serve_web(
 pub(crate) mod testing {
     use std::sync::Arc;
 
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::{HeaderMap, Request, StatusCode};
     use palisade_server::surface_audit::SurfaceAudit;
     use palisade_store::{AuditStore, AuditWriter};
+    use tower::ServiceExt as _;
 
     /// An audit sink writing into `store`'s log (digest key of a fixed test secret).
     pub(crate) fn recording(store: Arc<dyn AuditStore>) -> Arc<SurfaceAudit> {
         let writer = Arc::new(AuditWriter::new(store, Default::default()));
         let secret = palisade_server::secret::ServerSecret::from_bytes([5; 32]);
         Arc::new(SurfaceAudit::new(Some(writer), &secret, Arc::new(palisade_base::clock::SystemClock)))
+    }
+
+    /// The web listener's origin in the pages' unit tests.
+    pub(crate) const ORIGIN: &str = "https://127.0.0.1:8443";
+
+    /// Sends `request` to `router`: status, headers and the body as text.
+    pub(crate) async fn send(router: &Router, request: Request<Body>) -> (StatusCode, HeaderMap, String) {
+        let response = router.clone().oneshot(request).await.unwrap();
+        let (status, headers) = (response.status(), response.headers().clone());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 22).await.unwrap();
+        (status, headers, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    /// A same-origin form POST of `fields`, with the session `cookie` if given.
+    pub(crate) fn post(path: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> Request<Body> {
+        let body = url::form_urlencoded::Serializer::new(String::new()).extend_pairs(fields).finish();
+        let mut request =
+            Request::post(path).header("origin", ORIGIN).header("content-type", "application/x-www-form-urlencoded");
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.body(Body::from(body)).unwrap()
+    }
+
+    /// A GET of `path`, with the session `cookie` if given.
+    pub(crate) fn get(path: &str, cookie: Option<&str>) -> Request<Body> {
+        let mut request = Request::get(path);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        request.body(Body::empty()).unwrap()
     }
 
     /// An audit sink that records nothing (no log).
