@@ -141,7 +141,7 @@ impl Process {
             last_used: Mutex::new(Instant::now()),
             uid: options.uid,
         });
-        tracing::info!(upstream = %options.upstream, pid = ?process.pid, uid = ?options.uid, "stdio server started");
+        tracing::info!(upstream = %options.upstream, pid = process.pid, uid = options.uid, "stdio server started");
         tokio::spawn(log_stderr(options.upstream.clone(), stderr, options.drops.clone(), shared.clone()));
         let weak = Arc::downgrade(&process);
         let limits = StdoutLimits { max_line_bytes: options.max_line_bytes, drops: options.drops };
@@ -264,7 +264,7 @@ impl Process {
         if let Some(mut child) = child {
             let _ = child.wait().await;
         }
-        tracing::info!(upstream = %self.upstream, pid = ?self.pid, "stdio server stopped");
+        tracing::info!(upstream = %self.upstream, pid = self.pid, "stdio server stopped");
     }
 }
 
