@@ -66,6 +66,10 @@ pub const STAGES: [&str; 14] = [
     "policy",
 ];
 
+/// Why a message on the answer relay channel is dropped: too large, not the relay's format, or
+/// its tag does not verify. Each counter exists from the start (at 0).
+pub const RELAY_DROP_REASONS: [&str; 3] = ["oversized", "malformed", "forged"];
+
 /// Tools with series of their own; calls of further tools are counted under `tool="(other)"`.
 pub const MAX_TOOL_SERIES: usize = 2048;
 
@@ -125,6 +129,7 @@ pub struct Metrics {
     latency: Histogram,
     latency_samples: AtomicU64,
     transport_refusals: [Counter; Reason::ALL.len()],
+    relay_drops: [Counter; RELAY_DROP_REASONS.len()],
     denials: [Counter; STAGES.len()],
     allows: [OnceLock<Counter>; STAGES.len()],
     tools: RwLock<HashMap<Box<str>, Arc<ToolSeries>>>,
@@ -168,6 +173,8 @@ impl Default for Metrics {
         let responses_error = outcome("error");
         let transport_refusals = Reason::ALL
             .map(|reason| counter(TRANSPORT_REFUSALS, vec![Label::from_static_parts("reason", reason.as_str())]));
+        let relay_drops =
+            RELAY_DROP_REASONS.map(|reason| counter(RELAY_DROPPED, vec![Label::from_static_parts("reason", reason)]));
         let denials = STAGES.map(|stage| {
             counter(
                 DECISIONS,
@@ -187,6 +194,7 @@ impl Default for Metrics {
             latency,
             latency_samples: AtomicU64::new(0),
             transport_refusals,
+            relay_drops,
             denials,
             allows: Default::default(),
             tools: RwLock::default(),
@@ -235,11 +243,16 @@ impl Metrics {
         self.transport_refusals[reason.index()].increment(1);
     }
 
-    /// Counts one message from the answer relay channel that was dropped (oversized,
-    /// malformed, or not authenticated); rare, so looked up in the recorder each time.
+    /// Counts one message from the answer relay channel that was dropped, by one of
+    /// [`RELAY_DROP_REASONS`] (another reason is looked up in the recorder each time).
     pub fn observe_relay_drop(&self, reason: &'static str) {
-        let key = Key::from_parts(RELAY_DROPPED, vec![Label::from_static_parts("reason", reason)]);
-        self.recorder.register_counter(&key, &METADATA).increment(1);
+        match RELAY_DROP_REASONS.iter().position(|known| *known == reason) {
+            Some(index) => self.relay_drops[index].increment(1),
+            None => {
+                let key = Key::from_parts(RELAY_DROPPED, vec![Label::from_static_parts("reason", reason)]);
+                self.recorder.register_counter(&key, &METADATA).increment(1);
+            }
+        }
     }
 
     /// The series of the registered tool `tool` (relayed from `upstream`, for the gateway):
@@ -387,6 +400,7 @@ mod tests {
         metrics.observe_relay_drop("forged");
         let text = metrics.render();
         assert!(text.contains("palisade_answer_relay_dropped_total{reason=\"forged\"} 1"), "{text}");
+        assert!(text.contains("palisade_answer_relay_dropped_total{reason=\"oversized\"} 0"), "{text}");
         assert!(text.contains("palisade_requests_total{outcome=\"ok\"} 1"), "{text}");
         assert!(text.contains("palisade_requests_total{outcome=\"error\"} 1"), "{text}");
         assert!(text.contains("palisade_decisions_total{stage=\"authenticate\",decision=\"deny\"} 2"), "{text}");

@@ -272,7 +272,7 @@ impl Gateway {
                 listing_error: Mutex::new(None),
                 launch: Mutex::new(None),
                 oauth: upstream_oauth,
-                series: series::UpstreamSeries::register(&metrics, &upstream.id, upstream.stdio.is_some()),
+                series: series::UpstreamSeries::register(&metrics, &upstream.id),
             }));
         }
         let gateway = Self {

@@ -53,12 +53,12 @@ pub(super) struct UpstreamSeries {
     errors: Vec<Counter>,
     served: Gauge,
     states: Vec<Gauge>,
-    processes: Option<Gauge>,
+    processes: Gauge,
 }
 
 impl UpstreamSeries {
-    /// Registers the series of upstream `id` (`stdio`: with its process count).
-    pub(super) fn register(metrics: &Arc<Metrics>, id: &str, stdio: bool) -> Self {
+    /// Registers the series of upstream `id`.
+    pub(super) fn register(metrics: &Arc<Metrics>, id: &str) -> Self {
         let upstream = ("upstream", id);
         let latency = RELAYED_METHODS
             .iter()
@@ -95,7 +95,11 @@ impl UpstreamSeries {
             errors,
             served: definitions("served"),
             states: PIN_STATES.iter().map(|state| definitions(state)).collect(),
-            processes: stdio.then(|| metrics.gauge(PROCESSES, "A stdio upstream's running processes.", &[upstream])),
+            processes: metrics.gauge(
+                PROCESSES,
+                "A stdio upstream's running processes (0 for an HTTP one).",
+                &[upstream],
+            ),
         }
     }
 
@@ -125,9 +129,7 @@ impl UpstreamSeries {
         for (gauge, count) in self.states.iter().zip(states) {
             gauge.set(*count as f64);
         }
-        if let Some(processes) = &self.processes {
-            processes.set(status.processes.unwrap_or(0) as f64);
-        }
+        self.processes.set(status.processes.unwrap_or(0) as f64);
     }
 }
 

@@ -110,11 +110,8 @@ async fn readiness_detail_and_metrics_follow_the_upstreams() {
     let alpha = Upstream::start(vec![tool("echo", "Echoes its arguments.")]).await;
     let mut beta = Some(Upstream::start(vec![tool("stamp", "Stamps."), tool("spare", "Unreviewed.")]).await);
     let metrics_listen = format!("127.0.0.1:{}", free_port());
-    let upstreams = format!(
-        "{}\n{}",
-        upstream("alpha", &alpha.url, ""),
-        upstream("beta", &beta.as_ref().unwrap().url, "")
-    );
+    let upstreams =
+        format!("{}\n{}", upstream("alpha", &alpha.url, ""), upstream("beta", &beta.as_ref().unwrap().url, ""));
     let gateway = boot_with("", &upstreams, &[("PALISADE_METRICS_LISTEN", &metrics_listen)]);
     let private = format!("http://{metrics_listen}");
     let public = gateway.server.url.trim_end_matches("/mcp").to_owned();
@@ -125,9 +122,7 @@ async fn readiness_detail_and_metrics_follow_the_upstreams() {
     let (beta_stamp, _) = gateway.pin("beta", "tool", "stamp").expect("pinned");
     gateway.cli(&["pins", "approve", &beta_stamp, "--reviewer", "rita"]);
     let token = gateway.token("alice", "");
-    gateway
-        .wait_tools(&token, "both upstreams served", |t| t.contains(&"alpha_echo".into()) && t.len() == 2)
-        .await;
+    gateway.wait_tools(&token, "both upstreams served", |t| t.contains(&"alpha_echo".into()) && t.len() == 2).await;
     assert_eq!(get(&format!("{public}/readyz")).await, (200, "ready".to_owned()));
 
     // Calls: two answered, one refused by the arguments' schema, one to each upstream.
@@ -136,7 +131,11 @@ async fn readiness_detail_and_metrics_follow_the_upstreams() {
         assert_eq!(answer.status, 200, "{:?}", answer.response());
     }
     let refused = gateway.call(&token, "alpha_echo", json!({ "text": 5 })).await;
-    assert!(refused.response().get("error").is_some() || refused.result()["isError"] == true, "{:?}", refused.response());
+    assert!(
+        refused.response().get("error").is_some() || refused.result()["isError"] == true,
+        "{:?}",
+        refused.response()
+    );
     let stamped = gateway.call(&token, "beta_stamp", json!({})).await;
     assert_eq!(stamped.status, 200, "{:?}", stamped.response());
 
@@ -148,12 +147,15 @@ async fn readiness_detail_and_metrics_follow_the_upstreams() {
     let down = upstream_detail(&detail, "beta");
     assert_eq!(down["serving"], false, "{down}");
     assert!(down["last_error"].as_str().is_some_and(|error| error.contains("unavailable")), "{down}");
-    assert_eq!(down["definitions"]["listed"], 2, "{down}");
-    assert_eq!(down["definitions"]["pending"], 1, "{down}");
+    // stamp approved; spare and the upstream's instructions (pinned too) not reviewed.
+    assert_eq!(down["definitions"]["listed"], 3, "{down}");
+    assert_eq!(down["definitions"]["pending"], 2, "{down}");
     assert_eq!(down["definitions"]["approved"], 1, "{down}");
     let up = upstream_detail(&detail, "alpha");
     assert_eq!((up["state"].as_str(), up["serving"].as_bool()), (Some("up"), Some(true)), "{up}");
-    assert_eq!(up["definitions"]["served"], 1, "{up}");
+    assert_eq!(up["definitions"]["approved"], 2, "echo and the instructions: {up}");
+    let alpha_served = up["definitions"]["served"].as_f64().unwrap();
+    assert!(alpha_served >= 1.0, "{up}");
     assert!(up["last_error"].is_null(), "{up}");
     assert_eq!(get(&format!("{public}/readyz")).await, (200, "ready".to_owned()));
     assert_eq!(get(&format!("{public}/readyz/detail")).await.0, 404, "the detail is not on the public listener");
@@ -163,13 +165,15 @@ async fn readiness_detail_and_metrics_follow_the_upstreams() {
     assert_eq!(status, 200);
     assert_eq!(sample(&scrape, r#"palisade_upstream_up{upstream="alpha"}"#), 1.0);
     assert_eq!(sample(&scrape, r#"palisade_upstream_up{upstream="beta"}"#), 0.0);
-    assert_eq!(sample(&scrape, r#"palisade_upstream_definitions{upstream="alpha",state="served"}"#), 1.0);
-    assert_eq!(sample(&scrape, r#"palisade_upstream_definitions{upstream="beta",state="pending"}"#), 1.0);
+    assert_eq!(sample(&scrape, r#"palisade_upstream_definitions{upstream="alpha",state="served"}"#), alpha_served);
+    assert_eq!(sample(&scrape, r#"palisade_upstream_definitions{upstream="beta",state="pending"}"#), 2.0);
     assert!(sample(&scrape, r#"palisade_upstream_errors_total{upstream="beta",kind="unavailable"}"#) >= 1.0);
     assert_eq!(sample(&scrape, r#"palisade_upstream_errors_total{upstream="alpha",kind="unavailable"}"#), 0.0);
     let alpha_calls = r#"palisade_upstream_request_duration_seconds_count{upstream="alpha",method="tools/call"}"#;
     assert_eq!(sample(&scrape, alpha_calls), 2.0, "the refused call never reached the upstream");
-    assert!(sample(&scrape, r#"palisade_upstream_request_duration_seconds_count{upstream="beta",method="list"}"#) >= 1.0);
+    assert!(
+        sample(&scrape, r#"palisade_upstream_request_duration_seconds_count{upstream="beta",method="list"}"#) >= 1.0
+    );
     let echo = r#"tool="alpha_echo",upstream="alpha""#;
     assert_eq!(sample(&scrape, &format!(r#"palisade_tool_calls_total{{{echo},outcome="ok"}}"#)), 2.0);
     assert_eq!(sample(&scrape, &format!(r#"palisade_tool_calls_total{{{echo},outcome="refused"}}"#)), 1.0);
@@ -182,6 +186,7 @@ async fn readiness_detail_and_metrics_follow_the_upstreams() {
         assert_eq!(sample(&scrape, &series), 0.0, "ready for the stage's refusals");
     }
     assert!(scrape.contains("palisade_audit_shipping_lag_seconds "), "{scrape}");
+    assert_eq!(sample(&scrape, r#"palisade_upstream_processes{upstream="alpha"}"#), 0.0, "an HTTP upstream runs none");
     assert!(!scrape.contains("alice"), "no subject in any label");
 
     // The dashboard queries exactly what the server exports.
@@ -194,7 +199,9 @@ async fn readiness_detail_and_metrics_follow_the_upstreams() {
     let families = |names: &BTreeSet<String>| -> BTreeSet<String> {
         names
             .iter()
-            .map(|name| ["_bucket", "_sum", "_count"].iter().fold(name.clone(), |n, s| n.trim_end_matches(s).to_owned()))
+            .map(|name| {
+                ["_bucket", "_sum", "_count"].iter().fold(name.clone(), |n, s| n.trim_end_matches(s).to_owned())
+            })
             .collect()
     };
     let uncharted: Vec<String> = families(&exported).difference(&families(&queried)).cloned().collect();
