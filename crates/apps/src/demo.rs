@@ -259,7 +259,7 @@ impl Orders {
                 Ok(()) => {}
                 Err(RedeemError::Rejected(why)) => {
                     // Dropping the transaction rolls it back: no order.
-                    tracing::info!(rejection = ?why, "commit fence rejected: order not placed");
+                    tracing::info!(rejection = %why, "commit fence rejected: order not placed");
                     return Err(ProtocolError::OperationDisabled);
                 }
                 Err(RedeemError::Storage(error)) => return Err(storage(error)),

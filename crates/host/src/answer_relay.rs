@@ -63,10 +63,11 @@ pub enum Dropped {
 
 impl Dropped {
     fn as_str(self) -> &'static str {
+        use palisade_server::metrics::RELAY_DROP_REASONS;
         match self {
-            Self::Oversized => "oversized",
-            Self::Malformed => "malformed",
-            Self::Forged => "forged",
+            Self::Oversized => RELAY_DROP_REASONS[0],
+            Self::Malformed => RELAY_DROP_REASONS[1],
+            Self::Forged => RELAY_DROP_REASONS[2],
         }
     }
 }

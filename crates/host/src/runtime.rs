@@ -124,6 +124,11 @@ impl Runtime {
         if let Some(delegation) = &delegation {
             builder = builder.delegation(delegation.clone());
         }
+        if let Some(gateway) = &gateway {
+            // One recorder for the server's series and the gateway's per-upstream ones, and the
+            // gateway's readiness (one upstream serving) in `/readyz`.
+            builder = builder.metrics(gateway.metrics().clone()).readiness(Arc::new(gateway.clone()));
+        }
         let server = Arc::new(builder.build().context("assembling the server")?);
         if let Some(gateway) = &gateway {
             gateway.spawn(server.clone(), server.shutdown_token().clone(), coverage);

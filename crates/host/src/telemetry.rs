@@ -1,6 +1,7 @@
 //! Logging and optional OpenTelemetry trace export for `serve`.
 //!
-//! Logs are JSON lines on stderr, always. When `[telemetry]` names a collector, an
+//! Logs go to stderr, filtered by `PALISADE_LOG` ([`LogFormat`]: readable text on a terminal,
+//! JSON lines otherwise, or as `PALISADE_LOG_FORMAT=text|json` says). When `[telemetry]` names a collector, an
 //! OpenTelemetry layer joins the same subscriber; it sees only the request spans and decision
 //! events of [`palisade_server::telemetry`] (its own target), never other crates' spans or
 //! events, and the log layer never sees those spans, so log lines are the same either way.
@@ -76,21 +77,58 @@ impl Telemetry {
     }
 }
 
-/// Installs the global subscriber: JSON logs on stderr filtered by `PALISADE_LOG`, plus the
-/// trace layer when `telemetry` is on.
-pub fn init(telemetry: Option<&Telemetry>) {
-    subscriber(telemetry).init();
+/// The environment variable that picks the log format.
+pub const LOG_FORMAT_VAR: &str = "PALISADE_LOG_FORMAT";
+
+/// How log lines are written on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event (colours only on a terminal).
+    Text,
+    /// One JSON object per line, for a log collector.
+    Json,
 }
 
-fn subscriber(telemetry: Option<&Telemetry>) -> tracing::Dispatch {
+impl LogFormat {
+    /// `PALISADE_LOG_FORMAT` (`text` or `json`) when set, else text when stderr is a terminal
+    /// and JSON otherwise. Any other value is an error naming the variable and the choices.
+    pub fn from_env() -> anyhow::Result<Self> {
+        use std::io::IsTerminal as _;
+        let value = std::env::var_os(LOG_FORMAT_VAR);
+        Self::choose(value.as_ref().map(|value| value.to_string_lossy()).as_deref(), std::io::stderr().is_terminal())
+    }
+
+    fn choose(value: Option<&str>, terminal: bool) -> anyhow::Result<Self> {
+        match value.map(str::trim) {
+            None | Some("") => Ok(if terminal { Self::Text } else { Self::Json }),
+            Some(value) if value.eq_ignore_ascii_case("text") => Ok(Self::Text),
+            Some(value) if value.eq_ignore_ascii_case("json") => Ok(Self::Json),
+            Some(value) => anyhow::bail!(
+                "{LOG_FORMAT_VAR} = {}: expected `text` or `json`",
+                palisade_base::reveal::reveal_line(value)
+            ),
+        }
+    }
+}
+
+/// Installs the global subscriber: logs on stderr in `format`, filtered by `PALISADE_LOG`, plus
+/// the trace layer when `telemetry` is on.
+pub fn init(telemetry: Option<&Telemetry>, format: LogFormat) {
+    subscriber(telemetry, format).init();
+}
+
+fn subscriber(telemetry: Option<&Telemetry>, format: LogFormat) -> tracing::Dispatch {
     use palisade_server::telemetry::TARGET;
+    use std::io::IsTerminal as _;
     let env_filter = tracing_subscriber::EnvFilter::try_from_env("PALISADE_LOG").unwrap_or_else(|_| "info".into());
     // Request spans and their decision events are for the trace layer only.
     let not_traces = tracing_subscriber::filter::filter_fn(|metadata| metadata.target() != TARGET);
-    let logs = tracing_subscriber::fmt::layer()
-        .json()
-        .with_writer(std::io::stderr)
-        .with_filter(tracing_subscriber::filter::FilterExt::and(env_filter, not_traces));
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Json => lines.json().boxed(),
+        LogFormat::Text => lines.with_ansi(std::io::stderr().is_terminal()).boxed(),
+    }
+    .with_filter(tracing_subscriber::filter::FilterExt::and(env_filter, not_traces));
     let Some(telemetry) = telemetry else {
         // Only the log layer: the request spans' call sites are then off for good (an absent
         // optional layer would keep every call site asking at run time).
@@ -146,12 +184,23 @@ mod tests {
         let (request, log) = (request.metadata().unwrap(), log.metadata().unwrap());
 
         // Off: the request span's call site is never enabled (no per-request check at all).
-        let off = subscriber(None);
+        let off = subscriber(None, LogFormat::Json);
         assert!(off.register_callsite(request).is_never());
         assert!(!off.register_callsite(log).is_never());
 
         // On: the trace layer takes it.
         let on = Telemetry { provider: SdkTracerProvider::builder().build() };
-        assert!(!subscriber(Some(&on)).register_callsite(request).is_never());
+        assert!(!subscriber(Some(&on), LogFormat::Text).register_callsite(request).is_never());
+    }
+
+    #[test]
+    fn the_log_format_follows_the_variable_then_the_terminal() {
+        assert_eq!(LogFormat::choose(None, true).unwrap(), LogFormat::Text);
+        assert_eq!(LogFormat::choose(None, false).unwrap(), LogFormat::Json);
+        assert_eq!(LogFormat::choose(Some(""), false).unwrap(), LogFormat::Json);
+        assert_eq!(LogFormat::choose(Some("text"), false).unwrap(), LogFormat::Text);
+        assert_eq!(LogFormat::choose(Some("JSON"), true).unwrap(), LogFormat::Json);
+        let error = LogFormat::choose(Some("yaml"), true).unwrap_err().to_string();
+        assert_eq!(error, "PALISADE_LOG_FORMAT = yaml: expected `text` or `json`");
     }
 }

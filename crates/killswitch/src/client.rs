@@ -230,6 +230,8 @@ pub struct AuthorityClient {
     timeout: Duration,
     max_response_bytes: usize,
     random: Arc<SystemRandom>,
+    /// Where each round trip's latency goes, once a server's metrics give it (shared by clones).
+    latency: Arc<std::sync::OnceLock<metrics::Histogram>>,
 }
 
 impl std::fmt::Debug for AuthorityClient {
@@ -315,7 +317,14 @@ impl AuthorityClient {
             timeout: config.timeout,
             max_response_bytes: config.max_response_bytes,
             random: Arc::new(SystemRandom::new()),
+            latency: Arc::default(),
         })
+    }
+
+    /// Records every later round trip's latency (answered or not) in `histogram`; the first
+    /// histogram given stays.
+    pub fn observe_latency(&self, histogram: metrics::Histogram) {
+        let _ = self.latency.set(histogram);
     }
 
     /// The envelope this client asks for.
@@ -364,7 +373,12 @@ impl AuthorityClient {
             }
             Ok((status, received))
         };
-        match tokio::time::timeout(self.timeout, exchange).await {
+        let started = std::time::Instant::now();
+        let outcome = tokio::time::timeout(self.timeout, exchange).await;
+        if let Some(latency) = self.latency.get() {
+            latency.record(started.elapsed().as_secs_f64());
+        }
+        match outcome {
             Ok(Err(AuthorityError::Unreachable { source: Some(error) })) if error.is_timeout() => {
                 Err(AuthorityError::Timeout)
             }

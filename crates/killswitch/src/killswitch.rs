@@ -349,6 +349,12 @@ impl KillSwitch {
         })
     }
 
+    /// Records the latency of every round trip to the authority in `histogram` (a server's
+    /// `palisade_killswitch_authority_duration_seconds`); the first histogram given stays.
+    pub fn observe_authority(&self, histogram: metrics::Histogram) {
+        self.inner.authority.observe_latency(histogram);
+    }
+
     /// The policy in force.
     pub fn policy(&self) -> &Policy {
         &self.inner.policy

@@ -114,6 +114,10 @@ fn main() -> ExitCode {
         }
         _ => None,
     };
+    let log_format = match telemetry::LogFormat::from_env() {
+        Ok(format) => format,
+        Err(error) => return exit_code(&error),
+    };
     let telemetry = match serve_settings.as_ref().and_then(|settings| settings.telemetry.as_ref()) {
         Some(settings) => match telemetry::Telemetry::start(settings) {
             Ok(telemetry) => Some(telemetry),
@@ -122,7 +126,7 @@ fn main() -> ExitCode {
         None => None,
     };
     // Logs go to stderr, always: on stdio, stdout carries MCP messages only.
-    telemetry::init(telemetry.as_ref());
+    telemetry::init(telemetry.as_ref(), log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use palisade_store::{AuditRecord, AuditWriter, Decision};
 use palisade_wire::{ProtocolError, RequestId};
@@ -14,8 +15,8 @@ use palisade_wire::{ProtocolError, RequestId};
 use crate::auth::VerifiedPrincipal;
 use crate::clock::Clock;
 use crate::delegated::Delegated;
-use crate::method::OperationKey;
-use crate::metrics::Metrics;
+use crate::method::{Method, OperationKey};
+use crate::metrics::{CallOutcome, Metrics, ToolSeries};
 use crate::reply::Reply;
 
 /// The stages a decision is recorded at (the `stage` of an audit record, a metric label and a
@@ -83,7 +84,7 @@ pub(crate) struct Recorder {
     pub(crate) writer: Option<Arc<AuditWriter>>,
     pub(crate) digester: PrincipalDigester,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// What the audit record of one request says, written at each decision point.
@@ -100,6 +101,12 @@ pub(crate) struct AuditTrail<'a> {
     delegation: Option<String>,
     /// The request's trace span (disabled unless trace export is on; see [`crate::telemetry`]).
     span: tracing::Span,
+    /// The series of the tool a `tools/call` targets, once classified.
+    tool: Option<Arc<ToolSeries>>,
+    /// A stage refused the request.
+    refused: AtomicBool,
+    /// The caller cancelled the request or went away (not a decision).
+    cancelled: AtomicBool,
 }
 
 impl<'a> AuditTrail<'a> {
@@ -122,6 +129,9 @@ impl<'a> AuditTrail<'a> {
             policy_version: None,
             delegation: None,
             span,
+            tool: None,
+            refused: AtomicBool::new(false),
+            cancelled: AtomicBool::new(false),
         }
     }
 
@@ -152,6 +162,12 @@ impl<'a> AuditTrail<'a> {
         self.operation = operation.to_string();
         if let Some(origin) = operation.origin() {
             self.detail = Some(origin.audit_detail.clone());
+        }
+        if operation.method() == Method::ToolsCall
+            && let Some(tool) = operation.target()
+        {
+            let upstream = operation.origin().map(|origin| origin.upstream.as_str());
+            self.tool = Some(self.recorder.metrics.tool(tool, upstream));
         }
         crate::telemetry::operation(&self.span, &self.operation);
     }
@@ -202,6 +218,10 @@ impl<'a> AuditTrail<'a> {
     /// fail the tool's schema, a declined confirmation). It stands even if it cannot be recorded.
     pub(crate) async fn deny(&self, stage: AuditStage, code: Option<i64>) {
         self.recorder.metrics.observe_decision(stage.as_str(), "deny");
+        self.refused.store(true, Ordering::Relaxed);
+        if let Some(tool) = &self.tool {
+            self.recorder.metrics.observe_tool_refusal(tool, stage.as_str());
+        }
         crate::telemetry::decision(&self.span, stage.as_str(), "deny", code);
         tracing::info!(trace_id = %self.trace_id, stage = stage.as_str(), decision = "deny", code, operation = %self.operation, "decision");
         if let Some(writer) = &self.recorder.writer
@@ -209,6 +229,37 @@ impl<'a> AuditTrail<'a> {
         {
             tracing::error!(trace_id = %self.trace_id, %audit_error, "audit log unavailable while refusing");
         }
+    }
+
+    /// The caller cancelled the request or went away before its answer: not a decision (the
+    /// allow stands on the record, nothing is refused), so neither a deny nor a log line at
+    /// `info`; the transport sends nothing.
+    pub(crate) fn cancelled(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+        tracing::debug!(trace_id = %self.trace_id, operation = %self.operation, "request cancelled by its caller");
+    }
+
+    /// The kill switch's check took `elapsed`.
+    pub(crate) fn observe_killswitch_check(&self, elapsed: std::time::Duration) {
+        self.recorder.metrics.observe_killswitch_check(elapsed);
+    }
+
+    /// Counts the finished request under its tool (a `tools/call` of a registered tool): its
+    /// outcome from the decisions made and the `reply`, and its latency.
+    pub(crate) fn finish_tool_call(&self, reply: &Reply, elapsed: std::time::Duration) {
+        let Some(tool) = &self.tool else { return };
+        let outcome = if self.cancelled.load(Ordering::Relaxed) {
+            CallOutcome::Cancelled
+        } else if self.refused.load(Ordering::Relaxed) {
+            CallOutcome::Refused
+        } else if reply.frame.get("error").is_some()
+            || reply.frame.pointer("/result/isError").and_then(serde_json::Value::as_bool) == Some(true)
+        {
+            CallOutcome::Error
+        } else {
+            CallOutcome::Ok
+        };
+        self.recorder.metrics.observe_tool_call(tool, outcome, elapsed);
     }
 
     /// Records a refusal and builds its reply. A refusal stands even if it cannot be recorded.

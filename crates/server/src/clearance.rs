@@ -24,7 +24,7 @@ pub(crate) fn refusal(operation: &str, error: &KillSwitchError) -> ProtocolError
             tracing::error!(stage = "killswitch", operation, "operation absent from the signed registry: refused");
         }
         _ => {
-            tracing::warn!(stage = "killswitch", operation, error = %error, source = ?std::error::Error::source(error), "kill switch in doubt: refused (fail closed)")
+            tracing::warn!(stage = "killswitch", operation, error = %error, source = std::error::Error::source(error).map(tracing::field::display), "kill switch in doubt: refused (fail closed)")
         }
     }
     ProtocolError::Unavailable

@@ -179,7 +179,10 @@ pub(crate) async fn clear(
 ) -> Result<Option<Arc<Cleared>>, ProtocolError> {
     let Some(stage) = stage else { return Ok(None) };
     trail.policy_version = Some(stage.policy_version());
-    stage.pre_dispatch(operation, principal).await.map(Some)
+    let started = std::time::Instant::now();
+    let cleared = stage.pre_dispatch(operation, principal).await;
+    trail.observe_killswitch_check(started.elapsed());
+    cleared.map(Some)
 }
 
 /// Whether a refusal after the handler is the kill switch's (a fenced tool completed without

@@ -9,7 +9,7 @@
 //! every protocol and security decision about a message is made in [`pipeline`], in one order,
 //! for both.
 //!
-//! Layers, low to high: `clock`, `config`, `secret`, `method`, `content`, `events`, `periodic`,
+//! Layers, low to high: `clock`, `config`, `secret`, `method`, `content`, `events`, `health`, `periodic`,
 //! `store_errors`, `streams`, `refusal_reason`, `clearance`, `delegated` → `auth`, `cursor`,
 //! `mrtr`, `metrics` → `sessions`, `handles` → `reply`, `context` → `telemetry`, `registry` →
 //! `audit` → `execute`, `killswitch`, `delegation`, `surface_audit`, `refusals` → `tasks` →
@@ -29,6 +29,7 @@ pub mod delegation;
 pub mod events;
 mod execute;
 pub mod handles;
+pub mod health;
 pub mod http;
 mod http_response;
 pub mod killswitch;

@@ -54,6 +54,8 @@ pub struct Server {
     tasks: Option<Arc<TaskService>>,
     once: Option<Arc<dyn OnceStore>>,
     delegation: Option<Arc<DelegationService>>,
+    /// The application's readiness (the gateway's upstreams), when it has one.
+    readiness: Option<Arc<dyn crate::health::Readiness>>,
     /// Refusals of the HTTP transport, aggregated for the audit log (see [`crate::refusals`]).
     transport_refusals: TransportRefusals,
     /// The development authorization server's grants and refusals (see [`crate::surface_audit`]).
@@ -132,6 +134,8 @@ pub struct ServerBuilder {
     sessions: Option<Arc<dyn SessionStore>>,
     kill_switch: Option<(Arc<palisade_killswitch::KillSwitch>, String)>,
     delegation: Option<Arc<DelegationService>>,
+    metrics: Option<Arc<Metrics>>,
+    readiness: Option<Arc<dyn crate::health::Readiness>>,
     /// [`ServerBuilder::without_audit`] was called: no audit store is not a mistake.
     audit_off: bool,
 }
@@ -176,6 +180,8 @@ impl Server {
             sessions: None,
             kill_switch: None,
             delegation: None,
+            metrics: None,
+            readiness: None,
             audit_off: false,
         }
     }
@@ -272,6 +278,20 @@ impl ServerBuilder {
         self
     }
 
+    /// The metrics recorder to count into (default: a fresh one), e.g. one an application
+    /// registered series of its own in before the server was built (the gateway's upstreams).
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// What `/readyz` asks of the application beyond the server's store (the gateway: at least
+    /// one upstream serves), and the detail `/readyz/detail` shows the operator.
+    pub fn readiness(mut self, readiness: Arc<dyn crate::health::Readiness>) -> Self {
+        self.readiness = Some(readiness);
+        self
+    }
+
     /// The clock every time-dependent decision reads (default: the system clock). The handle
     /// and task services must keep time by the same clock.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -295,6 +315,8 @@ impl ServerBuilder {
             sessions,
             kill_switch,
             delegation,
+            metrics,
+            readiness,
             audit_off,
         } = self;
         match (&audit, audit_off) {
@@ -340,6 +362,10 @@ impl ServerBuilder {
         }
         let parts = Parts { handles: handles.as_deref(), tasks: tasks.is_some(), once: once.is_some() };
         parts.check(&app)?;
+        let metrics = metrics.unwrap_or_default();
+        if let Some((switch, _)) = &kill_switch {
+            switch.observe_authority(metrics.killswitch_authority());
+        }
         let kill_switch = match kill_switch {
             Some((switch, release)) => Some(KillSwitchStage::new(switch, release, &app)?),
             None => None,
@@ -354,8 +380,20 @@ impl ServerBuilder {
             writer: writer.clone(),
             digester: PrincipalDigester::new(secret.audit_digest_key()),
             clock: clock.clone(),
-            metrics: Metrics::default(),
+            metrics,
         });
+        if let Some(writer) = &writer {
+            // The segment's shipping backlog and lag, read at each scrape (no writer is kept
+            // alive by its metrics).
+            let (weak, metrics) = (Arc::downgrade(writer), Arc::downgrade(&recorder.metrics));
+            recorder.metrics.on_scrape(move || {
+                if let (Some(writer), Some(metrics)) = (weak.upgrade(), metrics.upgrade()) {
+                    let shipping = writer.shipping();
+                    metrics.set_audit_shipping(shipping.backlog_bytes, shipping.lag);
+                }
+            });
+        }
+
         let events = EventBus::new(config.listen_queue);
         if let Some(tasks) = &tasks {
             // The workers check the kill switch and record their decisions at execution time,
@@ -413,6 +451,7 @@ impl ServerBuilder {
             tasks,
             once,
             delegation,
+            readiness,
             transport_refusals,
             surface_audit,
             config,
@@ -599,16 +638,48 @@ impl Server {
         self.handles.as_ref()
     }
 
-    /// Whether every dependency answers (the store, when there is one).
+    /// Whether every dependency answers (the store, when there is one) and the application can
+    /// serve ([`ServerBuilder::readiness`]).
     pub async fn ready(&self) -> bool {
-        match &self.audit_store {
-            Some(store) => store.ping().await.is_ok(),
-            None => true,
+        self.readiness().await.is_ok()
+    }
+
+    /// [`Server::ready`], with why not in fixed words (`/readyz` answers them to anyone).
+    pub async fn readiness(&self) -> Result<(), &'static str> {
+        if let Some(store) = &self.audit_store
+            && store.ping().await.is_err()
+        {
+            return Err("store unavailable");
         }
+        self.readiness.as_ref().map_or(Ok(()), |readiness| readiness.ready())
+    }
+
+    /// The operator's detail of readiness (`/readyz/detail` on the private listener): `ready`,
+    /// `reason` when not, `store` (`ok`, `unavailable`, `none`), and the application's fields.
+    pub async fn readiness_detail(&self) -> serde_json::Value {
+        let store = match &self.audit_store {
+            Some(store) if store.ping().await.is_ok() => "ok",
+            Some(_) => "unavailable",
+            None => "none",
+        };
+        let application = self.readiness.as_ref().map(|readiness| (readiness.ready(), readiness.detail()));
+        let reason = match (&application, store) {
+            (_, "unavailable") => Some("store unavailable"),
+            (Some((Err(reason), _)), _) => Some(*reason),
+            _ => None,
+        };
+        let mut detail = serde_json::Map::new();
+        detail.insert("ready".into(), reason.is_none().into());
+        detail.insert("reason".into(), reason.into());
+        detail.insert("store".into(), store.into());
+        if let Some((_, serde_json::Value::Object(fields))) = application {
+            detail.extend(fields);
+        }
+        serde_json::Value::Object(detail)
     }
 
     /// The server's metrics.
-    pub fn metrics(&self) -> &Metrics {
+    pub fn metrics(&self) -> &Arc<Metrics> {
         &self.recorder.metrics
     }
 

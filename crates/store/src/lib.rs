@@ -97,7 +97,7 @@ pub use sessions::{
 pub use sqlite::SqliteStore;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture, StoredCheckpoint};
 pub use tasks::{MAX_TASK_HISTORY, TaskRow, TaskStatus, TaskStore};
-pub use writer::{AuditWriter, AuditWriterConfig};
+pub use writer::{AuditWriter, AuditWriterConfig, Shipping};
 
 /// Every store trait at once: what [`open_store`] returns. One database holds the audit log and
 /// the handles, so an operator backs up, migrates and fails over one thing.

@@ -74,6 +74,15 @@ enum Mode {
     },
 }
 
+/// Where shipping the local segment into the store stands ([`AuditWriter::shipping`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shipping {
+    /// Record bytes in the segment and not yet in the store.
+    pub backlog_bytes: u64,
+    /// How long the oldest of them has waited, at most (since the backlog was last empty).
+    pub lag: Duration,
+}
+
 /// The request path's audit writer. Cheap to share behind an `Arc`.
 ///
 /// **Invariant:** [`append`](AuditWriter::append) returns `Ok` only once its record is durable
@@ -139,6 +148,14 @@ impl AuditWriter {
         match &self.mode {
             Mode::Segment { log, .. } => Some(log.chain()),
             Mode::Direct { .. } => None,
+        }
+    }
+
+    /// Where shipping the segment into the store stands (direct mode: nothing ever waits).
+    pub fn shipping(&self) -> Shipping {
+        match &self.mode {
+            Mode::Segment { log, .. } => Shipping { backlog_bytes: log.backlog_bytes(), lag: log.shipping_lag() },
+            Mode::Direct { .. } => Shipping::default(),
         }
     }
 
@@ -555,6 +572,12 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "not shipped");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+        // Caught up: nothing waits, and the lag is zero.
+        while writer.shipping().backlog_bytes != 0 {
+            assert!(std::time::Instant::now() < deadline, "the backlog never emptied");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(writer.shipping(), Shipping::default());
         writer.shutdown().await;
         assert!(matches!(writer.append(record(26)).await, Err(StoreError::Closed)));
         let report = store.verify_chain().await.unwrap();
@@ -582,6 +605,12 @@ mod tests {
         let (n, error) = refused.expect("appends never refused");
         assert!(n > 2, "refused too early: {n}");
         assert!(error.to_string().contains("unavailable"), "{error}");
+        // What waits, and for how long: the lag grows while the store takes nothing.
+        let waiting = writer.shipping();
+        assert!(waiting.backlog_bytes > 2000, "{waiting:?}");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let later = writer.shipping();
+        assert!(later.lag >= Duration::from_millis(30) && later.lag > waiting.lag, "{waiting:?} {later:?}");
         writer.shutdown().await;
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -7,6 +7,8 @@
 //!   state from the store and publishes the resulting [`App`] (clients hear `list_changed`).
 //! - [`Gateway::spawn`] runs the loops: each upstream re-listed every `[pins] relist_secs` and on
 //!   its own `list_changed`; reviewers' decisions read every `decision_poll_secs`.
+//! - Metrics per upstream and the gateway's readiness (ready while one upstream serves):
+//!   `gateway/series.rs` ([`Gateway::metrics`]).
 //! - A stdio upstream is listed only while its launch ([`LaunchSpec`]) is the
 //!   approved one: [`Gateway::refresh`] resolves it (re-hashing the executable), records it as
 //!   the upstream's `launch` pin and, unless that pin is approved, starts nothing and serves
@@ -21,11 +23,13 @@
 mod loops;
 mod reconcile;
 mod relay;
+mod series;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use palisade_base::clock::Clock;
+use palisade_server::metrics::Metrics;
 use palisade_store::Store;
 use serde::Serialize;
 use serde_json::Value;
@@ -73,6 +77,8 @@ struct Upstream {
     launch: Mutex<Option<PinEntry>>,
     /// The per-user OAuth client, for a `user_oauth` upstream.
     oauth: Option<Arc<UserOAuth>>,
+    /// Its metrics.
+    series: series::UpstreamSeries,
 }
 
 /// What one listing of an upstream returned, as sent.
@@ -104,6 +110,17 @@ pub enum Refreshed {
     Changed,
     /// The listing failed; the previous one is kept.
     Failed,
+}
+
+impl Refreshed {
+    /// `unchanged`, `changed` or `failed` (the log's spelling).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unchanged => "unchanged",
+            Self::Changed => "changed",
+            Self::Failed => "failed",
+        }
+    }
 }
 
 /// One definition's standing, for `pins list`, `gateway status` and the log.
@@ -182,6 +199,8 @@ struct Inner {
     churn: Mutex<Churn>,
     /// The per-user OAuth client of the `user_oauth` upstreams.
     oauth: Option<Arc<UserOAuth>>,
+    /// The recorder the gateway's series are in (the server's too, [`Gateway::metrics`]).
+    metrics: Arc<Metrics>,
 }
 
 /// The gateway: cheap to clone.
@@ -211,6 +230,7 @@ impl Gateway {
         clock: Arc<dyn Clock>,
         oauth: Option<Arc<UserOAuth>>,
     ) -> Result<Self, GatewayError> {
+        let metrics = Arc::new(Metrics::default());
         let mut upstreams = Vec::with_capacity(settings.upstreams.len());
         let identities = SandboxIdentities::new(settings.sandbox);
         // The unprefixed upstream's namer keeps out of every prefixed upstream's namespace.
@@ -252,9 +272,10 @@ impl Gateway {
                 listing_error: Mutex::new(None),
                 launch: Mutex::new(None),
                 oauth: upstream_oauth,
+                series: series::UpstreamSeries::register(&metrics, &upstream.id),
             }));
         }
-        Ok(Self {
+        let gateway = Self {
             inner: Arc::new(Inner {
                 settings,
                 upstreams,
@@ -268,8 +289,17 @@ impl Gateway {
                 decisions_seen: Mutex::new(0),
                 churn: Mutex::new(Churn::default()),
                 oauth,
+                metrics: metrics.clone(),
             }),
-        })
+        };
+        // The gauges are read at each scrape (the hook does not keep the gateway alive).
+        let weak = Arc::downgrade(&gateway.inner);
+        metrics.on_scrape(move || {
+            if let Some(inner) = weak.upgrade() {
+                Gateway { inner }.set_gauges();
+            }
+        });
+        Ok(gateway)
     }
 
     /// The per-user OAuth client of the `user_oauth` upstreams, when there are any.

@@ -36,7 +36,10 @@ impl Gateway {
             }
             return if had { Refreshed::Changed } else { Refreshed::Failed };
         }
-        match list_upstream(upstream).await {
+        let started = std::time::Instant::now();
+        let listed = list_upstream(upstream).await;
+        upstream.series.observe(None, started.elapsed(), &listed);
+        match listed {
             Ok(listing) => {
                 let mut current = lock(&upstream.listing);
                 let changed = current.as_deref().is_none_or(|old| !old.same_as(&listing));
@@ -156,7 +159,7 @@ impl Gateway {
             self.rebuild(to).await;
         }
         if let Some(upstream) = self.inner.upstreams.get(index) {
-            tracing::debug!(upstream = %upstream.settings.id, ?outcome, elapsed_ms = started.elapsed().as_millis() as u64, "re-listed");
+            tracing::debug!(upstream = %upstream.settings.id, outcome = outcome.as_str(), elapsed_ms = started.elapsed().as_millis() as u64, "re-listed");
         }
         outcome
     }

@@ -333,6 +333,7 @@ async fn call_upstream(
         notifications: Some(notifications),
         cancel: ctx.cancellation().clone(),
     };
+    let started = std::time::Instant::now();
     let call = upstream.client.request(request);
     let mut call = std::pin::pin!(call);
     let reply = loop {
@@ -341,6 +342,10 @@ async fn call_upstream(
             Some(notification) = received.recv() => ctx.relay_notification(&notification).await,
         }
     };
+    upstream.series.observe(Some(method), started.elapsed(), &reply);
+    if let Ok(UpstreamReply::Error { .. }) = &reply {
+        upstream.series.count_error("jsonrpc_error");
+    }
     while let Ok(notification) = received.try_recv() {
         ctx.relay_notification(&notification).await;
     }

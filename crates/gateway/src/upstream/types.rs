@@ -173,6 +173,22 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
+    /// The error's kind, a metric label (`palisade_upstream_errors_total{kind}`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Unhealthy => "unhealthy",
+            Self::Timeout => "timeout",
+            Self::TooLarge => "too_large",
+            Self::Unavailable(_) => "unavailable",
+            Self::Protocol(_) => "protocol",
+            Self::Status(_) => "status",
+            Self::Credential(_) => "credential",
+            Self::InsufficientScope(_) => "insufficient_scope",
+            Self::Cancelled => "cancelled",
+            Self::Refused(_) => "refused",
+        }
+    }
+
     /// The JSON-RPC error a caller sees. The catalogue's internal-style errors carry fixed
     /// messages only, so the cause is logged here with the upstream id, and the caller gets:
     /// a timeout as [`ProtocolError::Timeout`]; an upstream that is unreachable, in backoff,

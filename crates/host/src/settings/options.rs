@@ -237,7 +237,7 @@ options! {
         .env("PALISADE_APP", set!(text app)).flag("app", set!(text app)).default("demo");
     LISTEN = opt(keys::LISTEN, Kind::Text, "The HTTP listen address (IP and port). Without authentication only loopback addresses are allowed.")
         .env("PALISADE_LISTEN", set!(text listen)).flag("listen", set!(text listen)).default("127.0.0.1:8080");
-    METRICS_LISTEN = opt(keys::METRICS_LISTEN, Kind::Text, "A private HTTP listener (IP and port) serving `/metrics`, `/healthz` and `/readyz` with no authentication: bind it to loopback or an internal address. Unset: `/metrics` is served nowhere. Not with `--stdio`.")
+    METRICS_LISTEN = opt(keys::METRICS_LISTEN, Kind::Text, "A private HTTP listener (IP and port) serving `/metrics`, `/healthz`, `/readyz` and `/readyz/detail` with no authentication: bind it to loopback or an internal address. Unset: `/metrics` is served nowhere. Not with `--stdio`.")
         .env("PALISADE_METRICS_LISTEN", set!(text metrics_listen)).flag("metrics-listen", set!(text metrics_listen));
     PUBLIC_URL = opt(keys::PUBLIC_URL, Kind::Text, "The canonical resource URI of this server: the audience tokens must be issued for, and the origin of the development issuer.")
         .env("PALISADE_PUBLIC_URL", set!(text public_url)).flag("public-url", set!(text public_url)).described("`http://<listen>/mcp`");

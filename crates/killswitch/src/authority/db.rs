@@ -102,12 +102,31 @@ pub enum RedeemRejection {
     Superseded,
 }
 
+impl RedeemRejection {
+    /// The reason's spelling (as serialized).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unknown => "unknown",
+            Self::AlreadyUsed => "already_used",
+            Self::Expired => "expired",
+            Self::Mismatch => "mismatch",
+            Self::Superseded => "superseded",
+        }
+    }
+}
+
+impl std::fmt::Display for RedeemRejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Why redemption failed. Either way the backend must not commit.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedeemError {
     /// The token is not (or no longer) valid.
-    #[error("commit token rejected: {0:?}")]
+    #[error("commit token rejected: {0}")]
     Rejected(RedeemRejection),
     /// The database could not be used.
     #[error("commit token could not be redeemed: storage unavailable")]

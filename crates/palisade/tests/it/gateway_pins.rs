@@ -25,6 +25,11 @@ pub(crate) struct Gateway {
 /// Boots `palisade gateway` with `[pins]` polling every second (plus `pins`, more `[pins]`
 /// lines) and `upstreams` (the `[[upstreams]]` tables).
 pub(crate) fn boot(pins: &str, upstreams: &str) -> Gateway {
+    boot_with(pins, upstreams, &[])
+}
+
+/// [`boot`] with environment variables (`PALISADE_*` settings, the log's).
+pub(crate) fn boot_with(pins: &str, upstreams: &str, envs: &[(&str, &str)]) -> Gateway {
     let dir = TempDir::new();
     let config = dir.0.join("gateway.toml").to_str().unwrap().to_owned();
     let text = format!(
@@ -32,7 +37,7 @@ pub(crate) fn boot(pins: &str, upstreams: &str) -> Gateway {
         dir.path()
     );
     std::fs::write(&config, text).unwrap();
-    let server = Palisade::spawn(&["gateway", "--config", &config], &[], dir);
+    let server = Palisade::spawn(&["gateway", "--config", &config], envs, dir);
     Gateway { server, config }
 }
 

@@ -357,6 +357,10 @@ async fn server_everything_lists_and_echoes_over_stdio() {
     let server = modules.join("@modelcontextprotocol/server-everything/dist/index.js");
     let entry = stdio_entry("every", text(&node), &[text(&server), "stdio"], &[&modules], "");
     let mut gateway = GatewayUnderTest::new(&entry);
+    // The operator's private listener, for the metrics of a real stdio server.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let config = std::fs::read_to_string(&gateway.config).unwrap();
+    std::fs::write(&gateway.config, format!("metrics_listen = \"127.0.0.1:{port}\"\n{config}")).unwrap();
     gateway.start();
     let token = approve_and_serve(&gateway, "every", &["echo", "get-sum"]).await;
     let listed = gateway.tool_names(&token).await;
@@ -365,6 +369,16 @@ async fn server_everything_lists_and_echoes_over_stdio() {
     assert_eq!(result_text(&echo, "every_echo"), "Echo: through the sandbox");
     let sum = gateway.call(&token, "every_get-sum", json!({"a": 20, "b": 22})).await;
     assert!(result_text(&sum, "every_get-sum").contains("42"), "{}", everything(&sum));
+    // Its series: up, its running process, its calls under the tool and the upstream.
+    let scrape = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await.unwrap().text().await.unwrap();
+    let value = |series: &str| -> f64 {
+        let line = scrape.lines().find(|line| line.starts_with(series)).unwrap_or_else(|| panic!("{series}: {scrape}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(value(r#"palisade_upstream_up{upstream="every"}"#), 1.0);
+    assert!(value(r#"palisade_upstream_processes{upstream="every"}"#) >= 1.0, "{scrape}");
+    assert_eq!(value(r#"palisade_tool_calls_total{tool="every_echo",upstream="every",outcome="ok"}"#), 1.0);
+    assert!(value(r#"palisade_upstream_request_duration_seconds_count{upstream="every",method="tools/call"}"#) >= 2.0);
     assert!(gateway.is_running());
     gateway.stop();
 }

@@ -21,7 +21,9 @@ fn succeed(args: &[&str], envs: &[(&str, &str)]) -> String {
 
 #[tokio::test]
 async fn the_demo_tool_flips_off_and_on_live() {
-    let server = Palisade::start_app("demo", &[]);
+    let metrics_listen =
+        format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let server = Palisade::start_app("demo", &["--metrics-listen", &metrics_listen]);
     let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
     let token = dev_token(&server, "alice", "acme", "it", "shop:read shop:basket");
     let token = token.as_str();
@@ -41,6 +43,16 @@ async fn the_demo_tool_flips_off_and_on_live() {
     // Other tools keep working; the basket is intact.
     let viewed = send(tool_call(&server, token, "basket_view", json!({ "basket": first }))).await;
     assert_eq!(viewed.result()["structuredContent"]["totalCents"], 1450);
+    // The metrics: the refusal under the tool and its stage, the check's and the authority's latency.
+    let scrape = reqwest::get(format!("http://{metrics_listen}/metrics")).await.unwrap().text().await.unwrap();
+    let count = |series: &str| -> f64 {
+        let line = scrape.lines().find(|line| line.starts_with(series)).unwrap_or_else(|| panic!("{series}: {scrape}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    assert_eq!(count(r#"palisade_tool_refusals_total{tool="basket_checkout",upstream="",stage="killswitch"}"#), 1.0);
+    assert_eq!(count(r#"palisade_tool_calls_total{tool="basket_checkout",upstream="",outcome="refused"}"#), 1.0);
+    assert!(count("palisade_killswitch_check_duration_seconds_count") >= 4.0, "{scrape}");
+    assert!(count("palisade_killswitch_authority_duration_seconds_count") >= 1.0, "{scrape}");
     let status = succeed(&["authority", "status", "--target", "tool:basket_checkout"], &env);
     assert!(status.starts_with("tool:basket_checkout DISABLE ") && status.contains("reason=\"test\""), "{status}");
     assert!(status.contains(" digest=tool:"), "{status}");

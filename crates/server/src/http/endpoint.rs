@@ -1,6 +1,6 @@
 //! The HTTP transport's request handlers: `POST /mcp` after the transport's own checks (Host,
 //! Origin, media types, body size and arrival time, the strict JSON-RPC frame) handed on to the
-//! pipeline, plus `/readyz`, `/metrics` and the development authorization server's paths. The
+//! pipeline, plus `/readyz`, `/readyz/detail`, `/metrics` and the development authorization server's paths. The
 //! listeners, the accept loop and the routers that reach them are `http/mod.rs`.
 
 use std::net::{IpAddr, SocketAddr};
@@ -101,12 +101,28 @@ pub(super) async fn record_authorization(
     audit.grant(grant).await.is_ok()
 }
 
+/// `/readyz`: `ready`, or 503 with why not in fixed words (the store, or an application that
+/// cannot serve: the gateway with no upstream serving).
 pub(super) async fn readyz(State(state): State<Arc<HttpState>>) -> Response {
-    if state.server.ready().await {
-        (StatusCode::OK, "ready").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "store unavailable").into_response()
+    match state.server.readiness().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, reason).into_response(),
     }
+}
+
+/// `/readyz/detail` on the operator's private listener: readiness as JSON with the
+/// application's detail (the gateway's upstreams: state, last error, definition counts),
+/// behind the same Host/Origin checks as `/metrics`. 200 when ready, 503 when not.
+pub(super) async fn readyz_detail(State(state): State<Arc<HttpState>>, request: axum::extract::Request) -> Response {
+    let (parts, _) = request.into_parts();
+    if let Err((reason, response)) = check_transport(&state, &parts.uri, parts.version, &parts.headers) {
+        state.refused(reason, peer_of(&parts));
+        return response;
+    }
+    let detail = state.server.readiness_detail().await;
+    let ready = detail.get("ready").and_then(Value::as_bool) == Some(true);
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, [(header::CACHE_CONTROL, "no-store")], axum::Json(detail)).into_response()
 }
 
 /// `/metrics`, behind the listener's Host/Origin checks (the exposition tells a rebinding page

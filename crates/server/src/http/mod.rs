@@ -13,7 +13,9 @@
 //!
 //! `/healthz` and `/readyz` are answered on every listener without those checks; `/metrics` only
 //! where [`ServeOptions`] puts it (by default nowhere: on a separate listener the operator keeps
-//! private, or on the public one when asked for explicitly), always behind them.
+//! private, or on the public one when asked for explicitly), always behind them. The operator's
+//! private listener also answers `/readyz/detail` (readiness as JSON with the application's
+//! detail: the gateway's upstreams), behind the same checks.
 //!
 //! [`serve`] runs its own accept loop (hyper's HTTP/1.1 and HTTP/2 through `hyper_util`'s auto
 //! builder) so that no connection is held by a slow or idle client: a header read timeout, a
@@ -45,7 +47,7 @@ use crate::Server;
 use crate::http_response::HttpState;
 use crate::refusals::Reason;
 
-use endpoint::{authorization_endpoint, mcp_endpoint, metrics, readyz};
+use endpoint::{authorization_endpoint, mcp_endpoint, metrics, readyz, readyz_detail};
 
 /// Why the HTTP transport could not start.
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +181,7 @@ pub async fn serve(
 ///
 /// `options` says where `/metrics` is answered ([`MetricsExposure`]). A metrics listener is
 /// served with the same limits (its own connection cap of `max_connections`) and answers only
-/// `/metrics`, `/healthz` and `/readyz` (anything else 404).
+/// `/metrics`, `/healthz`, `/readyz` and `/readyz/detail` (anything else 404).
 pub async fn serve_with(
     server: Arc<Server>,
     listener: TcpListener,
@@ -616,8 +618,8 @@ pub fn router(server: Arc<Server>, local: SocketAddr) -> Router {
     router_with_state(server, local, Routes::Public { metrics: false }).0
 }
 
-/// The router of an operator's private listener bound at `local`: `/metrics`, `/healthz` and
-/// `/readyz`, everything else 404 (what [`serve_with`] serves on a metrics listener). `/metrics`
+/// The router of an operator's private listener bound at `local`: `/metrics`, `/healthz`,
+/// `/readyz` and `/readyz/detail`, everything else 404 (what [`serve_with`] serves on a metrics listener). `/metrics`
 /// is held to `Host`/`Origin` checks that a scraper passes and a DNS-rebinding page does not:
 /// `Host` must be sent once and be this listener's loopback names with its port, an IP literal
 /// (a rebinding page's requests carry its own DNS name), or an allow-listed host
@@ -683,7 +685,8 @@ fn router_with_state(server: Arc<Server>, local: SocketAddr, routes: Routes) -> 
     // whatever Host they address the instance by (often its bare IP).
     let health = Router::new().route("/healthz", get(|| async { "ok" })).route("/readyz", get(readyz));
     if routes == Routes::Operator {
-        return (health.route("/metrics", get(metrics)).with_state(state.clone()), state);
+        let operator = health.route("/metrics", get(metrics)).route("/readyz/detail", get(readyz_detail));
+        return (operator.with_state(state.clone()), state);
     }
     let mut router = health.route("/mcp", any(mcp_endpoint));
     if routes == (Routes::Public { metrics: true }) {

@@ -99,13 +99,17 @@ impl Stages {
     ) -> Reply {
         let (span, trace_id) =
             crate::telemetry::request_span(&request.method, &request.params, self.audit.continue_traces());
+        let started = std::time::Instant::now();
         let mut audit = AuditTrail::traced(self.audit.recorder(), &request.method, span.clone(), trace_id);
         let stages = self.stages(app, request, headers, legacy, sink, cancel, &mut audit);
-        if span.is_disabled() {
-            return stages.await;
-        }
-        let reply = tracing::Instrument::instrument(stages, span.clone()).await;
-        crate::telemetry::finish(&span, &reply);
+        let reply = if span.is_disabled() {
+            stages.await
+        } else {
+            let reply = tracing::Instrument::instrument(stages, span.clone()).await;
+            crate::telemetry::finish(&span, &reply);
+            reply
+        };
+        audit.finish_tool_call(&reply, started.elapsed());
         reply
     }
 
@@ -222,7 +226,11 @@ impl Stages {
                     result = tokio::time::timeout(self.dispatch.config.effective_timeout(), work) => {
                         result.unwrap_or_else(|_| { cancel.cancel(); Err(ProtocolError::Timeout) })
                     }
-                    () = cancel.cancelled() => Err(ProtocolError::Internal),
+                    () = cancel.cancelled() => {
+                        // The caller cancelled or went away: not a refusal, and nobody to answer.
+                        audit.cancelled();
+                        return Reply::error(Some(&id), &ProtocolError::Internal);
+                    }
                 }
             }
         };

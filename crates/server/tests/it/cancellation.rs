@@ -134,10 +134,15 @@ async fn a_client_leaving_a_json_request_cancels_it_and_its_work_still_ends() {
     }
     drop(socket);
     // The handler is stopped, and the request's work went on to its end after the client left:
-    // the pipeline answered (to nobody) and counted the request as failed.
+    // the pipeline answered (to nobody) and counted the request as failed, the tool's call as
+    // cancelled, and nothing as a refusal (a client leaving is not a deny).
     for _ in 0..250 {
-        let counted = server.metrics().render().contains("palisade_requests_total{outcome=\"error\"} 1");
-        if stopped.load(Ordering::SeqCst) && counted {
+        let metrics = server.metrics().render();
+        if stopped.load(Ordering::SeqCst) && metrics.contains("palisade_requests_total{outcome=\"error\"} 1") {
+            let cancelled = "palisade_tool_calls_total{tool=\"slow\",upstream=\"\",outcome=\"cancelled\"} 1";
+            assert!(metrics.contains(cancelled), "{metrics}");
+            assert!(metrics.contains("palisade_decisions_total{stage=\"dispatch\",decision=\"deny\"} 0"), "{metrics}");
+            assert!(!metrics.contains("palisade_tool_refusals_total"), "{metrics}");
             return;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -75,6 +75,11 @@ pub struct SegmentLog {
     /// Frame bytes written and shipped since the process started (backlog = the difference).
     pub(super) written: AtomicU64,
     pub(super) shipped: AtomicU64,
+    /// Since when (milliseconds after `epoch`, plus one) records have been waiting to be
+    /// shipped; 0 while none waits. Set by the append that finds nothing waiting, cleared by the
+    /// shipper once it has caught up.
+    pub(super) waiting_since: AtomicU64,
+    pub(super) epoch: std::time::Instant,
     pub(super) wake: Notify,
     pub(super) sync: Option<SyncGroup>,
 }
@@ -163,6 +168,8 @@ impl SegmentLog {
             sync_timeout: config.sync_timeout,
             written: AtomicU64::new(0),
             shipped: AtomicU64::new(0),
+            waiting_since: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
             wake: Notify::new(),
             sync,
         })
@@ -181,6 +188,36 @@ impl SegmentLog {
     /// Bytes written and not yet shipped since the process started.
     pub fn backlog_bytes(&self) -> u64 {
         self.written.load(Ordering::SeqCst).saturating_sub(self.shipped.load(Ordering::SeqCst))
+    }
+
+    /// How long the oldest record not yet shipped has waited, at most (since the backlog was
+    /// last empty); zero when nothing waits.
+    pub fn shipping_lag(&self) -> Duration {
+        if self.backlog_bytes() == 0 {
+            return Duration::ZERO;
+        }
+        match self.waiting_since.load(Ordering::SeqCst) {
+            // An append raced the shipper's catching up: waiting from now on.
+            0 => {
+                self.mark_waiting();
+                Duration::ZERO
+            }
+            since => self.epoch.elapsed().saturating_sub(Duration::from_millis(since - 1)),
+        }
+    }
+
+    /// Records that something waits from now on, unless something already did.
+    fn mark_waiting(&self) {
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX - 1) + 1;
+        let _ = self.waiting_since.compare_exchange(0, now, Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    /// The shipper moved `bytes` into the store.
+    pub(super) fn shipped(&self, bytes: u64) {
+        self.shipped.fetch_add(bytes, Ordering::SeqCst);
+        if self.backlog_bytes() == 0 {
+            self.waiting_since.store(0, Ordering::SeqCst);
+        }
     }
 
     /// Appends `record` to the chain: validated, linked, framed and written in one `write(2)`;
@@ -231,6 +268,7 @@ impl SegmentLog {
         state.next_seq += 1;
         state.prev_hash = hash;
         let ticket = self.sync.as_ref().map(|sync| sync.request(state.file.clone()));
+        self.mark_waiting();
         self.written.fetch_add(frame.len() as u64, Ordering::SeqCst);
         Ok(ticket)
     }

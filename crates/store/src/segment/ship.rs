@@ -2,7 +2,6 @@
 
 use std::fs::{self, File};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use crate::record::StoredAuditRecord;
 use crate::{AuditStore, StoreError};
@@ -84,7 +83,7 @@ impl ChainShipper {
                 let unshipped: Vec<StoredAuditRecord> =
                     records.into_iter().filter(|record| record.seq > stored_head).collect();
                 store.ship(&self.log.chain, unshipped).await?;
-                self.log.shipped.fetch_add(bytes, Ordering::SeqCst);
+                self.log.shipped(bytes);
                 self.cursor = Some(Cursor { first_seq: cursor.first_seq, offset, next });
                 continue;
             }

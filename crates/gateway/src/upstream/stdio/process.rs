@@ -147,7 +147,7 @@ impl Process {
             last_used: Mutex::new(Instant::now()),
             uid: options.uid,
         });
-        tracing::info!(upstream = %options.upstream, pid = ?process.pid, uid = ?options.uid, "stdio server started");
+        tracing::info!(upstream = %options.upstream, pid = process.pid, uid = options.uid, "stdio server started");
         let stderr_sink =
             StderrSink { upstream: options.upstream.clone(), drops: options.drops.clone(), secrets: options.secrets };
         tokio::spawn(log_stderr(stderr_sink, stderr, shared.clone()));
@@ -272,7 +272,7 @@ impl Process {
         if let Some(mut child) = child {
             let _ = child.wait().await;
         }
-        tracing::info!(upstream = %self.upstream, pid = ?self.pid, "stdio server stopped");
+        tracing::info!(upstream = %self.upstream, pid = self.pid, "stdio server stopped");
     }
 }
 
