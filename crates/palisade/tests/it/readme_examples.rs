@@ -158,7 +158,9 @@ fn configurations(dir: &Path) -> Vec<(usize, String)> {
                     return format!("data_dir = \"{}\"", data.display());
                 }
                 if key.trim().ends_with("_file") && !value.is_empty() && !value.starts_with('/') {
-                    std::fs::write(dir.join(value), "stand-in-0123456789abcdef\n").unwrap();
+                    // An operators file holds `name token` lines; every other file one secret.
+                    let stand_in = if key.trim() == "operators_file" { "alice " } else { "" };
+                    std::fs::write(dir.join(value), format!("{stand_in}stand-in-0123456789abcdef\n")).unwrap();
                 }
                 line.replace("/srv/shared", shared.to_str().unwrap())
             })
