@@ -133,19 +133,7 @@ async fn login(State(review): State<Arc<Review>>, audit: WebAudit, form: Form) -
 }
 
 async fn logout(State(review): State<Arc<Review>>, audit: WebAudit, headers: HeaderMap, form: Form) -> Response {
-    let Some(session) = review.sign_in.session(&headers) else { return SeeOther::to("/review").into_response() };
-    if !review.sign_in.csrf_ok(&session, "logout", &[], form.one("csrf")) {
-        return audit.refused(
-            "review",
-            "csrf",
-            StatusCode::FORBIDDEN,
-            "the form's CSRF token is missing or wrong; nothing was done",
-        );
-    }
-    match review.sign_in.sign_out_cookie() {
-        Some(cookie) => SeeOther::to("/review").cookie(cookie).into_response(),
-        None => error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be ended"),
-    }
+    review.sign_in.sign_out("review", "/review", audit, &headers, &form)
 }
 
 /// The rows awaiting a decision (pending and held, by upstream, kind and name), each with its

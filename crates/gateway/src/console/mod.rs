@@ -240,19 +240,7 @@ async fn login(State(console): State<Arc<Console>>, audit: WebAudit, form: Form)
 }
 
 async fn logout(State(console): State<Arc<Console>>, audit: WebAudit, headers: HeaderMap, form: Form) -> Response {
-    let Some(session) = console.sign_in.session(&headers) else { return SeeOther::to("/console").into_response() };
-    if !console.sign_in.csrf_ok(&session, "logout", &[], form.one("csrf")) {
-        return audit.refused(
-            "console",
-            "csrf",
-            StatusCode::FORBIDDEN,
-            "the form's CSRF token is missing or wrong; nothing was done",
-        );
-    }
-    match console.sign_in.sign_out_cookie() {
-        Some(cookie) => SeeOther::to("/console").cookie(cookie).into_response(),
-        None => error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be ended"),
-    }
+    console.sign_in.sign_out("console", "/console", audit, &headers, &form)
 }
 
 async fn page(State(console): State<Arc<Console>>, headers: HeaderMap) -> Response {

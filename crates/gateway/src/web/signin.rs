@@ -15,7 +15,11 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use palisade_base::clock::Clock;
 use palisade_base::limit::{Limits, SourceLimiter};
 
-use super::{PageKeys, WebAudit, clear_host_cookie, host_cookie, random_token, read_cookie};
+use axum::response::{IntoResponse, Response};
+
+use super::{
+    Form, PageKeys, SeeOther, WebAudit, clear_host_cookie, error_page, host_cookie, random_token, read_cookie,
+};
 use crate::secret::Secret;
 
 /// Shortest operator token accepted.
@@ -183,6 +187,32 @@ impl OperatorSignIn {
     /// The `Set-Cookie` that ends the session.
     pub(crate) fn sign_out_cookie(&self) -> Option<HeaderValue> {
         clear_host_cookie(self.cookie).ok()
+    }
+
+    /// The answer to a page's sign-out form (`page` names it in the audit log; `home` is where
+    /// the browser goes next): without a session nothing to end, with a wrong CSRF token a
+    /// refusal that changes nothing, else the session's cookie cleared.
+    pub(crate) fn sign_out(
+        &self,
+        page: &'static str,
+        home: &'static str,
+        audit: WebAudit,
+        headers: &HeaderMap,
+        form: &Form,
+    ) -> Response {
+        let Some(session) = self.session(headers) else { return SeeOther::to(home).into_response() };
+        if !self.csrf_ok(&session, "logout", &[], form.one("csrf")) {
+            return audit.refused(
+                page,
+                "csrf",
+                StatusCode::FORBIDDEN,
+                "the form's CSRF token is missing or wrong; nothing was done",
+            );
+        }
+        match self.sign_out_cookie() {
+            Some(cookie) => SeeOther::to(home).cookie(cookie).into_response(),
+            None => error_page(StatusCode::INTERNAL_SERVER_ERROR, "the session could not be ended"),
+        }
     }
 }
 
