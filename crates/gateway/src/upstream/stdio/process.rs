@@ -51,6 +51,10 @@ struct Shared {
     stderr_tail: Mutex<std::collections::VecDeque<String>>,
     /// Cancelled when its stderr has been read to the end.
     stderr_done: CancellationToken,
+    /// When a request last started or was answered. The reader sets it before it removes an
+    /// answered request from `pending`, so the idle reaper never sees the process not busy with
+    /// the time its last request started.
+    last_used: Mutex<Instant>,
 }
 
 /// How many of the last stderr lines an unexpected end's error carries.
@@ -84,7 +88,6 @@ pub(crate) struct Process {
     pid: Option<u32>,
     shared: Arc<Shared>,
     next_id: AtomicI64,
-    last_used: Mutex<Instant>,
     /// The uid it runs as, returned to the pool when it is dropped.
     pub(crate) uid: Option<u32>,
 }
@@ -136,6 +139,7 @@ impl Process {
             exited: CancellationToken::new(),
             stderr_tail: Mutex::new(std::collections::VecDeque::with_capacity(STDERR_RING_LINES)),
             stderr_done: CancellationToken::new(),
+            last_used: Mutex::new(Instant::now()),
         });
         let process = Arc::new(Self {
             upstream: options.upstream.clone(),
@@ -144,7 +148,6 @@ impl Process {
             child: Mutex::new(Some(child)),
             shared: shared.clone(),
             next_id: AtomicI64::new(1),
-            last_used: Mutex::new(Instant::now()),
             uid: options.uid,
         });
         tracing::info!(upstream = %options.upstream, pid = process.pid, uid = options.uid, "stdio server started");
@@ -169,7 +172,7 @@ impl Process {
 
     /// When it was last used.
     pub(crate) fn last_used(&self) -> Instant {
-        *lock(&self.last_used)
+        *lock(&self.shared.last_used)
     }
 
     /// Cancelled when it exits.
@@ -216,7 +219,7 @@ impl Process {
         if self.is_dead() {
             return Err(UpstreamError::Unavailable("the stdio server has exited".into()));
         }
-        *lock(&self.last_used) = Instant::now();
+        *lock(&self.shared.last_used) = Instant::now();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut progress_token = None;
         if let Some(Value::Object(meta)) = params.get_mut("_meta")
@@ -245,7 +248,7 @@ impl Process {
             },
             None => rx.await,
         };
-        *lock(&self.last_used) = Instant::now();
+        *lock(&self.shared.last_used) = Instant::now();
         let frame = answer.map_err(|_| UpstreamError::Unavailable("the stdio server has exited".into()))??;
         http::response_body(frame, id)
     }
@@ -327,6 +330,7 @@ async fn read_stdout(
         match http::classify(value) {
             Ok(Incoming::Response(frame)) => {
                 let id = frame.get("id").and_then(Value::as_i64);
+                *lock(&shared.last_used) = Instant::now();
                 let waiter = id.and_then(|id| lock(&shared.pending).remove(&id));
                 match waiter {
                     Some(waiter) => {
