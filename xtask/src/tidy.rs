@@ -253,6 +253,28 @@ pub const RULES: &[Rule] = &[
         ],
     },
     Rule {
+        package: "palisade-definitions",
+        forbid: &[
+            Forbid {
+                crates: &[
+                    "palisade-wire",
+                    "palisade-auth",
+                    "palisade-store",
+                    "palisade-killswitch",
+                    "palisade-server",
+                    "palisade-apps",
+                    "palisade-gateway",
+                    "palisade-verify",
+                    "palisade",
+                ],
+                because: "the findings are pure text analysis: no workspace crate but palisade-base",
+            },
+            Forbid { crates: HTTP, because: "the findings read text, never a network" },
+            Forbid { crates: STORAGE, because: "the findings read text, never a store" },
+            Forbid { crates: RUNTIME, because: "the findings read text, never a network" },
+        ],
+    },
+    Rule {
         package: "palisade-verify",
         forbid: &[Forbid {
             crates: &[

@@ -74,7 +74,7 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "FILE")]
     pub refusals: Option<PathBuf>,
     /// Runs only the named modules (repeatable; default every module): `transport`, `auth`,
-    /// `sessions`, `handles`, `tasks`, `listen`, `state`, `killswitch`, `pinning`.
+    /// `sessions`, `handles`, `tasks`, `listen`, `state`, `definitions`, `killswitch`, `pinning`.
     #[arg(long = "module", value_name = "NAME")]
     pub modules: Vec<String>,
     /// Per-request timeout in seconds (1–120).
@@ -101,6 +101,14 @@ pub struct VerifyArgs {
     /// disable, whatever the verdict. Without both the killswitch checks are not testable.
     #[arg(long, value_name = "CMD", requires = "disable_command")]
     pub enable_command: Option<String>,
+    /// Writes the definitions the `definitions` module read (tools, prompts, resources,
+    /// templates, instructions) to FILE, for a later `--compare-definitions`.
+    #[arg(long, value_name = "FILE")]
+    pub save_definitions: Option<PathBuf>,
+    /// Compares the definitions with those an earlier run saved: `definitions.meaning-changed`
+    /// reports each whose meaning changed (without it, that check is not testable).
+    #[arg(long, value_name = "FILE")]
+    pub compare_definitions: Option<PathBuf>,
 }
 
 #[derive(clap::Parser)]
@@ -147,6 +155,9 @@ pub enum Refusal {
     /// The baseline could not be read.
     #[error("{0}")]
     Baseline(String),
+    /// The compared definitions could not be read, or the read ones not saved.
+    #[error("{0}")]
+    Definitions(String),
     /// The HTTP client could not be built.
     #[error("the HTTP client could not be built: {0}")]
     Client(String),
@@ -237,7 +248,11 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     let pinning = modules::pinning::Options::new(commands.change_upstream.as_deref(), args.pin_wait_secs);
     let killswitch = modules::killswitch::Switch::new(commands.disable, commands.enable);
     let programs = commands.notes;
-    let ctx = Context::new(target, identities, args.allow_mutations, pinning, killswitch);
+    let compared = match &args.compare_definitions {
+        Some(path) => modules::definitions::Compared::load(path).map_err(Refusal::Definitions)?,
+        None => modules::definitions::Compared::default(),
+    };
+    let ctx = Context::new(target, identities, args.allow_mutations, pinning, killswitch, compared);
     let modules = selected_modules(&args.modules)?;
     // A target that does not speak 2026-07-28 gets one line saying so; a check needing it whose
     // control failed is then NOT TESTABLE for that reason, not INCONCLUSIVE. Asked once, at the
@@ -288,12 +303,29 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
         outcome.verdict == check::Verdict::Fail && report::follows_from_no_authentication(check.id)
     });
     let unauthenticated = if grouped { modules::unauthenticated_served(&ctx).await } else { None };
+    if let Some(path) = &args.save_definitions {
+        save_definitions(&ctx, path)?;
+    }
     let unspoken = unspoken.into_inner().flatten();
     let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
     Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone())
         .with_protocol(unspoken)
         .with_programs(programs)
         .with_no_authentication(unauthenticated))
+}
+
+/// Writes what the `definitions` module read to `path` (`--save-definitions`); a run that read
+/// none (the module was not selected, or the target listed nothing) writes nothing and says so.
+fn save_definitions(ctx: &Context, path: &std::path::Path) -> Result<(), Refusal> {
+    let Some(listed) = ctx.listed_definitions() else {
+        return Err(Refusal::Definitions(format!(
+            "--save-definitions {}: no definitions were read in this run (run the definitions module)",
+            path.display()
+        )));
+    };
+    let text = serde_json::to_string_pretty(listed).map_err(|error| Refusal::Definitions(error.to_string()))?;
+    std::fs::write(path, text + "\n")
+        .map_err(|error| Refusal::Definitions(format!("--save-definitions {}: {error}", path.display())))
 }
 
 /// The modules `names` (every module when empty), in report order; an unknown name is refused

@@ -14,6 +14,7 @@ use crate::identity::{Identity, Other, OtherCaller};
 use crate::target::{Auth, Exchange, Probe, Target};
 
 pub mod auth;
+pub mod definitions;
 pub mod handles;
 pub mod killswitch;
 pub mod listen;
@@ -36,7 +37,10 @@ pub struct Context {
     pub pinning: pinning::Options,
     /// How the operator flips a kill-switch target (`--disable-command`, `--enable-command`).
     pub killswitch: killswitch::Switch,
+    /// The definitions of an earlier run (`--compare-definitions`).
+    pub compared: definitions::Compared,
     named: OnceCell<Option<Probe>>,
+    listed: OnceCell<Result<definitions::Listing, String>>,
 }
 
 impl Context {
@@ -47,8 +51,29 @@ impl Context {
         allow_mutations: bool,
         pinning: pinning::Options,
         killswitch: killswitch::Switch,
+        compared: definitions::Compared,
     ) -> Self {
-        Self { target, identities, allow_mutations, pinning, killswitch, named: OnceCell::new() }
+        Self {
+            target,
+            identities,
+            allow_mutations,
+            pinning,
+            killswitch,
+            compared,
+            named: OnceCell::new(),
+            listed: OnceCell::new(),
+        }
+    }
+
+    /// The target's definitions as the first identity, listed once per run
+    /// ([`definitions::list`]); `Err` says why none could be read.
+    pub async fn definitions(&self) -> &Result<definitions::Listing, String> {
+        self.listed.get_or_init(|| definitions::list(self)).await
+    }
+
+    /// The definitions listed in this run, if a check listed them.
+    pub fn listed_definitions(&self) -> Option<&[definitions::Listed]> {
+        self.listed.get().and_then(|listed| listed.as_ref().ok()).map(|listing| listing.definitions.as_slice())
     }
 
     /// The first identity's bearer authentication.
@@ -174,9 +199,10 @@ pub fn protocol_gap(discover: &Exchange) -> Option<String> {
     ))
 }
 
-/// Whether a check needs the 2026-07-28 wire (every check but the 2025-era `sessions.*`).
+/// Whether a check needs the 2026-07-28 wire (every check but the 2025-era `sessions.*` and
+/// `definitions.*`, which reads either era).
 pub fn needs_current_protocol(check: &Check) -> bool {
-    !check.id.starts_with("sessions.")
+    !check.id.starts_with("sessions.") && !check.id.starts_with("definitions.")
 }
 
 /// An upper estimate of the bits of entropy of an id: its length times the bits of the
@@ -254,6 +280,7 @@ pub fn all() -> Vec<Module> {
         tasks::module(),
         listen::module(),
         state::module(),
+        definitions::module(),
         killswitch::module(),
         pinning::module(),
     ]

@@ -54,15 +54,15 @@ pub fn module() -> Module {
 }
 
 /// A session the first identity opened, and the exchanges that opened it.
-struct Session {
-    id: String,
-    version: String,
-    opened: Vec<Exchange>,
+pub(crate) struct Session {
+    pub(crate) id: String,
+    pub(crate) version: String,
+    pub(crate) opened: Vec<Exchange>,
 }
 
 /// A 2025-era request: no 2026 `_meta`, no `Mcp-Method`/`Mcp-Name`, the session's version
 /// header and, when given, its session id.
-fn legacy(method: &str, params: Value, auth: Auth, session: Option<&str>, version: &str) -> Probe {
+pub(crate) fn legacy(method: &str, params: Value, auth: Auth, session: Option<&str>, version: &str) -> Probe {
     let mut probe = Probe::request(method, params, auth)
         .header("mcp-protocol-version", version)
         .without("mcp-method")
@@ -107,7 +107,7 @@ pub(crate) async fn opened_without_token(ctx: &Context) -> Option<String> {
 
 /// Opens a session as the first identity: `initialize`, then `notifications/initialized`.
 /// `Err` says why the target cannot be tested on the session wire.
-async fn open_session(ctx: &Context) -> Result<Session, String> {
+pub(crate) async fn open_session(ctx: &Context) -> Result<Session, String> {
     let params = json!({
         "protocolVersion": LEGACY_VERSION,
         "capabilities": {},
@@ -140,7 +140,7 @@ async fn open_session(ctx: &Context) -> Result<Session, String> {
 }
 
 /// Ends the session as its owner (the protocol's cleanup; the answer does not matter).
-async fn close(ctx: &Context, session: &Session) {
+pub(crate) async fn close(ctx: &Context, session: &Session) {
     ctx.target.send(delete(ctx.auth(), &session.id, &session.version)).await;
 }
 
