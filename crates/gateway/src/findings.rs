@@ -68,13 +68,6 @@ pub fn for_row(row: &PinRow, other_tools: &BTreeSet<String>) -> Vec<Finding> {
     findings(&o.kind, &o.definition, row.decided_definition.as_deref(), other_tools)
 }
 
-/// The findings of `row`'s current definition, against the definition last decided on (if any),
-/// with `other_tools` ([`ToolNames::others`]).
-pub fn for_row(row: &PinRow, other_tools: &BTreeSet<String>) -> Vec<Finding> {
-    let o = &row.observation;
-    findings(&o.kind, &o.definition, row.decided_definition.as_deref(), other_tools)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
