@@ -177,10 +177,10 @@ pub fn findings(kind: &str, current: &str, previous: Option<&str>, other_tools: 
     push(REFERENCES_SECRETS, Severity::High, "refers to secrets", &now.secrets);
     push(REFERENCES_FILES, Severity::Medium, "refers to files", &now.files);
     push(REFERENCES_URLS, Severity::Low, "refers to URLs", &now.urls);
-    if let Some(previous) = previous.filter(|previous| *previous != current) {
-        if let Some(finding) = meaning_changed(&now, current, previous, other_tools, &tools) {
-            out.push(finding);
-        }
+    if let Some(previous) = previous.filter(|previous| *previous != current)
+        && let Some(finding) = meaning_changed(&now, current, previous, other_tools, &tools)
+    {
+        out.push(finding);
     }
     out
 }

@@ -11,7 +11,8 @@
 
 /// Tool names of widely deployed MCP servers (the reference servers and popular SaaS servers),
 /// which an imitation would most likely copy: a definition whose name imitates one is flagged even
-/// when no other tool of the same deployment carries it.
+/// when no other tool of the same deployment carries it. Only compound names: a plain word
+/// (`fetch`, `search`, `query`) is ordinary prose in any description.
 pub const WELL_KNOWN: &[&str] = &[
     "read_file",
     "read_text_file",
@@ -24,7 +25,6 @@ pub const WELL_KNOWN: &[&str] = &[
     "search_files",
     "get_file_info",
     "create_directory",
-    "fetch",
     "git_status",
     "git_diff",
     "git_commit",
@@ -41,8 +41,6 @@ pub const WELL_KNOWN: &[&str] = &[
     "list_channels",
     "execute_command",
     "run_command",
-    "query",
-    "search",
     "create_entities",
     "read_graph",
     "browser_navigate",

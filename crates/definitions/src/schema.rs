@@ -66,10 +66,10 @@ pub(crate) fn secret_fields(definition: &Value) -> Vec<SecretField> {
     }
     if let Some(arguments) = definition.get("arguments").and_then(Value::as_array) {
         for (index, argument) in arguments.iter().enumerate() {
-            if let Some(name) = argument.get("name").and_then(Value::as_str) {
-                if names_a_secret(name) {
-                    out.push(SecretField { pointer: format!("/arguments/{index}/name"), name: name.to_owned() });
-                }
+            if let Some(name) = argument.get("name").and_then(Value::as_str)
+                && names_a_secret(name)
+            {
+                out.push(SecretField { pointer: format!("/arguments/{index}/name"), name: name.to_owned() });
             }
         }
     }

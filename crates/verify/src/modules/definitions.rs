@@ -43,7 +43,7 @@ pub fn module() -> Module {
                 "seed C6; full-schema poisoning (CyberArk 2025); 2025-11-25 security best practices (token passthrough)", High;
             imitation: "definitions.imitates-name", "No name imitates another tool's by look-alike letters",
                 "seed C6 (tool name collisions)", High;
-            other_tool: "definitions.references-other-tool", "No definition names another tool of the target",
+            other_tool: "definitions.references-other-tool", "No definition names a widely deployed tool of another server",
                 "seed C6 (tool shadowing)", Medium;
             secrets: "definitions.references-secrets", "No definition refers to secrets, keys or credentials",
                 "seed C6", High;
@@ -197,18 +197,21 @@ async fn judge(ctx: &Context, check: Check, id: &'static str) -> Outcome {
     } else {
         None
     };
-    let tools: BTreeSet<String> = listing
+    // The "other tools" are other servers' tools: the widely deployed names this target does not
+    // serve itself. A definition naming its own server's tools (instructions that say which tool
+    // to call first) is how servers document themselves, not shadowing.
+    let own: BTreeSet<String> = listing
         .definitions
         .iter()
         .filter(|listed| listed.kind == "tool")
         .map(|listed| listed.name.to_lowercase())
         .collect();
+    let others: BTreeSet<String> =
+        findings::WELL_KNOWN.iter().map(|name| name.to_lowercase()).filter(|name| !own.contains(name)).collect();
     let mut named = Vec::new();
     let mut worst: Option<findings::Severity> = None;
     let mut new_since = 0;
     for listed in &listing.definitions {
-        let others: BTreeSet<String> =
-            tools.iter().filter(|name| **name != listed.name.to_lowercase()).cloned().collect();
         let previous = match compared.map(|compared| compared.get(&listed.key())) {
             Some(Some(previous)) => Some(palisade_base::canonical::canonical_string(previous)),
             Some(None) => {
