@@ -84,17 +84,16 @@ pub(super) fn relayed_tool(
 /// ([`Namer::expose_content`](crate::names::Namer::expose_content)), once it passes the pinned
 /// output schema.
 fn tool_result(
-    upstream: &Upstream,
+    from: &Upstream,
     mut result: Map<String, Value>,
     output: Option<&jsonschema::Validator>,
 ) -> Result<CallToolResult, ProtocolError> {
-    let upstream_id = &upstream.settings.id;
+    let upstream = from.settings.id.as_str();
     let content = match result.remove("content") {
-        Some(Value::Array(blocks)) => exposed_blocks(upstream, blocks).into_iter().map(Content::Raw).collect(),
+        Some(Value::Array(blocks)) => exposed_blocks(from, blocks).into_iter().map(Content::Raw).collect(),
         None => Vec::new(),
-        Some(_) => return Err(upstream_garbage(upstream_id, "a tool result whose content is not an array")),
+        Some(_) => return Err(upstream_garbage(upstream, "a tool result whose content is not an array")),
     };
-    let upstream = upstream_id;
     let is_error = result.get("isError") == Some(&Value::Bool(true));
     let structured_content = result.remove("structuredContent");
     if let Some(validator) = output

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::gateway_pins::{Gateway, PATIENCE, boot, post, upstream};
+use crate::gateway_pins::{Gateway, PATIENCE, boot, palisade, post, upstream};
 use crate::gateway_stdio_servers::{approve_and_serve, node_modules, stdio_entry, test_tools, text};
 use crate::harness::{Exchange, Palisade, Stream, send, with_meta};
 
@@ -213,6 +213,27 @@ async fn resource_updates_from_both_upstream_eras_reach_exactly_the_callers_who_
         frames_until(&mut alice_stream, UPDATED, poke).await;
         let frames = frames_until(&mut bob_stream, LIST_CHANGED, || async {}).await;
         assert!(!methods(&frames).contains(&UPDATED), "{prefix}: bob unsubscribed, got {frames:?}");
+    }
+
+    // Every stream is closed: nobody listens any more, and the gateway unsubscribed at the
+    // 2025-era upstream (whose audit log records the gateway's requests).
+    let envs = [("PALISADE_DATA_DIR", upstream_server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let (code, shown, stderr) = palisade(&["audit", "show", "--format", "json", "--limit", "100000"], &envs);
+        assert_eq!(code, 0, "{stderr}");
+        let operations: Vec<String> = shown
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .filter_map(|record| record["operation"].as_str().map(str::to_owned))
+            .filter(|operation| operation.ends_with(":test://watched-resource") && operation.starts_with("resources/"))
+            .collect();
+        let subscribed = operations.iter().any(|op| op == "resources/subscribe:test://watched-resource");
+        if subscribed && operations.last().is_some_and(|op| op == "resources/unsubscribe:test://watched-resource") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the gateway never unsubscribed: {operations:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
