@@ -220,7 +220,7 @@ async fn resource_updates_from_both_upstream_eras_reach_exactly_the_callers_who_
     let envs = [("PALISADE_DATA_DIR", upstream_server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        let (code, shown, stderr) = palisade(&["audit", "show", "--format", "json", "--limit", "100000"], &envs);
+        let (code, shown, stderr) = palisade(&["audit", "show", "--format", "json", "--limit", "10000"], &envs);
         assert_eq!(code, 0, "{stderr}");
         let operations: Vec<String> = shown
             .lines()
