@@ -88,6 +88,27 @@ mod tests {
     }
 
     #[test]
+    fn a_change_stream_notification_is_a_list_change_or_an_update_with_its_uri() {
+        use crate::upstream::Change;
+        let updated = json!({"method": "notifications/resources/updated", "params": {"uri": "demo://a"}});
+        assert_eq!(
+            Change::of("notifications/resources/updated", &updated),
+            Some(Change::ResourceUpdated("demo://a".into()))
+        );
+        let listed = json!({"method": "notifications/tools/list_changed"});
+        let method = "notifications/tools/list_changed";
+        assert_eq!(Change::of(method, &listed), Some(Change::ListChanged(method.into())));
+        for (method, frame) in [
+            ("notifications/resources/updated", json!({"params": {}})),
+            ("notifications/resources/updated", json!({"params": {"uri": 7}})),
+            ("notifications/message", json!({"params": {"uri": "demo://a"}})),
+            ("notifications/progress", json!({})),
+        ] {
+            assert_eq!(Change::of(method, &frame), None, "{method} {frame}");
+        }
+    }
+
+    #[test]
     fn the_listen_filter_asks_for_what_the_upstream_advertises() {
         let wanted: BTreeSet<String> = ["demo://a".to_owned()].into();
         let both = info(json!({"resources": {"subscribe": true, "listChanged": true}}), Era::Modern);
