@@ -16,6 +16,8 @@
 
 use std::collections::BTreeSet;
 
+use serde_json::Value;
+
 /// The longest exposed tool or prompt name: what strict clients accept.
 pub const MAX_EXPOSED_NAME: usize = 64;
 
@@ -244,6 +246,41 @@ impl Namer {
             None => exposed,
         };
         check_uri(upstream).ok().map(|()| upstream)
+    }
+}
+
+/// **URIs inside results.** What an upstream answers may name its resources: a tool result's or
+/// prompt message's `resource_link` block (`uri`) and embedded `resource` block
+/// (`resource.uri`), and a read's contents (`uri`). Those are URIs a caller acts on (reads,
+/// subscribes to), so they leave in the gateway's namespace, through [`Namer::expose_uri`] like
+/// the listed ones, and come back through [`Namer::upstream_uri`]. Everything else is relayed
+/// untouched: text that mentions a URI, `structuredContent` (checked against the pinned
+/// `outputSchema`, which a rewrite could break), `_meta`, icons and annotations, image and audio
+/// blocks. A block whose URI cannot be exposed (no scheme, a control character, too long once
+/// prefixed, or, from an unprefixed upstream, a URI inside another upstream's prefix) is dropped:
+/// relayed as sent it could name a resource of another upstream.
+impl Namer {
+    /// The content `block` with its resource URI exposed (`resource_link`: `uri`; `resource`:
+    /// `resource.uri`); other blocks unchanged. `None`: the block names a URI that cannot be
+    /// exposed, or a `resource_link`/`resource` block names none; the caller drops it.
+    pub fn expose_content(&self, mut block: Value) -> Option<Value> {
+        let uri = match block.get("type").and_then(Value::as_str) {
+            Some("resource_link") => block.get_mut("uri"),
+            Some("resource") => block.get_mut("resource").and_then(|resource| resource.get_mut("uri")),
+            _ => return Some(block),
+        }?;
+        let exposed = self.expose_uri(uri.as_str()?).ok()?;
+        *uri = Value::String(exposed);
+        Some(block)
+    }
+
+    /// [`Self::expose_content`] over a result's blocks, dropping the ones it refuses. Returns
+    /// the blocks kept and how many were dropped.
+    pub fn expose_contents(&self, blocks: Vec<Value>) -> (Vec<Value>, usize) {
+        let total = blocks.len();
+        let kept: Vec<Value> = blocks.into_iter().filter_map(|block| self.expose_content(block)).collect();
+        let dropped = total - kept.len();
+        (kept, dropped)
     }
 }
 
@@ -504,5 +541,42 @@ mod tests {
         assert_eq!(fx.expose_uri("file:///a").unwrap(), "fx+file:///a");
         assert_eq!(fx.upstream_uri("fx+file:///a"), Some("file:///a"));
         assert_eq!(fx.expose_name("git_x").unwrap(), "fx_git_x");
+    }
+
+    #[test]
+    fn resource_blocks_in_results_are_exposed_and_the_rest_is_untouched() {
+        let every = Namer::new(Some("everything"), Separator::Underscore);
+        let link = serde_json::json!({"type": "resource_link", "uri": "demo://resource/dynamic/blob/1", "name": "b"});
+        let exposed = every.expose_content(link).unwrap();
+        assert_eq!(exposed["uri"], "everything+demo://resource/dynamic/blob/1");
+        assert_eq!(every.upstream_uri(exposed["uri"].as_str().unwrap()), Some("demo://resource/dynamic/blob/1"));
+        let embedded =
+            serde_json::json!({"type": "resource", "resource": {"uri": "file:///a", "text": "see file:///b"}});
+        let exposed = every.expose_content(embedded).unwrap();
+        assert_eq!(exposed["resource"]["uri"], "everything+file:///a");
+        assert_eq!(exposed["resource"]["text"], "see file:///b", "text that mentions a URI is not rewritten");
+        let text = serde_json::json!({"type": "text", "text": "demo://resource/static/1", "_meta": {"uri": "x:y"}});
+        assert_eq!(every.expose_content(text.clone()), Some(text));
+        let image = serde_json::json!({"type": "image", "data": "AA==", "mimeType": "image/png"});
+        assert_eq!(every.expose_content(image.clone()), Some(image));
+        // Unmappable: no scheme, a control character, no URI at all, a URI that is not a string.
+        for bad in [
+            serde_json::json!({"type": "resource_link", "uri": "relative/path", "name": "r"}),
+            serde_json::json!({"type": "resource_link", "uri": "file:///a\nb", "name": "r"}),
+            serde_json::json!({"type": "resource_link", "name": "r"}),
+            serde_json::json!({"type": "resource", "resource": {"uri": 7, "text": "t"}}),
+            serde_json::json!({"type": "resource", "text": "t"}),
+        ] {
+            assert_eq!(every.expose_content(bad.clone()), None, "{bad}");
+        }
+        // An unprefixed upstream cannot point a caller at another upstream's resource.
+        let root = Namer::new(None, Separator::Underscore).reserving(&["everything".to_owned()]);
+        let foreign = serde_json::json!({"type": "resource_link", "uri": "everything+demo://x", "name": "x"});
+        assert_eq!(root.expose_content(foreign.clone()), None);
+        let own = serde_json::json!({"type": "resource_link", "uri": "demo://x", "name": "x"});
+        let (kept, dropped) =
+            root.expose_contents(vec![foreign, own.clone(), serde_json::json!({"type": "text", "text": "t"})]);
+        assert_eq!((kept.len(), dropped), (2, 1));
+        assert_eq!(kept[0], own, "unprefixed: the URI is its own");
     }
 }

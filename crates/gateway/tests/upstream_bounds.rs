@@ -193,7 +193,7 @@ async fn a_flood_of_server_requests_in_one_answer_opens_at_most_the_cap_of_conne
 #[tokio::test]
 async fn a_flood_of_server_requests_on_the_change_stream_closes_it_within_the_caps() {
     let (client, upstream) = upstream(Listen::Requests).await;
-    let mut changes = Box::pin(client.changes().await.unwrap());
+    let mut changes = Box::pin(client.changes(&Default::default()).await.unwrap());
     let ended = tokio::time::timeout(Duration::from_secs(10), changes.next()).await;
     assert!(matches!(ended, Ok(None)), "the stream is closed past its message rate");
     let report = client.health().dropped;
@@ -212,7 +212,7 @@ async fn a_flood_of_server_requests_on_the_change_stream_closes_it_within_the_ca
 #[tokio::test]
 async fn a_change_stream_that_never_stops_sending_is_closed_at_its_byte_cap() {
     let (client, upstream) = upstream(Listen::Bytes).await;
-    let mut changes = Box::pin(client.changes().await.unwrap());
+    let mut changes = Box::pin(client.changes(&Default::default()).await.unwrap());
     let ended = tokio::time::timeout(Duration::from_secs(30), changes.next()).await;
     assert!(matches!(ended, Ok(None)), "the stream is closed at its byte cap");
     assert_eq!(client.health().dropped.change_streams_cut, 1);

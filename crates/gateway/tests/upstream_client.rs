@@ -20,7 +20,8 @@ use futures::StreamExt as _;
 use palisade_base::clock::SystemClock;
 use palisade_gateway::credentials::{CallerContext, ClientAuth, CredentialConfig, SecretSource, UpstreamCredential};
 use palisade_gateway::upstream::{
-    Era, ListKind, ProtocolChoice, UpstreamClient, UpstreamError, UpstreamLimits, UpstreamReply, UpstreamRequest,
+    Change, Era, ListKind, ProtocolChoice, UpstreamClient, UpstreamError, UpstreamLimits, UpstreamReply,
+    UpstreamRequest,
 };
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
@@ -124,7 +125,7 @@ async fn modern(State(state): State<Arc<Upstream>>, method: Method, headers: Hea
             &id,
             json!({
                 "resultType": "complete", "supportedVersions": ["2026-07-28"], "ttlMs": 0, "cacheScope": "public",
-                "capabilities": {"tools": {"listChanged": true}},
+                "capabilities": {"tools": {"listChanged": true}, "resources": {"subscribe": true}},
                 "instructions": "be nice",
                 "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "hostile", "version": "1"}},
             }),
@@ -151,7 +152,7 @@ async fn modern(State(state): State<Arc<Upstream>>, method: Method, headers: Hea
         }
         Some("subscriptions/listen") => {
             let meta = json!({"io.modelcontextprotocol/subscriptionId": id});
-            let events = vec![
+            let mut events = vec![
                 sse_event(&json!({"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged",
                     "params":{"notifications":{"toolsListChanged":true},"_meta":meta}})),
                 sse_event(&json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed",
@@ -159,8 +160,15 @@ async fn modern(State(state): State<Arc<Upstream>>, method: Method, headers: Hea
                 sse_event(
                     &json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed","params":{"_meta":meta}}),
                 ),
-                sse_event(&json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete","_meta":meta}})),
             ];
+            // One update of each resource subscribed to, and one of another subscription's.
+            for uri in params["notifications"]["resourceSubscriptions"].as_array().into_iter().flatten() {
+                events.push(sse_event(&json!({"jsonrpc":"2.0","method":"notifications/resources/updated",
+                    "params":{"uri": uri, "_meta":meta}})));
+                events.push(sse_event(&json!({"jsonrpc":"2.0","method":"notifications/resources/updated",
+                    "params":{"uri": "demo://theirs", "_meta":{"io.modelcontextprotocol/subscriptionId": "someone else"}}})));
+            }
+            events.push(sse_event(&json!({"jsonrpc":"2.0","id":id,"result":{"resultType":"complete","_meta":meta}})));
             sse_response(futures::stream::iter(events))
         }
         Some("tools/call") => tool_call(state, id, params, &headers).await,
@@ -383,7 +391,7 @@ async fn discover_then_a_listing_over_three_pages() {
     let client = client(&url, ProtocolChoice::Auto, limits());
     let info = client.connect().await.unwrap();
     assert_eq!(info.era, Era::Modern);
-    assert_eq!(info.capabilities, json!({"tools": {"listChanged": true}}));
+    assert_eq!(info.capabilities, json!({"tools": {"listChanged": true}, "resources": {"subscribe": true}}));
     assert_eq!(info.server_info, json!({"name": "hostile", "version": "1"}));
     assert_eq!(info.instructions.as_deref(), Some("be nice"));
     assert_eq!(client.info().unwrap().era, Era::Modern);
@@ -461,7 +469,7 @@ async fn auto_falls_back_to_a_2025_upstream_with_one_session_per_partition() {
     assert_eq!(session_of(client.request(call("bob", "echo", json!({}))).await.unwrap()), bob, "bob untouched");
 
     // The GET stream is refused (405): a change stream that never yields, not an error.
-    let mut changes = Box::pin(client.changes().await.unwrap());
+    let mut changes = Box::pin(client.changes(&Default::default()).await.unwrap());
     assert!(tokio::time::timeout(Duration::from_millis(200), changes.next()).await.is_err());
 }
 
@@ -473,8 +481,8 @@ async fn a_2025_upstream_s_get_stream_is_the_change_stream_of_the_gateway_s_sess
     client.connect().await.unwrap();
     // The gateway's session expired: the stream request re-opens it once.
     upstream.live_sessions.lock().unwrap().clear();
-    let changes: Vec<String> = client.changes().await.unwrap().collect().await;
-    assert_eq!(changes, ["notifications/prompts/list_changed"]);
+    let changes: Vec<Change> = client.changes(&Default::default()).await.unwrap().collect().await;
+    assert_eq!(changes, [Change::ListChanged("notifications/prompts/list_changed".into())]);
     let gets: Vec<Seen> = upstream.seen().into_iter().filter(|s| s.http_method == Method::GET).collect();
     assert_eq!(gets.len(), 2);
     assert_eq!(gets[0].header("mcp-session-id"), Some("session-0"));
@@ -738,10 +746,36 @@ async fn an_insufficient_scope_refusal_steps_up_once_and_retries() {
 }
 
 #[tokio::test]
+async fn the_change_stream_asks_for_the_resources_given_and_yields_their_updates() {
+    let (client, upstream) = connected().await;
+    assert_eq!(client.subscribing(), palisade_gateway::upstream::Subscribing::InListen);
+    let wanted: std::collections::BTreeSet<String> = ["demo://a".to_owned(), "demo://b".to_owned()].into();
+    let changes: Vec<Change> = client.changes(&wanted).await.unwrap().collect().await;
+    assert_eq!(
+        changes,
+        [
+            Change::ListChanged("notifications/tools/list_changed".into()),
+            Change::ResourceUpdated("demo://a".into()),
+            Change::ResourceUpdated("demo://b".into()),
+        ],
+        "the updates of our own subscription only"
+    );
+    let listen = &upstream.seen_method("subscriptions/listen")[0];
+    assert_eq!(
+        listen.body["params"]["notifications"],
+        json!({"toolsListChanged": true, "resourceSubscriptions": ["demo://a", "demo://b"]})
+    );
+}
+
+#[tokio::test]
 async fn the_change_stream_yields_list_changed_of_its_own_subscription() {
     let (client, upstream) = connected().await;
-    let changes: Vec<String> = client.changes().await.unwrap().collect().await;
-    assert_eq!(changes, ["notifications/tools/list_changed"], "one, of our subscription; then the end");
+    let changes: Vec<Change> = client.changes(&Default::default()).await.unwrap().collect().await;
+    assert_eq!(
+        changes,
+        [Change::ListChanged("notifications/tools/list_changed".into())],
+        "one, of our subscription; then the end"
+    );
     let listen = &upstream.seen_method("subscriptions/listen")[0];
     assert_eq!(listen.body["params"]["notifications"], json!({"toolsListChanged": true}));
     assert_eq!(listen.body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28");

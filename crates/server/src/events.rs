@@ -49,6 +49,12 @@ pub enum ServerEvent {
         /// Client id.
         client: String,
     },
+    /// A 2025-era session subscribed to or unsubscribed from a resource: its GET stream (on
+    /// whichever instance holds it) re-reads what it listens for.
+    SessionSubscriptionsChanged {
+        /// The session's digest.
+        session: [u8; 32],
+    },
 }
 
 /// Publishes events to every open listen stream.
@@ -76,6 +82,13 @@ impl EventBus {
     /// Publishes an event another instance raised (from a bridge): delivered to this instance's
     /// streams, never handed back to a bridge.
     pub fn publish_remote(&self, event: ServerEvent) {
+        let _ = self.sender.send(event);
+    }
+
+    /// Delivers an event to this instance's streams only, never to a bridge: for what each
+    /// instance raises for its own streams (the gateway's upstream resource updates, which every
+    /// instance with a listener receives from the upstream itself).
+    pub fn deliver_here(&self, event: ServerEvent) {
         let _ = self.sender.send(event);
     }
 
@@ -138,6 +151,7 @@ mod tests {
             ServerEvent::TaskChanged { digest: [7; 32] },
             ServerEvent::PrincipalRevoked { issuer: "i".into(), subject: "s".into(), tenant: None },
             ServerEvent::HandlePoliciesChanged,
+            ServerEvent::SessionSubscriptionsChanged { session: [3; 32] },
         ];
         for event in events {
             let text = serde_json::to_string(&event).unwrap();

@@ -17,6 +17,7 @@
 //! admitted on an instance that holds no request for it goes to the session service's
 //! [`crate::sessions::AnswerRelay`] when there is one (answered 202 once handed over).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use axum::http::{HeaderMap, StatusCode};
@@ -336,6 +337,19 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
         let _permit = permit;
         let server = server_for_task;
         let mut events = server.events().subscribe();
+        // What the session subscribed to (and the application serves) is wanted while the stream
+        // is open; re-read at every event, a subscription change among them.
+        let mut interest = server.hold_interest(Vec::new());
+        let served = |subscriptions: &[String]| -> BTreeSet<String> {
+            let app = server.app();
+            subscriptions.iter().filter(|uri| app.knows_resource(uri)).cloned().collect()
+        };
+        let now = server.clock().now_ms();
+        if let Ok(Some(subscriptions)) =
+            service.store().session_subscriptions(admitted.digest, &admitted.owner, now).await
+        {
+            interest.set(served(&subscriptions));
+        }
         let clock = server.clock.clone();
         let expiry = async {
             match principal.expires_at_ms() {
@@ -370,6 +384,7 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
                 Ok(Some(subscriptions)) => subscriptions,
                 _ => break,
             };
+            interest.set(served(&subscriptions));
             let frame = match event {
                 ServerEvent::ToolsListChanged if caps.get("tools").is_some() => {
                     notification_frame("notifications/tools/list_changed", json!({}))

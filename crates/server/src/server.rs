@@ -432,6 +432,7 @@ impl ServerBuilder {
                 events: events.clone(),
                 shutdown: shutdown.clone(),
                 streams: Arc::default(),
+                interest: Arc::default(),
                 tasks: tasks.clone(),
                 handles: handles.clone(),
                 once: once.clone(),
@@ -767,6 +768,17 @@ impl Server {
         principal: &crate::auth::VerifiedPrincipal,
     ) -> Result<crate::streams::StreamPermit, palisade_wire::ProtocolError> {
         self.stages.dispatch.stream_permit(principal)
+    }
+
+    /// The resource URIs the open listen and GET streams of this instance want updates of, as
+    /// that set changes (an application that asks for updates elsewhere follows it).
+    pub fn resource_interest(&self) -> tokio::sync::watch::Receiver<std::collections::BTreeSet<String>> {
+        self.stages.dispatch.interest.watch()
+    }
+
+    /// A stream's interest in `uris`, held until the guard drops.
+    pub(crate) fn hold_interest(&self, uris: Vec<String>) -> crate::streams::InterestGuard {
+        self.stages.dispatch.interest.hold(uris)
     }
 
     /// Every version this server speaks: 2026-07-28, then the enabled 2025-era ones (an

@@ -1,6 +1,8 @@
 //! The gateway's loops: each upstream re-listed on its interval and on its own `list_changed`,
-//! a stdio upstream's launch re-checked, reviewers' decisions polled, churn coalesced.
+//! its resource updates followed, a stdio upstream's launch re-checked, reviewers' decisions
+//! polled, churn coalesced, the callers' resource interest routed to the upstreams.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::reconcile::{churn_record, fingerprint};
 use super::{Attached, CoverageCheck, Gateway, Refreshed, lock};
 use crate::churn::Summary;
+use crate::upstream::{Change, Subscribing};
 
 impl Gateway {
     /// Attaches the server whose registry the gateway publishes and starts its loops; they stop
@@ -35,6 +38,8 @@ impl Gateway {
         }
         let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
         tokio::spawn(async move { gateway.decisions_loop(&on, stop).await });
+        let (gateway, interest, stop) = (self.clone(), server.server.resource_interest(), shutdown.clone());
+        tokio::spawn(async move { gateway.interest_loop(interest, stop).await });
         let gateway = self.clone();
         let stop = shutdown.clone();
         tokio::spawn(async move { gateway.churn_loop(stop).await });
@@ -78,31 +83,60 @@ impl Gateway {
         }
     }
 
-    /// Follows one upstream's change notifications: each is a re-listing (and pin check)
-    /// before any client hears of a change.
+    /// Follows one upstream's change notifications: each list change is a re-listing (and pin
+    /// check) before any client hears of a change; each resource update is handed on
+    /// ([`Gateway::resource_updated`]). Keeps the gateway's resource subscriptions at the upstream
+    /// equal to its `wanted` set: 2026-07-28, the change stream is re-opened with the new filter;
+    /// 2025 era, subscribed and unsubscribed one by one (all again on a re-opened stream, whose
+    /// session may be new).
     async fn changes_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
         let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
+        let mut wanted = upstream.wanted.subscribe();
         let mut backoff = Duration::from_secs(1);
         loop {
-            match upstream.client.changes().await {
+            let resources = wanted.borrow_and_update().clone();
+            let mut reopen = false;
+            match upstream.client.changes(&resources).await {
                 Ok(stream) => {
                     backoff = Duration::from_secs(1);
+                    let mut held = BTreeSet::new();
+                    if upstream.client.subscribing() == Subscribing::ByRequest {
+                        self.sync_subscriptions(&upstream, &mut held, &resources).await;
+                    }
                     let mut stream = std::pin::pin!(stream);
                     loop {
                         tokio::select! {
                             () = stop.cancelled() => return,
+                            changed = wanted.changed() => {
+                                if changed.is_err() {
+                                    return;
+                                }
+                                let now = wanted.borrow_and_update().clone();
+                                match upstream.client.subscribing() {
+                                    Subscribing::InListen => {
+                                        reopen = true;
+                                        break;
+                                    }
+                                    Subscribing::ByRequest => self.sync_subscriptions(&upstream, &mut held, &now).await,
+                                    Subscribing::Unsupported => {}
+                                }
+                            }
                             next = stream.next() => match next {
-                                Some(method) => {
+                                Some(Change::ListChanged(method)) => {
                                     tracing::info!(upstream = %upstream.settings.id, %method, "upstream list changed: re-listing");
                                     self.relist(index, Some(server)).await;
                                     self.announce(server, &method);
                                 }
+                                Some(Change::ResourceUpdated(uri)) => self.resource_updated(&upstream, server, &uri),
                                 None => break,
                             }
                         }
                     }
                 }
                 Err(error) => tracing::debug!(upstream = %upstream.settings.id, %error, "change stream unavailable"),
+            }
+            if reopen {
+                continue;
             }
             tokio::select! {
                 () = stop.cancelled() => return,

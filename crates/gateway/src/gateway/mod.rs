@@ -7,6 +7,8 @@
 //!   state from the store and publishes the resulting [`App`] (clients hear `list_changed`).
 //! - [`Gateway::spawn`] runs the loops: each upstream re-listed every `[pins] relist_secs` and on
 //!   its own `list_changed`; reviewers' decisions read every `decision_poll_secs`.
+//! - Resource updates: the upstreams are asked for the resources the server's streams listen
+//!   for, and their updates handed on under the exposed URI (`gateway/subscriptions.rs`).
 //! - Metrics per upstream and the gateway's readiness (ready while one upstream serves):
 //!   `gateway/series.rs` ([`Gateway::metrics`]).
 //! - A stdio upstream is listed only while its launch ([`LaunchSpec`]) is the
@@ -24,6 +26,7 @@ mod loops;
 mod reconcile;
 mod relay;
 mod series;
+mod subscriptions;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -79,6 +82,9 @@ struct Upstream {
     oauth: Option<Arc<UserOAuth>>,
     /// Its metrics.
     series: series::UpstreamSeries,
+    /// The resources (upstream URIs) the gateway's callers listen for now, which the gateway
+    /// subscribes to there (`gateway/subscriptions.rs`).
+    wanted: tokio::sync::watch::Sender<BTreeSet<String>>,
 }
 
 /// What one listing of an upstream returned, as sent.
@@ -273,6 +279,7 @@ impl Gateway {
                 launch: Mutex::new(None),
                 oauth: upstream_oauth,
                 series: series::UpstreamSeries::register(&metrics, &upstream.id),
+                wanted: tokio::sync::watch::Sender::new(BTreeSet::new()),
             }));
         }
         let gateway = Self {

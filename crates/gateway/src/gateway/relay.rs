@@ -71,9 +71,7 @@ pub(super) fn relayed_tool(
             params.insert("name".into(), json!(&*upstream_name));
             params.insert("arguments".into(), Value::Object(arguments));
             match forward(&upstream, &ctx, "tools/call", params).await? {
-                Relayed::Result(result) => {
-                    tool_result(&upstream.settings.id, result, output.as_deref()).map(Outcome::Complete)
-                }
+                Relayed::Result(result) => tool_result(&upstream, result, output.as_deref()).map(Outcome::Complete),
                 Relayed::InputRequired(input) => Ok(Outcome::InputRequired(input)),
             }
         }
@@ -82,15 +80,17 @@ pub(super) fn relayed_tool(
     Ok(tool)
 }
 
-/// A tool result relayed as sent (content blocks untouched), once it passes the pinned output
-/// schema.
+/// A tool result relayed as sent, its resource blocks' URIs in the gateway's namespace
+/// ([`Namer::expose_content`](crate::names::Namer::expose_content)), once it passes the pinned
+/// output schema.
 fn tool_result(
-    upstream: &str,
+    from: &Upstream,
     mut result: Map<String, Value>,
     output: Option<&jsonschema::Validator>,
 ) -> Result<CallToolResult, ProtocolError> {
+    let upstream = from.settings.id.as_str();
     let content = match result.remove("content") {
-        Some(Value::Array(blocks)) => blocks.into_iter().map(Content::Raw).collect(),
+        Some(Value::Array(blocks)) => exposed_blocks(from, blocks).into_iter().map(Content::Raw).collect(),
         None => Vec::new(),
         Some(_) => return Err(upstream_garbage(upstream, "a tool result whose content is not an array")),
     };
@@ -106,6 +106,15 @@ fn tool_result(
         }
     }
     Ok(CallToolResult { content, structured_content, is_error })
+}
+
+/// `blocks` with their resource URIs exposed; a block whose URI cannot be is dropped (and logged).
+fn exposed_blocks(upstream: &Upstream, blocks: Vec<Value>) -> Vec<Value> {
+    let (kept, dropped) = upstream.namer.expose_contents(blocks);
+    if dropped > 0 {
+        tracing::warn!(upstream = %upstream.settings.id, dropped, "result blocks naming a URI that cannot be exposed were dropped");
+    }
+    kept
 }
 
 fn upstream_garbage(upstream: &str, what: &str) -> ProtocolError {
@@ -132,20 +141,24 @@ pub(super) fn relayed_prompt(
             params.insert("name".into(), json!(&*upstream_name));
             params.insert("arguments".into(), json!(arguments));
             match forward(&upstream, &ctx, "prompts/get", params).await? {
-                Relayed::Result(result) => prompt_result(&upstream.settings.id, result).map(Outcome::Complete),
+                Relayed::Result(result) => prompt_result(&upstream, result).map(Outcome::Complete),
                 Relayed::InputRequired(input) => Ok(Outcome::InputRequired(input)),
             }
         }
     })
 }
 
-fn prompt_result(upstream: &str, result: Map<String, Value>) -> Result<GetPromptResult, ProtocolError> {
+/// A prompt's messages, their resource blocks' URIs exposed as a tool result's are (a message
+/// whose block cannot be exposed is dropped).
+fn prompt_result(from: &Upstream, result: Map<String, Value>) -> Result<GetPromptResult, ProtocolError> {
+    let upstream = from.settings.id.as_str();
     let Some(Value::Array(messages)) = result.get("messages") else {
         return Err(upstream_garbage(upstream, "a prompt result without messages"));
     };
     let mut out = Vec::with_capacity(messages.len());
     for message in messages {
         let content = message.get("content").cloned().unwrap_or(Value::Null);
+        let Some(content) = exposed_blocks(from, vec![content]).pop() else { continue };
         out.push(match message.get("role").and_then(Value::as_str) {
             Some("user") => PromptMessage::user(Content::Raw(content)),
             Some("assistant") => PromptMessage::assistant(Content::Raw(content)),

@@ -41,11 +41,12 @@ pub mod packages;
 pub(crate) mod settings;
 mod sse;
 pub mod stdio;
+mod subscriptions;
 #[cfg(test)]
 mod tests;
 mod types;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -73,8 +74,9 @@ use messages::{
     modern_params,
 };
 pub use settings::{ProtocolChoice, UpstreamLimits};
+pub use subscriptions::Subscribing;
 pub use types::{
-    Era, LIST_CHANGED, ListKind, RELAYED_METHODS, UpstreamError, UpstreamInfo, UpstreamReply, UpstreamRequest,
+    Change, Era, LIST_CHANGED, ListKind, RELAYED_METHODS, UpstreamError, UpstreamInfo, UpstreamReply, UpstreamRequest,
 };
 
 /// An MCP client toward one upstream, over Streamable HTTP or to a local stdio server
@@ -471,33 +473,25 @@ impl UpstreamClient {
         self.health_state().report()
     }
 
-    /// The upstream's change notifications: a stream of the notification methods that mean
-    /// "list again" ([`LIST_CHANGED`]). 2026-07-28: a gateway-owned `subscriptions/listen` for
-    /// the list changes the upstream's capabilities advertise (none advertised: a stream that
-    /// never yields); 2025 era: the GET stream of the gateway's own session (an upstream
-    /// without one, 405: a stream that never yields). The stream ends (`None`) when the
-    /// upstream's stream ends or breaks; the caller re-opens with backoff.
-    pub async fn changes(&self) -> Result<BoxStream<'static, String>, UpstreamError> {
+    /// The upstream's change notifications ([`Change`]): the list changes ([`LIST_CHANGED`])
+    /// and the updates of the subscribed resources. 2026-07-28: a gateway-owned
+    /// `subscriptions/listen` for the list changes the upstream's capabilities advertise and, when
+    /// it advertises `resources.subscribe`, the `resources` (upstream URIs) given (nothing to
+    /// ask for: a stream that never yields); 2025 era: the GET stream of the gateway's own
+    /// session (an upstream without one, 405: a stream that never yields), whose subscriptions
+    /// are made apart ([`UpstreamClient::resource_subscription`]). The stream ends (`None`) when
+    /// the upstream's stream ends or breaks; the caller re-opens with backoff.
+    pub async fn changes(&self, resources: &BTreeSet<String>) -> Result<BoxStream<'static, Change>, UpstreamError> {
         self.check_health()?;
         let info = self.ensure_info().await?;
         let inner = match &self.link {
             Link::Http(inner) => inner,
-            Link::Stdio(link) => return link.changes(&info).await,
+            Link::Stdio(link) => return link.changes(&info, resources).await,
         };
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
-        let stream: BoxStream<'static, String> = match &info.era {
+        let stream: BoxStream<'static, Change> = match &info.era {
             Era::Modern => {
-                let mut filter = Map::new();
-                for (capability, key) in [
-                    ("tools", "toolsListChanged"),
-                    ("prompts", "promptsListChanged"),
-                    ("resources", "resourcesListChanged"),
-                ] {
-                    if info.capabilities.get(capability).and_then(|c| c.get("listChanged")) == Some(&Value::Bool(true))
-                    {
-                        filter.insert(key.into(), Value::Bool(true));
-                    }
-                }
+                let filter = subscriptions::listen_filter(&info, resources);
                 if filter.is_empty() {
                     return Ok(futures::stream::pending().boxed());
                 }
@@ -533,8 +527,8 @@ impl UpstreamClient {
     }
 }
 
-/// Reads a change stream in the background; the returned stream yields the list-changed
-/// methods it carries. `subscription`: the listen request's id every modern notification
+/// Reads a change stream in the background; the returned stream yields the changes it
+/// carries ([`Change::of`]). `subscription`: the listen request's id every modern notification
 /// must carry (and whose response ends the stream). The stream is closed (and the gateway
 /// re-opens it with backoff) when it passes [`bounds::CHANGE_STREAM_MAX_BYTES`], carries
 /// messages faster than [`bounds::CHANGE_STREAM_PER_SECOND`] a second after a burst of
@@ -544,8 +538,8 @@ fn spawn_reader(
     response: reqwest::Response,
     out: Outgoing,
     subscription: Option<i64>,
-) -> BoxStream<'static, String> {
-    let (tx, mut rx) = mpsc::channel::<String>(16);
+) -> BoxStream<'static, Change> {
+    let (tx, mut rx) = mpsc::channel::<Change>(16);
     tokio::spawn(async move {
         let mut parser = sse::Parser::new(inner.limits.max_response_bytes);
         let mut rate =
@@ -584,7 +578,10 @@ fn spawn_reader(
                             frame.pointer("/params/_meta").and_then(|meta| meta.get(meta_keys::SUBSCRIPTION_ID))
                                 == Some(&json!(id))
                         });
-                        if ours && LIST_CHANGED.contains(&method.as_str()) && tx.send(method).await.is_err() {
+                        let change = if ours { Change::of(&method, &frame) } else { None };
+                        if let Some(change) = change
+                            && tx.send(change).await.is_err()
+                        {
                             return;
                         }
                     }

@@ -90,6 +90,29 @@ pub const RELAYED_METHODS: &[&str] = &[
 pub const LIST_CHANGED: &[&str] =
     &["notifications/tools/list_changed", "notifications/prompts/list_changed", "notifications/resources/list_changed"];
 
+/// What an upstream's change stream carries to the gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// One of [`LIST_CHANGED`]: list again.
+    ListChanged(String),
+    /// `notifications/resources/updated`: the resource at this (upstream) URI changed.
+    ResourceUpdated(String),
+}
+
+impl Change {
+    /// The change a notification announces, if it is one (`frame`: the whole notification).
+    pub fn of(method: &str, frame: &Value) -> Option<Self> {
+        if LIST_CHANGED.contains(&method) {
+            return Some(Self::ListChanged(method.to_owned()));
+        }
+        if method != "notifications/resources/updated" {
+            return None;
+        }
+        let uri = frame.pointer("/params/uri").and_then(Value::as_str)?;
+        Some(Self::ResourceUpdated(uri.to_owned()))
+    }
+}
+
 /// One request made for a caller.
 pub struct UpstreamRequest<'a> {
     /// One of [`RELAYED_METHODS`].

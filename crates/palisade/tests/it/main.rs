@@ -19,6 +19,7 @@ mod gateway_pins;
 mod gateway_stdio;
 mod gateway_stdio_layouts;
 mod gateway_stdio_servers;
+mod gateway_subscriptions;
 mod gateway_web;
 mod harness;
 mod hostile_upstream;

@@ -90,6 +90,8 @@ impl Dispatch {
         }
         // Only resources that exist (stage 5 required the read scopes of every one named).
         let uris: Vec<String> = uris.into_iter().filter(|uri| app.knows_resource(uri)).collect();
+        // Wanted while the stream is open (the gateway asks its upstreams for these).
+        let _interest = self.interest.hold(uris.clone());
 
         let subscription_id = ctx.id.to_value();
         let stream_meta = json!({ meta_keys::SUBSCRIPTION_ID: subscription_id });

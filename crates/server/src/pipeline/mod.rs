@@ -218,7 +218,13 @@ impl Stages {
                 result
             }),
             Method::Ping | Method::SetLogLevel | Method::Subscribe | Method::Unsubscribe => {
-                self.session.session_method(method, &request.params, admitted.as_ref()).await
+                let result = self.session.session_method(method, &request.params, admitted.as_ref()).await;
+                if let (Ok(_), Method::Subscribe | Method::Unsubscribe, Some(admitted)) = (&result, method, &admitted) {
+                    // The session's GET stream, on whichever instance, re-reads what it listens for.
+                    let event = crate::events::ServerEvent::SessionSubscriptionsChanged { session: admitted.digest };
+                    self.dispatch.events.publish(event);
+                }
+                result
             }
             _ => {
                 let work = self.dispatch.dispatch(&app, &operation, ctx, &request.params, audit, allowed);

@@ -12,7 +12,7 @@
 mod process;
 pub mod sandbox;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -28,7 +28,7 @@ use super::health::Health;
 use super::http::Body;
 use super::legacy::GATEWAY_PARTITION;
 use super::messages::{client_info, discovered, instructions, legacy_params, modern_params};
-use super::{Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, lock};
+use super::{Change, Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, lock};
 use crate::upstream::launch::LaunchSpec;
 use crate::upstream::settings::{Confinement, SandboxSettings, StdioSettings, UpstreamSettings};
 use process::{Process, StartOptions};
@@ -69,7 +69,7 @@ pub(super) struct StdioLink {
     slots: Mutex<HashMap<String, Arc<Slot>>>,
     pub(super) info: Mutex<Option<UpstreamInfo>>,
     pub(super) health: Health,
-    changes: Arc<Mutex<Option<mpsc::Sender<String>>>>,
+    changes: Arc<Mutex<Option<mpsc::Sender<Change>>>>,
     /// Notified when a launch was refused because it changed since its approval.
     pub(super) launch_changed: tokio::sync::Notify,
     reaper_started: AtomicBool,
@@ -386,40 +386,45 @@ impl StdioLink {
         outcome
     }
 
-    /// The gateway process's list-changed notifications (2026-07-28: after a
-    /// `subscriptions/listen` for what the capabilities advertise). Ends when that process exits.
+    /// The gateway process's change notifications: list changes and the updates of the
+    /// resources subscribed (2026-07-28: after a `subscriptions/listen` for what the capabilities
+    /// advertise and `resources`, cancelled when the stream is dropped). Ends when that process
+    /// exits.
     pub(super) async fn changes(
         self: &Arc<Self>,
         info: &UpstreamInfo,
-    ) -> Result<BoxStream<'static, String>, UpstreamError> {
+        resources: &BTreeSet<String>,
+    ) -> Result<BoxStream<'static, Change>, UpstreamError> {
         let process = self.process(GATEWAY_PARTITION, None).await?;
-        let (tx, mut rx) = mpsc::channel::<String>(16);
+        let (tx, mut rx) = mpsc::channel::<Change>(16);
         *lock(&self.changes) = Some(tx);
+        let dropped = CancellationToken::new();
         if info.era == Era::Modern {
-            let mut filter = Map::new();
-            for (capability, key) in [
-                ("tools", "toolsListChanged"),
-                ("prompts", "promptsListChanged"),
-                ("resources", "resourcesListChanged"),
-            ] {
-                if info.capabilities.get(capability).and_then(|c| c.get("listChanged")) == Some(&Value::Bool(true)) {
-                    filter.insert(key.into(), Value::Bool(true));
-                }
-            }
+            let filter = crate::upstream::subscriptions::listen_filter(info, resources);
             if !filter.is_empty() {
                 let mut params = Map::new();
                 params.insert("notifications".into(), Value::Object(filter));
                 let params = modern_params(params, None)?;
                 let listener = process.clone();
-                // The listen request stays open for the process's life; its answer is not awaited.
+                let cancel = dropped.clone();
+                // The listen request stays open for the process's life, or until the stream is
+                // dropped (a changed filter re-opens it); its answer is not awaited.
                 tokio::spawn(async move {
-                    let _ = listener.request("subscriptions/listen", params, None, Some(&listener.exited())).await;
+                    let exited = listener.exited();
+                    tokio::select! {
+                        _ = listener.request("subscriptions/listen", params, None, Some(&cancel)) => {}
+                        () = exited.cancelled() => {}
+                    }
                 });
             }
         }
         let exited = process.exited();
-        let stream =
-            futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).take_until(async move { exited.cancelled().await });
+        let guard = dropped.drop_guard();
+        let stream = futures::stream::poll_fn(move |cx| {
+            let _listening = &guard;
+            rx.poll_recv(cx)
+        })
+        .take_until(async move { exited.cancelled().await });
         Ok(stream.boxed())
     }
 }

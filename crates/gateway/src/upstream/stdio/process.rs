@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::bounds::{Drops, MAX_STDERR_LINE, Overflow, read_line_bounded};
 use super::super::http::{self, Body, Incoming};
-use super::super::{LIST_CHANGED, UpstreamError, lock};
+use super::super::{Change, UpstreamError, lock};
 
 /// Most bytes of one process's stderr that reach the log; the rest is counted, not logged.
 const MAX_STDERR_BYTES: usize = 64 * 1024;
@@ -36,7 +36,7 @@ struct Shared {
     pending: Mutex<HashMap<i64, oneshot::Sender<Result<Value, UpstreamError>>>>,
     relays: Mutex<HashMap<i64, Relay>>,
     /// Where list-changed notifications go (the gateway's own process only).
-    changes: Option<Arc<Mutex<Option<mpsc::Sender<String>>>>>,
+    changes: Option<Arc<Mutex<Option<mpsc::Sender<Change>>>>>,
     /// Whether `notifications/message` may be relayed: only when every in-flight request is the
     /// same caller's (a per-caller process).
     relay_messages: bool,
@@ -102,7 +102,7 @@ impl std::fmt::Debug for Process {
 pub(crate) struct StartOptions {
     pub upstream: String,
     pub max_line_bytes: usize,
-    pub changes: Option<Arc<Mutex<Option<mpsc::Sender<String>>>>>,
+    pub changes: Option<Arc<Mutex<Option<mpsc::Sender<Change>>>>>,
     pub relay_messages: bool,
     pub uid: Option<u32>,
     /// The upstream's drop counters.
@@ -380,12 +380,13 @@ async fn read_stdout(
 }
 
 /// Progress to the request whose token it carries (the caller's own token restored), log
-/// messages to the in-flight requests of a per-caller process, list changes to the gateway.
+/// messages to the in-flight requests of a per-caller process, list changes and resource updates
+/// to the gateway.
 async fn route_notification(shared: &Shared, method: &str, mut frame: Value) {
-    if LIST_CHANGED.contains(&method) {
+    if let Some(change) = Change::of(method, &frame) {
         let sender = shared.changes.as_ref().and_then(|changes| lock(changes).clone());
         if let Some(sender) = sender {
-            let _ = sender.try_send(method.to_owned());
+            let _ = sender.try_send(change);
         }
         return;
     }

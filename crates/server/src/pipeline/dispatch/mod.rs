@@ -38,13 +38,13 @@ use crate::handles::HandleService;
 use crate::method::{Method, OperationKey};
 use crate::mrtr::StateSealer;
 use crate::registry::App;
-use crate::streams::StreamLimiter;
+use crate::streams::{ResourceInterest, StreamLimiter};
 use crate::tasks::TaskService;
 
 /// Stage 8 (and the session-free `subscriptions/listen`): the services the handlers' requests
 /// use — the configuration (page size, timeouts, limits, versions), the cursor key and the
 /// request-state sealer, the clock, the event bus and the shutdown token listen streams end on,
-/// the per-principal stream limiter, and when the server has them the task, handle,
+/// the per-principal stream limiter and the streams' resource interest, and when the server has them the task, handle,
 /// single-use and delegation services (a confirmation under a capability is the ledger's).
 pub(crate) struct Dispatch {
     pub(crate) config: ServerConfig,
@@ -54,6 +54,8 @@ pub(crate) struct Dispatch {
     pub(crate) events: EventBus,
     pub(crate) shutdown: CancellationToken,
     pub(crate) streams: Arc<StreamLimiter>,
+    /// What the open streams want resource updates of.
+    pub(crate) interest: Arc<ResourceInterest>,
     pub(crate) tasks: Option<Arc<TaskService>>,
     pub(crate) handles: Option<Arc<HandleService>>,
     pub(crate) once: Option<Arc<dyn OnceStore>>,
