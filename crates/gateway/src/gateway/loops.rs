@@ -1,5 +1,6 @@
-//! The gateway's loops: each upstream re-listed on its interval and on its own `list_changed`,
-//! a stdio upstream's launch re-checked, reviewers' decisions polled, churn coalesced.
+//! The gateway's loops: each upstream re-listed on its interval (or its lists' shorter `ttlMs`)
+//! and on its own `list_changed`, a stdio upstream's launch re-checked, reviewers' decisions
+//! polled, churn coalesced.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +12,10 @@ use tokio_util::sync::CancellationToken;
 use super::reconcile::{churn_record, fingerprint};
 use super::{Attached, CoverageCheck, Gateway, Refreshed, lock};
 use crate::churn::Summary;
+
+/// The shortest wait between two listings of one upstream, whatever `ttlMs` its lists carry:
+/// a list fresh for less (0 ms included) is kept this long at most.
+pub(super) const MIN_RELIST: Duration = Duration::from_secs(1);
 
 impl Gateway {
     /// Attaches the server whose registry the gateway publishes and starts its loops; they stop
@@ -50,12 +55,13 @@ impl Gateway {
         });
     }
 
+    /// Re-lists upstream `index` every `[pins] relist_secs`, or as soon as the `ttlMs` of its
+    /// last listing runs out when that comes first ([`Gateway::relist_wait`]).
     async fn relist_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
-        let every = self.inner.settings.pins.relist;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(self.relist_wait(index)) => {}
             }
             self.relist(index, Some(server)).await;
         }
