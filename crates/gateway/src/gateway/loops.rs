@@ -13,10 +13,6 @@ use super::reconcile::{churn_record, fingerprint};
 use super::{Attached, CoverageCheck, Gateway, Refreshed, lock};
 use crate::churn::Summary;
 
-/// The shortest wait between two listings of one upstream, whatever `ttlMs` its lists carry:
-/// a list fresh for less (0 ms included) is kept this long at most.
-pub(super) const MIN_RELIST: Duration = Duration::from_secs(1);
-
 impl Gateway {
     /// Attaches the server whose registry the gateway publishes and starts its loops; they stop
     /// when `shutdown` is cancelled. `coverage` is the server's kill-switch registry check (see

@@ -79,7 +79,7 @@ impl Gateway {
 
     /// How long upstream `index`'s listing is kept before it is made again: the relisting
     /// interval, or less when the upstream says its lists stay fresh for less (never under
-    /// [`super::loops::MIN_RELIST`]).
+    /// [`MIN_RELIST`]).
     pub(super) fn relist_wait(&self, index: usize) -> std::time::Duration {
         let every = self.inner.settings.pins.relist;
         let ttl = self
@@ -88,7 +88,7 @@ impl Gateway {
             .get(index)
             .and_then(|upstream| lock(&upstream.listing).as_ref().and_then(|listing| listing.cache.ttl_ms));
         match ttl {
-            Some(ttl) => std::time::Duration::from_millis(ttl).max(super::loops::MIN_RELIST).min(every),
+            Some(ttl) => std::time::Duration::from_millis(ttl).max(MIN_RELIST).min(every),
             None => every,
         }
     }
@@ -624,6 +624,10 @@ struct Definition {
     /// A tool's MCP Apps UI resource, pinned with it: (upstream URI, contents digest).
     ui: Option<(String, String)>,
 }
+
+/// The shortest wait between two listings of one upstream, whatever `ttlMs` its lists carry:
+/// a list fresh for less (0 ms included) is kept this long at most.
+const MIN_RELIST: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The most UI resources one listing reads (distinct links of its tools).
 const MAX_UI_READS: usize = 64;
