@@ -446,6 +446,7 @@ fn resources(builder: palisade_server::AppBuilder) -> palisade_server::AppBuilde
                         uri,
                         mime_type: Some("application/json".into()),
                         body: ResourceBody::Text(text),
+                        meta: None,
                     }]))
                 }),
         )

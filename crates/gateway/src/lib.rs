@@ -2,7 +2,7 @@
 //! application. Its registry is the set of *approved* upstream definitions, published as a new
 //! application snapshot whenever an upstream's lists change or a reviewer decides a pin.
 //!
-//! Layers, low to high: `churn`, `config_error`, `names`, `secret` → `pins`, `web` →
+//! Layers, low to high: `churn`, `config_error`, `names`, `secret` → `pins`, `web` → `ui`,
 //! `user_oauth` → `credentials` → `upstream` → `config` → `decisions`, `findings` → `review` →
 //! `gateway` → `console`.
 //!
@@ -11,6 +11,8 @@
 //! - [`names`]: exposed names and URIs, `<prefix><separator><upstream name>`, reversible.
 //! - [`pins`]: definition digests (SHA-256 over RFC 8785 bytes of the definition as sent), pin
 //!   states, signed approvals, readable diffs.
+//! - [`ui`]: MCP Apps: a tool's UI resource pinned with the tool (its contents' digest, its
+//!   declared CSP and permissions, checked and relayed as declared, never widened).
 //! - [`credentials`]: the gateway's own credential per upstream; never the caller's.
 //! - [`upstream`]: the MCP client toward one upstream (both eras, HTTP or stdio), its limits,
 //!   health and launches.
@@ -46,6 +48,7 @@ pub mod names;
 pub mod pins;
 pub mod review;
 mod secret;
+pub mod ui;
 pub mod upstream;
 pub mod user_oauth;
 pub mod web;

@@ -13,10 +13,18 @@
 //! ([`Namer::reserving`] the other upstreams' prefixes) refuses to expose such a name or URI and
 //! never maps one back, so a read or call meant for a prefixed upstream cannot reach it.
 //! [`collisions`] finds the rest.
+//!
+//! **MCP Apps' `ui://` URIs** keep their scheme, which hosts require of a UI resource: a prefixed
+//! upstream's `ui://get-time/app.html` is exposed as `ui://<prefix>+get-time/app.html` (the
+//! prefix and `+` opening the authority, the same alphabet argument as for `<prefix>+…`), every
+//! other URI as `<prefix>+<uri>`. A tool's links to its UI (`_meta.ui.resourceUri` and the older
+//! `_meta["ui/resourceUri"]`) go through the same mapping ([`Namer::expose_ui_link`]), so a link
+//! names exactly the resource a read of it reaches.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The longest exposed tool or prompt name: what strict clients accept.
 pub const MAX_EXPOSED_NAME: usize = 64;
@@ -29,6 +37,12 @@ pub const MAX_LABEL: usize = 32;
 
 /// The longest name the MCP spec allows for a tool or prompt.
 const MAX_SPEC_NAME: usize = 128;
+
+/// How an MCP Apps UI resource URI starts (the scheme compared without regard to case).
+const UI_HEAD: &str = "ui://";
+
+/// The `_meta` key of a tool's UI link in the older, flat form.
+pub const UI_LINK_FLAT_KEY: &str = "ui/resourceUri";
 
 /// The separator between prefix and upstream name: `_` (default), `__` or `.`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -131,6 +145,10 @@ pub enum NameRefusal {
         /// The prefix it would shadow.
         prefix: String,
     },
+    /// A tool's MCP Apps UI link is unusable: not a string, not a `ui://` URI, or its two
+    /// forms (`_meta.ui.resourceUri`, `_meta["ui/resourceUri"]`) name different resources.
+    #[error("its MCP Apps UI link {0}")]
+    UiLink(&'static str),
     /// An unprefixed upstream's resource URI or template lies in a prefixed upstream's URI
     /// namespace (`<prefix>+…`, the scheme compared without regard to case).
     #[error("unprefixed URI {exposed:?} lies in upstream prefix {prefix:?}'s namespace")]
@@ -214,14 +232,16 @@ impl Namer {
     }
 
     /// The exposed resource URI or URI template: `"<prefix>+<uri>"` (so `file:///x` becomes
-    /// `docs+file:///x`, itself a valid URI whose scheme is `docs+file`); unprefixed, unchanged.
+    /// `docs+file:///x`, itself a valid URI whose scheme is `docs+file`), and for an MCP Apps
+    /// `ui://` URI `"ui://<prefix>+<rest>"` (the `ui` scheme kept); unprefixed, unchanged.
     /// Refuses a URI without a scheme, with a control character, or longer than
     /// [`MAX_EXPOSED_URI`] bytes once exposed, and, unprefixed, one inside a reserved prefix.
     pub fn expose_uri(&self, upstream_uri: &str) -> Result<String, NameRefusal> {
         check_uri(upstream_uri)?;
-        let exposed = match &self.uri_head {
-            Some(head) => format!("{head}{upstream_uri}"),
-            None => upstream_uri.to_owned(),
+        let exposed = match (&self.uri_head, ui_rest(upstream_uri)) {
+            (Some(head), Some(rest)) => format!("{}{head}{rest}", &upstream_uri[..UI_HEAD.len()]),
+            (Some(head), None) => format!("{head}{upstream_uri}"),
+            (None, _) => upstream_uri.to_owned(),
         };
         if exposed.len() > MAX_EXPOSED_URI {
             return Err(NameRefusal::UriTooLong { len: exposed.len() });
@@ -235,18 +255,72 @@ impl Namer {
     /// The reverse of [`Self::expose_uri`]: `Some(upstream URI)` exactly when `exposed` is what
     /// this namer makes of that URI (the prefix alphabet has no `+`, so the first `+` splits).
     /// An unprefixed namer never claims a URI inside a reserved prefix: a read of
-    /// `<prefix>+…` can only ever reach that prefix's upstream.
-    pub fn upstream_uri<'a>(&self, exposed: &'a str) -> Option<&'a str> {
+    /// `<prefix>+…` (or `ui://<prefix>+…`) can only ever reach that prefix's upstream.
+    pub fn upstream_uri<'a>(&self, exposed: &'a str) -> Option<Cow<'a, str>> {
         if exposed.len() > MAX_EXPOSED_URI {
             return None;
         }
         let upstream = match &self.uri_head {
-            Some(head) => exposed.strip_prefix(head.as_str())?,
+            Some(head) => match ui_rest(exposed) {
+                Some(rest) => Cow::Owned(format!("{}{}", &exposed[..UI_HEAD.len()], rest.strip_prefix(head.as_str())?)),
+                None => Cow::Borrowed(exposed.strip_prefix(head.as_str())?),
+            },
             None if shadows_uri_prefix(exposed, &self.reserved).is_some() => return None,
-            None => exposed,
+            None => Cow::Borrowed(exposed),
         };
-        check_uri(upstream).ok().map(|()| upstream)
+        // Exactly the inverse: `<prefix>+ui://x` is not what a `ui://` URI is exposed as.
+        (self.expose_uri(&upstream).ok()? == exposed).then_some(upstream)
     }
+
+    /// Rewrites a tool definition's MCP Apps UI links (`_meta.ui.resourceUri` and the older
+    /// `_meta["ui/resourceUri"]`) to the exposed URI of the resource they name; a tool without a
+    /// link is unchanged. Refuses what [`ui_link`] refuses and a link that cannot be exposed.
+    pub fn expose_ui_link(&self, tool: &mut Map<String, Value>) -> Result<(), NameRefusal> {
+        let Some(link) = ui_link(tool)? else { return Ok(()) };
+        let exposed = Value::String(self.expose_uri(link)?);
+        let Some(Value::Object(meta)) = tool.get_mut("_meta") else { return Ok(()) };
+        if let Some(Value::Object(ui)) = meta.get_mut("ui")
+            && ui.contains_key("resourceUri")
+        {
+            ui.insert("resourceUri".into(), exposed.clone());
+        }
+        if meta.contains_key(UI_LINK_FLAT_KEY) {
+            meta.insert(UI_LINK_FLAT_KEY.into(), exposed);
+        }
+        Ok(())
+    }
+}
+
+/// The MCP Apps UI resource a tool definition links to, in its upstream's space: its
+/// `_meta.ui.resourceUri` or the older `_meta["ui/resourceUri"]` (`None` without either). A link
+/// that is not a string or not a `ui://` URI, or two forms naming different resources, are
+/// refused: a host could follow either, and only one would be the pinned one.
+pub fn ui_link(tool: &Map<String, Value>) -> Result<Option<&str>, NameRefusal> {
+    let Some(Value::Object(meta)) = tool.get("_meta") else { return Ok(None) };
+    let nested = meta.get("ui").and_then(|ui| ui.get("resourceUri"));
+    let flat = meta.get(UI_LINK_FLAT_KEY);
+    let link = match (nested, flat) {
+        (None, None) => return Ok(None),
+        (Some(one), None) | (None, Some(one)) => one,
+        (Some(nested), Some(flat)) if nested == flat => nested,
+        (Some(_), Some(_)) => return Err(NameRefusal::UiLink("names two different resources")),
+    };
+    let Value::String(link) = link else { return Err(NameRefusal::UiLink("is not a string")) };
+    if ui_rest(link).is_none() {
+        return Err(NameRefusal::UiLink("is not a ui:// URI"));
+    }
+    Ok(Some(link))
+}
+
+/// Whether `uri` is an MCP Apps UI resource's (`ui://…`, the scheme in any case).
+pub fn is_ui_uri(uri: &str) -> bool {
+    ui_rest(uri).is_some()
+}
+
+/// What follows `ui://` in an MCP Apps UI URI (`None` for any other URI).
+fn ui_rest(uri: &str) -> Option<&str> {
+    let head = uri.get(..UI_HEAD.len())?;
+    head.eq_ignore_ascii_case(UI_HEAD).then(|| &uri[UI_HEAD.len()..])
 }
 
 /// **URIs inside results.** What an upstream answers may name its resources: a tool result's or
@@ -323,17 +397,18 @@ pub fn shadows_prefix<'p>(exposed: &str, prefixes: &'p [String], sep: Separator)
 }
 
 /// The URI counterpart of [`shadows_prefix`]: whether an unprefixed upstream's URI (or template)
-/// starts with `<prefix>+` for one of `prefixes` (a scheme may contain `+`). Schemes are
-/// case-insensitive (RFC 3986), so `FX+file:` lies in prefix `fx`'s namespace too. Returns the
-/// shadowed prefix.
+/// starts with `<prefix>+` for one of `prefixes` (a scheme may contain `+`), or is a `ui://` URI
+/// whose authority starts so (a prefixed upstream's UI namespace). Schemes are case-insensitive
+/// (RFC 3986), so `FX+file:` lies in prefix `fx`'s namespace too. Returns the shadowed prefix.
 pub fn shadows_uri_prefix<'p>(exposed: &str, prefixes: &'p [String]) -> Option<&'p str> {
+    let starts_with = |text: &str, prefix: &str| {
+        let head = text.as_bytes().get(..prefix.len());
+        head.is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
+            && text.as_bytes().get(prefix.len()) == Some(&b'+')
+    };
     prefixes
         .iter()
-        .find(|prefix| {
-            let head = exposed.as_bytes().get(..prefix.len());
-            head.is_some_and(|head| head.eq_ignore_ascii_case(prefix.as_bytes()))
-                && exposed.as_bytes().get(prefix.len()) == Some(&b'+')
-        })
+        .find(|prefix| starts_with(exposed, prefix) || ui_rest(exposed).is_some_and(|rest| starts_with(rest, prefix)))
         .map(String::as_str)
 }
 
@@ -432,10 +507,10 @@ mod tests {
         }
         for uri in ["file:///x", "https://h/p?q", "urn:x:y", "file:///{path}"] {
             assert_eq!(namer.expose_uri(uri).unwrap(), uri);
-            assert_eq!(namer.upstream_uri(uri), Some(uri));
+            assert_eq!(namer.upstream_uri(uri).as_deref(), Some(uri));
         }
         assert_eq!(namer.upstream_name("not valid"), None);
-        assert_eq!(namer.upstream_uri("no-scheme"), None);
+        assert_eq!(namer.upstream_uri("no-scheme").as_deref(), None);
     }
 
     #[test]
@@ -445,12 +520,12 @@ mod tests {
         for uri in ["file:///x", "https://h/p?q", "urn:x:y", "file:///{path}", "a+b://plus/in/scheme", "x:"] {
             let exposed = docs.expose_uri(uri).unwrap();
             assert_eq!(exposed, format!("docs+{uri}"));
-            assert_eq!(docs.upstream_uri(&exposed), Some(uri));
-            assert_eq!(other.upstream_uri(&exposed), None, "{exposed}");
+            assert_eq!(docs.upstream_uri(&exposed).as_deref(), Some(uri));
+            assert_eq!(other.upstream_uri(&exposed).as_deref(), None, "{exposed}");
         }
-        assert_eq!(docs.upstream_uri("file:///x"), None, "not exposed by this namer");
-        assert_eq!(docs.upstream_uri("docs+"), None);
-        assert_eq!(docs.upstream_uri("docs+no-scheme"), None);
+        assert_eq!(docs.upstream_uri("file:///x").as_deref(), None, "not exposed by this namer");
+        assert_eq!(docs.upstream_uri("docs+").as_deref(), None);
+        assert_eq!(docs.upstream_uri("docs+no-scheme").as_deref(), None);
     }
 
     #[test]
@@ -467,7 +542,7 @@ mod tests {
         assert_eq!(namer.expose_uri(&fits).unwrap().len(), MAX_EXPOSED_URI);
         let over = format!("file:{body}a");
         assert_eq!(namer.expose_uri(&over), Err(NameRefusal::UriTooLong { len: MAX_EXPOSED_URI + 1 }));
-        assert_eq!(namer.upstream_uri(&format!("p+{over}")), None);
+        assert_eq!(namer.upstream_uri(&format!("p+{over}")).as_deref(), None);
     }
 
     #[test]
@@ -530,16 +605,16 @@ mod tests {
                 Err(NameRefusal::UriShadowsPrefix { exposed: uri.into(), prefix: "fx".into() }),
                 "{uri}"
             );
-            assert_eq!(root.upstream_uri(uri), None, "{uri}");
+            assert_eq!(root.upstream_uri(uri).as_deref(), None, "{uri}");
         }
         assert_eq!(root.expose_uri("file:///fx+x").unwrap(), "file:///fx+x");
-        assert_eq!(root.upstream_uri("fxx+file:///a"), Some("fxx+file:///a"));
+        assert_eq!(root.upstream_uri("fxx+file:///a").as_deref(), Some("fxx+file:///a"));
         let reason = root.expose_uri("fx+file:///a").unwrap_err().to_string();
         assert_eq!(reason, "unprefixed URI \"fx+file:///a\" lies in upstream prefix \"fx\"'s namespace");
         // A prefixed namer's namespace is its own: reserving changes nothing.
         let fx = Namer::new(Some("fx"), Separator::Underscore).reserving(&prefixes);
         assert_eq!(fx.expose_uri("file:///a").unwrap(), "fx+file:///a");
-        assert_eq!(fx.upstream_uri("fx+file:///a"), Some("file:///a"));
+        assert_eq!(fx.upstream_uri("fx+file:///a").as_deref(), Some("file:///a"));
         assert_eq!(fx.expose_name("git_x").unwrap(), "fx_git_x");
     }
 
@@ -549,7 +624,7 @@ mod tests {
         let link = serde_json::json!({"type": "resource_link", "uri": "demo://resource/dynamic/blob/1", "name": "b"});
         let exposed = every.expose_content(link).unwrap();
         assert_eq!(exposed["uri"], "everything+demo://resource/dynamic/blob/1");
-        assert_eq!(every.upstream_uri(exposed["uri"].as_str().unwrap()), Some("demo://resource/dynamic/blob/1"));
+        assert_eq!(every.upstream_uri(exposed["uri"].as_str().unwrap()).as_deref(), Some("demo://resource/dynamic/blob/1"));
         let embedded =
             serde_json::json!({"type": "resource", "resource": {"uri": "file:///a", "text": "see file:///b"}});
         let exposed = every.expose_content(embedded).unwrap();
@@ -578,5 +653,80 @@ mod tests {
             root.expose_contents(vec![foreign, own.clone(), serde_json::json!({"type": "text", "text": "t"})]);
         assert_eq!((kept.len(), dropped), (2, 1));
         assert_eq!(kept[0], own, "unprefixed: the URI is its own");
+    }
+
+    #[test]
+    fn ui_uris_keep_their_scheme_and_round_trip() {
+        let apps = Namer::new(Some("apps"), Separator::Underscore);
+        for (uri, exposed) in [
+            ("ui://get-time/mcp-app.html", "ui://apps+get-time/mcp-app.html"),
+            ("UI://Weather/view", "UI://apps+Weather/view"),
+            ("ui:///no-authority", "ui://apps+/no-authority"),
+            ("ui://{app}/view.html", "ui://apps+{app}/view.html"),
+        ] {
+            assert_eq!(apps.expose_uri(uri).unwrap(), exposed);
+            assert_eq!(apps.upstream_uri(exposed).as_deref(), Some(uri), "{exposed}");
+        }
+        // Not what a ui:// URI is exposed as, nor another prefix's.
+        assert_eq!(apps.upstream_uri("apps+ui://get-time/mcp-app.html"), None);
+        assert_eq!(apps.upstream_uri("ui://get-time/mcp-app.html"), None);
+        assert_eq!(Namer::new(Some("app"), Separator::Underscore).upstream_uri("ui://apps+x/y"), None);
+        // `ui:` without `//` is any other URI.
+        assert_eq!(apps.expose_uri("ui:opaque").unwrap(), "apps+ui:opaque");
+        assert_eq!(apps.upstream_uri("apps+ui:opaque").as_deref(), Some("ui:opaque"));
+        // An unprefixed upstream's UI cannot enter a prefixed upstream's UI namespace.
+        let root = Namer::new(None, Separator::Underscore).reserving(&["apps".to_owned()]);
+        for uri in ["ui://apps+get-time/mcp-app.html", "UI://APPS+x/y"] {
+            assert!(matches!(root.expose_uri(uri), Err(NameRefusal::UriShadowsPrefix { .. })), "{uri}");
+            assert_eq!(root.upstream_uri(uri), None, "{uri}");
+        }
+        assert_eq!(root.expose_uri("ui://get-time/a").unwrap(), "ui://get-time/a");
+        assert_eq!(root.upstream_uri("ui://appsx+y/a").as_deref(), Some("ui://appsx+y/a"));
+    }
+
+    #[test]
+    fn ui_links_are_found_and_exposed_in_both_forms() {
+        let apps = Namer::new(Some("apps"), Separator::Underscore);
+        let tool = |meta: Value| match serde_json::json!({ "name": "t", "_meta": meta }) {
+            Value::Object(map) => map,
+            _ => unreachable!(),
+        };
+        let mut both = tool(serde_json::json!({
+            "ui": { "resourceUri": "ui://get-time/mcp-app.html", "visibility": ["model", "app"] },
+            "ui/resourceUri": "ui://get-time/mcp-app.html",
+            "other": "kept"
+        }));
+        assert_eq!(ui_link(&both).unwrap(), Some("ui://get-time/mcp-app.html"));
+        apps.expose_ui_link(&mut both).unwrap();
+        assert_eq!(
+            Value::Object(both),
+            serde_json::json!({ "name": "t", "_meta": {
+                "ui": { "resourceUri": "ui://apps+get-time/mcp-app.html", "visibility": ["model", "app"] },
+                "ui/resourceUri": "ui://apps+get-time/mcp-app.html",
+                "other": "kept"
+            } })
+        );
+        let mut flat = tool(serde_json::json!({ "ui/resourceUri": "ui://a/b" }));
+        apps.expose_ui_link(&mut flat).unwrap();
+        assert_eq!(flat["_meta"], serde_json::json!({ "ui/resourceUri": "ui://apps+a/b" }));
+        let mut none = tool(serde_json::json!({ "ui": { "visibility": ["app"] } }));
+        assert_eq!(ui_link(&none).unwrap(), None);
+        apps.expose_ui_link(&mut none).unwrap();
+        assert_eq!(none["_meta"], serde_json::json!({ "ui": { "visibility": ["app"] } }));
+        for (meta, reason) in [
+            (
+                serde_json::json!({ "ui": { "resourceUri": "ui://a/b" }, "ui/resourceUri": "ui://a/c" }),
+                "names two different resources",
+            ),
+            (serde_json::json!({ "ui": { "resourceUri": "https://evil.example/app.html" } }), "is not a ui:// URI"),
+            (serde_json::json!({ "ui/resourceUri": 7 }), "is not a string"),
+        ] {
+            let mut refused = tool(meta);
+            assert_eq!(ui_link(&refused), Err(NameRefusal::UiLink(reason)));
+            let before = refused.clone();
+            assert_eq!(apps.expose_ui_link(&mut refused), Err(NameRefusal::UiLink(reason)));
+            assert_eq!(refused, before, "a refused link changes nothing");
+        }
+        assert_eq!(NameRefusal::UiLink("is not a string").to_string(), "its MCP Apps UI link is not a string");
     }
 }

@@ -87,7 +87,7 @@ async fn nothing_starts_without_the_approved_digest() {
     client.set_launch_approved(Some(digest(&settings))).await;
     let info = client.connect().await.unwrap();
     assert_eq!(info.era.to_string(), "2026-07-28");
-    let tools = client.list(ListKind::Tools).await.unwrap();
+    let (tools, _) = client.list(ListKind::Tools).await.unwrap();
     assert!(tools.iter().any(|tool| tool["name"] == "echo"), "{tools:?}");
     // Withdrawing the approval stops the process: its pid is gone.
     let pid = call(&client, "", "whoami", json!({})).await.unwrap()["pid"].as_u64().unwrap();

@@ -20,7 +20,7 @@ use futures::StreamExt as _;
 use palisade_base::clock::SystemClock;
 use palisade_gateway::credentials::{CallerContext, ClientAuth, CredentialConfig, SecretSource, UpstreamCredential};
 use palisade_gateway::upstream::{
-    Change, Era, ListKind, ProtocolChoice, UpstreamClient, UpstreamError, UpstreamLimits, UpstreamReply,
+    Change, Era, ListCache, ListKind, ProtocolChoice, UpstreamClient, UpstreamError, UpstreamLimits, UpstreamReply,
     UpstreamRequest,
 };
 use serde_json::{Map, Value, json};
@@ -133,10 +133,12 @@ async fn modern(State(state): State<Arc<Upstream>>, method: Method, headers: Hea
         Some("tools/list") => {
             let echo = json!({"name": "echo", "inputSchema": {"type": "object", "properties": {
                 "region": {"type": "string", "x-mcp-header": "Region"}, "text": {"type": "string"}}}});
-            let (tools, next) = match params["cursor"].as_str() {
-                None => (vec![echo, tool("b")], Some("c1")),
-                Some("c1") => (vec![tool("c"), tool("d")], Some("c2")),
-                Some("c2") => (vec![tool("e")], None),
+            // Each page says something else of its caching: the list is what the most
+            // restrictive page says.
+            let (tools, next, ttl, scope) = match params["cursor"].as_str() {
+                None => (vec![echo, tool("b")], Some("c1"), 60_000, "public"),
+                Some("c1") => (vec![tool("c"), tool("d")], Some("c2"), 5_000, "public"),
+                Some("c2") => (vec![tool("e")], None, 30_000, "private"),
                 Some(_) => {
                     return json_response(
                         StatusCode::BAD_REQUEST,
@@ -144,7 +146,7 @@ async fn modern(State(state): State<Arc<Upstream>>, method: Method, headers: Hea
                     );
                 }
             };
-            let mut page = json!({"resultType": "complete", "tools": tools, "ttlMs": 0, "cacheScope": "public"});
+            let mut page = json!({"resultType": "complete", "tools": tools, "ttlMs": ttl, "cacheScope": scope});
             if let Some(next) = next {
                 page["nextCursor"] = json!(next);
             }
@@ -396,9 +398,10 @@ async fn discover_then_a_listing_over_three_pages() {
     assert_eq!(info.instructions.as_deref(), Some("be nice"));
     assert_eq!(client.info().unwrap().era, Era::Modern);
 
-    let tools = client.list(ListKind::Tools).await.unwrap();
+    let (tools, cache) = client.list(ListKind::Tools).await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["echo", "b", "c", "d", "e"]);
+    assert_eq!(cache, ListCache { ttl_ms: Some(5_000), private: true }, "the shortest ttlMs, private from one page");
     assert_eq!(tools[1], tool("b"), "items exactly as sent");
     let pages = upstream.seen_method("tools/list");
     assert_eq!(pages.len(), 3);
@@ -440,8 +443,9 @@ async fn auto_falls_back_to_a_2025_upstream_with_one_session_per_partition() {
     assert_eq!(initialized.len(), 1);
     assert_eq!(initialized[0].header("mcp-session-id"), Some("session-0"));
 
-    let tools = client.list(ListKind::Tools).await.unwrap();
+    let (tools, cache) = client.list(ListKind::Tools).await.unwrap();
     assert_eq!(tools, vec![tool("old_tool")]);
+    assert_eq!(cache, ListCache::default(), "a 2025 list carries no caching fields: no bound");
     let listing = &upstream.seen_method("tools/list")[0];
     assert_eq!(listing.header("mcp-session-id"), Some("session-0"), "the gateway's own session");
     assert_eq!(listing.header("mcp-protocol-version"), Some("2025-11-25"));

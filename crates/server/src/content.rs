@@ -109,6 +109,9 @@ pub struct ResourceContents {
     pub mime_type: Option<String>,
     /// Text or bytes.
     pub body: ResourceBody,
+    /// The item's `_meta`, relayed as the resource's server sent it (an MCP App's `ui` CSP,
+    /// permissions and domain), when it has one.
+    pub meta: Option<Map<String, Value>>,
 }
 
 /// A resource body.
@@ -123,12 +126,18 @@ pub enum ResourceBody {
 impl ResourceContents {
     /// Text contents.
     pub fn text(uri: impl Into<String>, mime_type: impl Into<String>, text: impl Into<String>) -> Self {
-        Self { uri: uri.into(), mime_type: Some(mime_type.into()), body: ResourceBody::Text(text.into()) }
+        Self { uri: uri.into(), mime_type: Some(mime_type.into()), body: ResourceBody::Text(text.into()), meta: None }
     }
 
     /// Binary contents.
     pub fn blob(uri: impl Into<String>, mime_type: impl Into<String>, data: Vec<u8>) -> Self {
-        Self { uri: uri.into(), mime_type: Some(mime_type.into()), body: ResourceBody::Blob(data) }
+        Self { uri: uri.into(), mime_type: Some(mime_type.into()), body: ResourceBody::Blob(data), meta: None }
+    }
+
+    /// These contents with `meta` as their `_meta`.
+    pub fn with_meta(mut self, meta: Map<String, Value>) -> Self {
+        self.meta = Some(meta);
+        self
     }
 
     /// The wire form.
@@ -142,6 +151,9 @@ impl ResourceContents {
             ResourceBody::Text(text) => out.insert("text".into(), json!(text)),
             ResourceBody::Blob(data) => out.insert("blob".into(), json!(STANDARD.encode(data))),
         };
+        if let Some(meta) = &self.meta {
+            out.insert("_meta".into(), Value::Object(meta.clone()));
+        }
         Value::Object(out)
     }
 }
@@ -254,6 +266,7 @@ mod tests {
             uri: "test://r".into(),
             mime_type: Some("text/plain".into()),
             body: ResourceBody::Text("hi".into()),
+            meta: None,
         };
         let cases = [
             (Content::text("hello"), json!({ "type": "text", "text": "hello" })),
@@ -268,6 +281,18 @@ mod tests {
             (
                 Content::Resource(resource),
                 json!({ "type": "resource", "resource": { "uri": "test://r", "mimeType": "text/plain", "text": "hi" } }),
+            ),
+            (
+                Content::Resource(
+                    ResourceContents::blob("ui://a/b", "text/html;profile=mcp-app", vec![b'<']).with_meta(
+                        json!({ "ui": { "csp": { "connectDomains": ["https://api.example.com"] } } })
+                            .as_object()
+                            .cloned()
+                            .unwrap_or_default(),
+                    ),
+                ),
+                json!({ "type": "resource", "resource": { "uri": "ui://a/b", "mimeType": "text/html;profile=mcp-app",
+                    "blob": "PA==", "_meta": { "ui": { "csp": { "connectDomains": ["https://api.example.com"] } } } } }),
             ),
             (
                 Content::ResourceLink { uri: "test://l".into(), name: "l".into(), mime_type: None },

@@ -66,8 +66,8 @@ pub use handles::{
 pub use method::{Method, OperationKey, Origin};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use registry::{
-    App, AppBuilder, Completion, CompletionRef, Effect, IntoToolResult, Json, PromptArgument, PromptDef, ResourceDef,
-    ResourceTemplateDef, RestartPolicy, State, TaskSupport, ToolDef, check_tool,
+    App, AppBuilder, Completion, CompletionRef, Effect, IntoToolResult, Json, ListFreshness, PromptArgument, PromptDef,
+    ResourceDef, ResourceTemplateDef, RestartPolicy, State, TaskSupport, ToolDef, check_tool,
 };
 pub use reply::Reply;
 pub use server::{BuildError, Published, Server, ServerBuilder};

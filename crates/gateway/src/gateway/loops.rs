@@ -1,6 +1,7 @@
-//! The gateway's loops: each upstream re-listed on its interval and on its own `list_changed`,
-//! its resource updates followed, a stdio upstream's launch re-checked, reviewers' decisions
-//! polled, churn coalesced, the callers' resource interest routed to the upstreams.
+//! The gateway's loops: each upstream re-listed on its interval (or its lists' shorter `ttlMs`)
+//! and on its own `list_changed`, its resource updates followed, a stdio upstream's launch
+//! re-checked, reviewers' decisions polled, churn coalesced, the callers' resource interest
+//! routed to the upstreams.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -55,12 +56,13 @@ impl Gateway {
         });
     }
 
+    /// Re-lists upstream `index` every `[pins] relist_secs`, or as soon as the `ttlMs` of its
+    /// last listing runs out when that comes first ([`Gateway::relist_wait`]).
     async fn relist_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
-        let every = self.inner.settings.pins.relist;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(self.relist_wait(index)) => {}
             }
             self.relist(index, Some(server)).await;
         }

@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use palisade_base::clock::Clock;
+use palisade_server::ListFreshness;
 use palisade_server::metrics::Metrics;
 use palisade_store::Store;
 use serde::Serialize;
@@ -42,8 +43,9 @@ use crate::config::{GatewaySettings, UpstreamSettings};
 use crate::credentials::{CredentialConfig, UpstreamCredential};
 use crate::names::Namer;
 use crate::pins::DefinitionKind;
+use crate::ui::UiResource;
 use crate::upstream::stdio::SandboxIdentities;
-use crate::upstream::{HealthReport, UpstreamClient, UpstreamInfo};
+use crate::upstream::{HealthReport, ListCache, UpstreamClient, UpstreamInfo};
 use crate::user_oauth::UserOAuth;
 
 /// Whether the signed kill-switch registry lists an operation key (`tools/call:<name>`).
@@ -94,16 +96,30 @@ struct Listing {
     prompts: Vec<Value>,
     resources: Vec<Value>,
     templates: Vec<Value>,
+    /// The UI resources its tools link to (upstream URI → what reading it found, or why it
+    /// cannot be pinned), read as the listing is made.
+    ui: BTreeMap<String, Result<UiResource, String>>,
+    /// What the upstream said of its lists' caching, the most restrictive of them.
+    cache: ListCache,
+    /// When it was made (the gateway's clock, ms).
+    listed_at_ms: i64,
 }
 
 impl Listing {
-    /// Whether `other` lists exactly the same definitions (and instructions).
+    /// Whether `other` lists exactly the same definitions (and instructions, and UI contents).
     fn same_as(&self, other: &Listing) -> bool {
         self.info.instructions == other.info.instructions
             && self.tools == other.tools
             && self.prompts == other.prompts
             && self.resources == other.resources
             && self.templates == other.templates
+            && self.ui == other.ui
+    }
+
+    /// Until when (ms) the upstream says its lists stay fresh (`None`: no bound).
+    fn fresh_until_ms(&self) -> Option<i64> {
+        let ttl = i64::try_from(self.cache.ttl_ms?).unwrap_or(i64::MAX);
+        Some(self.listed_at_ms.saturating_add(ttl))
     }
 }
 
@@ -207,6 +223,9 @@ struct Inner {
     oauth: Option<Arc<UserOAuth>>,
     /// The recorder the gateway's series are in (the server's too, [`Gateway::metrics`]).
     metrics: Arc<Metrics>,
+    /// The bound its upstreams' `ttlMs` and `cacheScope` put on what its lists say, shared
+    /// with every registry it publishes.
+    freshness: Arc<ListFreshness>,
 }
 
 /// The gateway: cheap to clone.
@@ -297,6 +316,7 @@ impl Gateway {
                 churn: Mutex::new(Churn::default()),
                 oauth,
                 metrics: metrics.clone(),
+                freshness: Arc::new(ListFreshness::default()),
             }),
         };
         // The gauges are read at each scrape (the hook does not keep the gateway alive).

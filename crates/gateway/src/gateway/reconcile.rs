@@ -1,6 +1,7 @@
 //! The gateway's first job, reconciliation: every upstream's listing → each definition's pin
 //! state (from the store's observations and decisions) → the published registry ([`App`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -8,13 +9,14 @@ use palisade_server::{App, AppBuilder, Origin};
 use palisade_store::{AuditRecord, Decision, PinDecision, PinObservation, PinRow, PinVerdict};
 use serde_json::{Value, json};
 
-use super::relay::{CompletionRoutes, relayed_prompt, relayed_resource, relayed_template, relayed_tool};
+use super::relay::{ApprovedUi, CompletionRoutes, relayed_prompt, relayed_resource, relayed_template, relayed_tool};
 use super::{Attached, CoverageCheck, Gateway, GatewayError, Listing, PinEntry, Refreshed, Upstream, lock};
 use crate::churn::{Summary, Verdict};
-use crate::names::collisions;
+use crate::names::{collisions, ui_link};
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
-use crate::upstream::ListKind;
+use crate::ui::{PIN_MEMBER, UiResource, check_contents, check_ui_meta};
 use crate::upstream::launch::LaunchSpec;
+use crate::upstream::{ListCache, ListKind, UpstreamError};
 
 impl Gateway {
     /// Lists every upstream once (connecting first); an upstream that fails keeps its previous
@@ -34,12 +36,13 @@ impl Gateway {
                 tracing::warn!(upstream = %upstream.settings.id, %reason,
                     "stdio upstream not started (`palisade upstreams show {}` shows its launch)", upstream.settings.id);
             }
+            self.bound_freshness();
             return if had { Refreshed::Changed } else { Refreshed::Failed };
         }
         let started = std::time::Instant::now();
-        let listed = list_upstream(upstream).await;
+        let listed = list_upstream(upstream, self.inner.clock.now_ms()).await;
         upstream.series.observe(None, started.elapsed(), &listed);
-        match listed {
+        let outcome = match listed {
             Ok(listing) => {
                 let mut current = lock(&upstream.listing);
                 let changed = current.as_deref().is_none_or(|old| !old.same_as(&listing));
@@ -52,6 +55,41 @@ impl Gateway {
                 tracing::warn!(upstream = %upstream.settings.id, %error, "upstream listing failed; keeping the previous one");
                 Refreshed::Failed
             }
+        };
+        self.bound_freshness();
+        outcome
+    }
+
+    /// What the gateway's lists say of their freshness, from its upstreams' last listings: fresh
+    /// until the first of them is no longer (a kept listing whose time has passed bounds it to
+    /// 0 ms), and `private` when one of them is. The gateway lists as itself, one authorization
+    /// for every caller, and serves only approved definitions: what it relays from a `private`
+    /// list is its own, and clients are told not to share it across authorizations.
+    fn bound_freshness(&self) {
+        let (mut until, mut private) = (None::<i64>, false);
+        for upstream in &self.inner.upstreams {
+            let Some(listing) = lock(&upstream.listing).clone() else { continue };
+            if let Some(end) = listing.fresh_until_ms() {
+                until = Some(until.map_or(end, |until| until.min(end)));
+            }
+            private |= listing.cache.private;
+        }
+        self.inner.freshness.set(until, private);
+    }
+
+    /// How long upstream `index`'s listing is kept before it is made again: the relisting
+    /// interval, or less when the upstream says its lists stay fresh for less (never under
+    /// [`MIN_RELIST`]).
+    pub(super) fn relist_wait(&self, index: usize) -> std::time::Duration {
+        let every = self.inner.settings.pins.relist;
+        let ttl = self
+            .inner
+            .upstreams
+            .get(index)
+            .and_then(|upstream| lock(&upstream.listing).as_ref().and_then(|listing| listing.cache.ttl_ms));
+        match ttl {
+            Some(ttl) => std::time::Duration::from_millis(ttl).max(MIN_RELIST).min(every),
+            None => every,
         }
     }
 
@@ -226,23 +264,26 @@ impl Gateway {
         let mut out = Vec::new();
         for (index, upstream) in self.inner.upstreams.iter().enumerate() {
             let Some(listing) = lock(&upstream.listing).clone() else { continue };
-            let mut push = |kind: DefinitionKind, name: Option<&str>, raw: &Value| {
-                out.push(Definition::new(index, upstream, kind, name, raw));
+            let mut push = |kind: DefinitionKind, name: Option<&str>, raw: &Value, pinned: Pinned<'_>| {
+                out.push(Definition::new(index, upstream, kind, name, raw, pinned));
             };
             for tool in &listing.tools {
-                push(DefinitionKind::Tool, tool.get("name").and_then(Value::as_str), tool);
+                push(DefinitionKind::Tool, tool.get("name").and_then(Value::as_str), tool, with_ui(tool, &listing.ui));
             }
             for prompt in &listing.prompts {
-                push(DefinitionKind::Prompt, prompt.get("name").and_then(Value::as_str), prompt);
+                push(DefinitionKind::Prompt, prompt.get("name").and_then(Value::as_str), prompt, as_listed(prompt));
             }
             for resource in &listing.resources {
-                push(DefinitionKind::Resource, resource.get("uri").and_then(Value::as_str), resource);
+                let uri = resource.get("uri").and_then(Value::as_str);
+                push(DefinitionKind::Resource, uri, resource, with_checked_ui_meta(resource));
             }
             for template in &listing.templates {
-                push(DefinitionKind::ResourceTemplate, template.get("uriTemplate").and_then(Value::as_str), template);
+                let uri = template.get("uriTemplate").and_then(Value::as_str);
+                push(DefinitionKind::ResourceTemplate, uri, template, with_checked_ui_meta(template));
             }
             if let Some(instructions) = &listing.info.instructions {
-                push(DefinitionKind::Instructions, Some(""), &json!(instructions));
+                let instructions = json!(instructions);
+                push(DefinitionKind::Instructions, Some(""), &instructions, as_listed(&instructions));
             }
         }
         // A name an upstream lists twice has two definitions for one pin: neither is served
@@ -375,10 +416,20 @@ impl Gateway {
         let (mut completion_prompts, mut completion_templates) = (BTreeMap::new(), BTreeMap::new());
         let mut instructions = Vec::new();
         let covered = |key: &str| coverage.is_none_or(|check| check(key));
+        // Per upstream, the UI contents approved with a served tool: a UI read is relayed only
+        // while its contents are one of these.
+        let mut approved_ui = vec![BTreeMap::new(); self.inner.upstreams.len()];
+        for (definition, entry) in definitions.iter().zip(entries.iter()) {
+            if let (true, Some((uri, digest))) = (entry.served, &definition.ui) {
+                approved_ui[definition.upstream].insert(uri.clone(), digest.clone());
+            }
+        }
+        let approved_ui: Vec<ApprovedUi> = approved_ui.into_iter().map(Arc::new).collect();
         for (definition, entry) in definitions.iter().zip(entries.iter_mut()) {
             if !entry.served {
                 continue;
             }
+            let ui = &approved_ui[definition.upstream];
             let upstream = &self.inner.upstreams[definition.upstream];
             let exposed = entry.exposed.clone().unwrap_or_default();
             let origin = Origin {
@@ -426,16 +477,18 @@ impl Gateway {
                     completion_prompts.insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
                     prompts.push(relayed_prompt(upstream, &exposed, &definition.subject.name, raw, origin));
                 }
-                DefinitionKind::Resource => resources.push(relayed_resource(upstream, &exposed, raw, origin)),
+                DefinitionKind::Resource => resources.push(relayed_resource(upstream, &exposed, raw, origin, ui)),
                 DefinitionKind::ResourceTemplate => {
                     completion_templates
                         .insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
-                    templates.push(relayed_template(upstream, &exposed, raw, origin));
+                    templates.push(relayed_template(upstream, &exposed, raw, origin, ui));
                 }
                 DefinitionKind::Instructions | DefinitionKind::Launch => {}
             }
         }
-        let mut builder = App::builder("palisade-gateway", env!("CARGO_PKG_VERSION")).dynamic();
+        let mut builder = App::builder("palisade-gateway", env!("CARGO_PKG_VERSION"))
+            .dynamic()
+            .list_freshness(self.inner.freshness.clone());
         let routes = Arc::new(CompletionRoutes {
             upstreams: self.inner.upstreams.clone(),
             prompts: completion_prompts,
@@ -568,16 +621,71 @@ struct Definition {
     raw: Value,
     /// (digest, canonical text), or why it cannot be pinned.
     digest: Result<(String, String), String>,
+    /// A tool's MCP Apps UI resource, pinned with it: (upstream URI, contents digest).
+    ui: Option<(String, String)>,
+}
+
+/// The shortest wait between two listings of one upstream, whatever `ttlMs` its lists carry:
+/// a list fresh for less (0 ms included) is kept this long at most.
+const MIN_RELIST: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The most UI resources one listing reads (distinct links of its tools).
+const MAX_UI_READS: usize = 64;
+
+/// What a definition is pinned as (the definition as listed, or a tool with its UI resource
+/// under [`PIN_MEMBER`]) with its UI's (upstream URI, contents digest), or why it cannot be.
+type Pinned<'a> = Result<(Cow<'a, Value>, Option<(String, String)>), String>;
+
+/// A definition pinned as listed.
+fn as_listed(raw: &Value) -> Pinned<'_> {
+    Ok((Cow::Borrowed(raw), None))
+}
+
+/// A tool as pinned: with what its listing read of the UI resource it links to (a changed page,
+/// CSP or permission is a changed definition), or held when the link is unusable or the
+/// resource could not be read and checked.
+fn with_ui<'a>(tool: &'a Value, ui: &BTreeMap<String, Result<UiResource, String>>) -> Pinned<'a> {
+    let Some(map) = tool.as_object() else { return as_listed(tool) };
+    let Some(uri) = ui_link(map).map_err(|refusal| refusal.to_string())? else { return as_listed(tool) };
+    if map.contains_key(PIN_MEMBER) {
+        return Err(format!("the tool's definition has a member {PIN_MEMBER:?}, where the gateway pins its UI"));
+    }
+    match ui.get(uri) {
+        Some(Ok(resource)) => {
+            let mut pinned = map.clone();
+            pinned.insert(PIN_MEMBER.into(), resource.pinned.clone());
+            Ok((Cow::Owned(Value::Object(pinned)), Some((uri.to_owned(), resource.digest.clone()))))
+        }
+        Some(Err(reason)) => Err(format!("its MCP Apps UI resource {uri} cannot be pinned: {reason}")),
+        None => Err(format!("its MCP Apps UI resource {uri} was not read (a listing reads at most {MAX_UI_READS})")),
+    }
+}
+
+/// A resource or template pinned as listed, once the MCP Apps CSP and permissions its `_meta`
+/// declares pass [`check_ui_meta`].
+fn with_checked_ui_meta(raw: &Value) -> Pinned<'_> {
+    if let Some(Value::Object(meta)) = raw.get("_meta") {
+        check_ui_meta(meta).map_err(|reason| format!("its MCP Apps metadata is refused: {reason}"))?;
+    }
+    as_listed(raw)
 }
 
 impl Definition {
-    fn new(upstream: usize, settings: &Upstream, kind: DefinitionKind, name: Option<&str>, raw: &Value) -> Self {
+    fn new(
+        upstream: usize,
+        settings: &Upstream,
+        kind: DefinitionKind,
+        name: Option<&str>,
+        raw: &Value,
+        pinned: Pinned<'_>,
+    ) -> Self {
         let subject = PinSubject {
             upstream_id: settings.settings.id.clone(),
             upstream_url: settings.settings.url.to_string(),
             kind,
             name: name.unwrap_or("").to_owned(),
         };
+        let mut ui = None;
         let digest = if name.is_none() {
             Err(format!("the {} has no name", kind.as_str()))
         } else if matches!(kind, DefinitionKind::Tool | DefinitionKind::Prompt)
@@ -590,12 +698,18 @@ impl Definition {
                 kind.as_str()
             ))
         } else {
-            match (definition_digest(raw), canonical_text(raw)) {
-                (Ok(digest), Ok(text)) => Ok((digest, text)),
-                (Err(error), _) | (_, Err(error)) => Err(format!("the definition cannot be pinned: {error}")),
+            match pinned {
+                Err(reason) => Err(reason),
+                Ok((pinned, link)) => {
+                    ui = link;
+                    match (definition_digest(&pinned), canonical_text(&pinned)) {
+                        (Ok(digest), Ok(text)) => Ok((digest, text)),
+                        (Err(error), _) | (_, Err(error)) => Err(format!("the definition cannot be pinned: {error}")),
+                    }
+                }
             }
         };
-        let mut definition = Self { upstream, pin_id: subject.pin_id(), subject, raw: raw.clone(), digest };
+        let mut definition = Self { upstream, pin_id: subject.pin_id(), subject, raw: raw.clone(), digest, ui };
         // What the store would refuse (an over-long name, a definition over 1 MiB) is held here,
         // alone, instead of failing the batch of every other definition.
         if let Some(Err(error)) = definition.observation(0).map(|observation| observation.validate()) {
@@ -661,20 +775,54 @@ pub(super) fn fingerprint<'a>(decisions: impl Iterator<Item = &'a PinDecision>) 
     hasher.finish()
 }
 
-async fn list_upstream(upstream: &Upstream) -> Result<Listing, crate::upstream::UpstreamError> {
+async fn list_upstream(upstream: &Upstream, now_ms: i64) -> Result<Listing, UpstreamError> {
     let info = match upstream.client.info() {
         Some(info) => info,
         None => upstream.client.connect().await?,
     };
     let has = |capability: &str| info.capabilities.get(capability).is_some();
-    let tools = if has("tools") { upstream.client.list(ListKind::Tools).await? } else { Vec::new() };
-    let prompts = if has("prompts") { upstream.client.list(ListKind::Prompts).await? } else { Vec::new() };
+    let mut caches = Vec::new();
+    let tools = if has("tools") { list_kind(upstream, ListKind::Tools, &mut caches).await? } else { Vec::new() };
+    let prompts = if has("prompts") { list_kind(upstream, ListKind::Prompts, &mut caches).await? } else { Vec::new() };
     let (resources, templates) = if has("resources") {
-        (upstream.client.list(ListKind::Resources).await?, upstream.client.list(ListKind::ResourceTemplates).await?)
+        (
+            list_kind(upstream, ListKind::Resources, &mut caches).await?,
+            list_kind(upstream, ListKind::ResourceTemplates, &mut caches).await?,
+        )
     } else {
         (Vec::new(), Vec::new())
     };
-    Ok(Listing { info, tools, prompts, resources, templates })
+    let ui = read_ui_resources(upstream, &tools).await;
+    let cache = caches.into_iter().reduce(ListCache::and).unwrap_or_default();
+    Ok(Listing { info, tools, prompts, resources, templates, ui, cache, listed_at_ms: now_ms })
+}
+
+/// One list's items, its caching added to `caches`.
+async fn list_kind(
+    upstream: &Upstream,
+    kind: ListKind,
+    caches: &mut Vec<ListCache>,
+) -> Result<Vec<Value>, UpstreamError> {
+    let (items, cache) = upstream.client.list(kind).await?;
+    caches.push(cache);
+    Ok(items)
+}
+
+/// Reads (as the gateway) and checks the MCP Apps UI resources `tools` link to, at most
+/// [`MAX_UI_READS`] of them: each tool is pinned with what was read ([`with_ui`]). A read that
+/// fails holds the tools linking to it, not the listing.
+async fn read_ui_resources(upstream: &Upstream, tools: &[Value]) -> BTreeMap<String, Result<UiResource, String>> {
+    let links: BTreeSet<&str> =
+        tools.iter().filter_map(Value::as_object).filter_map(|tool| ui_link(tool).ok().flatten()).collect();
+    let mut read = BTreeMap::new();
+    for uri in links.into_iter().take(MAX_UI_READS) {
+        let checked = match upstream.client.read_as_gateway(uri).await {
+            Ok(result) => check_contents(uri, &result),
+            Err(error) => Err(format!("it cannot be read: {error}")),
+        };
+        read.insert(uri.to_owned(), checked);
+    }
+    read
 }
 
 /// The audit record of one upstream's coalesced churn: `pins/churn:<upstream>`, with the count.

@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use super::Upstream;
 use crate::credentials::{CallerContext, CredentialError};
+use crate::names::is_ui_uri;
 use crate::upstream::UpstreamError;
 use crate::upstream::{UpstreamReply, UpstreamRequest};
 use crate::user_oauth::{OAuthError, UserCaller, UserOAuth};
@@ -23,14 +24,19 @@ fn scope_refs(scopes: &[String]) -> Vec<&str> {
     scopes.iter().map(String::as_str).collect()
 }
 
+/// The UI contents approved with a served tool, per upstream UI URI (their digests).
+pub(super) type ApprovedUi = Arc<BTreeMap<String, String>>;
+
 pub(super) fn relayed_tool(
     upstream: &Arc<Upstream>,
     exposed: &str,
     name: &str,
-    raw: Map<String, Value>,
+    mut raw: Map<String, Value>,
     origin: Origin,
 ) -> Result<ToolDef, String> {
     let settings = &upstream.settings;
+    // Its MCP Apps UI link names the UI resource as clients read it through the gateway.
+    upstream.namer.expose_ui_link(&mut raw).map_err(|refusal| refusal.to_string())?;
     let mut scopes = settings.scopes.clone();
     scopes.extend(settings.tool_scopes.get(name).cloned().unwrap_or_default());
     let output = match raw.get("outputSchema") {
@@ -174,13 +180,14 @@ pub(super) fn relayed_resource(
     exposed: &str,
     raw: Map<String, Value>,
     origin: Origin,
+    ui: &ApprovedUi,
 ) -> ResourceDef {
     let scopes = upstream.settings.scopes.clone();
     let builder = ResourceDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
-    let upstream = upstream.clone();
+    let (upstream, ui) = (upstream.clone(), ui.clone());
     builder.reader(move |ctx, uri| {
-        let upstream = upstream.clone();
-        async move { read_resource(&upstream, &ctx, &uri).await }
+        let (upstream, ui) = (upstream.clone(), ui.clone());
+        async move { read_resource(&upstream, &ctx, &uri, &ui).await }
     })
 }
 
@@ -189,24 +196,31 @@ pub(super) fn relayed_template(
     exposed: &str,
     raw: Map<String, Value>,
     origin: Origin,
+    ui: &ApprovedUi,
 ) -> ResourceTemplateDef {
     let scopes = upstream.settings.scopes.clone();
     let builder = ResourceTemplateDef::relayed(exposed, raw, origin).scopes(&scope_refs(&scopes));
-    let upstream = upstream.clone();
+    let (upstream, ui) = (upstream.clone(), ui.clone());
     builder.reader(move |ctx, uri, _| {
-        let upstream = upstream.clone();
-        async move { read_resource(&upstream, &ctx, &uri).await }
+        let (upstream, ui) = (upstream.clone(), ui.clone());
+        async move { read_resource(&upstream, &ctx, &uri, &ui).await }
     })
 }
 
+/// A read relayed to the upstream; its contents come back under exposed URIs, each item's
+/// `_meta` (an MCP App's CSP, permissions, domain) relayed as sent. An MCP Apps UI (`ui://`) is
+/// relayed only while its contents are the ones approved with a served tool ([`ApprovedUi`]):
+/// a page, CSP or permission changed since is refused until a reviewer approves it.
 async fn read_resource(
     upstream: &Upstream,
     ctx: &RequestContext,
     exposed_uri: &str,
+    approved_ui: &BTreeMap<String, String>,
 ) -> Result<Outcome<Vec<ResourceContents>>, ProtocolError> {
     let Some(uri) = upstream.namer.upstream_uri(exposed_uri) else {
         return Err(ProtocolError::ResourceNotFound { uri: exposed_uri.to_owned() });
     };
+    let uri: &str = &uri;
     let mut params = Map::new();
     params.insert("uri".into(), json!(uri));
     let result = match forward(upstream, ctx, "resources/read", params).await? {
@@ -216,6 +230,14 @@ async fn read_resource(
     let Some(Value::Array(contents)) = result.get("contents") else {
         return Err(upstream_garbage(&upstream.settings.id, "a read result without contents"));
     };
+    if is_ui_uri(uri) {
+        let digest = crate::ui::contents_digest(contents).ok();
+        if digest.is_none() || digest.as_ref() != approved_ui.get(uri) {
+            tracing::warn!(upstream = %upstream.settings.id, uri,
+                "MCP App UI read refused: its contents are not the ones approved with a served tool (re-listing will hold the tool until it is reviewed again)");
+            return Err(ProtocolError::Unavailable);
+        }
+    }
     let mut out = Vec::with_capacity(contents.len());
     for item in contents {
         // Contents name URIs in the upstream's space: a URI that is not this upstream's own is
@@ -226,17 +248,21 @@ async fn read_resource(
             .expose_uri(item_uri)
             .map_err(|_| upstream_garbage(&upstream.settings.id, "a content URI"))?;
         let mime = item.get("mimeType").and_then(Value::as_str).unwrap_or("application/octet-stream");
-        if let Some(text) = item.get("text").and_then(Value::as_str) {
-            out.push(ResourceContents::text(exposed, mime, text));
+        let mut contents = if let Some(text) = item.get("text").and_then(Value::as_str) {
+            ResourceContents::text(exposed, mime, text)
         } else if let Some(blob) = item.get("blob").and_then(Value::as_str) {
             use base64::Engine as _;
             let data = base64::engine::general_purpose::STANDARD
                 .decode(blob)
                 .map_err(|_| upstream_garbage(&upstream.settings.id, "a blob that is not base64"))?;
-            out.push(ResourceContents::blob(exposed, mime, data));
+            ResourceContents::blob(exposed, mime, data)
         } else {
             return Err(upstream_garbage(&upstream.settings.id, "a content item without text or blob"));
+        };
+        if let Some(Value::Object(meta)) = item.get("_meta") {
+            contents = contents.with_meta(meta.clone());
         }
+        out.push(contents);
     }
     Ok(Outcome::Complete(out))
 }

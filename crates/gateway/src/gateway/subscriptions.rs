@@ -44,19 +44,19 @@ pub(super) fn route(
 ) -> Vec<BTreeSet<String>> {
     let mut wanted = vec![BTreeSet::new(); namers.len()];
     for exposed in interest {
-        let claims: Vec<(usize, &str)> = namers
+        let claims: Vec<(usize, std::borrow::Cow<'_, str>)> = namers
             .iter()
             .enumerate()
             .filter_map(|(index, namer)| Some((index, namer.as_ref()?.upstream_uri(exposed)?)))
             .collect();
         let chosen = match claims.as_slice() {
-            [one] => Some(*one),
-            several => several.iter().find(|(index, uri)| lists(*index, uri)).copied(),
+            [one] => Some(one.clone()),
+            several => several.iter().find(|(index, uri)| lists(*index, uri)).cloned(),
         };
         let Some((index, uri)) = chosen else { continue };
         let set: &mut BTreeSet<String> = &mut wanted[index];
         if set.len() < MAX_SUBSCRIPTIONS_PER_UPSTREAM {
-            set.insert(uri.to_owned());
+            set.insert(uri.into_owned());
         } else {
             tracing::warn!(uri = %exposed, "an upstream has the most resource subscriptions allowed: this one is not made");
         }

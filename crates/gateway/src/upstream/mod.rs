@@ -76,7 +76,8 @@ use messages::{
 pub use settings::{ProtocolChoice, UpstreamLimits};
 pub use subscriptions::Subscribing;
 pub use types::{
-    Change, Era, LIST_CHANGED, ListKind, RELAYED_METHODS, UpstreamError, UpstreamInfo, UpstreamReply, UpstreamRequest,
+    Change, Era, LIST_CHANGED, ListCache, ListKind, RELAYED_METHODS, UpstreamError, UpstreamInfo, UpstreamReply,
+    UpstreamRequest,
 };
 
 /// An MCP client toward one upstream, over Streamable HTTP or to a local stdio server
@@ -349,14 +350,16 @@ impl UpstreamClient {
     /// Every item of a list, following the upstream's `nextCursor` (at most
     /// [`UpstreamLimits::max_list_pages`] pages and [`UpstreamLimits::max_list_items`] items:
     /// more is [`UpstreamError::TooLarge`], never a truncation; a repeated cursor is a protocol
-    /// error). Items are returned exactly as sent; an item that is not an object is a protocol
-    /// error. Connects first when not yet connected.
-    pub async fn list(&self, kind: ListKind) -> Result<Vec<Value>, UpstreamError> {
+    /// error), with what the upstream said of its caching (the most restrictive of its pages).
+    /// Items are returned exactly as sent; an item that is not an object is a protocol error.
+    /// Connects first when not yet connected.
+    pub async fn list(&self, kind: ListKind) -> Result<(Vec<Value>, ListCache), UpstreamError> {
         self.check_health()?;
         let info = self.ensure_info().await?;
         let limits = self.limits();
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
         let mut items = Vec::new();
+        let mut cache: Option<ListCache> = None;
         let mut cursor: Option<String> = None;
         let mut seen = HashSet::new();
         for _ in 0..limits.max_list_pages {
@@ -372,6 +375,8 @@ impl UpstreamClient {
                 }
             };
             check_complete(&result)?;
+            let page_cache = ListCache::of_page(&info.era, &result);
+            cache = Some(cache.map_or(page_cache, |cache| cache.and(page_cache)));
             let Some(Value::Array(page)) = result.get(kind.field()) else {
                 return Err(UpstreamError::Protocol(format!("answered {method} without a {} array", kind.field())));
             };
@@ -394,7 +399,7 @@ impl UpstreamClient {
                     {
                         inner.remember_tool_headers(&items);
                     }
-                    return Ok(items);
+                    return Ok((items, cache.unwrap_or_default()));
                 }
                 Some(Value::String(next)) => {
                     if !seen.insert(next.clone()) {
@@ -406,6 +411,19 @@ impl UpstreamClient {
             }
         }
         Err(UpstreamError::TooLarge)
+    }
+
+    /// `resources/read` of `uri` (in the upstream's space) as the gateway itself, as its
+    /// listings are made (no caller): how an MCP App's UI is read to be pinned with its tool.
+    pub async fn read_as_gateway(&self, uri: &str) -> Result<Map<String, Value>, UpstreamError> {
+        self.check_health()?;
+        let info = self.ensure_info().await?;
+        let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
+        let params = Map::from_iter([("uri".to_owned(), json!(uri))]);
+        match self.call(&info, "resources/read", params, caller, None, None, None).await? {
+            Body::Result(result) => check_complete(&result).map(|()| result),
+            Body::Error { code, .. } => Err(UpstreamError::Protocol(format!("refused resources/read (code {code})"))),
+        }
     }
 
     /// One request for a caller: `request.params` as given, plus the protocol `_meta` the era

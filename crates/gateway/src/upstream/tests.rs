@@ -1,4 +1,4 @@
-//! The upstream client's message building and error mapping.
+//! The upstream client's message building, error mapping and lists' caching fields.
 
 use palisade_wire::ProtocolError;
 
@@ -59,4 +59,38 @@ fn errors_map_to_fixed_protocol_errors() {
     assert!(UpstreamError::Status(503).is_upstream_failure());
     assert!(!UpstreamError::Status(404).is_upstream_failure());
     assert!(!UpstreamError::Cancelled.is_upstream_failure());
+}
+
+#[test]
+fn a_list_page_s_caching_is_read_restrictively() {
+    let page = |value: Value| match value {
+        Value::Object(map) => map,
+        _ => unreachable!(),
+    };
+    let modern = |value: Value| ListCache::of_page(&Era::Modern, &page(value));
+    assert_eq!(
+        modern(json!({"ttlMs": 30_000, "cacheScope": "public"})),
+        ListCache { ttl_ms: Some(30_000), private: false }
+    );
+    assert_eq!(
+        modern(json!({"ttlMs": 30_000, "cacheScope": "private"})),
+        ListCache { ttl_ms: Some(30_000), private: true }
+    );
+    // An absent or negative ttlMs is 0; a scope other than "public" (or none) is private.
+    assert_eq!(modern(json!({})), ListCache { ttl_ms: Some(0), private: true });
+    assert_eq!(modern(json!({"ttlMs": -5, "cacheScope": "PUBLIC"})), ListCache { ttl_ms: Some(0), private: true });
+    assert_eq!(
+        modern(json!({"ttlMs": "60000", "cacheScope": "public"})),
+        ListCache { ttl_ms: Some(0), private: false }
+    );
+    // A 2025-era list carries no caching fields: no bound, whatever it sends.
+    let legacy =
+        ListCache::of_page(&Era::Legacy("2025-11-25".into()), &page(json!({"ttlMs": 1, "cacheScope": "private"})));
+    assert_eq!(legacy, ListCache::default());
+    // Combined: the shorter bound, private when either is; no bound is no constraint.
+    let a = ListCache { ttl_ms: Some(5_000), private: false };
+    let b = ListCache { ttl_ms: Some(60_000), private: true };
+    assert_eq!(a.and(b), ListCache { ttl_ms: Some(5_000), private: true });
+    assert_eq!(ListCache::default().and(b), b);
+    assert_eq!(a.and(ListCache::default()), a);
 }

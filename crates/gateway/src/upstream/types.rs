@@ -75,6 +75,40 @@ impl ListKind {
     }
 }
 
+/// What an upstream said of how long a list stays fresh and for whom (2026-07-28 `ttlMs` and
+/// `cacheScope`; the most restrictive of its pages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ListCache {
+    /// How long it stays fresh, in ms; `None`: the upstream gives no bound (a 2025-era one,
+    /// whose lists carry no caching fields and which announces changes).
+    pub ttl_ms: Option<u64>,
+    /// It may vary by authorization (`cacheScope: private`).
+    pub private: bool,
+}
+
+impl ListCache {
+    /// A page's: a 2026-07-28 answer without a `ttlMs`, or with a negative one, is fresh for
+    /// 0 ms and one whose `cacheScope` is not `public` is private (the spec's reading of an
+    /// absent TTL, and the restrictive reading of a scope). A 2025-era answer gives no bound.
+    pub fn of_page(era: &Era, result: &Map<String, Value>) -> Self {
+        if *era != Era::Modern {
+            return Self::default();
+        }
+        let ttl_ms = result.get("ttlMs").and_then(Value::as_f64).filter(|ttl| *ttl > 0.0).map_or(0, |ttl| ttl as u64);
+        let private = result.get("cacheScope").and_then(Value::as_str) != Some("public");
+        Self { ttl_ms: Some(ttl_ms), private }
+    }
+
+    /// The most restrictive of both: the shorter bound, private when either is.
+    pub fn and(self, other: Self) -> Self {
+        let ttl_ms = match (self.ttl_ms, other.ttl_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (one, None) | (None, one) => one,
+        };
+        Self { ttl_ms, private: self.private || other.private }
+    }
+}
+
 /// The methods [`UpstreamClient::request`] relays.
 pub const RELAYED_METHODS: &[&str] = &[
     "tools/call",

@@ -363,7 +363,7 @@ async fn start_check(gateway: &GatewaySettings, id: &str, digest: &str) -> Resul
     client.set_launch_approved(Some(digest.to_owned())).await;
     let outcome = async {
         let info = client.connect().await?;
-        let tools = client.list(ListKind::Tools).await?;
+        let (tools, _) = client.list(ListKind::Tools).await?;
         Ok::<_, palisade_gateway::upstream::UpstreamError>(format!(
             "started; it answers ({}) and lists {} tools",
             info.era,

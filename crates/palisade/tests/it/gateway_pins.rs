@@ -23,7 +23,7 @@ pub(crate) struct Gateway {
 }
 
 /// Boots `palisade gateway` with `[pins]` polling every second (plus `pins`, more `[pins]`
-/// lines) and `upstreams` (the `[[upstreams]]` tables).
+/// lines, which may set `relist_secs`) and `upstreams` (the `[[upstreams]]` tables).
 pub(crate) fn boot(pins: &str, upstreams: &str) -> Gateway {
     boot_with(pins, upstreams, &[])
 }
@@ -32,8 +32,10 @@ pub(crate) fn boot(pins: &str, upstreams: &str) -> Gateway {
 pub(crate) fn boot_with(pins: &str, upstreams: &str, envs: &[(&str, &str)]) -> Gateway {
     let dir = TempDir::new();
     let config = dir.0.join("gateway.toml").to_str().unwrap().to_owned();
+    // `pins` may set its own interval (`relist_secs = …`) instead of every second.
+    let relist = if pins.contains("relist_secs") { "" } else { "relist_secs = 1\n" };
     let text = format!(
-        "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[auth]\ndev_issuer = true\n\n[pins]\nrelist_secs = 1\ndecision_poll_secs = 1\n{pins}\n\n{upstreams}\n",
+        "listen = \"127.0.0.1:0\"\ndata_dir = \"{}\"\n\n[auth]\ndev_issuer = true\n\n[pins]\n{relist}decision_poll_secs = 1\n{pins}\n\n{upstreams}\n",
         dir.path()
     );
     std::fs::write(&config, text).unwrap();

@@ -2,9 +2,11 @@
 //! stateless (`server/discover`, `tools/list`, `tools/call` echoing its arguments, `prompts/list`,
 //! `prompts/get`, `subscriptions/listen`, and, once [`Upstream::set_resources`] was called before
 //! the gateway connects, `resources/list`, `resources/templates/list` and `resources/read`
-//! answering the URI it was asked), whose tool list a test can change while it serves and which
-//! records every request it receives (headers and body).
+//! answering the URI it was asked, or the contents a test set for it), whose tool list and lists'
+//! `ttlMs` / `cacheScope` a test can change while it serves and which records every request it
+//! receives (headers and body).
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
@@ -47,6 +49,10 @@ struct Shared {
     /// (resources, resource templates), when it offers resources.
     resources: Mutex<Option<(Vec<Value>, Vec<Value>)>>,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// What its lists say of their caching: (`ttlMs`, `cacheScope`).
+    list_cache: Mutex<(i64, String)>,
+    /// Contents items `resources/read` answers, by URI (else "read <uri>" as text/plain).
+    contents: Mutex<HashMap<String, Value>>,
     /// List-changed notification methods for the open listen streams.
     changes: broadcast::Sender<String>,
 }
@@ -71,6 +77,8 @@ impl Upstream {
             prompts: Mutex::new(Vec::new()),
             resources: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
+            list_cache: Mutex::new((0, "public".to_owned())),
+            contents: Mutex::new(HashMap::new()),
             changes: broadcast::channel(16).0,
         });
         let router = axum::Router::new().route("/mcp", any(handle)).with_state(shared.clone());
@@ -103,6 +111,22 @@ impl Upstream {
     /// that discovers it after this call).
     pub fn set_resources(&self, resources: Vec<Value>, templates: Vec<Value>) {
         *self.shared.resources.lock().unwrap() = Some((resources, templates));
+    }
+
+    /// What its lists say from now on: `ttlMs` and `cacheScope` (by default 0 and `public`).
+    pub fn set_list_cache(&self, ttl_ms: i64, scope: &str) {
+        *self.shared.list_cache.lock().unwrap() = (ttl_ms, scope.to_owned());
+    }
+
+    /// What a read of `uri` answers from now on: the content item `item` (its `uri` set).
+    pub fn set_contents(&self, uri: &str, mut item: Value) {
+        item["uri"] = json!(uri);
+        self.shared.contents.lock().unwrap().insert(uri.to_owned(), item);
+    }
+
+    /// How many `method` requests (a list's, say) it received so far.
+    pub fn count(&self, method: &str) -> usize {
+        self.requests().iter().filter(|r| r.method() == method).count()
     }
 
     /// The URIs of the `resources/read` requests received so far.
@@ -185,6 +209,8 @@ async fn handle(State(shared): State<Arc<Shared>>, method: Method, headers: Head
     };
     let params = &rpc["params"];
     let resources = shared.resources.lock().unwrap().clone();
+    let (ttl, scope) = shared.list_cache.lock().unwrap().clone();
+    let list = |key: &str, items: Vec<Value>| json!({ key: items, "ttlMs": ttl, "cacheScope": scope });
     match rpc["method"].as_str().unwrap_or("") {
         "server/discover" => {
             let mut capabilities = json!({ "tools": { "listChanged": true }, "prompts": { "listChanged": true } });
@@ -204,24 +230,26 @@ async fn handle(State(shared): State<Arc<Shared>>, method: Method, headers: Head
         }
         "resources/list" if resources.is_some() => {
             let listed = resources.map(|(listed, _)| listed).unwrap_or_default();
-            complete(&id, json!({ "resources": listed, "ttlMs": 0, "cacheScope": "public" }))
+            complete(&id, list("resources", listed))
         }
         "resources/templates/list" if resources.is_some() => {
             let listed = resources.map(|(_, templates)| templates).unwrap_or_default();
-            complete(&id, json!({ "resourceTemplates": listed, "ttlMs": 0, "cacheScope": "public" }))
+            complete(&id, list("resourceTemplates", listed))
         }
         "resources/read" if resources.is_some() => {
             let uri = params["uri"].as_str().unwrap_or("");
-            let text = format!("read {uri}");
-            complete(&id, json!({ "contents": [{ "uri": uri, "mimeType": "text/plain", "text": text }] }))
+            let set = shared.contents.lock().unwrap().get(uri).cloned();
+            let item =
+                set.unwrap_or_else(|| json!({ "uri": uri, "mimeType": "text/plain", "text": format!("read {uri}") }));
+            complete(&id, json!({ "contents": [item], "ttlMs": 0, "cacheScope": "public" }))
         }
         "tools/list" => {
             let tools = shared.tools.lock().unwrap().clone();
-            complete(&id, json!({ "tools": tools, "ttlMs": 0, "cacheScope": "public" }))
+            complete(&id, list("tools", tools))
         }
         "prompts/list" => {
             let prompts = shared.prompts.lock().unwrap().clone();
-            complete(&id, json!({ "prompts": prompts, "ttlMs": 0, "cacheScope": "public" }))
+            complete(&id, list("prompts", prompts))
         }
         "tools/call" => {
             let name = params["name"].as_str().unwrap_or("");

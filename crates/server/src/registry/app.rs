@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
@@ -62,6 +63,45 @@ pub struct App {
     pub(crate) dynamic: bool,
     pub(crate) handle_types: Vec<HandleType>,
     pub(crate) list_ttl_ms: u64,
+    pub(crate) list_freshness: Option<Arc<ListFreshness>>,
+}
+
+/// A bound on the freshness of what an application lists, moved while it serves: the gateway
+/// sets it from its upstreams' own `ttlMs` and `cacheScope` (the most restrictive of them), so
+/// its lists never say they stay fresh longer than a part does, nor `public` with a `private`
+/// part. Shared between the gateway and every registry it publishes.
+#[derive(Debug)]
+pub struct ListFreshness {
+    /// Until when (ms since the epoch, the server's clock) the lists are fresh; `i64::MAX`: no
+    /// bound beyond the application's own `ttlMs`.
+    fresh_until_ms: AtomicI64,
+    /// A part may vary by authorization: lists say `private` whatever the server's own scope.
+    private: AtomicBool,
+}
+
+impl Default for ListFreshness {
+    fn default() -> Self {
+        Self { fresh_until_ms: AtomicI64::new(i64::MAX), private: AtomicBool::new(false) }
+    }
+}
+
+impl ListFreshness {
+    /// Lists are fresh until `fresh_until_ms` (`None`: no bound) and `private` when a part is.
+    pub fn set(&self, fresh_until_ms: Option<i64>, private: bool) {
+        self.fresh_until_ms.store(fresh_until_ms.unwrap_or(i64::MAX), Ordering::SeqCst);
+        self.private.store(private, Ordering::SeqCst);
+    }
+
+    /// The `ttlMs` to answer at `now_ms`: what is left of the bound, at most `ceiling`.
+    pub fn ttl_ms(&self, now_ms: i64, ceiling: u64) -> u64 {
+        let left = self.fresh_until_ms.load(Ordering::SeqCst).saturating_sub(now_ms).max(0);
+        u64::try_from(left).unwrap_or(0).min(ceiling)
+    }
+
+    /// Whether a part may vary by authorization.
+    pub fn private(&self) -> bool {
+        self.private.load(Ordering::SeqCst)
+    }
 }
 
 /// Collects an application's definitions, and the state its handlers share (`S`, none by
@@ -89,6 +129,7 @@ impl App {
                 dynamic: false,
                 handle_types: Vec::new(),
                 list_ttl_ms: 60_000,
+                list_freshness: None,
             },
         }
     }
@@ -231,6 +272,12 @@ impl<S: Send + Sync + 'static> AppBuilder<S> {
     /// `ttlMs` on list results, default 60 s (a `list_changed` event invalidates it).
     pub fn list_ttl_ms(mut self, ttl_ms: u64) -> Self {
         self.app.list_ttl_ms = ttl_ms;
+        self
+    }
+
+    /// Bounds `ttlMs` and `cacheScope` on list results by `freshness` (see [`ListFreshness`]).
+    pub fn list_freshness(mut self, freshness: Arc<ListFreshness>) -> Self {
+        self.app.list_freshness = Some(freshness);
         self
     }
 

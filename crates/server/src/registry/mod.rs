@@ -17,7 +17,7 @@ pub mod tool;
 #[cfg(test)]
 mod tests;
 
-pub use app::{App, AppBuilder, Completion, CompletionRef};
+pub use app::{App, AppBuilder, Completion, CompletionRef, ListFreshness};
 pub use checks::check_tool;
 pub use error::RegistryError;
 pub use prompt::{PromptArgument, PromptBuilder, PromptDef};

@@ -184,3 +184,36 @@ async fn a_snapshot_that_needs_a_missing_service_is_refused() {
     let list = send(&server, request(1, "tools/list", json!({}))).await;
     assert_eq!(list["result"]["tools"][0]["name"], "stable");
 }
+
+/// What an application's lists say of their caching follows its [`ListFreshness`], moved while it
+/// serves (the gateway's upstreams' `ttlMs` and `cacheScope`): the time left of the bound, at
+/// most the application's own `ttlMs`, and `private` when a part is, even from a server whose
+/// own scope is `public`.
+#[tokio::test]
+async fn lists_say_what_is_left_of_their_freshness_and_private_when_a_part_is() {
+    let clock = Arc::new(palisade_base::clock::ManualClock::new(1_000_000));
+    let freshness = Arc::new(palisade_server::ListFreshness::default());
+    let app = snapshot(None).into_builder().list_freshness(freshness.clone()).build().unwrap();
+    let config = ServerConfig { page_size: 100, ..ServerConfig::default() };
+    let server = Server::builder(app, config, Authenticator::UnauthenticatedLoopback, ServerSecret::random())
+        .without_audit()
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let cache = |frame: &Value| (frame["result"]["ttlMs"].as_u64().unwrap(), frame["result"]["cacheScope"].clone());
+    for method in ["tools/list", "resources/list", "server/discover"] {
+        let frame = send(&server, request(1, method, json!({}))).await;
+        assert_eq!(cache(&frame), (60_000, json!("public")), "no bound: the application's own; {method}");
+    }
+    freshness.set(Some(1_005_000), false);
+    assert_eq!(cache(&send(&server, request(2, "tools/list", json!({}))).await), (5_000, json!("public")));
+    clock.advance_ms(4_000);
+    assert_eq!(cache(&send(&server, request(3, "tools/list", json!({}))).await), (1_000, json!("public")));
+    clock.advance_ms(2_000);
+    assert_eq!(cache(&send(&server, request(4, "tools/list", json!({}))).await), (0, json!("public")), "past it: 0");
+    freshness.set(Some(i64::MAX), true);
+    for method in ["tools/list", "resources/list", "server/discover"] {
+        let frame = send(&server, request(5, method, json!({}))).await;
+        assert_eq!(cache(&frame), (60_000, json!("private")), "a private part: {method}");
+    }
+}

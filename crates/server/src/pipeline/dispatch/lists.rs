@@ -13,8 +13,8 @@ impl Dispatch {
         let mut result = json!({
             "supportedVersions": self.supported_versions(),
             "capabilities": app.capabilities(),
-            "ttlMs": app.list_ttl_ms,
-            "cacheScope": self.cache_scope(),
+            "ttlMs": self.list_ttl_ms(app),
+            "cacheScope": self.list_cache_scope(app),
         });
         if let Some(instructions) = &app.instructions {
             result["instructions"] = json!(instructions);
@@ -46,12 +46,29 @@ impl Dispatch {
         let end = offset.saturating_add(self.config.page_size.max(1)).min(items.len());
         let mut result = json!({
             kind: items[offset..end].iter().map(render).collect::<Vec<_>>(),
-            "ttlMs": app.list_ttl_ms,
-            "cacheScope": self.cache_scope(),
+            "ttlMs": self.list_ttl_ms(app),
+            "cacheScope": self.list_cache_scope(app),
         });
         if end < items.len() {
             result["nextCursor"] = json!(self.cursors.mint(kind, end));
         }
         Ok(result)
+    }
+
+    /// `ttlMs` of a list: the application's own, bounded by its [`crate::ListFreshness`].
+    fn list_ttl_ms(&self, app: &App) -> u64 {
+        match &app.list_freshness {
+            Some(freshness) => freshness.ttl_ms(self.clock.now_ms(), app.list_ttl_ms),
+            None => app.list_ttl_ms,
+        }
+    }
+
+    /// `cacheScope` of a list: the server's, or `private` when a part of the list is.
+    fn list_cache_scope(&self, app: &App) -> &'static str {
+        if app.list_freshness.as_ref().is_some_and(|freshness| freshness.private()) {
+            "private"
+        } else {
+            self.cache_scope()
+        }
     }
 }
