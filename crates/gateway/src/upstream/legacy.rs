@@ -1,7 +1,10 @@
 //! The 2025-era wire toward an upstream: the `initialize` handshake (2025-11-25, then
-//! 2025-06-18), and one upstream session per caller partition, created lazily, never shared
-//! between partitions, bounded in number (the least recently used one is evicted and DELETEd,
-//! best effort).
+//! 2025-06-18), and one upstream session per caller partition and declared client capabilities
+//! (a 2026-07-28 caller declares them per request, a 2025 session once, at `initialize`: a
+//! request is made in a session that declared exactly its caller's), created lazily, never
+//! shared between partitions, bounded in number (the least recently used one is evicted and DELETEd,
+//! best effort); and the caller's log level (a 2026-07-28 request's `_meta` logLevel) as the
+//! session's own, set with `logging/setLevel` when it changes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +21,23 @@ pub const MAX_SESSIONS: usize = 10_000;
 /// The partition of the gateway's own session (listings, change stream).
 pub const GATEWAY_PARTITION: &str = "";
 
+/// Separates the partition from the capabilities' digest in a session's key.
+const CAPABILITIES_SEPARATOR: char = '\u{1f}';
+
+/// The key of a partition's session for `capabilities`: the partition alone when none are
+/// declared (the gateway's own session, and callers that declare nothing), else the partition
+/// and the digest of the capabilities' canonical JSON.
+fn session_key(partition: &str, capabilities: Option<&Value>) -> String {
+    match capabilities {
+        None => partition.to_owned(),
+        Some(Value::Object(caps)) if caps.is_empty() => partition.to_owned(),
+        Some(caps) => {
+            let digest = crate::pins::definition_digest(caps).unwrap_or_else(|_| caps.to_string());
+            format!("{partition}{CAPABILITIES_SEPARATOR}{digest}")
+        }
+    }
+}
+
 /// One open upstream session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Session {
@@ -31,6 +51,8 @@ pub(super) struct Session {
 #[derive(Debug, Default)]
 pub(super) struct Slot {
     session: tokio::sync::Mutex<Option<Session>>,
+    /// The log level last set with `logging/setLevel`, with the session id it was set on.
+    level: tokio::sync::Mutex<Option<(Option<String>, String)>>,
     last_used: AtomicU64,
 }
 
@@ -66,7 +88,11 @@ impl Sessions {
                 evicted = slots.remove(&key).map(|slot| (key, slot));
             }
         }
-        let slot = Arc::new(Slot { session: tokio::sync::Mutex::new(None), last_used: AtomicU64::new(tick) });
+        let slot = Arc::new(Slot {
+            session: tokio::sync::Mutex::new(None),
+            level: tokio::sync::Mutex::new(None),
+            last_used: AtomicU64::new(tick),
+        });
         slots.insert(partition.to_owned(), slot.clone());
         (slot, evicted)
     }
@@ -88,14 +114,15 @@ impl Inner {
         slot
     }
 
-    /// The session of `caller.partition`, opened with `initialize` when it has none yet.
+    /// The session of `caller.partition` with these declared `capabilities`, opened with
+    /// `initialize` when it has none yet.
     pub(super) async fn session(
         self: &Arc<Self>,
         version: &str,
         caller: CallerContext<'_>,
         capabilities: Option<&Value>,
     ) -> Result<Session, UpstreamError> {
-        let slot = self.partition_slot(caller.partition);
+        let slot = self.partition_slot(&session_key(caller.partition, capabilities));
         let mut guard = slot.session.lock().await;
         if let Some(session) = guard.as_ref() {
             return Ok(session.clone());
@@ -113,7 +140,7 @@ impl Inner {
         caller: CallerContext<'_>,
         capabilities: Option<&Value>,
     ) -> Result<Session, UpstreamError> {
-        let slot = self.partition_slot(caller.partition);
+        let slot = self.partition_slot(&session_key(caller.partition, capabilities));
         let mut guard = slot.session.lock().await;
         if let Some(current) = guard.as_ref()
             && current != stale
@@ -124,6 +151,35 @@ impl Inner {
         let (session, _) = self.handshake(&[stale.version.as_str()], caller, capabilities).await?;
         *guard = Some(session.clone());
         Ok(session)
+    }
+
+    /// Makes `level` the log level of `caller.partition`'s `session` with `logging/setLevel`,
+    /// unless it is already (the upstream declared `logging`; the caller asked for logs at
+    /// `level`). An upstream's refusal is not the request's: the gateway filters what it relays
+    /// by the caller's level anyway.
+    pub(super) async fn set_level(
+        self: &Arc<Self>,
+        session: &Session,
+        caller: CallerContext<'_>,
+        capabilities: Option<&Value>,
+        level: &str,
+    ) -> Result<(), UpstreamError> {
+        let slot = self.partition_slot(&session_key(caller.partition, capabilities));
+        let mut set = slot.level.lock().await;
+        if set.as_ref().is_some_and(|(id, current)| *id == session.id && current == level) {
+            return Ok(());
+        }
+        let mut params = Map::new();
+        params.insert("level".into(), json!(level));
+        let target = Target { caller, session: Some(session), version: Some(&session.version) };
+        let headers = super::messages::method_headers("logging/setLevel", &params);
+        match self.exchange("logging/setLevel", params, target, &headers, None, None).await?.body {
+            Body::Result(_) => *set = Some((session.id.clone(), level.to_owned())),
+            Body::Error { code, .. } => {
+                tracing::debug!(upstream = %self.id, code, "upstream refused logging/setLevel");
+            }
+        }
+        Ok(())
     }
 
     /// Sets the gateway's own session (after the connect handshake).
@@ -179,13 +235,14 @@ impl Inner {
     }
 
     /// DELETEs an evicted partition's session, in the background and best effort.
-    fn close_evicted(self: &Arc<Self>, (partition, slot): (String, Arc<Slot>)) {
+    fn close_evicted(self: &Arc<Self>, (key, slot): (String, Arc<Slot>)) {
         let inner = self.clone();
         tokio::spawn(async move {
             let Some(session) = slot.session.lock().await.take() else { return };
             if session.id.is_none() {
                 return;
             }
+            let partition = key.split_once(CAPABILITIES_SEPARATOR).map_or(key.as_str(), |(partition, _)| partition);
             let caller = CallerContext { partition: &partition, subject_token: None, user: None };
             let target = Target { caller, session: Some(&session), version: Some(&session.version) };
             let Ok(out) = inner.outgoing(target, Vec::new()).await else { return };
@@ -197,6 +254,24 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_is_keyed_by_partition_and_declared_capabilities() {
+        let sampling = json!({ "sampling": {} });
+        let both = json!({ "elicitation": { "form": {} }, "sampling": {} });
+        let reordered = json!({ "sampling": {}, "elicitation": { "form": {} } });
+        assert_eq!(session_key("p", None), "p");
+        assert_eq!(session_key("p", Some(&json!({}))), "p", "nothing declared: the partition's plain session");
+        assert_ne!(session_key("p", Some(&sampling)), session_key("p", Some(&both)));
+        assert_ne!(session_key("p", Some(&both)), session_key("q", Some(&both)), "never shared between partitions");
+        assert_eq!(
+            session_key("p", Some(&both)),
+            session_key("p", Some(&reordered)),
+            "canonical: order is no difference"
+        );
+        let key = session_key("p", Some(&both));
+        assert_eq!(key.split_once(CAPABILITIES_SEPARATOR).map(|(partition, _)| partition), Some("p"));
+    }
 
     #[test]
     fn the_least_recently_used_partition_is_evicted_never_the_gateway_s() {

@@ -69,8 +69,8 @@ use health::Health;
 use http::{Body, Incoming, Outgoing, Refusal, Transport};
 use legacy::{GATEWAY_PARTITION, Session, Sessions};
 use messages::{
-    MAX_SAFE_INTEGER, check_complete, discovered, header_declarations, instructions, legacy_params, method_headers,
-    modern_params,
+    MAX_SAFE_INTEGER, check_complete, discovered, header_declarations, instructions, legacy_params, log_level,
+    method_headers, modern_params,
 };
 pub use settings::{ProtocolChoice, UpstreamLimits};
 pub use types::{
@@ -766,13 +766,22 @@ impl Inner {
                 Ok(self.exchange(method, params, target, &headers, notifications, cancel).await?.body)
             }
             Era::Legacy(version) => {
+                // The 2026-07-28 per-request log level is the 2025 session's own.
+                let level =
+                    log_level(&params).filter(|_| info.capabilities.get("logging").is_some_and(Value::is_object));
                 let params = legacy_params(params)?;
                 let headers = self.request_headers(method, &params);
                 let session = self.session(version, caller, capabilities).await?;
+                if let Some(level) = &level {
+                    self.set_level(&session, caller, capabilities, level).await?;
+                }
                 let target = Target { caller, session: Some(&session), version: Some(&session.version) };
                 match self.exchange(method, params.clone(), target, &headers, notifications, cancel).await {
                     Err(UpstreamError::Status(404)) if session.id.is_some() => {
                         let session = self.reopen(&session, caller, capabilities).await?;
+                        if let Some(level) = &level {
+                            self.set_level(&session, caller, capabilities, level).await?;
+                        }
                         let target = Target { caller, session: Some(&session), version: Some(&session.version) };
                         Ok(self.exchange(method, params, target, &headers, notifications, cancel).await?.body)
                     }

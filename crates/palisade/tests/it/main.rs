@@ -13,6 +13,7 @@ mod delegation;
 mod dev_authorization;
 mod events_bridge;
 mod gateway_boundary;
+mod gateway_eras;
 mod gateway_metrics;
 mod gateway_names;
 mod gateway_pins;
