@@ -18,6 +18,8 @@ use crate::credentials::CallerContext;
 
 /// Most upstream sessions held at once per upstream.
 pub const MAX_SESSIONS: usize = 10_000;
+/// Most upstream sessions of one caller partition (one per set of declared capabilities).
+pub const MAX_SESSIONS_PER_PARTITION: usize = 4;
 /// The partition of the gateway's own session (listings, change stream).
 pub const GATEWAY_PARTITION: &str = "";
 
@@ -36,6 +38,11 @@ fn session_key(partition: &str, capabilities: Option<&Value>) -> String {
             format!("{partition}{CAPABILITIES_SEPARATOR}{digest}")
         }
     }
+}
+
+/// The partition a session key belongs to.
+fn partition_of(key: &str) -> &str {
+    key.split_once(CAPABILITIES_SEPARATOR).map_or(key, |(partition, _)| partition)
 }
 
 /// One open upstream session.
@@ -68,32 +75,44 @@ impl Sessions {
         self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The slot of `partition` (created when absent) and, when making room evicted another
-    /// partition's slot, that slot.
-    fn slot(&self, partition: &str) -> (Arc<Slot>, Option<(String, Arc<Slot>)>) {
+    /// The slot of session `key` (created when absent) and, when making room evicted another
+    /// slot, that one: the least recently used of the same partition when the partition holds
+    /// [`MAX_SESSIONS_PER_PARTITION`] (a caller varying its capabilities churns only its own
+    /// sessions), else the least recently used of all when [`MAX_SESSIONS`] are held; never the
+    /// gateway's own.
+    fn slot(&self, key: &str) -> (Arc<Slot>, Option<(String, Arc<Slot>)>) {
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         let mut slots = self.lock();
-        if let Some(slot) = slots.get(partition) {
+        if let Some(slot) = slots.get(key) {
             slot.last_used.store(tick, Ordering::Relaxed);
             return (slot.clone(), None);
         }
-        let mut evicted = None;
-        if slots.len() >= MAX_SESSIONS {
-            let oldest = slots
+        let partition = partition_of(key);
+        let evictable = |candidate: &String| candidate.as_str() != GATEWAY_PARTITION;
+        let same_partition =
+            slots.keys().filter(|candidate| evictable(candidate) && partition_of(candidate) == partition).count();
+        let oldest = |slots: &HashMap<String, Arc<Slot>>, only_partition: bool| {
+            slots
                 .iter()
-                .filter(|(key, _)| key.as_str() != GATEWAY_PARTITION)
+                .filter(|(candidate, _)| evictable(candidate))
+                .filter(|(candidate, _)| !only_partition || partition_of(candidate) == partition)
                 .min_by_key(|(_, slot)| slot.last_used.load(Ordering::Relaxed))
-                .map(|(key, _)| key.clone());
-            if let Some(key) = oldest {
-                evicted = slots.remove(&key).map(|slot| (key, slot));
-            }
-        }
+                .map(|(candidate, _)| candidate.clone())
+        };
+        let victim = if same_partition >= MAX_SESSIONS_PER_PARTITION {
+            oldest(&slots, true)
+        } else if slots.len() >= MAX_SESSIONS {
+            oldest(&slots, false)
+        } else {
+            None
+        };
+        let evicted = victim.and_then(|victim| slots.remove(&victim).map(|slot| (victim, slot)));
         let slot = Arc::new(Slot {
             session: tokio::sync::Mutex::new(None),
             level: tokio::sync::Mutex::new(None),
             last_used: AtomicU64::new(tick),
         });
-        slots.insert(partition.to_owned(), slot.clone());
+        slots.insert(key.to_owned(), slot.clone());
         (slot, evicted)
     }
 
@@ -104,10 +123,10 @@ impl Sessions {
 }
 
 impl Inner {
-    /// The slot of `partition` (created if missing; the least recently used one evicted and its
-    /// session closed when the map is full).
-    fn partition_slot(self: &Arc<Self>, partition: &str) -> Arc<Slot> {
-        let (slot, evicted) = self.sessions.slot(partition);
+    /// The slot of session `key` (created if missing; another evicted and its session closed
+    /// when the partition or the map is full, [`Sessions::slot`]).
+    fn partition_slot(self: &Arc<Self>, key: &str) -> Arc<Slot> {
+        let (slot, evicted) = self.sessions.slot(key);
         if let Some(evicted) = evicted {
             self.close_evicted(evicted);
         }
@@ -242,7 +261,7 @@ impl Inner {
             if session.id.is_none() {
                 return;
             }
-            let partition = key.split_once(CAPABILITIES_SEPARATOR).map_or(key.as_str(), |(partition, _)| partition);
+            let partition = partition_of(&key);
             let caller = CallerContext { partition: &partition, subject_token: None, user: None };
             let target = Target { caller, session: Some(&session), version: Some(&session.version) };
             let Ok(out) = inner.outgoing(target, Vec::new()).await else { return };
@@ -269,8 +288,32 @@ mod tests {
             session_key("p", Some(&reordered)),
             "canonical: order is no difference"
         );
-        let key = session_key("p", Some(&both));
-        assert_eq!(key.split_once(CAPABILITIES_SEPARATOR).map(|(partition, _)| partition), Some("p"));
+        assert_eq!(partition_of(&session_key("p", Some(&both))), "p");
+    }
+
+    #[test]
+    fn a_partition_varying_its_capabilities_evicts_only_its_own_sessions() {
+        let sessions = Sessions::default();
+        sessions.slot(GATEWAY_PARTITION);
+        sessions.slot("bob");
+        let variants: Vec<String> =
+            (0..MAX_SESSIONS_PER_PARTITION + 3).map(|n| session_key("alice", Some(&json!({ "x": n })))).collect();
+        for (n, key) in variants.iter().enumerate() {
+            let (_, evicted) = sessions.slot(key);
+            match n.checked_sub(MAX_SESSIONS_PER_PARTITION) {
+                None => assert!(evicted.is_none(), "{n}"),
+                // The oldest of alice's own goes, never bob's nor the gateway's.
+                Some(oldest) => assert_eq!(evicted.map(|(key, _)| key).as_ref(), Some(&variants[oldest]), "{n}"),
+            }
+        }
+        // The same capabilities again: the same slot, nothing evicted.
+        let newest = variants.last().unwrap();
+        let (first, _) = sessions.slot(newest);
+        let (again, evicted) = sessions.slot(newest);
+        assert!(Arc::ptr_eq(&first, &again) && evicted.is_none());
+        let slots = sessions.lock();
+        assert!(slots.contains_key("bob") && slots.contains_key(GATEWAY_PARTITION));
+        assert_eq!(slots.keys().filter(|key| partition_of(key) == "alice").count(), MAX_SESSIONS_PER_PARTITION);
     }
 
     #[test]
