@@ -195,7 +195,7 @@ fn the_legacy_wire_initializes_and_refuses_discover() {
     fixture.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     let list = fixture.result("tools/list", json!({}));
     assert!(list.get("resultType").is_none(), "the 2025 wire has no resultType: {list}");
-    assert_eq!(list["tools"].as_array().expect("tools").len(), 7);
+    assert_eq!(list["tools"].as_array().expect("tools").len(), 8);
     assert_eq!(fixture.call("echo", json!({"text": "old"})), json!({"text": "old"}));
     assert!(fixture.finish().success());
 }
