@@ -262,7 +262,7 @@ impl Inner {
                 return;
             }
             let partition = partition_of(&key);
-            let caller = CallerContext { partition: &partition, subject_token: None, user: None };
+            let caller = CallerContext { partition, subject_token: None, user: None };
             let target = Target { caller, session: Some(&session), version: Some(&session.version) };
             let Ok(out) = inner.outgoing(target, Vec::new()).await else { return };
             let _ = tokio::time::timeout(inner.limits.request_timeout, inner.transport.delete(&out)).await;
