@@ -12,8 +12,10 @@
 //!   `MCP-Protocol-Version`, the `Mcp-Method` / `Mcp-Name` / `Mcp-Param-*` values derived from
 //!   the params actually sent, the session id this client holds, and the upstream credential's
 //!   headers. Nothing of the caller's request headers is ever copied.
-//! - 2025-era sessions are per caller partition ([`crate::credentials::CallerContext::partition`]),
-//!   never shared; the gateway's own listings and change stream use the partition `""`.
+//! - 2025-era sessions are per caller partition ([`crate::credentials::CallerContext::partition`])
+//!   and declared capabilities, never shared between partitions; a request's `_meta` log level
+//!   is set on its session with `logging/setLevel`; the gateway's own listings and change
+//!   stream use the partition `""`.
 //! - Health ([`UpstreamClient::health`]): unavailability, timeouts, 5xx statuses and protocol
 //!   errors count as failures; from the second consecutive one the upstream is in backoff
 //!   (1 s, doubling to 60 s) and calls are refused at once ([`UpstreamError::Unhealthy`]).
