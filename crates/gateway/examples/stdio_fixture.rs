@@ -2,7 +2,9 @@
 //! newline-delimited JSON-RPC on stdin/stdout (MCP 2026-07-28 by default, 2025-11-25 with
 //! `--legacy`) and offers tools that report who it runs as, keep per-process state, burn CPU, and
 //! try to break out of its sandbox (network, files, environment, signals, processes, memory),
-//! reporting what it observed for each attempt, and flood its stderr.
+//! reporting what it observed for each attempt, and flood its stderr; `log` sends one `info` log
+//! message when the request's level (2026-07-28: `_meta` logLevel; 2025: the level set with
+//! `logging/setLevel`) lets it.
 //!
 //! Usage: `stdio_fixture [--legacy]`. If `FIXTURE_START_MARKER` names a path, the line
 //! `started <pid>` is appended to it at start. The process exits on stdin EOF.
@@ -48,10 +50,17 @@ impl RpcError {
     }
 }
 
-/// The fixture's whole state: which wire it speaks and the last remembered value.
+/// `_meta` key of the per-request log level on the 2026-07-28 wire.
+const LOG_LEVEL_KEY: &str = "io.modelcontextprotocol/logLevel";
+/// The levels at or below which an `info` message is sent.
+const INFO_OR_LOWER: [&str; 2] = ["debug", "info"];
+
+/// The fixture's whole state: which wire it speaks, the last remembered value and the level set
+/// with `logging/setLevel` (2025 wire).
 struct Fixture {
     legacy: bool,
     remembered: Option<String>,
+    log_level: Option<String>,
 }
 
 fn main() {
@@ -66,7 +75,7 @@ fn main() {
         }
     }
     write_start_marker();
-    let mut fixture = Fixture { legacy, remembered: None };
+    let mut fixture = Fixture { legacy, remembered: None, log_level: None };
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut line = Vec::new();
@@ -180,7 +189,7 @@ impl Fixture {
             "server/discover" if !self.legacy => Ok(json!({
                 "resultType": "complete",
                 "supportedVersions": [MODERN_VERSION],
-                "capabilities": {"tools": {}},
+                "capabilities": {"tools": {}, "logging": {}},
                 "_meta": {SERVER_INFO_KEY: server_info()},
             })),
             "initialize" if self.legacy => {
@@ -191,9 +200,17 @@ impl Fixture {
                 };
                 Ok(json!({
                     "protocolVersion": version,
-                    "capabilities": {"tools": {}},
+                    "capabilities": {"tools": {}, "logging": {}},
                     "serverInfo": server_info(),
                 }))
+            }
+            "logging/setLevel" if self.legacy => {
+                let level = params
+                    .get("level")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| RpcError::invalid_params("logging/setLevel needs a string `level`"))?;
+                self.log_level = Some(level.to_owned());
+                Ok(json!({}))
             }
             "tools/list" => Ok(self.complete(json!({"tools": tool_definitions()}))),
             "tools/call" => {
@@ -248,6 +265,23 @@ impl Fixture {
                 let bytes = optional_u64(arguments, "stderr_bytes", MAX_NOISE_BYTES)?.unwrap_or(0);
                 Ok(json!({"stderr_bytes": noise(bytes)}))
             }
+            "log" => {
+                let level = if self.legacy {
+                    self.log_level.clone()
+                } else {
+                    params
+                        .get("_meta")
+                        .and_then(|meta| meta.get(LOG_LEVEL_KEY))
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                };
+                let logs = level.as_deref().is_some_and(|level| INFO_OR_LOWER.contains(&level));
+                if logs {
+                    let message = json!({"level": "info", "logger": "fixture", "data": "logged"});
+                    send(&json!({"jsonrpc": "2.0", "method": "notifications/message", "params": message}));
+                }
+                Ok(json!({"logged": logs, "level": level}))
+            }
             other => Err(RpcError::invalid_params(format!("unknown tool: {other}"))),
         }
     }
@@ -280,6 +314,11 @@ fn tool_definitions() -> Value {
         {
             "name": "whoami",
             "description": "Reports the process's pid, uid, gid, ppid, environment variable names, cwd and hostname.",
+            "inputSchema": {"type": "object", "properties": {}},
+        },
+        {
+            "name": "log",
+            "description": "Sends one info log message when the request's log level lets it.",
             "inputSchema": {"type": "object", "properties": {}},
         },
         {

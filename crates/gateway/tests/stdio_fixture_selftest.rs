@@ -137,7 +137,7 @@ fn the_modern_wire_answers_discover_ping_and_lists_every_tool() {
         json!({
             "resultType": "complete",
             "supportedVersions": ["2026-07-28"],
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {}, "logging": {}},
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "stdio-fixture", "version": "1"}},
         })
     );
@@ -152,7 +152,7 @@ fn the_modern_wire_answers_discover_ping_and_lists_every_tool() {
     let mut names: Vec<&str> =
         list["tools"].as_array().expect("tools").iter().map(|t| t["name"].as_str().expect("name")).collect();
     names.sort_unstable();
-    assert_eq!(names, ["echo", "noise", "probe", "recall", "remember", "spin", "whoami"]);
+    assert_eq!(names, ["echo", "log", "noise", "probe", "recall", "remember", "spin", "whoami"]);
     for tool in list["tools"].as_array().expect("tools") {
         assert_eq!(tool["inputSchema"]["type"], "object", "{tool}");
     }
@@ -184,7 +184,7 @@ fn the_legacy_wire_initializes_and_refuses_discover() {
         init,
         json!({
             "protocolVersion": "2025-06-18",
-            "capabilities": {"tools": {}},
+            "capabilities": {"tools": {}, "logging": {}},
             "serverInfo": {"name": "stdio-fixture", "version": "1"},
         })
     );
@@ -195,7 +195,7 @@ fn the_legacy_wire_initializes_and_refuses_discover() {
     fixture.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
     let list = fixture.result("tools/list", json!({}));
     assert!(list.get("resultType").is_none(), "the 2025 wire has no resultType: {list}");
-    assert_eq!(list["tools"].as_array().expect("tools").len(), 7);
+    assert_eq!(list["tools"].as_array().expect("tools").len(), 8);
     assert_eq!(fixture.call("echo", json!({"text": "old"})), json!({"text": "old"}));
     assert!(fixture.finish().success());
 }

@@ -229,6 +229,41 @@ async fn a_legacy_server_is_initialized_in_every_process() {
 }
 
 #[tokio::test]
+async fn a_2025_process_is_set_to_each_request_s_log_level() {
+    let fixture = stdio_fixture::fixture_path();
+    let settings = settings(fixture.to_str().unwrap(), "confinement = \"none\"\nargs = [\"--legacy\"]");
+    let client = client(&settings);
+    client.set_launch_approved(Some(digest(&settings))).await;
+    client.connect().await.unwrap();
+    // The 2026-07-28 per-request level (as the gateway's relay sends it) becomes the 2025
+    // process's own with logging/setLevel, each time it changes.
+    for (level, logs) in [("info", true), ("error", false), ("debug", true)] {
+        let mut params = Map::new();
+        params.insert("name".into(), json!("log"));
+        params.insert("arguments".into(), json!({}));
+        params.insert("_meta".into(), json!({ "io.modelcontextprotocol/logLevel": level }));
+        let (sink, mut received) = tokio::sync::mpsc::channel(8);
+        let request = UpstreamRequest {
+            method: "tools/call",
+            params,
+            caller: CallerContext { partition: "alice", subject_token: None, user: None },
+            client_capabilities: None,
+            notifications: Some(sink),
+            cancel: CancellationToken::new(),
+        };
+        let UpstreamReply::Result(result) = client.request(request).await.unwrap() else { panic!("a result") };
+        assert_eq!(result["structuredContent"]["level"], level, "the process's level");
+        assert_eq!(result["structuredContent"]["logged"], logs, "{level}");
+        let message = received.try_recv().ok();
+        assert_eq!(message.is_some(), logs, "{level}: {message:?}");
+        if let Some(message) = message {
+            assert_eq!(message["method"], "notifications/message");
+            assert_eq!(message["params"]["data"], "logged");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_confined_process_runs_as_its_own_uid_without_the_gateway_environment() {
     if !std::path::Path::new("/usr/bin/bwrap").exists() {
         panic!("bubblewrap is required for the confinement tests (scripts/test installs it)");

@@ -45,6 +45,8 @@ pub enum Needs {
     Tools,
     /// At least one resource or template.
     Resources,
+    /// Resources, and updates of them to subscribe to.
+    ResourceSubscriptions,
     /// At least one prompt.
     Prompts,
     /// A completion handler.
@@ -128,9 +130,9 @@ methods! {
     /// `logging/setLevel` (2025-era wire only)
     SetLogLevel = "logging/setLevel", Session, None, None, Nothing;
     /// `resources/subscribe` (2025-era wire only)
-    Subscribe = "resources/subscribe", Session, Resource, None, Resources;
+    Subscribe = "resources/subscribe", Session, Resource, None, ResourceSubscriptions;
     /// `resources/unsubscribe` (2025-era wire only)
-    Unsubscribe = "resources/unsubscribe", Session, Resource, None, Resources;
+    Unsubscribe = "resources/unsubscribe", Session, Resource, None, ResourceSubscriptions;
     /// Opening the session's `GET /mcp` stream (2025-era wire only; not a JSON-RPC method).
     SessionStream = "session/stream", SessionTransport, None, None, Nothing;
     /// A client notification POSTed to a session (2025-era wire only).

@@ -23,6 +23,7 @@
 //! in [`Gateway::report`], the log and the audit record of the state change.
 
 mod loops;
+mod offers;
 mod reconcile;
 mod relay;
 mod series;
@@ -106,9 +107,11 @@ struct Listing {
 }
 
 impl Listing {
-    /// Whether `other` lists exactly the same definitions (and instructions, and UI contents).
+    /// Whether `other` lists exactly the same definitions (and instructions, UI contents and
+    /// capabilities: what the gateway offers depends on them, [`offers`]).
     fn same_as(&self, other: &Listing) -> bool {
         self.info.instructions == other.info.instructions
+            && self.info.capabilities == other.info.capabilities
             && self.tools == other.tools
             && self.prompts == other.prompts
             && self.resources == other.resources

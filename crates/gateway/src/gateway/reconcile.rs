@@ -9,6 +9,7 @@ use palisade_server::{App, AppBuilder, Origin};
 use palisade_store::{AuditRecord, Decision, PinDecision, PinObservation, PinRow, PinVerdict};
 use serde_json::{Value, json};
 
+use super::offers::{Offers, declares};
 use super::relay::{ApprovedUi, CompletionRoutes, relayed_prompt, relayed_resource, relayed_template, relayed_tool};
 use super::{Attached, CoverageCheck, Gateway, GatewayError, Listing, PinEntry, Refreshed, Upstream, lock};
 use crate::churn::{Summary, Verdict};
@@ -415,6 +416,7 @@ impl Gateway {
         let (mut tools, mut prompts, mut resources, mut templates) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let (mut completion_prompts, mut completion_templates) = (BTreeMap::new(), BTreeMap::new());
         let mut instructions = Vec::new();
+        let mut offers = Offers::default();
         let covered = |key: &str| coverage.is_none_or(|check| check(key));
         // Per upstream, the UI contents approved with a served tool: a UI read is relayed only
         // while its contents are one of these.
@@ -465,6 +467,10 @@ impl Gateway {
                 continue;
             };
             let raw = raw.clone();
+            offers.note(upstream, definition.subject.kind);
+            // Completions are relayed only to an upstream that declares them; the others'
+            // prompts and templates complete to nothing, here.
+            let completes = declares(upstream, "completions", None);
             match definition.subject.kind {
                 DefinitionKind::Tool => match relayed_tool(upstream, &exposed, &definition.subject.name, raw, origin) {
                     Ok(tool) => tools.push(tool),
@@ -474,13 +480,18 @@ impl Gateway {
                     }
                 },
                 DefinitionKind::Prompt => {
-                    completion_prompts.insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
+                    if completes {
+                        completion_prompts
+                            .insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
+                    }
                     prompts.push(relayed_prompt(upstream, &exposed, &definition.subject.name, raw, origin));
                 }
                 DefinitionKind::Resource => resources.push(relayed_resource(upstream, &exposed, raw, origin, ui)),
                 DefinitionKind::ResourceTemplate => {
-                    completion_templates
-                        .insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
+                    if completes {
+                        completion_templates
+                            .insert(exposed.clone(), (definition.upstream, definition.subject.name.clone()));
+                    }
                     templates.push(relayed_template(upstream, &exposed, raw, origin, ui));
                 }
                 DefinitionKind::Instructions | DefinitionKind::Launch => {}
@@ -488,7 +499,8 @@ impl Gateway {
         }
         let mut builder = App::builder("palisade-gateway", env!("CARGO_PKG_VERSION"))
             .dynamic()
-            .list_freshness(self.inner.freshness.clone());
+            .list_freshness(self.inner.freshness.clone())
+            .resource_subscriptions(offers.resource_subscriptions);
         let routes = Arc::new(CompletionRoutes {
             upstreams: self.inner.upstreams.clone(),
             prompts: completion_prompts,

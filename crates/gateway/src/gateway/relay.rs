@@ -521,24 +521,28 @@ impl CompletionRoutes {
     }
 
     /// Relays a `completion/complete` to the upstream of the prompt or template it completes,
-    /// with the reference renamed to the upstream's own.
+    /// with the reference renamed to the upstream's own; one of an upstream that declares no
+    /// completions completes to no values.
     pub(super) async fn complete(
         &self,
         ctx: &RequestContext,
         reference: CompletionRef,
         mut params: Map<String, Value>,
     ) -> Result<Value, ProtocolError> {
-        let (index, reference) = match &reference {
-            CompletionRef::Prompt(name) => {
-                let (index, upstream_name) =
-                    self.prompts.get(name).ok_or(ProtocolError::invalid_params("unknown prompt"))?;
-                (*index, json!({ "type": "ref/prompt", "name": upstream_name }))
-            }
-            CompletionRef::Resource(uri) => {
-                let (index, template) =
-                    self.templates.get(uri).ok_or(ProtocolError::invalid_params("unknown resource"))?;
-                (*index, json!({ "type": "ref/resource", "uri": template }))
-            }
+        // The registry checked that the reference names a served prompt or template: one
+        // without a route is of an upstream that declares no completions.
+        let route = match &reference {
+            CompletionRef::Prompt(name) => self
+                .prompts
+                .get(name)
+                .map(|(index, upstream_name)| (*index, json!({ "type": "ref/prompt", "name": upstream_name }))),
+            CompletionRef::Resource(uri) => self
+                .templates
+                .get(uri)
+                .map(|(index, template)| (*index, json!({ "type": "ref/resource", "uri": template }))),
+        };
+        let Some((index, reference)) = route else {
+            return Ok(json!({ "completion": { "values": [], "hasMore": false } }));
         };
         let upstream = self.upstreams.get(index).ok_or(ProtocolError::Internal)?;
         params.insert("ref".into(), reference);

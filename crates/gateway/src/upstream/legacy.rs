@@ -1,7 +1,10 @@
 //! The 2025-era wire toward an upstream: the `initialize` handshake (2025-11-25, then
-//! 2025-06-18), and one upstream session per caller partition, created lazily, never shared
-//! between partitions, bounded in number (the least recently used one is evicted and DELETEd,
-//! best effort).
+//! 2025-06-18), and one upstream session per caller partition and declared client capabilities
+//! (a 2026-07-28 caller declares them per request, a 2025 session once, at `initialize`: a
+//! request is made in a session that declared exactly its caller's), created lazily, never
+//! shared between partitions, bounded in number (the least recently used one is evicted and DELETEd,
+//! best effort); and the caller's log level (a 2026-07-28 request's `_meta` logLevel) as the
+//! session's own, set with `logging/setLevel` when it changes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,8 +18,32 @@ use crate::credentials::CallerContext;
 
 /// Most upstream sessions held at once per upstream.
 pub const MAX_SESSIONS: usize = 10_000;
+/// Most upstream sessions of one caller partition (one per set of declared capabilities).
+pub const MAX_SESSIONS_PER_PARTITION: usize = 4;
 /// The partition of the gateway's own session (listings, change stream).
 pub const GATEWAY_PARTITION: &str = "";
+
+/// Separates the partition from the capabilities' digest in a session's key.
+const CAPABILITIES_SEPARATOR: char = '\u{1f}';
+
+/// The key of a partition's session for `capabilities`: the partition alone when none are
+/// declared (the gateway's own session, and callers that declare nothing), else the partition
+/// and the digest of the capabilities' canonical JSON.
+fn session_key(partition: &str, capabilities: Option<&Value>) -> String {
+    match capabilities {
+        None => partition.to_owned(),
+        Some(Value::Object(caps)) if caps.is_empty() => partition.to_owned(),
+        Some(caps) => {
+            let digest = crate::pins::definition_digest(caps).unwrap_or_else(|_| caps.to_string());
+            format!("{partition}{CAPABILITIES_SEPARATOR}{digest}")
+        }
+    }
+}
+
+/// The partition a session key belongs to.
+fn partition_of(key: &str) -> &str {
+    key.split_once(CAPABILITIES_SEPARATOR).map_or(key, |(partition, _)| partition)
+}
 
 /// One open upstream session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +58,8 @@ pub(super) struct Session {
 #[derive(Debug, Default)]
 pub(super) struct Slot {
     session: tokio::sync::Mutex<Option<Session>>,
+    /// The log level last set with `logging/setLevel`, with the session id it was set on.
+    level: tokio::sync::Mutex<Option<(Option<String>, String)>>,
     last_used: AtomicU64,
 }
 
@@ -46,28 +75,44 @@ impl Sessions {
         self.slots.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The slot of `partition` (created when absent) and, when making room evicted another
-    /// partition's slot, that slot.
-    fn slot(&self, partition: &str) -> (Arc<Slot>, Option<(String, Arc<Slot>)>) {
+    /// The slot of session `key` (created when absent) and, when making room evicted another
+    /// slot, that one: the least recently used of the same partition when the partition holds
+    /// [`MAX_SESSIONS_PER_PARTITION`] (a caller varying its capabilities churns only its own
+    /// sessions), else the least recently used of all when [`MAX_SESSIONS`] are held; never the
+    /// gateway's own.
+    fn slot(&self, key: &str) -> (Arc<Slot>, Option<(String, Arc<Slot>)>) {
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         let mut slots = self.lock();
-        if let Some(slot) = slots.get(partition) {
+        if let Some(slot) = slots.get(key) {
             slot.last_used.store(tick, Ordering::Relaxed);
             return (slot.clone(), None);
         }
-        let mut evicted = None;
-        if slots.len() >= MAX_SESSIONS {
-            let oldest = slots
+        let partition = partition_of(key);
+        let evictable = |candidate: &String| candidate.as_str() != GATEWAY_PARTITION;
+        let same_partition =
+            slots.keys().filter(|candidate| evictable(candidate) && partition_of(candidate) == partition).count();
+        let oldest = |slots: &HashMap<String, Arc<Slot>>, only_partition: bool| {
+            slots
                 .iter()
-                .filter(|(key, _)| key.as_str() != GATEWAY_PARTITION)
+                .filter(|(candidate, _)| evictable(candidate))
+                .filter(|(candidate, _)| !only_partition || partition_of(candidate) == partition)
                 .min_by_key(|(_, slot)| slot.last_used.load(Ordering::Relaxed))
-                .map(|(key, _)| key.clone());
-            if let Some(key) = oldest {
-                evicted = slots.remove(&key).map(|slot| (key, slot));
-            }
-        }
-        let slot = Arc::new(Slot { session: tokio::sync::Mutex::new(None), last_used: AtomicU64::new(tick) });
-        slots.insert(partition.to_owned(), slot.clone());
+                .map(|(candidate, _)| candidate.clone())
+        };
+        let victim = if same_partition >= MAX_SESSIONS_PER_PARTITION {
+            oldest(&slots, true)
+        } else if slots.len() >= MAX_SESSIONS {
+            oldest(&slots, false)
+        } else {
+            None
+        };
+        let evicted = victim.and_then(|victim| slots.remove(&victim).map(|slot| (victim, slot)));
+        let slot = Arc::new(Slot {
+            session: tokio::sync::Mutex::new(None),
+            level: tokio::sync::Mutex::new(None),
+            last_used: AtomicU64::new(tick),
+        });
+        slots.insert(key.to_owned(), slot.clone());
         (slot, evicted)
     }
 
@@ -78,24 +123,25 @@ impl Sessions {
 }
 
 impl Inner {
-    /// The slot of `partition` (created if missing; the least recently used one evicted and its
-    /// session closed when the map is full).
-    fn partition_slot(self: &Arc<Self>, partition: &str) -> Arc<Slot> {
-        let (slot, evicted) = self.sessions.slot(partition);
+    /// The slot of session `key` (created if missing; another evicted and its session closed
+    /// when the partition or the map is full, [`Sessions::slot`]).
+    fn partition_slot(self: &Arc<Self>, key: &str) -> Arc<Slot> {
+        let (slot, evicted) = self.sessions.slot(key);
         if let Some(evicted) = evicted {
             self.close_evicted(evicted);
         }
         slot
     }
 
-    /// The session of `caller.partition`, opened with `initialize` when it has none yet.
+    /// The session of `caller.partition` with these declared `capabilities`, opened with
+    /// `initialize` when it has none yet.
     pub(super) async fn session(
         self: &Arc<Self>,
         version: &str,
         caller: CallerContext<'_>,
         capabilities: Option<&Value>,
     ) -> Result<Session, UpstreamError> {
-        let slot = self.partition_slot(caller.partition);
+        let slot = self.partition_slot(&session_key(caller.partition, capabilities));
         let mut guard = slot.session.lock().await;
         if let Some(session) = guard.as_ref() {
             return Ok(session.clone());
@@ -113,7 +159,7 @@ impl Inner {
         caller: CallerContext<'_>,
         capabilities: Option<&Value>,
     ) -> Result<Session, UpstreamError> {
-        let slot = self.partition_slot(caller.partition);
+        let slot = self.partition_slot(&session_key(caller.partition, capabilities));
         let mut guard = slot.session.lock().await;
         if let Some(current) = guard.as_ref()
             && current != stale
@@ -124,6 +170,35 @@ impl Inner {
         let (session, _) = self.handshake(&[stale.version.as_str()], caller, capabilities).await?;
         *guard = Some(session.clone());
         Ok(session)
+    }
+
+    /// Makes `level` the log level of `caller.partition`'s `session` with `logging/setLevel`,
+    /// unless it is already (the upstream declared `logging`; the caller asked for logs at
+    /// `level`). An upstream's refusal is not the request's: the gateway filters what it relays
+    /// by the caller's level anyway.
+    pub(super) async fn set_level(
+        self: &Arc<Self>,
+        session: &Session,
+        caller: CallerContext<'_>,
+        capabilities: Option<&Value>,
+        level: &str,
+    ) -> Result<(), UpstreamError> {
+        let slot = self.partition_slot(&session_key(caller.partition, capabilities));
+        let mut set = slot.level.lock().await;
+        if set.as_ref().is_some_and(|(id, current)| *id == session.id && current == level) {
+            return Ok(());
+        }
+        let mut params = Map::new();
+        params.insert("level".into(), json!(level));
+        let target = Target { caller, session: Some(session), version: Some(&session.version) };
+        let headers = super::messages::method_headers("logging/setLevel", &params);
+        match self.exchange("logging/setLevel", params, target, &headers, None, None).await?.body {
+            Body::Result(_) => *set = Some((session.id.clone(), level.to_owned())),
+            Body::Error { code, .. } => {
+                tracing::debug!(upstream = %self.id, code, "upstream refused logging/setLevel");
+            }
+        }
+        Ok(())
     }
 
     /// Sets the gateway's own session (after the connect handshake).
@@ -179,14 +254,15 @@ impl Inner {
     }
 
     /// DELETEs an evicted partition's session, in the background and best effort.
-    fn close_evicted(self: &Arc<Self>, (partition, slot): (String, Arc<Slot>)) {
+    fn close_evicted(self: &Arc<Self>, (key, slot): (String, Arc<Slot>)) {
         let inner = self.clone();
         tokio::spawn(async move {
             let Some(session) = slot.session.lock().await.take() else { return };
             if session.id.is_none() {
                 return;
             }
-            let caller = CallerContext { partition: &partition, subject_token: None, user: None };
+            let partition = partition_of(&key);
+            let caller = CallerContext { partition, subject_token: None, user: None };
             let target = Target { caller, session: Some(&session), version: Some(&session.version) };
             let Ok(out) = inner.outgoing(target, Vec::new()).await else { return };
             let _ = tokio::time::timeout(inner.limits.request_timeout, inner.transport.delete(&out)).await;
@@ -197,6 +273,48 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_is_keyed_by_partition_and_declared_capabilities() {
+        let sampling = json!({ "sampling": {} });
+        let both = json!({ "elicitation": { "form": {} }, "sampling": {} });
+        let reordered = json!({ "sampling": {}, "elicitation": { "form": {} } });
+        assert_eq!(session_key("p", None), "p");
+        assert_eq!(session_key("p", Some(&json!({}))), "p", "nothing declared: the partition's plain session");
+        assert_ne!(session_key("p", Some(&sampling)), session_key("p", Some(&both)));
+        assert_ne!(session_key("p", Some(&both)), session_key("q", Some(&both)), "never shared between partitions");
+        assert_eq!(
+            session_key("p", Some(&both)),
+            session_key("p", Some(&reordered)),
+            "canonical: order is no difference"
+        );
+        assert_eq!(partition_of(&session_key("p", Some(&both))), "p");
+    }
+
+    #[test]
+    fn a_partition_varying_its_capabilities_evicts_only_its_own_sessions() {
+        let sessions = Sessions::default();
+        sessions.slot(GATEWAY_PARTITION);
+        sessions.slot("bob");
+        let variants: Vec<String> =
+            (0..MAX_SESSIONS_PER_PARTITION + 3).map(|n| session_key("alice", Some(&json!({ "x": n })))).collect();
+        for (n, key) in variants.iter().enumerate() {
+            let (_, evicted) = sessions.slot(key);
+            match n.checked_sub(MAX_SESSIONS_PER_PARTITION) {
+                None => assert!(evicted.is_none(), "{n}"),
+                // The oldest of alice's own goes, never bob's nor the gateway's.
+                Some(oldest) => assert_eq!(evicted.map(|(key, _)| key).as_ref(), Some(&variants[oldest]), "{n}"),
+            }
+        }
+        // The same capabilities again: the same slot, nothing evicted.
+        let newest = variants.last().unwrap();
+        let (first, _) = sessions.slot(newest);
+        let (again, evicted) = sessions.slot(newest);
+        assert!(Arc::ptr_eq(&first, &again) && evicted.is_none());
+        let slots = sessions.lock();
+        assert!(slots.contains_key("bob") && slots.contains_key(GATEWAY_PARTITION));
+        assert_eq!(slots.keys().filter(|key| partition_of(key) == "alice").count(), MAX_SESSIONS_PER_PARTITION);
+    }
 
     #[test]
     fn the_least_recently_used_partition_is_evicted_never_the_gateway_s() {

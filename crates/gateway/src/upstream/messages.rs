@@ -106,6 +106,12 @@ pub(super) fn legacy_params(mut params: Map<String, Value>) -> Result<Map<String
     Ok(params)
 }
 
+/// The log level a request's `_meta` asks for (the 2026-07-28 key), when it names one.
+pub(super) fn log_level(params: &Map<String, Value>) -> Option<String> {
+    let level = params.get("_meta")?.get(meta_keys::LOG_LEVEL)?.as_str()?;
+    palisade_wire::LogLevel::parse(level).map(|level| level.as_str().to_owned())
+}
+
 /// A `server/discover` result as connect info: it must list 2026-07-28 and capabilities.
 pub(super) fn discovered(result: &Map<String, Value>) -> Result<UpstreamInfo, UpstreamError> {
     check_complete(result)?;

@@ -12,8 +12,10 @@
 //!   `MCP-Protocol-Version`, the `Mcp-Method` / `Mcp-Name` / `Mcp-Param-*` values derived from
 //!   the params actually sent, the session id this client holds, and the upstream credential's
 //!   headers. Nothing of the caller's request headers is ever copied.
-//! - 2025-era sessions are per caller partition ([`crate::credentials::CallerContext::partition`]),
-//!   never shared; the gateway's own listings and change stream use the partition `""`.
+//! - 2025-era sessions are per caller partition ([`crate::credentials::CallerContext::partition`])
+//!   and declared capabilities, never shared between partitions; a request's `_meta` log level
+//!   is set on its session with `logging/setLevel`; the gateway's own listings and change
+//!   stream use the partition `""`.
 //! - Health ([`UpstreamClient::health`]): unavailability, timeouts, 5xx statuses and protocol
 //!   errors count as failures; from the second consecutive one the upstream is in backoff
 //!   (1 s, doubling to 60 s) and calls are refused at once ([`UpstreamError::Unhealthy`]).
@@ -70,8 +72,8 @@ use health::Health;
 use http::{Body, Incoming, Outgoing, Refusal, Transport};
 use legacy::{GATEWAY_PARTITION, Session, Sessions};
 use messages::{
-    MAX_SAFE_INTEGER, check_complete, discovered, header_declarations, instructions, legacy_params, method_headers,
-    modern_params,
+    MAX_SAFE_INTEGER, check_complete, discovered, header_declarations, instructions, legacy_params, log_level,
+    method_headers, modern_params,
 };
 pub use settings::{ProtocolChoice, UpstreamLimits};
 pub use subscriptions::Subscribing;
@@ -781,13 +783,22 @@ impl Inner {
                 Ok(self.exchange(method, params, target, &headers, notifications, cancel).await?.body)
             }
             Era::Legacy(version) => {
+                // The 2026-07-28 per-request log level is the 2025 session's own.
+                let level =
+                    log_level(&params).filter(|_| info.capabilities.get("logging").is_some_and(Value::is_object));
                 let params = legacy_params(params)?;
                 let headers = self.request_headers(method, &params);
                 let session = self.session(version, caller, capabilities).await?;
+                if let Some(level) = &level {
+                    self.set_level(&session, caller, capabilities, level).await?;
+                }
                 let target = Target { caller, session: Some(&session), version: Some(&session.version) };
                 match self.exchange(method, params.clone(), target, &headers, notifications, cancel).await {
                     Err(UpstreamError::Status(404)) if session.id.is_some() => {
                         let session = self.reopen(&session, caller, capabilities).await?;
+                        if let Some(level) = &level {
+                            self.set_level(&session, caller, capabilities, level).await?;
+                        }
                         let target = Target { caller, session: Some(&session), version: Some(&session.version) };
                         Ok(self.exchange(method, params, target, &headers, notifications, cancel).await?.body)
                     }

@@ -14,6 +14,7 @@ mod dev_authorization;
 mod events_bridge;
 mod gateway_apps;
 mod gateway_boundary;
+mod gateway_eras;
 mod gateway_metrics;
 mod gateway_names;
 mod gateway_pins;

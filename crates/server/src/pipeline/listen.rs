@@ -88,8 +88,10 @@ impl Dispatch {
                 }
             }
         }
-        // Only resources that exist (stage 5 required the read scopes of every one named).
-        let uris: Vec<String> = uris.into_iter().filter(|uri| app.knows_resource(uri)).collect();
+        // Only resources that exist (stage 5 required the read scopes of every one named), and
+        // only when the application can report their updates at all.
+        let subscribable = app.offers_resource_subscriptions();
+        let uris: Vec<String> = uris.into_iter().filter(|uri| subscribable && app.knows_resource(uri)).collect();
         // Wanted while the stream is open (the gateway asks its upstreams for these).
         let _interest = self.interest.hold(uris.clone());
 

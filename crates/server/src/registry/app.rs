@@ -61,6 +61,10 @@ pub struct App {
     /// Tools, prompts and resources are offered (listed, possibly empty) even when there are
     /// none yet: the gateway's registry changes while it serves.
     pub(crate) dynamic: bool,
+    /// Whether a client may subscribe to resource updates (`resources.subscribe`; 2025
+    /// `resources/subscribe`, 2026 listen `resourceSubscriptions`): on by default, off for a
+    /// gateway none of whose upstreams serving resources can send updates.
+    pub(crate) resource_subscriptions: bool,
     pub(crate) handle_types: Vec<HandleType>,
     pub(crate) list_ttl_ms: u64,
     pub(crate) list_freshness: Option<Arc<ListFreshness>>,
@@ -127,6 +131,7 @@ impl App {
                 completion: None,
                 relayed_completion: None,
                 dynamic: false,
+                resource_subscriptions: true,
                 handle_types: Vec::new(),
                 list_ttl_ms: 60_000,
                 list_freshness: None,
@@ -191,21 +196,34 @@ impl App {
         match method.needs() {
             Needs::Nothing => true,
             Needs::Tools => self.dynamic || !self.tools.is_empty(),
-            Needs::Resources => self.dynamic || !self.resources.is_empty() || !self.templates.is_empty(),
+            Needs::Resources => self.offers_resources(),
+            Needs::ResourceSubscriptions => self.resource_subscriptions && self.offers_resources(),
             Needs::Prompts => self.dynamic || !self.prompts.is_empty(),
             Needs::Completion => self.completion.is_some() || self.relayed_completion.is_some(),
             Needs::TaskTools => self.tools.iter().any(|tool| tool.task_support != TaskSupport::Forbidden),
         }
     }
 
-    /// The server capabilities this application implies.
+    /// Whether resources are offered (listed, possibly empty).
+    fn offers_resources(&self) -> bool {
+        self.dynamic || !self.resources.is_empty() || !self.templates.is_empty()
+    }
+
+    /// Whether clients may subscribe to resource updates (see
+    /// [`AppBuilder::resource_subscriptions`]).
+    pub fn offers_resource_subscriptions(&self) -> bool {
+        self.advertises(Method::Subscribe)
+    }
+
+    /// The server capabilities this application implies (`server/discover` and the 2025
+    /// `initialize` answer both).
     pub fn capabilities(&self) -> Value {
         let mut caps = Map::new();
         if self.dynamic || !self.tools.is_empty() {
             caps.insert("tools".into(), json!({ "listChanged": true }));
         }
-        if self.dynamic || !self.resources.is_empty() || !self.templates.is_empty() {
-            caps.insert("resources".into(), json!({ "subscribe": true, "listChanged": true }));
+        if self.offers_resources() {
+            caps.insert("resources".into(), json!({ "subscribe": self.resource_subscriptions, "listChanged": true }));
         }
         if self.dynamic || !self.prompts.is_empty() {
             caps.insert("prompts".into(), json!({ "listChanged": true }));
@@ -326,6 +344,16 @@ impl<S: Send + Sync + 'static> AppBuilder<S> {
     /// list methods before the first definition is published.
     pub fn dynamic(mut self) -> Self {
         self.app.dynamic = true;
+        self
+    }
+
+    /// Whether clients may subscribe to resource updates (default on). Off: the capability says
+    /// `"subscribe": false`, the 2025 `resources/subscribe` and `resources/unsubscribe` are
+    /// `-32601`, and a listen filter's `resourceSubscriptions` are not honoured; for an
+    /// application whose resources cannot report updates (a gateway none of whose upstreams
+    /// serving resources declares `resources.subscribe`).
+    pub fn resource_subscriptions(mut self, on: bool) -> Self {
+        self.app.resource_subscriptions = on;
         self
     }
 

@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::health::Health;
 use super::http::Body;
 use super::legacy::GATEWAY_PARTITION;
-use super::messages::{client_info, discovered, instructions, legacy_params, modern_params};
+use super::messages::{client_info, discovered, instructions, legacy_params, log_level, modern_params};
 use super::{Change, Era, ProtocolChoice, UpstreamError, UpstreamInfo, UpstreamLimits, lock};
 use crate::upstream::launch::LaunchSpec;
 use crate::upstream::settings::{Confinement, SandboxSettings, StdioSettings, UpstreamSettings};
@@ -368,12 +368,25 @@ impl StdioLink {
         notifications: Option<&mpsc::Sender<Value>>,
         cancel: Option<&CancellationToken>,
     ) -> Result<Body, UpstreamError> {
+        // A 2025-era per-caller process: the caller's per-request log level is the process's
+        // own (a shared process relays no log messages, so it is left alone).
+        let level = match &info.era {
+            Era::Legacy(_)
+                if !self.stdio().shared && info.capabilities.get("logging").is_some_and(Value::is_object) =>
+            {
+                log_level(&params)
+            }
+            _ => None,
+        };
         let params = match &info.era {
             Era::Modern => modern_params(params, capabilities)?,
             Era::Legacy(_) => legacy_params(params)?,
         };
         let run = async {
             let process = self.process(partition, capabilities).await?;
+            if let Some(level) = &level {
+                process.set_level(level).await?;
+            }
             process.request(method, params, notifications, cancel).await
         };
         let outcome =

@@ -88,6 +88,8 @@ pub(crate) struct Process {
     pid: Option<u32>,
     shared: Arc<Shared>,
     next_id: AtomicI64,
+    /// The log level last set with `logging/setLevel` (a 2025-era per-caller process).
+    level: tokio::sync::Mutex<Option<String>>,
     /// The uid it runs as, returned to the pool when it is dropped.
     pub(crate) uid: Option<u32>,
 }
@@ -148,6 +150,7 @@ impl Process {
             child: Mutex::new(Some(child)),
             shared: shared.clone(),
             next_id: AtomicI64::new(1),
+            level: tokio::sync::Mutex::new(None),
             uid: options.uid,
         });
         tracing::info!(upstream = %options.upstream, pid = process.pid, uid = options.uid, "stdio server started");
@@ -203,6 +206,25 @@ impl Process {
             message["params"] = Value::Object(params);
         }
         self.write(&message).await
+    }
+
+    /// Makes `level` the process's log level with `logging/setLevel`, unless it is already
+    /// (a 2025-era server, per caller: the caller's per-request level is its session's). A
+    /// refusal is not the request's: what is relayed is filtered by the caller's level anyway.
+    pub(crate) async fn set_level(&self, level: &str) -> Result<(), UpstreamError> {
+        let mut set = self.level.lock().await;
+        if set.as_deref() == Some(level) {
+            return Ok(());
+        }
+        let mut params = Map::new();
+        params.insert("level".into(), json!(level));
+        match self.request("logging/setLevel", params, None, None).await? {
+            Body::Result(_) => *set = Some(level.to_owned()),
+            Body::Error { code, .. } => {
+                tracing::debug!(upstream = %self.upstream, code, "stdio server refused logging/setLevel");
+            }
+        }
+        Ok(())
     }
 
     /// One request: its answer's body, checked against the id sent. `notifications` receives
