@@ -20,6 +20,7 @@
 //! lists it. Anything else is absent from lists and answers as unknown; the operator sees why
 //! in [`Gateway::report`], the log and the audit record of the state change.
 
+mod asks;
 mod loops;
 mod reconcile;
 mod relay;
@@ -79,6 +80,8 @@ struct Upstream {
     oauth: Option<Arc<UserOAuth>>,
     /// Its metrics.
     series: series::UpstreamSeries,
+    /// Its calls waiting for their callers' answers to its questions.
+    parked: asks::ParkedCalls,
 }
 
 /// What one listing of an upstream returned, as sent.
@@ -262,6 +265,7 @@ impl Gateway {
                     upstream.limits.clone(),
                     Arc::new(credential),
                 )
+                .inspect(|client| client.relay_client_requests(&upstream.client_requests))
             }
             .map_err(|error| fail(error.to_string()))?;
             upstreams.push(Arc::new(Upstream {
@@ -273,6 +277,7 @@ impl Gateway {
                 launch: Mutex::new(None),
                 oauth: upstream_oauth,
                 series: series::UpstreamSeries::register(&metrics, &upstream.id),
+                parked: asks::ParkedCalls::default(),
             }));
         }
         let gateway = Self {

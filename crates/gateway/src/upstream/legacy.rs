@@ -152,7 +152,7 @@ impl Inner {
             params.insert("clientInfo".into(), super::messages::client_info());
             let target = Target { caller, session: None, version: None };
             let headers = super::messages::method_headers("initialize", &Map::new());
-            let answer = self.exchange("initialize", params, target, &headers, None, None).await?;
+            let answer = self.exchange("initialize", params, target, &headers, super::Relays::NONE, None).await?;
             let result = match answer.body {
                 Body::Result(result) => result,
                 Body::Error { code, .. } => {

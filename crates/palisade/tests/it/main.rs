@@ -12,6 +12,7 @@ mod config_check;
 mod delegation;
 mod dev_authorization;
 mod events_bridge;
+mod gateway_asks;
 mod gateway_boundary;
 mod gateway_metrics;
 mod gateway_names;
