@@ -9,7 +9,7 @@
 //! other); `echo` and `late` answer normally. It counts the connections it accepts, holds every
 //! answer to a request of its own open, unanswered (so each one in flight keeps its connection),
 //! except an answer to one of its questions, and counts the question streams the gateway closed
-//! before they were answered. Stopping it drops every connection at once.
+//! before they were answered and the errors its questions were answered with. Stopping it drops every connection at once.
 //! Also [`Closer`], a listener that accepts connections and closes them unanswered, counting
 //! them.
 
@@ -82,6 +82,8 @@ struct State {
     next_question: AtomicU64,
     /// Question streams closed by the gateway while a question waited.
     abandoned: AtomicU64,
+    /// The JSON-RPC errors its questions were answered with.
+    question_errors: Mutex<Vec<Value>>,
 }
 
 /// Questions the `ask_many` tool asks, one after the other.
@@ -149,6 +151,7 @@ impl HostileUpstream {
             questions: Mutex::new(std::collections::HashMap::new()),
             next_question: AtomicU64::new(0),
             abandoned: AtomicU64::new(0),
+            question_errors: Mutex::new(Vec::new()),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, bound) = std::sync::mpsc::channel::<SocketAddr>();
@@ -184,6 +187,11 @@ impl HostileUpstream {
     /// Question streams the gateway closed while a question waited for its answer.
     pub fn abandoned(&self) -> u64 {
         self.state.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// The JSON-RPC errors its questions were answered with so far.
+    pub fn question_errors(&self) -> Vec<Value> {
+        self.state.question_errors.lock().unwrap().clone()
     }
 
     /// Every request received so far.
@@ -285,6 +293,9 @@ async fn handle(
             parsed.get("id").and_then(Value::as_str).and_then(|id| state.questions.lock().unwrap().remove(id))
     {
         // The answer to a question: the asking stream goes on with it.
+        if let Some(error) = parsed.get("error") {
+            state.question_errors.lock().unwrap().push(error.clone());
+        }
         let answer = parsed.get("result").or_else(|| parsed.get("error")).cloned().unwrap_or(Value::Null);
         let _ = waiter.send(answer);
         return status_only(StatusCode::ACCEPTED);
@@ -452,8 +463,10 @@ fn ask(state: Arc<State>, id: Value, count: usize) -> Response {
             let got = loop {
                 tokio::select! {
                     got = &mut answer => break got.ok(),
-                    () = tokio::time::sleep(Duration::from_millis(50)) => {
-                        if events.is_closed() {
+                    // A comment now and then: writing is how a closed connection shows.
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {
+                        let comment = Ok(Bytes::from_static(b": waiting\n\n"));
+                        if events.send(comment).await.is_err() {
                             break None;
                         }
                     }
