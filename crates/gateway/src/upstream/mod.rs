@@ -18,10 +18,12 @@
 //!   errors count as failures; from the second consecutive one the upstream is in backoff
 //!   (1 s, doubling to 60 s) and calls are refused at once ([`UpstreamError::Unhealthy`]).
 //!
+//! - Server-to-client requests on a call's event stream go to the call's [`asks::Asks`] channel
+//!   ([`UpstreamRequest::asks`]; the gateway decides, relays or answers); on the change stream,
+//!   or without a channel, they are answered -32601 "not supported through this gateway".
+//!   `ping` is answered.
+//!
 //! Limitations, by design of this version:
-//! - Server-to-client requests on an event stream (sampling, elicitation, roots, ping of a
-//!   2025-era upstream) are answered to the upstream with the JSON-RPC error -32601 "not
-//!   supported through this gateway"; they are not relayed to the caller.
 //! - Of the notifications on a request's event stream, only `notifications/progress` and
 //!   `notifications/message` are relayed to the caller.
 //! - Cancelling a request ([`UpstreamRequest::cancel`]) closes its HTTP exchange, which is
