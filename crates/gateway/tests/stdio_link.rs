@@ -60,6 +60,7 @@ async fn call_with(
         caller: CallerContext { partition, subject_token: None, user: None },
         client_capabilities: None,
         notifications: None,
+        asks: None,
         cancel,
     };
     match client.request(request).await? {
