@@ -327,6 +327,10 @@ mod tests {
             let text = one(&format!("[upstreams.client_requests]\nroots = [\"{bad}\"]"));
             assert_eq!(key_of(&text), "upstreams[0].client_requests.roots", "{bad}");
         }
+        let both = one("[upstreams.client_requests]\nroots = [\"file:///srv\"]\ncaller_roots = true");
+        assert_eq!(key_of(&both), "upstreams[0].client_requests.caller_roots");
+        let relayed = upstreams(&one("[upstreams.client_requests]\ncaller_roots = true")).unwrap();
+        assert!(relayed.upstreams[0].client_requests.caller_roots);
     }
 
     #[test]

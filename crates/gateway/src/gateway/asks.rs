@@ -3,7 +3,8 @@
 //! (`elicitation/create`, `sampling/createMessage`, `roots/list`) is answered here:
 //!
 //! - `roots/list` by the gateway itself, with the roots the operator granted that upstream
-//!   (`[upstreams.client_requests] roots`; none: refused), never the caller's own;
+//!   (`[upstreams.client_requests] roots`; none: refused), never the caller's own unless the
+//!   operator relays them (`caller_roots = true`: then it is relayed like elicitation);
 //! - elicitation and sampling, when the upstream's configuration allows the kind (sampling is
 //!   off by default) and the caller declared the capability, become an `input_required` round
 //!   for the caller ([`Driven::Asked`]): the upstream call stays open, parked here
@@ -231,6 +232,7 @@ fn decide(upstream: &Upstream, ctx: &RequestContext, method: &str, params: Optio
             (allowed.elicitation, needs)
         }
         "sampling/createMessage" => (allowed.sampling, json!({ "sampling": {} })),
+        "roots/list" => (allowed.caller_roots, json!({ "roots": {} })),
         _ => (false, Value::Null),
     };
     let declares = needs.as_object().is_some_and(|needs| {
@@ -312,7 +314,7 @@ pub(super) fn roots_result(roots: &[url::Url]) -> Map<String, Value> {
 /// (a task through the gateway is the gateway's own, run by its worker as a plain call), and
 /// only what this upstream may ask: elicitation and sampling when its configuration relays them
 /// and the caller declared them, roots when the operator granted some (answered by the gateway,
-/// whatever the caller declared).
+/// whatever the caller declared) or relays the caller's (as declared).
 pub(super) fn upstream_capabilities(upstream: &Upstream, declared: &Map<String, Value>) -> Map<String, Value> {
     let mut capabilities = declared.clone();
     if let Some(Value::Object(extensions)) = capabilities.get_mut("extensions") {
@@ -328,10 +330,10 @@ pub(super) fn upstream_capabilities(upstream: &Upstream, declared: &Map<String, 
     if !allowed.sampling {
         capabilities.remove("sampling");
     }
-    if allowed.roots.is_empty() {
-        capabilities.remove("roots");
-    } else {
+    if !allowed.roots.is_empty() {
         capabilities.insert("roots".into(), json!({}));
+    } else if !allowed.caller_roots {
+        capabilities.remove("roots");
     }
     capabilities
 }

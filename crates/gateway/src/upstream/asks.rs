@@ -50,7 +50,8 @@ impl AskAnswer {
 pub type Asks = mpsc::Sender<ServerAsk>;
 
 /// The client capabilities the gateway's own session (or process) declares to an upstream: what
-/// its configuration relays (`elicitation`, `sampling`, `roots` when some are granted), so a
+/// its configuration relays (`elicitation`, `sampling`, `roots` when some are granted or the
+/// caller's are relayed), so a
 /// server that offers tools by its client's capabilities lists them for review. A request on
 /// that session itself is refused: it has no caller.
 pub fn own_capabilities(requests: &super::settings::ClientRequests) -> Value {
@@ -61,7 +62,7 @@ pub fn own_capabilities(requests: &super::settings::ClientRequests) -> Value {
     if requests.sampling {
         capabilities.insert("sampling".into(), json!({}));
     }
-    if !requests.roots.is_empty() {
+    if !requests.roots.is_empty() || requests.caller_roots {
         capabilities.insert("roots".into(), json!({}));
     }
     Value::Object(capabilities)

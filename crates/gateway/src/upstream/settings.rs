@@ -141,9 +141,12 @@ pub struct RawClientRequests {
     /// false.
     pub sampling: Option<bool>,
     /// The roots `roots/list` answers (`file://` URIs of absolute directories). Default none:
-    /// an empty list; the caller's own roots are never asked for.
+    /// the request is refused; the caller's own roots are never asked for.
     #[serde(default)]
     pub roots: Vec<String>,
+    /// Relay `roots/list` to the caller instead (its own paths reach the upstream). Default
+    /// false; not with `roots`.
+    pub caller_roots: Option<bool>,
 }
 
 /// What an upstream may ask the caller during a call, validated.
@@ -155,11 +158,13 @@ pub struct ClientRequests {
     pub sampling: bool,
     /// What `roots/list` answers, in order (the gateway answers it itself).
     pub roots: Vec<Url>,
+    /// `roots/list` is relayed to the caller (never with `roots`).
+    pub caller_roots: bool,
 }
 
 impl Default for ClientRequests {
     fn default() -> Self {
-        Self { elicitation: true, sampling: false, roots: Vec::new() }
+        Self { elicitation: true, sampling: false, roots: Vec::new(), caller_roots: false }
     }
 }
 
@@ -193,10 +198,15 @@ fn validate_client_requests(
         }
         roots.push(url);
     }
+    let caller_roots = raw.caller_roots.unwrap_or(defaults.caller_roots);
+    if caller_roots && !roots.is_empty() {
+        return Err(bad(key("client_requests.caller_roots"), "either the granted roots or the caller's, not both"));
+    }
     Ok(ClientRequests {
         elicitation: raw.elicitation.unwrap_or(defaults.elicitation),
         sampling: raw.sampling.unwrap_or(defaults.sampling),
         roots,
+        caller_roots,
     })
 }
 
