@@ -7,7 +7,8 @@
 //! Then server-everything (npm) behind the gateway over stdio and over HTTP: its elicitation,
 //! sampling and (stdio) roots tools answered end to end by the TypeScript and Python SDK
 //! clients on both eras (tests/interop/ts_asks_client.mjs, py_asks_client.py), roots with the
-//! operator's grant and never the client's own.
+//! operator's grant and never the client's own. And a 2026-07-28 upstream's own rounds under the
+//! same rules (roots answered by the gateway, sampling refused by default, elicitation relayed).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -240,5 +241,38 @@ async fn server_everything_over_http_asks_real_clients_through_the_gateway() {
     let token = gateway.token("alice");
     gateway.wait_for_tools(&token, &["ev_trigger-elicitation-request", "ev_trigger-sampling-request"]).await;
     real_clients_answer(&gateway, &token, "ev_", "-");
+    gateway.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_upstream_s_own_rounds_follow_the_same_rules() {
+    // Palisade's conformance fixture speaks 2026-07-28: it asks in input_required rounds.
+    let fixture = crate::harness::Palisade::start_app("conformance", &[]);
+    let body = format!(
+        "[[upstreams]]\nid = \"fx\"\nurl = \"{}\"\n[upstreams.client_requests]\nroots = [\"{GRANTED_ROOT}\"]\n",
+        fixture.url
+    );
+    let mut gateway = GatewayUnderTest::new(&body);
+    gateway.start();
+    gateway.approve_all("fx");
+    let alice = gateway.token("alice");
+    let roots = "fx_test_input_required_result_list_roots";
+    let sampling = "fx_test_input_required_result_sampling";
+    let elicitation = "fx_test_input_required_result_elicitation";
+    gateway.wait_for_tools(&alice, &[roots, sampling, elicitation]).await;
+    let everything = json!({ "sampling": {}, "elicitation": {}, "roots": {} });
+
+    // roots/list is the gateway's to answer, with the grant: the caller is never asked.
+    let answered = call(&gateway, &alice, roots, everything.clone(), json!({})).await;
+    assert_eq!(answered.result()["content"][0]["text"], "Found 1 root(s)", "{:?}", answered.response());
+    // Sampling is off for this upstream: it is not told the caller samples, so it never asks (it
+    // answers -32021 itself), and nothing reaches the caller but that error.
+    let refused = call(&gateway, &alice, sampling, everything.clone(), json!({})).await;
+    assert_eq!(refused.error_code(), -32021, "{:?}", refused.response());
+    // Elicitation is relayed to a caller that declared it; one that did not is told what to declare.
+    let asked = call(&gateway, &alice, elicitation, everything, json!({})).await;
+    assert_eq!(asked.result()["resultType"], "input_required", "{:?}", asked.response());
+    let undeclared = call(&gateway, &alice, elicitation, json!({}), json!({})).await;
+    assert_eq!(undeclared.error_code(), -32021, "{:?}", undeclared.response());
     gateway.stop();
 }
