@@ -18,8 +18,8 @@ use crate::pins::settings::validate_pins;
 pub use crate::pins::settings::{PinSettings, RawPins, RawReviewer};
 use crate::upstream::settings::validate_upstream;
 pub use crate::upstream::settings::{
-    Confinement, Grant, ProcessLimits, RESERVED_ENV, RawGrant, RawLimits, RawUpstream, SandboxSettings, StdioSettings,
-    UpstreamSettings,
+    ClientRequests, Confinement, Grant, ProcessLimits, RESERVED_ENV, RawClientRequests, RawGrant, RawLimits,
+    RawUpstream, SandboxSettings, StdioSettings, UpstreamSettings,
 };
 use crate::user_oauth::{UpstreamOAuth, UserOAuth, UserOAuthError, UserOAuthSettings};
 pub use crate::web::settings::{RawWeb, WebSettings, validate_web};
@@ -307,6 +307,30 @@ mod tests {
         assert_eq!(settings.upstreams[1].prefix, None);
         assert!(matches!(settings.upstreams[1].credential, CredentialConfig::ClientCredentials { .. }));
         assert_eq!(settings.separator, Separator::Underscore);
+    }
+
+    #[test]
+    fn client_requests_default_to_elicitation_only_and_roots_are_checked() {
+        let one = |extra: &str| format!("[[upstreams]]\nid = \"a\"\nurl = \"http://127.0.0.1:1/mcp\"\n{extra}");
+        let plain = upstreams(&one("")).unwrap();
+        let asks = &plain.upstreams[0].client_requests;
+        assert!(asks.elicitation && !asks.sampling && asks.roots.is_empty(), "{asks:?}");
+        let set = upstreams(&one(
+            "[upstreams.client_requests]\nelicitation = false\nsampling = true\nroots = [\"file:///srv/reports\"]",
+        ))
+        .unwrap();
+        let asks = &set.upstreams[0].client_requests;
+        assert!(!asks.elicitation && asks.sampling, "{asks:?}");
+        assert_eq!(asks.roots.iter().map(url::Url::as_str).collect::<Vec<_>>(), ["file:///srv/reports"]);
+        for bad in ["https://x.example/", "file://host/x", "relative", "file:///x?y", "file:///a\", \"file:///a"] {
+            // The last: one root listed twice.
+            let text = one(&format!("[upstreams.client_requests]\nroots = [\"{bad}\"]"));
+            assert_eq!(key_of(&text), "upstreams[0].client_requests.roots", "{bad}");
+        }
+        let both = one("[upstreams.client_requests]\nroots = [\"file:///srv\"]\ncaller_roots = true");
+        assert_eq!(key_of(&both), "upstreams[0].client_requests.caller_roots");
+        let relayed = upstreams(&one("[upstreams.client_requests]\ncaller_roots = true")).unwrap();
+        assert!(relayed.upstreams[0].client_requests.caller_roots);
     }
 
     #[test]

@@ -60,6 +60,7 @@ async fn call_with(
         caller: CallerContext { partition, subject_token: None, user: None },
         client_capabilities: None,
         notifications: None,
+        asks: None,
         cancel,
     };
     match client.request(request).await? {
@@ -249,6 +250,7 @@ async fn a_2025_process_is_set_to_each_request_s_log_level() {
             caller: CallerContext { partition: "alice", subject_token: None, user: None },
             client_capabilities: None,
             notifications: Some(sink),
+            asks: None,
             cancel: CancellationToken::new(),
         };
         let UpstreamReply::Result(result) = client.request(request).await.unwrap() else { panic!("a result") };

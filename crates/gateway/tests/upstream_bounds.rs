@@ -150,6 +150,7 @@ fn call(name: &str) -> UpstreamRequest<'static> {
         caller: CallerContext { partition: "p", subject_token: None, user: None },
         client_capabilities: None,
         notifications: None,
+        asks: None,
         cancel: CancellationToken::new(),
     }
 }

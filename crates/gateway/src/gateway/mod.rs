@@ -22,6 +22,7 @@
 //! lists it. Anything else is absent from lists and answers as unknown; the operator sees why
 //! in [`Gateway::report`], the log and the audit record of the state change.
 
+mod asks;
 mod loops;
 mod offers;
 mod reconcile;
@@ -88,6 +89,8 @@ struct Upstream {
     /// The resources (upstream URIs) the gateway's callers listen for now, which the gateway
     /// subscribes to there (`gateway/subscriptions.rs`).
     wanted: tokio::sync::watch::Sender<BTreeSet<String>>,
+    /// Its calls waiting for their callers' answers to its questions.
+    parked: asks::ParkedCalls,
 }
 
 /// What one listing of an upstream returned, as sent.
@@ -290,6 +293,7 @@ impl Gateway {
                     upstream.limits.clone(),
                     Arc::new(credential),
                 )
+                .inspect(|client| client.relay_client_requests(&upstream.client_requests))
             }
             .map_err(|error| fail(error.to_string()))?;
             upstreams.push(Arc::new(Upstream {
@@ -302,6 +306,7 @@ impl Gateway {
                 oauth: upstream_oauth,
                 series: series::UpstreamSeries::register(&metrics, &upstream.id),
                 wanted: tokio::sync::watch::Sender::new(BTreeSet::new()),
+                parked: asks::ParkedCalls::default(),
             }));
         }
         let gateway = Self {

@@ -6,18 +6,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use palisade_server::{
-    BearerToken, CallToolResult, CompletionRef, Content, GetPromptResult, InputRequired, Origin, Outcome, PromptDef,
-    PromptMessage, ProtocolError, RequestContext, ResourceContents, ResourceDef, ResourceTemplateDef, TaskSupport,
-    ToolDef, check_tool,
+    CallToolResult, CompletionRef, Content, GetPromptResult, InputRequired, Origin, Outcome, PromptDef, PromptMessage,
+    ProtocolError, RequestContext, ResourceContents, ResourceDef, ResourceTemplateDef, TaskSupport, ToolDef,
+    check_tool,
 };
 use serde_json::{Map, Value, json};
 
-use super::Upstream;
-use crate::credentials::{CallerContext, CredentialError};
+use super::{Upstream, asks};
+use crate::credentials::CredentialError;
 use crate::names::is_ui_uri;
-use crate::upstream::UpstreamError;
-use crate::upstream::{UpstreamReply, UpstreamRequest};
-use crate::user_oauth::{OAuthError, UserCaller, UserOAuth};
+use crate::upstream::{UpstreamError, UpstreamReply};
+use crate::user_oauth::{OAuthError, UserOAuth};
 
 /// Scopes as the registry's builders take them.
 fn scope_refs(scopes: &[String]) -> Vec<&str> {
@@ -273,10 +272,18 @@ enum Relayed {
     InputRequired(InputRequired),
 }
 
+/// An upstream's answer as the caller gets it, or a round the gateway answered entirely itself
+/// (its opened state, with the answers), to be sent back to the upstream at once.
+enum Reply {
+    Relayed(Relayed),
+    Answered(Value),
+}
+
 /// Forwards one request to its upstream, after the kill switch's second phase: both phases
 /// run before a byte leaves for the upstream. The caller's credentials never travel: the
 /// upstream request is built from `params`, the gateway's own credential and, for token
-/// exchange, the caller's token sent to the authorization server only.
+/// exchange, the caller's token sent to the authorization server only. A retry that answers an
+/// upstream's question resumes the parked call instead ([`asks::resume`]).
 async fn forward(
     upstream: &Upstream,
     ctx: &RequestContext,
@@ -285,11 +292,35 @@ async fn forward(
 ) -> Result<Relayed, ProtocolError> {
     let id = &upstream.settings.id;
     admit(upstream, ctx).await?;
-    let Some(params) = upstream_params(id, ctx, params)? else {
-        return not_connected(method, id);
+    let binding = asks::Binding::of(id, ctx, method, &params);
+    let mut running = match asks::resume(upstream, ctx, &binding)? {
+        Some(running) => running,
+        None => {
+            let responses = ctx.input_responses().clone();
+            let Some(sent) = upstream_params(upstream, ctx, params.clone(), ctx.request_state(), responses)? else {
+                return not_connected(method, id);
+            };
+            asks::Running::start(upstream, ctx, method, sent)
+        }
     };
-    let reply = call_upstream(upstream, ctx, method, params).await;
-    relayed_reply(upstream, ctx, reply).await
+    // A round of the upstream's that the gateway answered entirely itself (the granted roots) is
+    // sent back at once, a bounded number of times.
+    for _ in 0..asks::MAX_ASKS_PER_CALL {
+        let reply = match asks::drive(upstream, ctx, method, binding.clone(), running).await? {
+            asks::Driven::Done(reply) => reply,
+            asks::Driven::Asked(input) => return Ok(Relayed::InputRequired(input)),
+        };
+        let state = match relayed_reply(upstream, ctx, reply).await? {
+            Reply::Relayed(relayed) => return Ok(relayed),
+            Reply::Answered(state) => state,
+        };
+        let Some(sent) = upstream_params(upstream, ctx, params.clone(), Some(&state), Map::new())? else {
+            return not_connected(method, id);
+        };
+        running = asks::Running::start(upstream, ctx, method, sent);
+    }
+    tracing::warn!(upstream = %id, cap = asks::MAX_ASKS_PER_CALL, "upstream asked for more rounds than allowed: the call fails");
+    Err(ProtocolError::Unavailable)
 }
 
 /// Whether the call may leave for the upstream now: the upstream is healthy and, with a kill
@@ -306,13 +337,17 @@ async fn admit(upstream: &Upstream, ctx: &RequestContext) -> Result<(), Protocol
 }
 
 /// The params as the upstream gets them: the caller's progress token and log level in `_meta`,
-/// and on an MRTR retry the upstream's own state and the caller's answers. `None`: the person
+/// and on an MRTR retry (`state`: the gateway's opened state) the upstream's own state and the
+/// answers: the caller's `responses` and those the gateway gave itself. `None`: the person
 /// declined Palisade's own connect request.
 fn upstream_params(
-    id: &str,
+    upstream: &Upstream,
     ctx: &RequestContext,
     mut params: Map<String, Value>,
+    state: Option<&Value>,
+    mut responses: Map<String, Value>,
 ) -> Result<Option<Map<String, Value>>, ProtocolError> {
+    let id = upstream.settings.id.as_str();
     let mut meta = Map::new();
     if let Some(token) = &ctx.meta().progress_token {
         meta.insert("progressToken".into(), token.to_value());
@@ -326,7 +361,7 @@ fn upstream_params(
     // An MRTR retry: the upstream's own state travels inside the gateway's sealed state (bound
     // to this caller, method, params and expiry by the pipeline), never as the client sent it.
     let mut connect_round = false;
-    if let Some(state) = ctx.request_state() {
+    if let Some(state) = state {
         if state.get("upstream").and_then(Value::as_str) != Some(id) {
             return Err(ProtocolError::invalid_params("requestState does not belong to this operation"));
         }
@@ -337,58 +372,22 @@ fn upstream_params(
     }
     if connect_round {
         // The answer to Palisade's own connect request is not the upstream's to see.
-        let action =
-            ctx.input_responses().get(CONNECT_INPUT).and_then(|answer| answer.get("action")).and_then(Value::as_str);
+        let action = responses.get(CONNECT_INPUT).and_then(|answer| answer.get("action")).and_then(Value::as_str);
         if matches!(action, Some("decline" | "cancel")) {
             return Ok(None);
         }
-    } else if !ctx.input_responses().is_empty() {
-        params.insert("inputResponses".into(), Value::Object(ctx.input_responses().clone()));
+    } else {
+        // What the gateway answered itself in the round (the granted roots) travels sealed too.
+        if let Some(Value::Object(answered)) = state.and_then(|state| state.get("answered")) {
+            for (key, answer) in answered {
+                responses.insert(key.clone(), answer.clone());
+            }
+        }
+        if !responses.is_empty() {
+            params.insert("inputResponses".into(), Value::Object(responses));
+        }
     }
     Ok(Some(params))
-}
-
-/// The call itself, for this caller: the upstream's notifications on the way are relayed to
-/// the caller as they come.
-async fn call_upstream(
-    upstream: &Upstream,
-    ctx: &RequestContext,
-    method: &str,
-    params: Map<String, Value>,
-) -> Result<UpstreamReply, UpstreamError> {
-    let partition = ctx.principal().partition_key();
-    let user = upstream.oauth.as_ref().map(|_| UserCaller::of(ctx.principal()));
-    let caller = CallerContext {
-        partition: &partition,
-        subject_token: ctx.principal().bearer_token().map(BearerToken::expose),
-        user: user.as_ref(),
-    };
-    let (notifications, mut received) = tokio::sync::mpsc::channel::<Value>(64);
-    let request = UpstreamRequest {
-        method,
-        params,
-        caller,
-        client_capabilities: Some(Value::Object(upstream_capabilities(&ctx.meta().client_capabilities))),
-        notifications: Some(notifications),
-        cancel: ctx.cancellation().clone(),
-    };
-    let started = std::time::Instant::now();
-    let call = upstream.client.request(request);
-    let mut call = std::pin::pin!(call);
-    let reply = loop {
-        tokio::select! {
-            reply = &mut call => break reply,
-            Some(notification) = received.recv() => ctx.relay_notification(&notification).await,
-        }
-    };
-    upstream.series.observe(Some(method), started.elapsed(), &reply);
-    if let Ok(UpstreamReply::Error { .. }) = &reply {
-        upstream.series.count_error("jsonrpc_error");
-    }
-    while let Ok(notification) = received.try_recv() {
-        ctx.relay_notification(&notification).await;
-    }
-    reply
 }
 
 /// The upstream's answer as the caller gets it: a result, the upstream's input requests (its
@@ -398,26 +397,39 @@ async fn relayed_reply(
     upstream: &Upstream,
     ctx: &RequestContext,
     reply: Result<UpstreamReply, UpstreamError>,
-) -> Result<Relayed, ProtocolError> {
+) -> Result<Reply, ProtocolError> {
     let id = &upstream.settings.id;
     let reply = match (reply, &upstream.oauth) {
         (Err(UpstreamError::Credential(CredentialError::UserAuthorizationRequired { scopes })), Some(oauth)) => {
-            return connect_request(oauth, id, ctx, scopes.as_deref()).await;
+            return connect_request(oauth, id, ctx, scopes.as_deref()).await.map(Reply::Relayed);
         }
         (reply, _) => reply,
     };
     match reply.map_err(|error| error.to_protocol_error(id))? {
-        UpstreamReply::Result(result) => Ok(Relayed::Result(result)),
+        UpstreamReply::Result(result) => Ok(Reply::Relayed(Relayed::Result(result))),
         UpstreamReply::InputRequired { input_requests, request_state } => {
+            // A 2026-07-28 upstream's own round: the same rules as its requests during a call.
             let mut input = InputRequired::new();
+            let mut answered = Map::new();
             for (key, request) in input_requests {
-                input = input.relay(key, request);
+                match asks::screen_input_request(upstream, ctx, &request)? {
+                    Some(answer) => {
+                        answered.insert(key, Value::Object(answer));
+                    }
+                    None => input = input.relay(key, request),
+                }
             }
             let mut state = json!({ "upstream": id });
             if let Some(upstream_state) = request_state {
                 state["state"] = upstream_state;
             }
-            Ok(Relayed::InputRequired(input.with_state(state)))
+            if !answered.is_empty() {
+                state["answered"] = Value::Object(answered);
+                if input.requests().is_empty() {
+                    return Ok(Reply::Answered(state));
+                }
+            }
+            Ok(Reply::Relayed(Relayed::InputRequired(input.with_state(state))))
         }
         UpstreamReply::Error { code, message, required_capabilities } => {
             Err(relayed_error(id, code, &message, required_capabilities))
@@ -474,19 +486,6 @@ fn not_connected(method: &str, id: &str) -> Result<Relayed, ProtocolError> {
         Value::Object(map) => Ok(Relayed::Result(map)),
         _ => Err(ProtocolError::Internal),
     }
-}
-
-/// The caller's declared capabilities as the upstream sees them: without the tasks extension
-/// (a task through the gateway is the gateway's own, run by its worker as a plain call).
-fn upstream_capabilities(declared: &Map<String, Value>) -> Map<String, Value> {
-    let mut capabilities = declared.clone();
-    if let Some(Value::Object(extensions)) = capabilities.get_mut("extensions") {
-        extensions.remove(palisade_server::tasks::TASKS_EXTENSION);
-        if extensions.is_empty() {
-            capabilities.remove("extensions");
-        }
-    }
-    capabilities
 }
 
 /// A JSON-RPC error the upstream answered, as the caller sees it: invalid params and unknown

@@ -1,6 +1,6 @@
 //! What one upstream can make the gateway hold, bounded: a line reader that keeps at most a cap
 //! of bytes of a line and discards (counting, never allocating) the rest, the limit on
-//! concurrent refusals of server-to-client requests, the change stream's byte and message-rate
+//! concurrent answers to server-to-client requests, the change stream's byte and message-rate
 //! caps, and the per-upstream counters of what was dropped because of them.
 //!
 //! The bounds (SECURITY.md, "Gateway → upstream"):
@@ -8,8 +8,9 @@
 //!   discarded as it is read;
 //! - a stdio server's stdout frame and an event of an event stream: the upstream's
 //!   `max_response_bytes` (a larger one is a protocol error, never an allocation);
-//! - concurrent refusals of server-to-client requests: [`MAX_CONCURRENT_REFUSALS`] per upstream
-//!   (one outbound connection each at most); past it the request is dropped unanswered;
+//! - answers to server-to-client requests being sent at once (refusals, and answers the gateway
+//!   relays or gives): [`MAX_CONCURRENT_REFUSALS`] per upstream (one outbound connection each at
+//!   most); past it the answer is dropped unsent;
 //! - a change stream: [`CHANGE_STREAM_MAX_BYTES`] bytes over its life, and messages at
 //!   [`CHANGE_STREAM_PER_SECOND`] a second after a burst of [`CHANGE_STREAM_BURST`]; past
 //!   either the stream is closed (the gateway re-opens it with backoff).

@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
 use super::UpstreamError;
+use super::asks::{Asks, answer_frame};
 use super::bounds::{Drops, RefusalLimit};
 use super::sse;
 
@@ -133,8 +134,8 @@ impl Transport {
     }
 
     /// POSTs one request frame with id `id` and reads its answer. Server-to-client requests on
-    /// the answer's stream are refused to the upstream; `notifications/progress` and
-    /// `notifications/message` are relayed to `notifications`.
+    /// the answer's stream go to `asks` (refused to the upstream without one);
+    /// `notifications/progress` and `notifications/message` are relayed to `notifications`.
     pub async fn request(
         &self,
         id: i64,
@@ -142,6 +143,7 @@ impl Transport {
         params: Map<String, Value>,
         out: &Outgoing,
         notifications: Option<&mpsc::Sender<Value>>,
+        asks: Option<&Asks>,
     ) -> Result<Answer, Refusal> {
         let frame = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         let body =
@@ -176,7 +178,7 @@ impl Transport {
             return Ok(Answer { body: response_body(value, id)?, session_id });
         }
         if is_event_stream(response.headers()) {
-            let body = self.read_stream(response, id, out, notifications).await?;
+            let body = self.read_stream(response, id, out, notifications, asks).await?;
             return Ok(Answer { body, session_id });
         }
         Err(protocol("answered with a content type that is neither JSON nor an event stream").into())
@@ -258,6 +260,7 @@ impl Transport {
         id: i64,
         out: &Outgoing,
         notifications: Option<&mpsc::Sender<Value>>,
+        asks: Option<&Asks>,
     ) -> Result<Body, UpstreamError> {
         let cap = self.max_response_bytes;
         let mut parser = sse::Parser::new(cap);
@@ -289,23 +292,29 @@ impl Transport {
                             let _ = tx.send(frame).await;
                         }
                     }
-                    Incoming::Request { id } => self.refuse_server_request(id, out),
+                    Incoming::Request { id, method, params } => {
+                        self.answer_server_request(id, &method, params.as_ref(), out, asks);
+                    }
                 }
             }
         }
     }
 
-    /// Answers a server-to-client request (sampling, elicitation, roots, ping of a 2025-era
-    /// upstream) with -32601, in the background: the stream keeps being read meanwhile. At most
-    /// [`super::bounds::MAX_CONCURRENT_REFUSALS`] refusals of one upstream are in flight (one
-    /// connection each at most); a request past that is dropped unanswered, and counted.
-    pub fn refuse_server_request(&self, id: Value, out: &Outgoing) {
-        let Some(permit) = self.refusals.try_start(&self.upstream, &self.drops) else { return };
-        let frame = json!({
-            "jsonrpc": "2.0",
-            "id": id,
-            "error": {"code": palisade_wire::error::codes::METHOD_NOT_FOUND, "message": "not supported through this gateway"},
-        });
+    /// Answers a server-to-client request in the background (the stream keeps being read
+    /// meanwhile): `ping` at once; sampling, elicitation and roots as the gateway answers them
+    /// through `asks` (the call's own channel), or -32601 without one. The answer is POSTed on
+    /// the session of `out`. At most [`super::bounds::MAX_CONCURRENT_REFUSALS`] answers of one
+    /// upstream are being sent at once (one connection each at most); an answer past that is
+    /// dropped unsent, and counted.
+    pub fn answer_server_request(
+        &self,
+        id: Value,
+        method: &str,
+        params: Option<&Value>,
+        out: &Outgoing,
+        asks: Option<&Asks>,
+    ) {
+        let answer = answer_frame(id, method, params, asks);
         let transport = self.clone();
         let out = Outgoing {
             protocol_version: out.protocol_version.clone(),
@@ -314,10 +323,12 @@ impl Transport {
             credential: out.credential.clone(),
         };
         tokio::spawn(async move {
+            let frame = answer.await;
+            let Some(permit) = transport.refusals.try_start(&transport.upstream, &transport.drops) else { return };
             // Best effort, bounded by the client's connect timeout and the upstream's answer.
             let send = transport.send_frame(&frame, &out);
             if tokio::time::timeout(std::time::Duration::from_secs(10), send).await.is_err() {
-                tracing::debug!(upstream = %transport.upstream, "upstream did not take the refusal of its request in time");
+                tracing::debug!(upstream = %transport.upstream, "upstream did not take the answer to its request in time");
             }
             drop(permit);
         });
@@ -330,8 +341,8 @@ pub(super) enum Incoming {
     Response(Value),
     /// A notification, its method and the raw frame.
     Notification { method: String, frame: Value },
-    /// A server-to-client request, with its id.
-    Request { id: Value },
+    /// A server-to-client request: its id, method and params.
+    Request { id: Value, method: String, params: Option<Value> },
 }
 
 /// Tells the kinds of JSON-RPC message apart; anything that is none of them is a protocol error.
@@ -343,7 +354,9 @@ pub(super) fn classify(value: Value) -> Result<Incoming, UpstreamError> {
     match object.get("method") {
         Some(Value::String(method)) => match object.get("id") {
             None => Ok(Incoming::Notification { method: method.clone(), frame: value.clone() }),
-            Some(id @ (Value::String(_) | Value::Number(_))) => Ok(Incoming::Request { id: id.clone() }),
+            Some(id @ (Value::String(_) | Value::Number(_))) => {
+                Ok(Incoming::Request { id: id.clone(), method: method.clone(), params: object.get("params").cloned() })
+            }
             Some(_) => Err(protocol("sent a request with an invalid id")),
         },
         Some(_) => Err(protocol("sent a message with a method that is not a string")),

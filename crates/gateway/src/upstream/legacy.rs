@@ -192,7 +192,7 @@ impl Inner {
         params.insert("level".into(), json!(level));
         let target = Target { caller, session: Some(session), version: Some(&session.version) };
         let headers = super::messages::method_headers("logging/setLevel", &params);
-        match self.exchange("logging/setLevel", params, target, &headers, None, None).await?.body {
+        match self.exchange("logging/setLevel", params, target, &headers, super::Relays::NONE, None).await?.body {
             Body::Result(_) => *set = Some((session.id.clone(), level.to_owned())),
             Body::Error { code, .. } => {
                 tracing::debug!(upstream = %self.id, code, "upstream refused logging/setLevel");
@@ -227,7 +227,7 @@ impl Inner {
             params.insert("clientInfo".into(), super::messages::client_info());
             let target = Target { caller, session: None, version: None };
             let headers = super::messages::method_headers("initialize", &Map::new());
-            let answer = self.exchange("initialize", params, target, &headers, None, None).await?;
+            let answer = self.exchange("initialize", params, target, &headers, super::Relays::NONE, None).await?;
             let result = match answer.body {
                 Body::Result(result) => result,
                 Body::Error { code, .. } => {

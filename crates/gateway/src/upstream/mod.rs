@@ -20,10 +20,12 @@
 //!   errors count as failures; from the second consecutive one the upstream is in backoff
 //!   (1 s, doubling to 60 s) and calls are refused at once ([`UpstreamError::Unhealthy`]).
 //!
+//! - Server-to-client requests on a call's event stream go to the call's [`asks::Asks`] channel
+//!   ([`UpstreamRequest::asks`]; the gateway decides, relays or answers); on the change stream,
+//!   or without a channel, they are answered -32601 "not supported through this gateway".
+//!   `ping` is answered.
+//!
 //! Limitations, by design of this version:
-//! - Server-to-client requests on an event stream (sampling, elicitation, roots, ping of a
-//!   2025-era upstream) are answered to the upstream with the JSON-RPC error -32601 "not
-//!   supported through this gateway"; they are not relayed to the caller.
 //! - Of the notifications on a request's event stream, only `notifications/progress` and
 //!   `notifications/message` are relayed to the caller.
 //! - Cancelling a request ([`UpstreamRequest::cancel`]) closes its HTTP exchange, which is
@@ -33,6 +35,7 @@
 //!   last tools listing ([`UpstreamClient::list`] with [`ListKind::Tools`]); a tool whose
 //!   declarations are invalid gets none.
 
+pub mod asks;
 mod bounds;
 mod health;
 mod http;
@@ -153,6 +156,21 @@ pub(crate) struct Inner {
     health: Health,
     sessions: Sessions,
     tool_headers: Mutex<HashMap<String, Vec<HeaderParam>>>,
+    /// What the gateway's own session declares ([`asks::own_capabilities`]).
+    own_capabilities: Mutex<Value>,
+}
+
+/// Where what an upstream sends during one call goes: its progress and log notifications, and
+/// its server-to-client requests ([`asks`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Relays<'a> {
+    notifications: Option<&'a mpsc::Sender<Value>>,
+    asks: Option<&'a asks::Asks>,
+}
+
+impl Relays<'_> {
+    /// Nothing relayed (the gateway's own exchanges): notifications dropped, requests refused.
+    const NONE: Relays<'static> = Relays { notifications: None, asks: None };
 }
 
 /// Where one exchange goes: for whom, in which session, at which version.
@@ -228,6 +246,7 @@ impl UpstreamClient {
                 health,
                 sessions: Sessions::default(),
                 tool_headers: Mutex::new(HashMap::new()),
+                own_capabilities: Mutex::new(json!({})),
             })),
         })
     }
@@ -241,6 +260,22 @@ impl UpstreamClient {
         protected: Vec<std::path::PathBuf>,
     ) -> Result<Self, UpstreamError> {
         Ok(Self { link: Link::Stdio(Arc::new(stdio::StdioLink::new(settings, identities, protected)?)) })
+    }
+
+    /// HTTP: what the upstream may ask during calls, declared on the gateway's own session
+    /// ([`asks::own_capabilities`]; default none). stdio: read from its settings.
+    pub fn relay_client_requests(&self, requests: &settings::ClientRequests) {
+        if let Link::Http(inner) = &self.link {
+            *lock(&inner.own_capabilities) = asks::own_capabilities(requests);
+        }
+    }
+
+    /// What the gateway's own session or process declares.
+    fn own_capabilities(&self) -> Value {
+        match &self.link {
+            Link::Http(inner) => lock(&inner.own_capabilities).clone(),
+            Link::Stdio(link) => link.own_capabilities.clone(),
+        }
     }
 
     /// stdio: the launch digest a reviewer approved (`None`: none; every process is stopped and
@@ -310,14 +345,12 @@ impl UpstreamClient {
         params: Map<String, Value>,
         caller: CallerContext<'_>,
         capabilities: Option<&Value>,
-        notifications: Option<&mpsc::Sender<Value>>,
+        relays: Relays<'_>,
         cancel: Option<&CancellationToken>,
     ) -> Result<Body, UpstreamError> {
         match &self.link {
-            Link::Http(inner) => inner.call(info, method, params, caller, capabilities, notifications, cancel).await,
-            Link::Stdio(link) => {
-                link.call(info, method, params, caller.partition, capabilities, notifications, cancel).await
-            }
+            Link::Http(inner) => inner.call(info, method, params, caller, capabilities, relays, cancel).await,
+            Link::Stdio(link) => link.call(info, method, params, caller.partition, capabilities, relays, cancel).await,
         }
     }
 
@@ -360,6 +393,7 @@ impl UpstreamClient {
         let info = self.ensure_info().await?;
         let limits = self.limits();
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
+        let own = self.own_capabilities();
         let mut items = Vec::new();
         let mut cache: Option<ListCache> = None;
         let mut cursor: Option<String> = None;
@@ -370,7 +404,7 @@ impl UpstreamClient {
                 params.insert("cursor".into(), json!(cursor));
             }
             let method = kind.method();
-            let result = match self.call(&info, method, params, caller, None, None, None).await? {
+            let result = match self.call(&info, method, params, caller, Some(&own), Relays::NONE, None).await? {
                 Body::Result(result) => result,
                 Body::Error { code, .. } => {
                     return Err(UpstreamError::Protocol(format!("refused {method} (code {code})")));
@@ -422,7 +456,7 @@ impl UpstreamClient {
         let info = self.ensure_info().await?;
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
         let params = Map::from_iter([("uri".to_owned(), json!(uri))]);
-        match self.call(&info, "resources/read", params, caller, None, None, None).await? {
+        match self.call(&info, "resources/read", params, caller, None, Relays::NONE, None).await? {
             Body::Result(result) => check_complete(&result).map(|()| result),
             Body::Error { code, .. } => Err(UpstreamError::Protocol(format!("refused resources/read (code {code})"))),
         }
@@ -446,7 +480,7 @@ impl UpstreamClient {
                 request.params,
                 request.caller,
                 request.client_capabilities.as_ref(),
-                request.notifications.as_ref(),
+                Relays { notifications: request.notifications.as_ref(), asks: request.asks.as_ref() },
                 Some(&request.cancel),
             )
             .await?;
@@ -527,10 +561,11 @@ impl UpstreamClient {
                 spawn_reader(inner.clone(), response, out, Some(id))
             }
             Era::Legacy(version) => {
-                let session = inner.session(version, caller, None).await?;
+                let own = lock(&inner.own_capabilities).clone();
+                let session = inner.session(version, caller, Some(&own)).await?;
                 let opened = match inner.open_legacy_stream(caller, &session).await {
                     Err(UpstreamError::Status(404)) => {
-                        let session = inner.reopen(&session, caller, None).await?;
+                        let session = inner.reopen(&session, caller, Some(&own)).await?;
                         inner.open_legacy_stream(caller, &session).await
                     }
                     other => other,
@@ -605,7 +640,10 @@ fn spawn_reader(
                             return;
                         }
                     }
-                    Ok(Incoming::Request { id }) => inner.transport.refuse_server_request(id, &out),
+                    // Outside any call: answered to no caller.
+                    Ok(Incoming::Request { id, method, .. }) => {
+                        inner.transport.answer_server_request(id, &method, None, &out, None);
+                    }
                     Ok(Incoming::Response(value)) => {
                         if subscription.is_some_and(|id| value.get("id") == Some(&json!(id))) {
                             return;
@@ -626,7 +664,7 @@ impl Inner {
         let params = modern_params(Map::new(), None)?;
         let target = Target { caller, session: None, version: Some(PROTOCOL_VERSION) };
         let headers = method_headers("server/discover", &params);
-        let answer = self.exchange("server/discover", params, target, &headers, None, None).await?;
+        let answer = self.exchange("server/discover", params, target, &headers, Relays::NONE, None).await?;
         let result = match answer.body {
             Body::Result(result) => result,
             Body::Error { code, .. } => {
@@ -641,7 +679,8 @@ impl Inner {
     /// The 2025 handshake on the gateway's own session.
     async fn legacy_connect(self: &Arc<Self>) -> Result<UpstreamInfo, UpstreamError> {
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
-        let (session, result) = self.handshake(palisade_wire::LEGACY_VERSIONS, caller, None).await?;
+        let own = lock(&self.own_capabilities).clone();
+        let (session, result) = self.handshake(palisade_wire::LEGACY_VERSIONS, caller, Some(&own)).await?;
         let era = Era::Legacy(session.version.clone());
         self.set_era(&era);
         self.set_gateway_session(session).await;
@@ -700,7 +739,7 @@ impl Inner {
         params: Map<String, Value>,
         target: Target<'_>,
         mcp_headers: &[(HeaderName, HeaderValue)],
-        notifications: Option<&mpsc::Sender<Value>>,
+        relays: Relays<'_>,
         cancel: Option<&CancellationToken>,
     ) -> Result<http::Answer, UpstreamError> {
         let run = async {
@@ -708,7 +747,8 @@ impl Inner {
             loop {
                 let out = self.outgoing(target, mcp_headers.to_vec()).await?;
                 let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-                match self.transport.request(id, method, params.clone(), &out, notifications).await {
+                match self.transport.request(id, method, params.clone(), &out, relays.notifications, relays.asks).await
+                {
                     Ok(answer) => return Ok(answer),
                     Err(Refusal::Failed(error)) => return Err(error),
                     Err(Refusal::InsufficientScope(scopes)) if self.credential.is_per_user() => {
@@ -772,7 +812,7 @@ impl Inner {
         params: Map<String, Value>,
         caller: CallerContext<'_>,
         capabilities: Option<&Value>,
-        notifications: Option<&mpsc::Sender<Value>>,
+        relays: Relays<'_>,
         cancel: Option<&CancellationToken>,
     ) -> Result<Body, UpstreamError> {
         match &info.era {
@@ -780,7 +820,7 @@ impl Inner {
                 let params = modern_params(params, capabilities)?;
                 let headers = self.request_headers(method, &params);
                 let target = Target { caller, session: None, version: Some(PROTOCOL_VERSION) };
-                Ok(self.exchange(method, params, target, &headers, notifications, cancel).await?.body)
+                Ok(self.exchange(method, params, target, &headers, relays, cancel).await?.body)
             }
             Era::Legacy(version) => {
                 // The 2026-07-28 per-request log level is the 2025 session's own.
@@ -793,14 +833,14 @@ impl Inner {
                     self.set_level(&session, caller, capabilities, level).await?;
                 }
                 let target = Target { caller, session: Some(&session), version: Some(&session.version) };
-                match self.exchange(method, params.clone(), target, &headers, notifications, cancel).await {
+                match self.exchange(method, params.clone(), target, &headers, relays, cancel).await {
                     Err(UpstreamError::Status(404)) if session.id.is_some() => {
                         let session = self.reopen(&session, caller, capabilities).await?;
                         if let Some(level) = &level {
                             self.set_level(&session, caller, capabilities, level).await?;
                         }
                         let target = Target { caller, session: Some(&session), version: Some(&session.version) };
-                        Ok(self.exchange(method, params, target, &headers, notifications, cancel).await?.body)
+                        Ok(self.exchange(method, params, target, &headers, relays, cancel).await?.body)
                     }
                     outcome => Ok(outcome?.body),
                 }

@@ -125,6 +125,89 @@ pub struct RawUpstream {
     /// The gateway's own credential toward it. Default none.
     #[serde(default)]
     pub credential: RawCredential,
+    /// What the upstream may ask the caller during a call. Default: elicitation relayed,
+    /// sampling refused, no roots.
+    #[serde(default)]
+    pub client_requests: RawClientRequests,
+}
+
+/// `[upstreams.client_requests]` as written.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientRequests {
+    /// Relay `elicitation/create` to the caller. Default true.
+    pub elicitation: Option<bool>,
+    /// Relay `sampling/createMessage` to the caller (it spends the caller's model). Default
+    /// false.
+    pub sampling: Option<bool>,
+    /// The roots `roots/list` answers (`file://` URIs of absolute directories). Default none:
+    /// the request is refused; the caller's own roots are never asked for.
+    #[serde(default)]
+    pub roots: Vec<String>,
+    /// Relay `roots/list` to the caller instead (its own paths reach the upstream). Default
+    /// false; not with `roots`.
+    pub caller_roots: Option<bool>,
+}
+
+/// What an upstream may ask the caller during a call, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientRequests {
+    /// `elicitation/create` is relayed to the caller.
+    pub elicitation: bool,
+    /// `sampling/createMessage` is relayed to the caller.
+    pub sampling: bool,
+    /// What `roots/list` answers, in order (the gateway answers it itself).
+    pub roots: Vec<Url>,
+    /// `roots/list` is relayed to the caller (never with `roots`).
+    pub caller_roots: bool,
+}
+
+impl Default for ClientRequests {
+    fn default() -> Self {
+        Self { elicitation: true, sampling: false, roots: Vec::new(), caller_roots: false }
+    }
+}
+
+/// Most roots one upstream may be granted.
+const MAX_ROOTS: usize = 64;
+
+fn validate_client_requests(
+    raw: RawClientRequests,
+    key: &dyn Fn(&str) -> String,
+) -> Result<ClientRequests, GatewayConfigError> {
+    let defaults = ClientRequests::default();
+    if raw.roots.len() > MAX_ROOTS {
+        return Err(bad(key("client_requests.roots"), format!("at most {MAX_ROOTS} roots")));
+    }
+    let mut roots = Vec::with_capacity(raw.roots.len());
+    for text in &raw.roots {
+        let url = Url::parse(text).map_err(|_| bad(key("client_requests.roots"), format!("{text:?} is not a URI")))?;
+        let absolute_file = url.scheme() == "file"
+            && url.host_str().is_none_or(str::is_empty)
+            && url.path().starts_with('/')
+            && url.query().is_none()
+            && url.fragment().is_none();
+        if !absolute_file {
+            return Err(bad(
+                key("client_requests.roots"),
+                format!("{text:?} must be a file:// URI of an absolute path, without query or fragment"),
+            ));
+        }
+        if roots.contains(&url) {
+            return Err(bad(key("client_requests.roots"), format!("{text:?} is listed twice")));
+        }
+        roots.push(url);
+    }
+    let caller_roots = raw.caller_roots.unwrap_or(defaults.caller_roots);
+    if caller_roots && !roots.is_empty() {
+        return Err(bad(key("client_requests.caller_roots"), "either the granted roots or the caller's, not both"));
+    }
+    Ok(ClientRequests {
+        elicitation: raw.elicitation.unwrap_or(defaults.elicitation),
+        sampling: raw.sampling.unwrap_or(defaults.sampling),
+        roots,
+        caller_roots,
+    })
 }
 
 /// One `grants` entry as written.
@@ -267,6 +350,8 @@ pub struct UpstreamSettings {
     pub tasks: BTreeSet<String>,
     /// Its credential.
     pub credential: CredentialConfig,
+    /// What it may ask the caller during a call.
+    pub client_requests: ClientRequests,
 }
 
 impl UpstreamSettings {
@@ -351,6 +436,7 @@ pub(crate) fn validate_upstream(index: usize, raw: RawUpstream) -> Result<Upstre
         check_scope(scope).map_err(|reason| bad(key("scopes"), reason))?;
     }
     let credential = validate_credential(&key("credential"), raw.credential)?;
+    let client_requests = validate_client_requests(raw.client_requests, &key)?;
     Ok(UpstreamSettings {
         id: raw.id,
         url,
@@ -365,6 +451,7 @@ pub(crate) fn validate_upstream(index: usize, raw: RawUpstream) -> Result<Upstre
         no_confirm: raw.no_confirm.into_iter().collect(),
         tasks: raw.tasks.into_iter().collect(),
         credential,
+        client_requests,
     })
 }
 

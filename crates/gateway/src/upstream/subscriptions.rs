@@ -72,7 +72,7 @@ impl UpstreamClient {
         let mut params = Map::new();
         params.insert("uri".into(), json!(uri));
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
-        match self.call(&info, method, params, caller, None, None, None).await? {
+        match self.call(&info, method, params, caller, None, super::Relays::NONE, None).await? {
             Body::Result(_) => Ok(()),
             Body::Error { code, .. } => Err(UpstreamError::Protocol(format!("answered {method} with error {code}"))),
         }

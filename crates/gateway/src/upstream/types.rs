@@ -162,6 +162,9 @@ pub struct UpstreamRequest<'a> {
     /// Where to relay progress and log notifications the upstream sends on the answer's event
     /// stream, as raw JSON-RPC notification objects.
     pub notifications: Option<mpsc::Sender<Value>>,
+    /// Where the upstream's server-to-client requests during this call go (sampling,
+    /// elicitation, roots); `None`: refused to the upstream with -32601.
+    pub asks: Option<super::asks::Asks>,
     /// Cancelling it abandons the exchange ([`UpstreamError::Cancelled`]).
     pub cancel: CancellationToken,
 }

@@ -4,9 +4,12 @@
 //! id, body), and misbehaves per tool: `garbage`, `huge`, `bad_output`, `endless_sse`, `slow`,
 //! `wrong_id`, `flood` (2,000 `sampling/createMessage` requests on the answer's event stream
 //! before the answer), `disabled` (refuses as a kill switch does, -32030, with the HTTP status its
-//! `status` argument names); `echo` and `late` answer normally. It counts the connections it accepts,
-//! and holds every answer to a request of its own open, unanswered (so each one in flight keeps
-//! its connection). Stopping it drops every connection at once.
+//! `status` argument names), `ask` (one `elicitation/create` on its answer's event stream, then
+//! the answer it got as its result's text), `ask_many` ([`ASK_MANY`] of them, one after the
+//! other); `echo` and `late` answer normally. It counts the connections it accepts, holds every
+//! answer to a request of its own open, unanswered (so each one in flight keeps its connection),
+//! except an answer to one of its questions, and counts the question streams the gateway closed
+//! before they were answered and the errors its questions were answered with. Stopping it drops every connection at once.
 //! Also [`Closer`], a listener that accepts connections and closes them unanswered, counting
 //! them.
 
@@ -74,7 +77,17 @@ struct State {
     peers: Mutex<HashSet<SocketAddr>>,
     /// Answers received to requests of this upstream's own (each held open).
     answers: AtomicU64,
+    /// The questions (`ask`, `ask_many`) waiting for their answer, by request id.
+    questions: Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<Value>>>,
+    next_question: AtomicU64,
+    /// Question streams closed by the gateway while a question waited.
+    abandoned: AtomicU64,
+    /// The JSON-RPC errors its questions were answered with.
+    question_errors: Mutex<Vec<Value>>,
 }
+
+/// Questions the `ask_many` tool asks, one after the other.
+pub const ASK_MANY: usize = 20;
 
 /// Server-to-client requests the `flood` tool sends.
 pub const FLOOD: usize = 2000;
@@ -114,6 +127,8 @@ pub fn tool_definitions() -> Vec<Value> {
         plain("slow", "Answers after a minute."),
         plain("wrong_id", "Answers with an id it never received."),
         plain("flood", "Sends 2,000 sampling requests on its answer's event stream, then the answer."),
+        plain("ask", "Asks its caller one elicitation question, then answers with the answer it got."),
+        plain("ask_many", "Asks its caller 20 elicitation questions, one after the other."),
         json!({
             "name": "disabled",
             "description": "Refuses with -32030 operation disabled, in a response of the status it is given.",
@@ -133,6 +148,10 @@ impl HostileUpstream {
             not_found_names_id: std::sync::atomic::AtomicBool::new(false),
             peers: Mutex::new(HashSet::new()),
             answers: AtomicU64::new(0),
+            questions: Mutex::new(std::collections::HashMap::new()),
+            next_question: AtomicU64::new(0),
+            abandoned: AtomicU64::new(0),
+            question_errors: Mutex::new(Vec::new()),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, bound) = std::sync::mpsc::channel::<SocketAddr>();
@@ -163,6 +182,16 @@ impl HostileUpstream {
     /// Answers to requests of its own received so far.
     pub fn answers(&self) -> u64 {
         self.state.answers.load(Ordering::SeqCst)
+    }
+
+    /// Question streams the gateway closed while a question waited for its answer.
+    pub fn abandoned(&self) -> u64 {
+        self.state.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// The JSON-RPC errors its questions were answered with so far.
+    pub fn question_errors(&self) -> Vec<Value> {
+        self.state.question_errors.lock().unwrap().clone()
     }
 
     /// Every request received so far.
@@ -259,6 +288,18 @@ async fn handle(
     if parsed.get("jsonrpc") != Some(&json!("2.0")) {
         return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, -32700, "parse error");
     }
+    if parsed.get("method").is_none()
+        && let Some(waiter) =
+            parsed.get("id").and_then(Value::as_str).and_then(|id| state.questions.lock().unwrap().remove(id))
+    {
+        // The answer to a question: the asking stream goes on with it.
+        if let Some(error) = parsed.get("error") {
+            state.question_errors.lock().unwrap().push(error.clone());
+        }
+        let answer = parsed.get("result").or_else(|| parsed.get("error")).cloned().unwrap_or(Value::Null);
+        let _ = waiter.send(answer);
+        return status_only(StatusCode::ACCEPTED);
+    }
     if parsed.get("method").is_none() && parsed.get("id").is_some() {
         // An answer to a request of this upstream's own: held open, never answered.
         state.answers.fetch_add(1, Ordering::SeqCst);
@@ -307,6 +348,10 @@ async fn handle(
             "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "hostile", "version": "0"}},
         })),
         "tools/list" => complete(json!({"tools": tool_definitions(), "ttlMs": 0, "cacheScope": "public"})),
+        "tools/call" if matches!(parsed.pointer("/params/name").and_then(Value::as_str), Some("ask" | "ask_many")) => {
+            let many = parsed.pointer("/params/name") == Some(&json!("ask_many"));
+            ask(state.clone(), id, if many { ASK_MANY } else { 1 })
+        }
         "tools/call" => call(&parsed, &id, state.wire).await,
         _ => rpc_error(StatusCode::NOT_FOUND, &id, -32601, "method not found"),
     }
@@ -391,6 +436,59 @@ async fn call(request: &Value, id: &Value, wire: Wire) -> Response {
         }
         _ => rpc_error(StatusCode::OK, id, -32602, "unknown tool"),
     }
+}
+
+/// An event stream that asks `count` elicitation questions one after the other (each waiting for
+/// its answer), then answers the call with the answers (results or errors) as a JSON array in its
+/// text. A stream the gateway closes while a question waits is counted as abandoned.
+fn ask(state: Arc<State>, id: Value, count: usize) -> Response {
+    let (mut events, body) = futures::channel::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+    let event = |value: &Value| Ok::<_, std::io::Error>(Bytes::from(format!("event: message\ndata: {value}\n\n")));
+    tokio::spawn(async move {
+        use futures::SinkExt as _;
+        let mut answers = Vec::new();
+        for _ in 0..count {
+            let n = state.next_question.fetch_add(1, Ordering::SeqCst);
+            let question = format!("q-{n}");
+            let (answered, mut answer) = tokio::sync::oneshot::channel();
+            state.questions.lock().unwrap().insert(question.clone(), answered);
+            let request = json!({"jsonrpc": "2.0", "id": question, "method": "elicitation/create", "params": {
+                "message": format!("question {n}"),
+                "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}},
+            }});
+            if events.send(event(&request)).await.is_err() {
+                state.abandoned.fetch_add(1, Ordering::SeqCst);
+                return;
+            }
+            let got = loop {
+                tokio::select! {
+                    got = &mut answer => break got.ok(),
+                    // A comment now and then: writing is how a closed connection shows.
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {
+                        let comment = Ok(Bytes::from_static(b": waiting\n\n"));
+                        if events.send(comment).await.is_err() {
+                            break None;
+                        }
+                    }
+                }
+            };
+            let Some(got) = got else {
+                state.abandoned.fetch_add(1, Ordering::SeqCst);
+                return;
+            };
+            answers.push(got);
+        }
+        let mut result = json!({"content": [{"type": "text", "text": Value::Array(answers).to_string()}]});
+        if state.wire == Wire::Modern {
+            result["resultType"] = json!("complete");
+        }
+        let _ = events.send(event(&json!({"jsonrpc": "2.0", "id": id, "result": result}))).await;
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(body))
+        .expect("response")
 }
 
 /// A listener that accepts every connection and closes it without an answer, counting them:

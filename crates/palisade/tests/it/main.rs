@@ -13,6 +13,7 @@ mod delegation;
 mod dev_authorization;
 mod events_bridge;
 mod gateway_apps;
+mod gateway_asks;
 mod gateway_boundary;
 mod gateway_eras;
 mod gateway_metrics;

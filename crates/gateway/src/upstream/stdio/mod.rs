@@ -73,6 +73,8 @@ pub(super) struct StdioLink {
     /// Notified when a launch was refused because it changed since its approval.
     pub(super) launch_changed: tokio::sync::Notify,
     reaper_started: AtomicBool,
+    /// What the gateway's own process declares ([`super::asks::own_capabilities`]).
+    pub(super) own_capabilities: Value,
 }
 
 impl std::fmt::Debug for StdioLink {
@@ -105,6 +107,7 @@ impl StdioLink {
             changes: Arc::new(Mutex::new(None)),
             launch_changed: tokio::sync::Notify::new(),
             reaper_started: AtomicBool::new(false),
+            own_capabilities: super::asks::own_capabilities(&settings.client_requests),
         })
     }
 
@@ -313,12 +316,12 @@ impl StdioLink {
     /// Learns the era on the gateway's own process: `server/discover` (Auto, Modern), else the
     /// 2025 handshake (Auto, Legacy).
     pub(super) async fn connect(self: &Arc<Self>) -> Result<UpstreamInfo, UpstreamError> {
-        let process = self.process(GATEWAY_PARTITION, None).await?;
+        let process = self.process(GATEWAY_PARTITION, Some(&self.own_capabilities)).await?;
         let discover = || async {
             let params = modern_params(Map::new(), None)?;
             let body = tokio::time::timeout(
                 self.limits.connect_timeout,
-                process.request("server/discover", params, None, None),
+                process.request("server/discover", params, super::Relays::NONE, None),
             )
             .await
             .unwrap_or(Err(UpstreamError::Timeout))?;
@@ -344,7 +347,7 @@ impl StdioLink {
     }
 
     async fn legacy_connect(&self, process: &Process) -> Result<UpstreamInfo, UpstreamError> {
-        let handshake = initialize(process, palisade_wire::LEGACY_VERSIONS, None);
+        let handshake = initialize(process, palisade_wire::LEGACY_VERSIONS, Some(&self.own_capabilities));
         let (version, result) = tokio::time::timeout(self.limits.connect_timeout, handshake)
             .await
             .unwrap_or(Err(UpstreamError::Timeout))?;
@@ -365,7 +368,7 @@ impl StdioLink {
         params: Map<String, Value>,
         partition: &str,
         capabilities: Option<&Value>,
-        notifications: Option<&mpsc::Sender<Value>>,
+        relays: super::Relays<'_>,
         cancel: Option<&CancellationToken>,
     ) -> Result<Body, UpstreamError> {
         // A 2025-era per-caller process: the caller's per-request log level is the process's
@@ -382,12 +385,15 @@ impl StdioLink {
             Era::Modern => modern_params(params, capabilities)?,
             Era::Legacy(_) => legacy_params(params)?,
         };
+        // The gateway's own process (and a shared one) declares what the configuration relays.
+        let capabilities =
+            if self.key(partition) == GATEWAY_PARTITION { Some(&self.own_capabilities) } else { capabilities };
         let run = async {
             let process = self.process(partition, capabilities).await?;
             if let Some(level) = &level {
                 process.set_level(level).await?;
             }
-            process.request(method, params, notifications, cancel).await
+            process.request(method, params, relays, cancel).await
         };
         let outcome =
             tokio::time::timeout(self.limits.request_timeout, run).await.unwrap_or(Err(UpstreamError::Timeout));
@@ -408,7 +414,7 @@ impl StdioLink {
         info: &UpstreamInfo,
         resources: &BTreeSet<String>,
     ) -> Result<BoxStream<'static, Change>, UpstreamError> {
-        let process = self.process(GATEWAY_PARTITION, None).await?;
+        let process = self.process(GATEWAY_PARTITION, Some(&self.own_capabilities)).await?;
         let (tx, mut rx) = mpsc::channel::<Change>(16);
         *lock(&self.changes) = Some(tx);
         let dropped = CancellationToken::new();
@@ -425,7 +431,7 @@ impl StdioLink {
                 tokio::spawn(async move {
                     let exited = listener.exited();
                     tokio::select! {
-                        _ = listener.request("subscriptions/listen", params, None, Some(&cancel)) => {}
+                        _ = listener.request("subscriptions/listen", params, super::Relays::NONE, Some(&cancel)) => {}
                         () = exited.cancelled() => {}
                     }
                 });
@@ -455,7 +461,7 @@ async fn initialize(
         params.insert("protocolVersion".into(), json!(version));
         params.insert("capabilities".into(), capabilities.clone());
         params.insert("clientInfo".into(), client_info());
-        let result = match process.request("initialize", params, None, None).await? {
+        let result = match process.request("initialize", params, super::Relays::NONE, None).await? {
             Body::Result(result) => result,
             Body::Error { code, .. } => {
                 return Err(UpstreamError::Protocol(format!("refused initialize (code {code})")));

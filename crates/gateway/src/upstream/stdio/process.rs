@@ -15,9 +15,10 @@ use tokio::process::{Child, ChildStdin};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::super::asks::{Asks, answer_frame};
 use super::super::bounds::{Drops, MAX_STDERR_LINE, Overflow, read_line_bounded};
 use super::super::http::{self, Body, Incoming};
-use super::super::{Change, UpstreamError, lock};
+use super::super::{Change, Relays, UpstreamError, lock};
 
 /// Most bytes of one process's stderr that reach the log; the rest is counted, not logged.
 const MAX_STDERR_BYTES: usize = 64 * 1024;
@@ -25,10 +26,12 @@ const MAX_STDERR_BYTES: usize = 64 * 1024;
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Where a request's notifications go: the caller's sink, and the caller's own progress token
-/// (this side sends the server a token of its own, so concurrent callers cannot collide).
+/// (this side sends the server a token of its own, so concurrent callers cannot collide); and,
+/// on a per-caller process, where the server's requests during it go.
 struct Relay {
-    sink: mpsc::Sender<Value>,
+    sink: Option<mpsc::Sender<Value>>,
     progress_token: Option<Value>,
+    asks: Option<Asks>,
 }
 
 /// The state the reader task and the callers share.
@@ -218,7 +221,7 @@ impl Process {
         }
         let mut params = Map::new();
         params.insert("level".into(), json!(level));
-        match self.request("logging/setLevel", params, None, None).await? {
+        match self.request("logging/setLevel", params, Relays::NONE, None).await? {
             Body::Result(_) => *set = Some(level.to_owned()),
             Body::Error { code, .. } => {
                 tracing::debug!(upstream = %self.upstream, code, "stdio server refused logging/setLevel");
@@ -227,15 +230,17 @@ impl Process {
         Ok(())
     }
 
-    /// One request: its answer's body, checked against the id sent. `notifications` receives
-    /// the progress (with the caller's own token) and, on a per-caller process, the log
-    /// messages the server sends while it runs. Cancelling sends `notifications/cancelled`.
-    /// The caller bounds the wait (the request deadline); dropping the future forgets the id.
+    /// One request: its answer's body, checked against the id sent. `relays.notifications`
+    /// receives the progress (with the caller's own token) and, on a per-caller process, the log
+    /// messages the server sends while it runs; on a per-caller process, the server's requests
+    /// while it runs go to `relays.asks` ([`route_request`]). Cancelling sends
+    /// `notifications/cancelled`. The caller bounds the wait (the request deadline); dropping
+    /// the future forgets the id.
     pub(crate) async fn request(
         &self,
         method: &str,
         mut params: Map<String, Value>,
-        notifications: Option<&mpsc::Sender<Value>>,
+        relays: Relays<'_>,
         cancel: Option<&CancellationToken>,
     ) -> Result<Body, UpstreamError> {
         if self.is_dead() {
@@ -252,8 +257,10 @@ impl Process {
         }
         let (tx, rx) = oneshot::channel();
         lock(&self.shared.pending).insert(id, tx);
-        if let Some(sink) = notifications {
-            lock(&self.shared.relays).insert(id, Relay { sink: sink.clone(), progress_token });
+        let asks = relays.asks.filter(|_| self.shared.relay_messages).cloned();
+        if relays.notifications.is_some() || asks.is_some() {
+            let sink = relays.notifications.cloned();
+            lock(&self.shared.relays).insert(id, Relay { sink, progress_token, asks });
         }
         let _forget = Forget { shared: &self.shared, id };
         self.write(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await?;
@@ -363,11 +370,9 @@ async fn read_stdout(
                 }
             }
             Ok(Incoming::Notification { method, frame }) => route_notification(&shared, &method, frame).await,
-            Ok(Incoming::Request { id }) => {
-                // Server-to-client requests are not relayed (as over HTTP); ping is answered.
+            Ok(Incoming::Request { id, method, params }) => {
                 let Some(process) = process.upgrade() else { break "stopped" };
-                let reply = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "not supported through this gateway"}});
-                let _ = process.write(&reply).await;
+                route_request(&shared, process, id, &method, params.as_ref()).await;
             }
             Err(_) => break "the stdio server wrote a message that is not JSON-RPC",
         }
@@ -401,6 +406,31 @@ async fn read_stdout(
     }
 }
 
+/// A server-to-client request, answered in the background (stdout keeps being read): on a
+/// per-caller process, asked of the oldest in-flight request that relays them (stdio carries
+/// no link from a request to the call that caused it, but every call in flight on that process
+/// is the same caller's); on a shared process, or with none in flight, refused (`ping` is
+/// answered).
+/// An answer given at once is written before the next line is read, so a server that floods
+/// requests without reading its stdin stalls itself, not the gateway.
+async fn route_request(shared: &Shared, process: Arc<Process>, id: Value, method: &str, params: Option<&Value>) {
+    let asks = {
+        let relays = lock(&shared.relays);
+        let oldest = relays.iter().filter(|(_, relay)| relay.asks.is_some()).min_by_key(|(id, _)| **id);
+        oldest.and_then(|(_, relay)| relay.asks.clone())
+    };
+    let waits = asks.is_some() && method != "ping";
+    let answer = answer_frame(id, method, params, asks.as_ref());
+    if waits {
+        tokio::spawn(async move {
+            let frame = answer.await;
+            let _ = process.write(&frame).await;
+        });
+    } else {
+        let _ = process.write(&answer.await).await;
+    }
+}
+
 /// Progress to the request whose token it carries (the caller's own token restored), log
 /// messages to the in-flight requests of a per-caller process, list changes and resource updates
 /// to the gateway.
@@ -422,10 +452,10 @@ async fn route_notification(shared: &Shared, method: &str, mut frame: Value) {
             if let Some(params) = frame.get_mut("params").and_then(Value::as_object_mut) {
                 params.insert("progressToken".into(), original);
             }
-            vec![relay.sink.clone()]
+            relay.sink.iter().cloned().collect()
         }
         "notifications/message" if shared.relay_messages => {
-            lock(&shared.relays).values().map(|relay| relay.sink.clone()).collect()
+            lock(&shared.relays).values().filter_map(|relay| relay.sink.clone()).collect()
         }
         _ => return,
     };
