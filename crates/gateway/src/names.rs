@@ -624,7 +624,10 @@ mod tests {
         let link = serde_json::json!({"type": "resource_link", "uri": "demo://resource/dynamic/blob/1", "name": "b"});
         let exposed = every.expose_content(link).unwrap();
         assert_eq!(exposed["uri"], "everything+demo://resource/dynamic/blob/1");
-        assert_eq!(every.upstream_uri(exposed["uri"].as_str().unwrap()).as_deref(), Some("demo://resource/dynamic/blob/1"));
+        assert_eq!(
+            every.upstream_uri(exposed["uri"].as_str().unwrap()).as_deref(),
+            Some("demo://resource/dynamic/blob/1")
+        );
         let embedded =
             serde_json::json!({"type": "resource", "resource": {"uri": "file:///a", "text": "see file:///b"}});
         let exposed = every.expose_content(embedded).unwrap();

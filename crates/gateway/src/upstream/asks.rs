@@ -107,6 +107,19 @@ pub(super) fn answer_frame(
     }
 }
 
+/// Where what an upstream sends during one call goes: its progress and log notifications, and
+/// its server-to-client requests (this module's [`Asks`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Relays<'a> {
+    pub(crate) notifications: Option<&'a mpsc::Sender<Value>>,
+    pub(crate) asks: Option<&'a Asks>,
+}
+
+impl Relays<'_> {
+    /// Nothing relayed (the gateway's own exchanges): notifications dropped, requests refused.
+    pub(crate) const NONE: Relays<'static> = Relays { notifications: None, asks: None };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,6 +36,7 @@
 //!   declarations are invalid gets none.
 
 pub mod asks;
+pub(crate) use asks::Relays;
 mod bounds;
 mod health;
 mod http;
@@ -158,19 +159,6 @@ pub(crate) struct Inner {
     tool_headers: Mutex<HashMap<String, Vec<HeaderParam>>>,
     /// What the gateway's own session declares ([`asks::own_capabilities`]).
     own_capabilities: Mutex<Value>,
-}
-
-/// Where what an upstream sends during one call goes: its progress and log notifications, and
-/// its server-to-client requests ([`asks`]).
-#[derive(Clone, Copy)]
-pub(crate) struct Relays<'a> {
-    notifications: Option<&'a mpsc::Sender<Value>>,
-    asks: Option<&'a asks::Asks>,
-}
-
-impl Relays<'_> {
-    /// Nothing relayed (the gateway's own exchanges): notifications dropped, requests refused.
-    const NONE: Relays<'static> = Relays { notifications: None, asks: None };
 }
 
 /// Where one exchange goes: for whom, in which session, at which version.
