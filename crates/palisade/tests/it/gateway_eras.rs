@@ -21,7 +21,13 @@ const FIXTURE_TOOLS: &[&str] = &["test_logging_tool", "test_missing_capability",
 async fn fixture_behind_gateway(protocol: &str) -> (Palisade, GatewayUnderTest, String) {
     let fixture = Palisade::start(&[]);
     let entry =
-        format!("[[upstreams]]\nid = \"fx\"\nurl = \"{}\"\nprefix = \"\"\nprotocol = \"{protocol}\"\n", fixture.url);
+        // Sampling is relayed for this upstream (it is off by default): the capability tests
+        // below need the caller's `sampling` to reach the upstream session.
+        format!(
+            "[[upstreams]]\nid = \"fx\"\nurl = \"{}\"\nprefix = \"\"\nprotocol = \"{protocol}\"\n\
+             [upstreams.client_requests]\nsampling = true\n",
+            fixture.url
+        );
     let mut gateway = GatewayUnderTest::new(&entry);
     gateway.start();
     gateway.approve_all("fx");
