@@ -72,7 +72,10 @@ impl UpstreamClient {
         let mut params = Map::new();
         params.insert("uri".into(), json!(uri));
         let caller = CallerContext { partition: GATEWAY_PARTITION, subject_token: None, user: None };
-        match self.call(&info, method, params, caller, None, super::Relays::NONE, None).await? {
+        // In the gateway's own session, the one its change stream reads (2025-era sessions are
+        // keyed by the capabilities declared): updates come on the subscribing session's stream.
+        let own = self.own_capabilities();
+        match self.call(&info, method, params, caller, Some(&own), super::Relays::NONE, None).await? {
             Body::Result(_) => Ok(()),
             Body::Error { code, .. } => Err(UpstreamError::Protocol(format!("answered {method} with error {code}"))),
         }
