@@ -6,11 +6,13 @@
 mod bearer;
 mod jwks;
 mod killswitch;
+mod policy;
 mod server;
 
 pub use bearer::bearer_token;
 pub use jwks::jwks;
 pub use killswitch::killswitch;
+pub use policy::argument_view;
 pub use server::{cursor, request_state, sealed_state, traceparent};
 
 use palisade_wire::header::{decode_value, encode_value, matches_json};
@@ -37,6 +39,7 @@ pub const TARGETS: &[Target] = &[
     Target { name: "traceparent", check: traceparent },
     Target { name: "jwks", check: jwks },
     Target { name: "killswitch", check: killswitch },
+    Target { name: "argument_view", check: argument_view },
 ];
 
 /// One inbound JSON-RPC frame: the strict JSON parser agrees with `serde_json` (see

@@ -69,14 +69,16 @@ fn check_stage_list(root: &Path, problems: &mut Vec<String>) {
     }
 }
 
-/// The byte offset of a `// N. name` (or `// Nb. name`) comment line for `marker` (`. name`).
+/// The byte offset of a `// N. name` (or `// Nb. name`, `// Nc. name`, …) comment line for
+/// `marker` (`. name`).
 fn find_stage_comment(source: &str, marker: &str) -> Option<usize> {
     let mut offset = 0;
     for line in source.split_inclusive('\n') {
         let trimmed = line.trim_start();
         if let Some(rest) = trimmed.strip_prefix("// ") {
             let number = rest.split('.').next().unwrap_or_default();
-            let numbered = !number.is_empty() && number.trim_end_matches('b').chars().all(|c| c.is_ascii_digit());
+            let digits = number.trim_end_matches(|c: char| c.is_ascii_lowercase());
+            let numbered = !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit());
             if numbered && rest[number.len()..].starts_with(marker) {
                 return Some(offset);
             }

@@ -22,6 +22,7 @@ pub struct VerifiedClaims {
     tenant: Option<String>,
     client_id: Option<String>,
     scopes: BTreeSet<String>,
+    groups: BTreeSet<String>,
     expires_at_ms: u64,
     token_digest: String,
 }
@@ -58,6 +59,11 @@ impl VerifiedClaims {
         &self.scopes
     }
 
+    /// The groups and roles named by the configured group claims.
+    pub fn groups(&self) -> &BTreeSet<String> {
+        &self.groups
+    }
+
     /// Whether the token carries `scope`.
     pub fn has_scope(&self, scope: &str) -> bool {
         self.scopes.contains(scope)
@@ -81,6 +87,7 @@ impl VerifiedClaims {
             tenant: None,
             client_id: None,
             scopes: BTreeSet::new(),
+            groups: BTreeSet::new(),
             expires_at_ms,
             token_digest: "0000000000000000".into(),
         }
@@ -153,6 +160,31 @@ fn optional_string(
         }
         Some(_) => Err(InvalidTokenReason::InvalidClaim(kind)),
     }
+}
+
+/// Every group the configured claims name: each claim a string (space-separated) or an array
+/// of strings; another shape, an empty or control-character name refuses the token.
+fn groups(payload: &Map<String, Value>, claims: &[String]) -> Result<BTreeSet<String>, InvalidTokenReason> {
+    let invalid = InvalidTokenReason::InvalidClaim(ClaimKind::Groups);
+    let mut out = BTreeSet::new();
+    let mut add = |group: &str| {
+        if group.is_empty() || group.chars().any(char::is_control) {
+            return Err(invalid);
+        }
+        out.insert(group.to_owned());
+        Ok(())
+    };
+    for claim in claims {
+        match payload.get(claim) {
+            None => {}
+            Some(Value::String(list)) => list.split(' ').filter(|g| !g.is_empty()).try_for_each(&mut add)?,
+            Some(Value::Array(items)) => {
+                items.iter().try_for_each(|item| add(item.as_str().ok_or(invalid)?))?;
+            }
+            Some(_) => return Err(invalid),
+        }
+    }
+    Ok(out)
 }
 
 fn scopes(payload: &Map<String, Value>) -> Result<BTreeSet<String>, InvalidTokenReason> {
@@ -238,6 +270,7 @@ pub(crate) fn validate_claims(
         .ok_or(InvalidTokenReason::MissingClaim(ClaimKind::Subject))?;
     audience_contains(payload, &cfg.raw.resource)?;
     let scopes = scopes(payload)?;
+    let groups = groups(payload, &cfg.raw.group_claims)?;
     let tenant = optional_string(payload, &cfg.raw.tenant_claim, ClaimKind::Tenant)?;
     let client_id = match optional_string(payload, &cfg.raw.client_claim, ClaimKind::ClientId)? {
         Some(client) => Some(client),
@@ -249,6 +282,7 @@ pub(crate) fn validate_claims(
         tenant,
         client_id,
         scopes,
+        groups,
         expires_at_ms: exp_ms,
         token_digest,
     })
@@ -293,6 +327,29 @@ mod tests {
 
     fn check(overrides: Value) -> Result<VerifiedClaims, InvalidTokenReason> {
         validate_claims(&payload(overrides), &cfg(), ISS, NOW_MS, "d".into())
+    }
+
+    #[test]
+    fn groups_come_from_the_configured_claims_only() {
+        let mut raw = cfg().raw.clone();
+        raw.group_claims = vec!["groups".into(), "roles".into()];
+        let configured = ValidatedConfig::new(raw).expect("valid");
+        let check = |overrides: Value| validate_claims(&payload(overrides), &configured, ISS, NOW_MS, "d".into());
+        let claims = check(json!({"groups": ["oncall", "dev"], "roles": "admin  ops", "teams": ["x"]})).expect("valid");
+        assert_eq!(claims.groups().iter().map(String::as_str).collect::<Vec<_>>(), ["admin", "dev", "oncall", "ops"]);
+        assert!(check(json!({})).expect("valid").groups().is_empty());
+        for bad in
+            [json!({"groups": 5}), json!({"groups": [1]}), json!({"groups": ["a\u{0}"]}), json!({"roles": {"a": 1}})]
+        {
+            assert_eq!(check(bad).unwrap_err(), InvalidTokenReason::InvalidClaim(ClaimKind::Groups));
+        }
+        // Not configured: the same claim means nothing.
+        assert!(
+            validate_claims(&payload(json!({"groups": ["oncall"]})), &cfg(), ISS, NOW_MS, "d".into())
+                .expect("valid")
+                .groups()
+                .is_empty()
+        );
     }
 
     #[test]

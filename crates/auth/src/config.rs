@@ -50,6 +50,11 @@ pub struct ResourceServerConfig {
     /// Claim holding the OAuth client id. Default `"client_id"`; `azp` is the fallback.
     #[serde(default = "default_client_claim")]
     pub client_claim: String,
+    /// Claims holding the caller's groups or roles (a string, space-separated, or an array of
+    /// strings each), e.g. `["groups", "roles"]`; operator policies see them as the principal's
+    /// groups. Default none.
+    #[serde(default)]
+    pub group_claims: Vec<String>,
     /// Scopes this resource understands; published in metadata and in 401 challenges.
     #[serde(default)]
     pub scopes_supported: Vec<String>,
@@ -128,6 +133,7 @@ impl ResourceServerConfig {
             required_typ: None,
             tenant_claim: default_tenant_claim(),
             client_claim: default_client_claim(),
+            group_claims: Vec::new(),
             scopes_supported: Vec::new(),
             cache_capacity: default_cache_capacity(),
             jwks_allow_loopback: false,
@@ -297,6 +303,9 @@ impl ValidatedConfig {
         }
         if raw.client_claim.is_empty() {
             return Err(ConfigError::EmptyClaimName("client_claim"));
+        }
+        if raw.group_claims.iter().any(String::is_empty) {
+            return Err(ConfigError::EmptyClaimName("group_claims"));
         }
         if let Some(scope) = raw.scopes_supported.iter().find(|s| !is_scope_token(s)) {
             return Err(ConfigError::InvalidScope(scope.clone()));

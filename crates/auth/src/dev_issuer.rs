@@ -185,10 +185,26 @@ impl DevIssuer {
         audience: &str,
         ttl_secs: u64,
     ) -> Result<String, DevIssuerError> {
+        self.mint_with_groups(subject, tenant, client_id, scopes, &[], audience, ttl_secs)
+    }
+
+    /// [`DevIssuer::mint`] with a `groups` claim (an array) when `groups` is not empty: the
+    /// groups a server configured with `policies.group_claims = ["groups"]` gives its policies.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mint_with_groups(
+        &self,
+        subject: &str,
+        tenant: &str,
+        client_id: &str,
+        scopes: &[&str],
+        groups: &[&str],
+        audience: &str,
+        ttl_secs: u64,
+    ) -> Result<String, DevIssuerError> {
         let now = self.clock.now_secs();
         let mut jti = [0u8; 16];
         self.rng.fill(&mut jti).map_err(|_| DevIssuerError::Crypto)?;
-        let claims = json!({
+        let mut claims = json!({
             "iss": self.issuer,
             "sub": subject,
             "aud": audience,
@@ -200,6 +216,9 @@ impl DevIssuer {
             "tenant": tenant,
             "client_id": client_id,
         });
+        if !groups.is_empty() {
+            claims["groups"] = json!(groups);
+        }
         let mut header = Header::new(Algorithm::ES256);
         header.typ = Some("at+jwt".to_owned());
         header.kid = Some(self.kid.clone());

@@ -105,6 +105,8 @@ pub enum ClaimKind {
     Tenant,
     /// The configured client claim (or its `azp` fallback).
     ClientId,
+    /// A configured group claim.
+    Groups,
 }
 
 impl fmt::Display for ClaimKind {
@@ -119,6 +121,7 @@ impl fmt::Display for ClaimKind {
             ClaimKind::Scope => "scope",
             ClaimKind::Tenant => "tenant claim",
             ClaimKind::ClientId => "client claim",
+            ClaimKind::Groups => "group claim",
         })
     }
 }

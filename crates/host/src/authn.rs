@@ -87,6 +87,7 @@ fn bearer_authenticator(settings: &Settings) -> anyhow::Result<Authenticator> {
     config.required_typ = auth.required_typ.clone();
     config.tenant_claim = auth.tenant_claim.clone();
     config.client_claim = auth.client_claim.clone();
+    config.group_claims = settings.policies.group_claims.clone();
     config.cache_capacity = auth.token_cache_capacity;
     config.jwks_allow_loopback = auth.jwks_allow_loopback;
     config.jwks_allowed_networks = auth.jwks_allowed_networks.clone();

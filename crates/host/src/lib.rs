@@ -3,7 +3,8 @@
 //! builds every service and periodic job from the settings and shuts them down in order.
 //!
 //! Layers, low to high: `settings`, `redis_publish`, `signal`, `jobs` → `telemetry`, `secrets`,
-//! `answer_relay`, `authn`, `killswitch`, `gateway`, `audit` → `events_bridge` → `runtime`.
+//! `answer_relay`, `authn`, `killswitch`, `gateway`, `audit`, `policies`, `rate_limits` → `events_bridge`,
+//! `reload` → `runtime`.
 //!
 //! ```no_run
 //! # async fn run(settings: palisade_host::settings::Settings) -> anyhow::Result<()> {
@@ -21,7 +22,10 @@ pub mod events_bridge;
 pub mod gateway;
 pub mod jobs;
 pub mod killswitch;
+pub mod policies;
+pub mod rate_limits;
 pub mod redis_publish;
+pub mod reload;
 pub mod runtime;
 pub mod secrets;
 pub mod settings;

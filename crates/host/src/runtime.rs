@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::answer_relay::ANSWER_RELAY_KEY_LABEL;
 use crate::killswitch::KillSwitchRuntime;
+use crate::reload::{ReloadSource, Reloader};
 use crate::settings::{ConfigError, Settings, keys};
 use crate::{audit, authn, events_bridge, gateway, jobs, killswitch, secrets};
 
@@ -61,16 +62,32 @@ impl Runtime {
     /// Builds every service the settings ask for, starts the periodic jobs and, for HTTP, binds
     /// the listeners (announcing `listening on http://…/mcp` on stdout).
     pub async fn start(settings: Settings, transport: Transport) -> anyhow::Result<Self> {
-        Self::start_serving(settings, transport, None).await
+        Self::start_serving(settings, transport, None, None).await
+    }
+
+    /// [`Runtime::start`], reloading the configuration of `source` on `SIGHUP`, on a change of
+    /// the file and at `palisade reload` ([`crate::reload`]); the triggers are in place before
+    /// the listener is bound.
+    pub async fn start_reloadable(
+        settings: Settings,
+        transport: Transport,
+        source: Option<ReloadSource>,
+    ) -> anyhow::Result<Self> {
+        Self::start_serving(settings, transport, None, source).await
     }
 
     /// [`Runtime::start`] serving `app` (with the delegation tools when `[delegation]` is
     /// enabled) instead of the application the settings name; not with the gateway's upstreams.
     pub async fn start_with_app(settings: Settings, transport: Transport, app: App) -> anyhow::Result<Self> {
-        Self::start_serving(settings, transport, Some(app)).await
+        Self::start_serving(settings, transport, Some(app), None).await
     }
 
-    async fn start_serving(settings: Settings, transport: Transport, custom: Option<App>) -> anyhow::Result<Self> {
+    async fn start_serving(
+        settings: Settings,
+        transport: Transport,
+        custom: Option<App>,
+        reload: Option<ReloadSource>,
+    ) -> anyhow::Result<Self> {
         let stdio = transport == Transport::Stdio;
         if stdio && settings.metrics_listen.is_some() {
             let reason = "is a second HTTP listener; it cannot be used with --stdio".into();
@@ -96,6 +113,9 @@ impl Runtime {
             .map(|config| Arc::new(DelegationService::new(store.clone(), &secret, config, Arc::new(SystemClock))));
         let Assembled { app, gateway, kill_switch, coverage } =
             assemble(&settings, &store, &secret, delegation.as_ref(), custom).await?;
+        // The operator's policies, validated against the registry just assembled: a set that
+        // does not validate stops the start (every problem at its file and line).
+        let policies = crate::policies::load(&settings.policies, &app)?;
         let (handles, tasks) = services(&settings, &store, &subject_key, &app)?;
         let sessions_store: Arc<dyn palisade_store::SessionStore> = store.clone();
         let ledger: Arc<dyn palisade_store::DelegationStore> = store.clone();
@@ -111,7 +131,11 @@ impl Runtime {
             }
             _ => None,
         };
+        let limits =
+            crate::rate_limits::build(&settings, None).context("building the rate limits ([[rate_limits]])")?;
+        let reload_store = store.clone();
         let mut builder = Server::builder(app, config, authenticator, secret)
+            .rate_limits(Arc::new(limits))
             .sessions(sessions_store.clone())
             .once_store(once_store.clone())
             .audit(store)
@@ -124,6 +148,10 @@ impl Runtime {
         if let Some(delegation) = &delegation {
             builder = builder.delegation(delegation.clone());
         }
+        if let Some(policies) = policies {
+            tracing::info!(policies = policies.len(), digest = policies.digest(), "operator policies in force");
+            builder = builder.policies(policies);
+        }
         if let Some(gateway) = &gateway {
             // One recorder for the server's series and the gateway's per-upstream ones, and the
             // gateway's readiness (one upstream serving) in `/readyz`.
@@ -132,6 +160,14 @@ impl Runtime {
         let server = Arc::new(builder.build().context("assembling the server")?);
         if let Some(gateway) = &gateway {
             gateway.spawn(server.clone(), server.shutdown_token().clone(), coverage);
+        }
+        if let Some(source) = reload {
+            let reloader = Reloader::new(source, &settings, server.clone(), gateway.clone(), reload_store)
+                .context("reading the configuration file for reloads")?;
+            Arc::new(reloader)
+                .start(&settings, server.shutdown_token().clone())
+                .await
+                .context("starting reloads (SIGHUP, the file watch, the control socket)")?;
         }
         // The gateway's browser pages on their own TLS listener. Their grants and refusals go to
         // the server's surface sink (the request path's chain and digest key), whose refusal

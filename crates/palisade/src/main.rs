@@ -35,6 +35,9 @@ enum Command {
     /// Serve the gateway in front of the configuration's `[[upstreams]]` (`serve` with
     /// `app = "gateway"`), or report on its upstreams.
     Gateway(cli::serve::GatewayArgs),
+    /// Ask the running `palisade gateway` (or `serve`) of a configuration file to reload it now
+    /// (exit 1, with the reason, when the new configuration was refused; nothing changed then).
+    Reload(cli::reload::ReloadArgs),
     /// Review the gateway's pinned upstream definitions.
     Pins {
         #[command(subcommand)]
@@ -81,10 +84,11 @@ enum Command {
         #[command(subcommand)]
         command: cli::killswitch_cli::KeysCommand,
     },
-    /// The kill switch's signed operation registry.
+    /// Policies: the kill switch's signed operation registry (`init`, `sign`) and the
+    /// operator's Cedar policies (`check`, `test`, `schema`).
     Policy {
         #[command(subcommand)]
-        command: cli::killswitch_cli::PolicyCommand,
+        command: cli::policy_cli::PolicyCommand,
     },
     /// The reference disable authority: serve it, or switch targets off and on.
     Authority {
@@ -102,13 +106,13 @@ fn main() -> ExitCode {
     // layer of the subscriber. Its exporter is built outside the runtime (it runs on a thread
     // of its own).
     let serve_settings = match &cli.command {
-        Command::Serve(args) => match cli::resolve(args.config.as_deref(), &args.flags, args.stdio, None) {
-            Ok(settings) => Some(settings),
+        Command::Serve(args) => match cli::resolve_serving(args.config.as_deref(), &args.flags, args.stdio, None) {
+            Ok(resolved) => Some(resolved),
             Err(error) => return exit_code(&error),
         },
         Command::Gateway(GatewayArgs { command: None, serve: args }) => {
-            match cli::resolve(args.config.as_deref(), &args.flags, args.stdio, Some("gateway")) {
-                Ok(settings) => Some(settings),
+            match cli::resolve_serving(args.config.as_deref(), &args.flags, args.stdio, Some("gateway")) {
+                Ok(resolved) => Some(resolved),
                 Err(error) => return exit_code(&error),
             }
         }
@@ -118,7 +122,7 @@ fn main() -> ExitCode {
         Ok(format) => format,
         Err(error) => return exit_code(&error),
     };
-    let telemetry = match serve_settings.as_ref().and_then(|settings| settings.telemetry.as_ref()) {
+    let telemetry = match serve_settings.as_ref().and_then(|(settings, _)| settings.telemetry.as_ref()) {
         Some(settings) => match telemetry::Telemetry::start(settings) {
             Ok(telemetry) => Some(telemetry),
             Err(error) => return exit_code(&error),
@@ -138,12 +142,13 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Serve(args) | Command::Gateway(GatewayArgs { command: None, serve: args }) => match serve_settings
             {
-                Some(settings) => cli::serve::serve(args, settings).await,
+                Some((settings, source)) => cli::serve::serve(args, settings, source).await,
                 None => Err(anyhow::anyhow!("serve without settings")),
             },
             Command::Gateway(GatewayArgs { command: Some(GatewayCommand::Status { config, flags }), .. }) => {
                 cli::gateway_cli::status(&config, &flags).await
             }
+            Command::Reload(args) => cli::reload::run(args).await,
             Command::Pins { command } => cli::gateway_cli::pins(command).await,
             Command::Upstreams { command } => cli::gateway_cli::upstreams(command).await,
             Command::Config { command } => cli::config_cli::run(command),
@@ -153,7 +158,7 @@ fn main() -> ExitCode {
             Command::Delegation { command } => cli::delegation::run(command).await,
             Command::Connections { command } => cli::connections::run(command).await,
             Command::Keys { command } => cli::killswitch_cli::keys(command),
-            Command::Policy { command } => cli::killswitch_cli::policy(command).await,
+            Command::Policy { command } => cli::policy_cli::run(command).await,
             Command::Authority { command } => cli::killswitch_cli::authority(command).await,
             Command::Verify(args) => palisade_verify::run(args).await,
         }

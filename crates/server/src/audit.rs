@@ -36,6 +36,10 @@ pub enum AuditStage {
     /// Stage 3b: a presented delegation capability (validity, method and target inside it; and,
     /// just before the allow, its call budget).
     Delegation,
+    /// Stage 3c: the operator's policies.
+    Policy,
+    /// Stage 3d: the operator's rate limits and quotas (or their store, failing closed).
+    RateLimit,
     /// Stage 4: the kill switch (and, after the handler, a fenced tool's missing fence).
     KillSwitch,
     /// Stage 5: the operation's scopes.
@@ -62,6 +66,8 @@ impl AuditStage {
             Self::Session => "session",
             Self::Classify => "classify",
             Self::Delegation => "delegation",
+            Self::Policy => "policy",
+            Self::RateLimit => "rate_limit",
             Self::KillSwitch => "killswitch",
             Self::Authorize => "authorize",
             Self::Handles => "handles",
@@ -99,6 +105,8 @@ pub(crate) struct AuditTrail<'a> {
     /// The delegation capability presented (digest prefix, chain depth, agent digest), kept
     /// apart from `detail` so later stages do not overwrite it.
     delegation: Option<String>,
+    /// The policy decision (set digest, deciding policy ids), kept apart like `delegation`.
+    policy: Option<String>,
     /// The request's trace span (disabled unless trace export is on; see [`crate::telemetry`]).
     span: tracing::Span,
     /// The series of the tool a `tools/call` targets, once classified.
@@ -128,6 +136,7 @@ impl<'a> AuditTrail<'a> {
             detail: None,
             policy_version: None,
             delegation: None,
+            policy: None,
             span,
             tool: None,
             refused: AtomicBool::new(false),
@@ -155,6 +164,12 @@ impl<'a> AuditTrail<'a> {
             delegated.depth(),
             agent_digest
         ));
+    }
+
+    /// The operator policies' decision: the set's digest and the ids of the policies that made
+    /// it (on this request's every later record, the allow included).
+    pub(crate) fn policy(&mut self, decision: String) {
+        self.policy = Some(decision);
     }
 
     /// The classified operation the decisions are about.
@@ -187,9 +202,10 @@ impl<'a> AuditTrail<'a> {
             scopes: principal.map(VerifiedPrincipal::scopes).unwrap_or_default(),
             policy_version: self.policy_version.clone(),
             code,
-            detail: match (&self.detail, &self.delegation) {
-                (Some(detail), Some(delegation)) => Some(format!("{detail} {delegation}")),
-                (detail, delegation) => detail.clone().or_else(|| delegation.clone()),
+            detail: {
+                let parts: Vec<&str> =
+                    [&self.detail, &self.delegation, &self.policy].into_iter().flatten().map(String::as_str).collect();
+                (!parts.is_empty()).then(|| parts.join(" "))
             },
         }
     }

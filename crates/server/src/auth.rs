@@ -21,6 +21,8 @@ pub struct VerifiedPrincipal {
     tenant: Option<String>,
     client_id: Option<String>,
     scopes: Scopes,
+    /// Groups and roles from the configured token claims (`auth.group_claims`).
+    groups: Vec<String>,
     expires_at_ms: Option<u64>,
     token_digest: Option<String>,
     bearer: Option<BearerToken>,
@@ -94,6 +96,11 @@ impl VerifiedPrincipal {
     /// The OAuth client the caller used, when known.
     pub fn client_id(&self) -> Option<&str> {
         self.client_id.as_deref()
+    }
+
+    /// The groups and roles the token's configured claims name (`auth.group_claims`), sorted.
+    pub fn groups(&self) -> &[String] {
+        &self.groups
     }
 
     /// When the credential expires (Unix ms); `None` for credentials that do not.
@@ -176,6 +183,7 @@ impl VerifiedPrincipal {
         let mut stored = serde_json::json!({
             "issuer": self.issuer, "subject": self.subject, "tenant": self.tenant,
             "client": self.client_id, "scopes": scopes, "expiresAtMs": self.expires_at_ms,
+            "groups": self.groups,
         });
         if let (Some(delegated), Some(object)) = (&self.delegation, stored.as_object_mut()) {
             object.insert("delegation".into(), crate::delegated::stored_form(delegated));
@@ -202,6 +210,12 @@ impl VerifiedPrincipal {
             tenant: text("tenant"),
             client_id: text("client"),
             scopes,
+            groups: match stored.get("groups") {
+                None => Vec::new(),
+                Some(groups) => {
+                    groups.as_array()?.iter().map(|g| g.as_str().map(str::to_owned)).collect::<Option<_>>()?
+                }
+            },
             expires_at_ms: stored.get("expiresAtMs").and_then(serde_json::Value::as_u64),
             token_digest: None,
             bearer: None,
@@ -285,6 +299,7 @@ impl Authenticator {
                 tenant: None,
                 client_id: None,
                 scopes: Scopes::Unrestricted,
+                groups: Vec::new(),
                 expires_at_ms: None,
                 token_digest: None,
                 bearer: None,
@@ -296,6 +311,7 @@ impl Authenticator {
                 tenant: principal.tenant.clone(),
                 client_id: principal.client_id.clone(),
                 scopes: Scopes::Granted(principal.scopes.clone()),
+                groups: Vec::new(),
                 expires_at_ms: None,
                 token_digest: None,
                 bearer: None,
@@ -308,6 +324,7 @@ impl Authenticator {
                     tenant: claims.tenant().map(str::to_owned),
                     client_id: claims.client_id().map(str::to_owned),
                     scopes: Scopes::Granted(claims.scopes().clone()),
+                    groups: claims.groups().iter().cloned().collect(),
                     expires_at_ms: Some(claims.expires_at_ms()),
                     token_digest: Some(claims.token_digest().to_owned()),
                     bearer: bearer_of(authorization),

@@ -307,13 +307,16 @@ mod tests {
             assert_eq!(content.to_value(), expected);
             assert_eq!(content.into_value(), expected);
         }
+        // The text mirror is the structured content serialized (its member order is the JSON
+        // map's: insertion order, as the workspace's serde_json keeps it).
         let structured = CallToolResult::structured(json!({ "sku": "TEA-001", "price": 4.5 }));
-        let expected = json!({
-            "content": [{ "type": "text", "text": r#"{"price":4.5,"sku":"TEA-001"}"# }],
-            "structuredContent": { "sku": "TEA-001", "price": 4.5 },
-        });
-        assert_eq!(structured.to_value(), expected);
-        assert_eq!(structured.into_value(), expected);
+        for value in [structured.to_value(), structured.into_value()] {
+            assert_eq!(value["structuredContent"], json!({ "sku": "TEA-001", "price": 4.5 }));
+            assert_eq!(value["content"][0]["type"], "text");
+            let text: Value = serde_json::from_str(value["content"][0]["text"].as_str().unwrap()).unwrap();
+            assert_eq!(text, value["structuredContent"]);
+            assert_eq!(value.as_object().unwrap().len(), 2);
+        }
         let error = CallToolResult::error("no");
         assert_eq!(error.into_value(), json!({ "content": [{ "type": "text", "text": "no" }], "isError": true }));
     }

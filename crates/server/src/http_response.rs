@@ -194,6 +194,9 @@ pub(crate) fn json_response(reply: Reply) -> Response {
     if let Some(challenge) = reply.challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
         response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
     }
+    if let Some(seconds) = reply.retry_after {
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
     response
 }
 

@@ -11,8 +11,8 @@
 //!
 //! Layers, low to high: `clock`, `config`, `secret`, `method`, `content`, `events`, `health`, `periodic`,
 //! `store_errors`, `streams`, `refusal_reason`, `clearance`, `delegated` → `auth`, `cursor`,
-//! `mrtr`, `metrics` → `sessions`, `handles` → `reply`, `context` → `telemetry`, `registry` →
-//! `audit` → `execute`, `killswitch`, `delegation`, `surface_audit`, `refusals` → `tasks` →
+//! `mrtr`, `metrics` → `sessions`, `handles`, `rate_limits` → `reply`, `context` → `telemetry`, `registry` →
+//! `audit`, `policy` → `execute`, `killswitch`, `delegation`, `surface_audit`, `refusals` → `tasks` →
 //! `pipeline` → `server`, `stdio` → `http_response` → `legacy` → `http` → `prelude`. A module refers only to
 //! modules of its own group or lower ones; within a group no two refer to each other in a circle.
 
@@ -39,7 +39,9 @@ pub mod metrics;
 pub mod mrtr;
 pub mod periodic;
 pub mod pipeline;
+pub mod policy;
 pub mod prelude;
+pub mod rate_limits;
 mod refusal_reason;
 mod refusals;
 pub mod registry;

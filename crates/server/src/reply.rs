@@ -18,12 +18,14 @@ pub struct Reply {
     pub challenge: Option<String>,
     /// A new session id for the `Mcp-Session-Id` header (a 2025-era `initialize` only).
     pub session: Option<SessionId>,
+    /// Seconds for the `Retry-After` header of a rate-limit refusal (429).
+    pub retry_after: Option<u64>,
 }
 
 impl Reply {
     /// A result reply.
     pub(crate) fn ok(id: &RequestId, result: Value) -> Self {
-        Self { frame: result_frame(id, result), status: 200, challenge: None, session: None }
+        Self { frame: result_frame(id, result), status: 200, challenge: None, session: None, retry_after: None }
     }
 
     /// An error reply. With an `id` it answers a request, so an application refusal is a
@@ -32,6 +34,7 @@ impl Reply {
     /// status ([`ProtocolError::http_status_for`]).
     pub fn error(id: Option<&RequestId>, error: &ProtocolError) -> Self {
         let status = error.http_status_for(id.is_some());
-        Self { frame: error_frame(id, error), status, challenge: None, session: None }
+        let retry_after = error.retry_after_secs();
+        Self { frame: error_frame(id, error), status, challenge: None, session: None, retry_after }
     }
 }

@@ -28,9 +28,11 @@ use crate::killswitch::{KillSwitchCheck, KillSwitchStage};
 use crate::metrics::Metrics;
 use crate::mrtr::StateSealer;
 use crate::pipeline::{
-    Audit, Authenticate, Authorize, Classify, DelegationStage, Dispatch, Envelope, Handles, LegacyWire, Session,
-    Stages, TransportHeaders,
+    Audit, Authenticate, Authorize, Classify, DelegationStage, Dispatch, Envelope, Handles, LegacyWire, Limits,
+    PolicyStage,
+    Session, Stages, TransportHeaders,
 };
+use crate::rate_limits::RateLimits;
 use crate::refusals::TransportRefusals;
 use crate::registry::{App, TaskSupport};
 use crate::reply::Reply;
@@ -134,8 +136,10 @@ pub struct ServerBuilder {
     sessions: Option<Arc<dyn SessionStore>>,
     kill_switch: Option<(Arc<palisade_killswitch::KillSwitch>, String)>,
     delegation: Option<Arc<DelegationService>>,
+    policies: Option<Arc<crate::policy::Policies>>,
     metrics: Option<Arc<Metrics>>,
     readiness: Option<Arc<dyn crate::health::Readiness>>,
+    rate_limits: Option<Arc<RateLimits>>,
     /// [`ServerBuilder::without_audit`] was called: no audit store is not a mistake.
     audit_off: bool,
 }
@@ -180,8 +184,10 @@ impl Server {
             sessions: None,
             kill_switch: None,
             delegation: None,
+            policies: None,
             metrics: None,
             readiness: None,
+            rate_limits: None,
             audit_off: false,
         }
     }
@@ -278,6 +284,14 @@ impl ServerBuilder {
         self
     }
 
+    /// The operator's policies ([`crate::policy::Policies::load`]): from now on every decided
+    /// operation needs a policy that permits it and none that forbids it (default: none, the
+    /// scope rules only). Swapped later with [`Server::publish_policies`].
+    pub fn policies(mut self, policies: crate::policy::Policies) -> Self {
+        self.policies = Some(Arc::new(policies));
+        self
+    }
+
     /// The metrics recorder to count into (default: a fresh one), e.g. one an application
     /// registered series of its own in before the server was built (the gateway's upstreams).
     pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
@@ -289,6 +303,13 @@ impl ServerBuilder {
     /// one upstream serves), and the detail `/readyz/detail` shows the operator.
     pub fn readiness(mut self, readiness: Arc<dyn crate::health::Readiness>) -> Self {
         self.readiness = Some(readiness);
+        self
+    }
+
+    /// The operator's rate limits and quotas (stage 3d; default: none), built by
+    /// [`RateLimits::build`]; replaced while serving with [`Server::set_rate_limits`].
+    pub fn rate_limits(mut self, limits: Arc<RateLimits>) -> Self {
+        self.rate_limits = Some(limits);
         self
     }
 
@@ -315,8 +336,10 @@ impl ServerBuilder {
             sessions,
             kill_switch,
             delegation,
+            policies,
             metrics,
             readiness,
+            rate_limits,
             audit_off,
         } = self;
         match (&audit, audit_off) {
@@ -414,12 +437,15 @@ impl ServerBuilder {
         let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
         let shutdown = CancellationToken::new();
         let cache_scope = if authenticator.is_unauthenticated() { "public" } else { "private" };
+        let policies = Arc::new(arc_swap::ArcSwapOption::new(policies));
         let stages = Stages {
             envelope: Envelope::new(tasks.is_some(), config.legacy.versions.clone()),
             authenticate: Authenticate::new(authenticator.clone()),
             session: Session::new(sessions, config.legacy.versions.clone(), clock.clone()),
             classify: Classify,
             delegation: DelegationStage::new(delegation.clone()),
+            policy: PolicyStage::new(policies.clone(), clock.clone()),
+            limits: Limits::new(rate_limits.unwrap_or_default(), recorder.metrics.clone(), clock.clone()),
             kill_switch: KillSwitchCheck::new(kill_switch),
             authorize: Authorize::new(authenticator),
             handles: Handles::new(handles.clone()),
@@ -438,6 +464,7 @@ impl ServerBuilder {
                 once: once.clone(),
                 delegation: delegation.clone(),
                 cache_scope,
+                policies,
             },
         };
         Ok(Server {
@@ -522,6 +549,18 @@ impl Server {
     /// keeps it to the end: it never sees half of an update.
     pub fn app(&self) -> Arc<App> {
         self.app.load_full()
+    }
+
+    /// The operator policy set in force (`None`: the scope rules only).
+    pub fn policies(&self) -> Option<Arc<crate::policy::Policies>> {
+        self.stages.policy.current()
+    }
+
+    /// Puts a policy set in force (or, with `None`, none) for every request that starts from
+    /// now on; a request already running finishes under the set it started with. The set was
+    /// validated by [`crate::policy::Policies::load`] against the registry it is meant for.
+    pub fn publish_policies(&self, policies: Option<crate::policy::Policies>) {
+        self.stages.policy.publish(policies.map(Arc::new));
     }
 
     /// Publishes a new application snapshot while serving. `app` has passed
@@ -682,6 +721,18 @@ impl Server {
     /// The server's metrics.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.recorder.metrics
+    }
+
+    /// Replaces the rate limits (a reload): requests past stage 3d keep their decision; the
+    /// state of every rule unchanged from the current set carries over when the new set was
+    /// built with it as `previous` ([`RateLimits::build`]).
+    pub fn set_rate_limits(&self, limits: Arc<RateLimits>) {
+        self.stages.limits.set(limits);
+    }
+
+    /// The rate limits in force (the `previous` of the next [`RateLimits::build`]).
+    pub fn rate_limits(&self) -> Arc<RateLimits> {
+        self.stages.limits.current()
     }
 
     /// For the 2025-era transport's requests that are not JSON-RPC requests: authenticate, admit

@@ -27,6 +27,11 @@ pub mod codes {
     pub const DELEGATION_REFUSED: i64 = -32031;
     /// A consequential call under a delegation capability needs the principal's own approval.
     pub const APPROVAL_REQUIRED: i64 = -32032;
+    /// The operator's policies do not allow this request.
+    pub const POLICY_DENIED: i64 = -32033;
+    /// An operator's rate limit, quota or concurrency cap refuses the request for now; the
+    /// error's data says when to retry.
+    pub const RATE_LIMITED: i64 = -32034;
 }
 
 /// Every error the protocol layer reports to a client.
@@ -161,6 +166,22 @@ pub enum ProtocolError {
         /// SHA-256 (hex) of the call's RFC 8785 canonical arguments.
         arguments_sha256: String,
     },
+    /// The operator's policies (Cedar, `[policies]`) do not allow this request (a JSON-RPC error
+    /// in HTTP 200). `reason` is one fixed sentence; the policy text and ids are never sent
+    /// (the audit record names the deciding policy ids).
+    #[error("refused by operator policy")]
+    PolicyDenied {
+        /// Why, as a fixed sentence (never a value from the request or a policy).
+        reason: &'static str,
+    },
+    /// An operator's rate limit, quota or upstream concurrency cap refuses the request for now
+    /// (HTTP 429 with `Retry-After`; where the status is already sent, as on stdio or inside an
+    /// event stream, the JSON-RPC error alone). Its data carries the wait, never the rule.
+    #[error("rate limited")]
+    RateLimited {
+        /// Milliseconds until a retry can succeed (at least 1).
+        retry_after_ms: u64,
+    },
     /// The request did not finish within its time limit.
     #[error("request timed out")]
     Timeout,
@@ -204,6 +225,8 @@ impl ProtocolError {
             Self::OperationDisabled => codes::OPERATION_DISABLED,
             Self::DelegationRefused { .. } => codes::DELEGATION_REFUSED,
             Self::ApprovalRequired { .. } => codes::APPROVAL_REQUIRED,
+            Self::PolicyDenied { .. } => codes::POLICY_DENIED,
+            Self::RateLimited { .. } => codes::RATE_LIMITED,
             Self::Timeout | Self::Internal | Self::Unavailable => codes::INTERNAL_ERROR,
         }
     }
@@ -218,6 +241,12 @@ impl ProtocolError {
     /// a JSON-RPC error in a 200, so a client shows its code and message rather than an HTTP
     /// failure (a client reading 403 starts its authorization flow). See
     /// [`ProtocolError::http_status_without_response`] for messages no response can answer.
+    ///
+    /// A rate limit is the exception on purpose: 429 with `Retry-After` (the transport adds it
+    /// from [`ProtocolError::retry_after_secs`]) is flow control every HTTP client, proxy and
+    /// retry layer already understands, and the refusal is not about the operation but about
+    /// *now*; the body is still the JSON-RPC error, whose data carries the wait in
+    /// milliseconds for a client reading only the frame.
     pub fn http_status(&self) -> u16 {
         match self {
             Self::Parse | Self::InvalidRequest(_) | Self::TokenInUrl | Self::BodyUnreadable => 400,
@@ -226,11 +255,14 @@ impl ProtocolError {
             Self::NotAcceptable | Self::EventStreamRequired => 406,
             Self::BodyTimeout => 408,
             Self::UnsupportedMediaType => 415,
-            Self::TooManyStreams => 429,
+            Self::TooManyStreams | Self::RateLimited { .. } => 429,
             Self::HeadersTooLarge => 431,
             Self::Unauthenticated => 401,
             Self::InsufficientScope { .. } => 403,
-            Self::OperationDisabled | Self::DelegationRefused { .. } | Self::ApprovalRequired { .. } => 200,
+            Self::OperationDisabled
+            | Self::DelegationRefused { .. }
+            | Self::ApprovalRequired { .. }
+            | Self::PolicyDenied { .. } => 200,
             Self::Unavailable => 503,
             Self::MethodNotFound { .. } | Self::SessionNotFound => 404,
             Self::InvalidMeta(_)
@@ -251,8 +283,20 @@ impl ProtocolError {
     /// has the status of [`ProtocolError::http_status`].
     pub fn http_status_without_response(&self) -> u16 {
         match self {
-            Self::OperationDisabled | Self::DelegationRefused { .. } | Self::ApprovalRequired { .. } => 403,
+            Self::OperationDisabled
+            | Self::DelegationRefused { .. }
+            | Self::ApprovalRequired { .. }
+            | Self::PolicyDenied { .. } => 403,
             _ => self.http_status(),
+        }
+    }
+
+    /// Whole seconds to wait before a retry (rounded up, at least 1), for `Retry-After`: only
+    /// a rate-limit refusal has one.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            Self::RateLimited { retry_after_ms } => Some(retry_after_ms.div_ceil(1000).max(1)),
+            _ => None,
         }
     }
 
@@ -272,7 +316,11 @@ impl ProtocolError {
             Self::ResourceNotFound { uri } => Some(json!({ "uri": uri })),
             Self::MissingCapability { required } => Some(json!({ "requiredCapabilities": required })),
             Self::InsufficientScope { required } => Some(json!({ "requiredScopes": required })),
-            Self::DelegationRefused { reason } => Some(json!({ "reason": reason })),
+            Self::DelegationRefused { reason } | Self::PolicyDenied { reason } => Some(json!({ "reason": reason })),
+            Self::RateLimited { retry_after_ms } => Some(json!({
+                "retryAfterMs": retry_after_ms,
+                "retryAfterSeconds": retry_after_ms.div_ceil(1000).max(1),
+            })),
             Self::ApprovalRequired { capability, tool, arguments_sha256 } => {
                 Some(json!({ "capability": capability, "tool": tool, "argumentsSha256": arguments_sha256 }))
             }
@@ -325,6 +373,8 @@ impl ProtocolError {
             Self::OperationDisabled,
             Self::DelegationRefused { reason: "" },
             Self::ApprovalRequired { capability: String::new(), tool: String::new(), arguments_sha256: String::new() },
+            Self::PolicyDenied { reason: "" },
+            Self::RateLimited { retry_after_ms: 1 },
             Self::Timeout,
             Self::Internal,
         ]
@@ -379,6 +429,14 @@ impl ProtocolError {
             Self::ApprovalRequired { .. } => (
                 "ApprovalRequired",
                 "the principal must approve this call: an application refusal whose data names what to approve",
+            ),
+            Self::PolicyDenied { .. } => (
+                "PolicyDenied",
+                "operator policy (Cedar): an application refusal with a fixed reason, never the policy text",
+            ),
+            Self::RateLimited { .. } => (
+                "RateLimited",
+                "a rate limit, quota or concurrency cap: flow control with Retry-After, the data carrying the wait",
             ),
             Self::Timeout => ("Timeout", "the request did not finish in time"),
             Self::Internal => ("Internal", "anything else; the cause is logged, never sent"),
@@ -478,6 +536,7 @@ mod tests {
             ProtocolError::OperationDisabled,
             ProtocolError::DelegationRefused { reason: "r" },
             ProtocolError::ApprovalRequired { capability: "c".into(), tool: "t".into(), arguments_sha256: "a".into() },
+            ProtocolError::PolicyDenied { reason: "r" },
         ];
         for error in refusals {
             assert_eq!((error.http_status(), error.http_status_for(true)), (200, 200), "{error:?}");
@@ -498,6 +557,7 @@ mod tests {
                 ProtocolError::OperationDisabled
                     | ProtocolError::DelegationRefused { .. }
                     | ProtocolError::ApprovalRequired { .. }
+                    | ProtocolError::PolicyDenied { .. }
             );
             assert_eq!(differs, refusal, "{error:?}");
         }
@@ -551,6 +611,21 @@ mod tests {
         let (block, _) = rest.split_once(SECURITY_END).expect("SECURITY.md has the catalogue's end marker");
         let expected = catalogue_markdown();
         assert!(block.trim() == expected.trim(), "SECURITY.md's error catalogue is stale; it must read:\n{expected}");
+    }
+
+    /// A rate-limit refusal is 429 both ways, says when to retry in `Retry-After`'s whole
+    /// seconds (rounded up) and in its data, and names no rule.
+    #[test]
+    fn rate_limited_is_429_with_the_wait() {
+        let error = ProtocolError::RateLimited { retry_after_ms: 1_200 };
+        assert_eq!((error.http_status(), error.http_status_without_response()), (429, 429));
+        assert_eq!(error.retry_after_secs(), Some(2));
+        assert_eq!(ProtocolError::RateLimited { retry_after_ms: 0 }.retry_after_secs(), Some(1));
+        assert_eq!(ProtocolError::TooManyStreams.retry_after_secs(), None);
+        assert_eq!(
+            error.to_wire(),
+            json!({"code": -32034, "message": "rate limited", "data": {"retryAfterMs": 1200, "retryAfterSeconds": 2}})
+        );
     }
 
     #[test]

@@ -164,7 +164,7 @@ impl Console {
         Self {
             gateway: gateway.clone(),
             store: gateway.store().clone(),
-            names: ToolNames::new(gateway.settings()),
+            names: ToolNames::new(&gateway.settings()),
             sign_in: OperatorSignIn::new("console", SESSION_COOKIE, accounts, PageKeys::new(key), clock.clone()),
             clock,
             kill_switch,

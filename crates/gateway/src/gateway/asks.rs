@@ -378,7 +378,7 @@ struct Parked {
 
 /// The calls of one upstream waiting for their callers' answers, by random id. Each is dropped
 /// (its upstream exchange cancelled) at its deadline.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub(super) struct ParkedCalls {
     calls: Arc<Mutex<HashMap<String, Parked>>>,
 }

@@ -12,7 +12,7 @@ use palisade_server::{Server, ServerEvent};
 use tokio_util::sync::CancellationToken;
 
 use super::reconcile::{churn_record, fingerprint};
-use super::{Attached, CoverageCheck, Gateway, Refreshed, lock};
+use super::{Attached, CoverageCheck, Gateway, Refreshed, Upstream, lock};
 use crate::churn::Summary;
 use crate::upstream::{Change, Subscribing};
 
@@ -27,15 +27,9 @@ impl Gateway {
         }
         let events = server.events().clone();
         let server = Arc::new(Attached { server, coverage });
-        for index in 0..self.inner.upstreams.len() {
-            let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
-            tokio::spawn(async move { gateway.relist_loop(index, &on, stop).await });
-            let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
-            tokio::spawn(async move { gateway.changes_loop(index, &on, stop).await });
-            if self.inner.upstreams[index].settings.stdio.is_some() {
-                let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
-                tokio::spawn(async move { gateway.launch_loop(index, &on, stop).await });
-            }
+        let _ = self.inner.attached.set(server.clone());
+        for upstream in &self.roster().upstreams {
+            self.spawn_upstream(upstream, &server);
         }
         let (gateway, on, stop) = (self.clone(), server.clone(), shutdown.clone());
         tokio::spawn(async move { gateway.decisions_loop(&on, stop).await });
@@ -47,39 +41,53 @@ impl Gateway {
         if let Some(oauth) = &self.inner.oauth {
             oauth.spawn_upkeep(&events, shutdown.clone());
         }
-        let upstreams = self.inner.upstreams.clone();
+        let gateway = self.clone();
         tokio::spawn(async move {
             shutdown.cancelled().await;
-            for upstream in upstreams {
+            gateway.inner.stopping.cancel();
+            // The upstreams of the roster serving at the end (a reload stops those it retires).
+            for upstream in &gateway.roster().upstreams {
                 upstream.client.shutdown().await;
             }
         });
     }
 
-    /// Re-lists upstream `index` every `[pins] relist_secs`, or as soon as the `ttlMs` of its
-    /// last listing runs out when that comes first ([`Gateway::relist_wait`]).
-    async fn relist_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
+    /// Starts one upstream's loops; they stop when its `stop` is cancelled (a reload retired
+    /// it, or the gateway shuts down).
+    pub(super) fn spawn_upstream(&self, upstream: &Arc<Upstream>, server: &Arc<Attached>) {
+        let (gateway, up, on) = (self.clone(), upstream.clone(), server.clone());
+        tokio::spawn(async move { gateway.relist_loop(&up, &on).await });
+        let (gateway, up, on) = (self.clone(), upstream.clone(), server.clone());
+        tokio::spawn(async move { gateway.changes_loop(&up, &on).await });
+        if upstream.settings.stdio.is_some() {
+            let (gateway, up, on) = (self.clone(), upstream.clone(), server.clone());
+            tokio::spawn(async move { gateway.launch_loop(&up, &on).await });
+        }
+    }
+
+    /// Re-lists `upstream` every `[pins] relist_secs`, or as soon as the `ttlMs` of its last
+    /// listing runs out when that comes first ([`Gateway::relist_wait`]).
+    async fn relist_loop(&self, upstream: &Arc<Upstream>, server: &Attached) {
         loop {
             tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(self.relist_wait(index)) => {}
+                () = upstream.stop.cancelled() => return,
+                () = tokio::time::sleep(self.relist_wait(upstream)) => {}
             }
-            self.relist(index, Some(server)).await;
+            self.relist(upstream, Some(server)).await;
         }
     }
 
     /// A stdio upstream whose launch changed since its approval (noticed at a process start) is
     /// re-listed at once: the changed launch is recorded and held, and its tools withdrawn, without
     /// waiting for the next relisting.
-    async fn launch_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
-        let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
+    async fn launch_loop(&self, upstream: &Arc<Upstream>, server: &Attached) {
         loop {
             tokio::select! {
-                () = stop.cancelled() => return,
+                () = upstream.stop.cancelled() => return,
                 () = upstream.client.launch_changed() => {}
             }
             tracing::info!(upstream = %upstream.settings.id, "stdio upstream launch changed: re-listing");
-            if self.relist(index, Some(server)).await == Refreshed::Changed {
+            if self.relist(upstream, Some(server)).await == Refreshed::Changed {
                 self.announce(server, "notifications/tools/list_changed");
             }
         }
@@ -91,19 +99,23 @@ impl Gateway {
     /// equal to its `wanted` set: 2026-07-28, the change stream is re-opened with the new filter;
     /// 2025 era, subscribed and unsubscribed one by one (all again on a re-opened stream, whose
     /// session may be new).
-    async fn changes_loop(&self, index: usize, server: &Attached, stop: CancellationToken) {
-        let Some(upstream) = self.inner.upstreams.get(index).cloned() else { return };
+    async fn changes_loop(&self, upstream: &Arc<Upstream>, server: &Attached) {
+        let stop = &upstream.stop;
         let mut wanted = upstream.wanted.subscribe();
         let mut backoff = Duration::from_secs(1);
         loop {
             let resources = wanted.borrow_and_update().clone();
             let mut reopen = false;
-            match upstream.client.changes(&resources).await {
+            let changes = tokio::select! {
+                () = stop.cancelled() => return,
+                changes = upstream.client.changes(&resources) => changes,
+            };
+            match changes {
                 Ok(stream) => {
                     backoff = Duration::from_secs(1);
                     let mut held = BTreeSet::new();
                     if upstream.client.subscribing() == Subscribing::ByRequest {
-                        self.sync_subscriptions(&upstream, &mut held, &resources).await;
+                        self.sync_subscriptions(upstream, &mut held, &resources).await;
                     }
                     let mut stream = std::pin::pin!(stream);
                     loop {
@@ -119,17 +131,17 @@ impl Gateway {
                                         reopen = true;
                                         break;
                                     }
-                                    Subscribing::ByRequest => self.sync_subscriptions(&upstream, &mut held, &now).await,
+                                    Subscribing::ByRequest => self.sync_subscriptions(upstream, &mut held, &now).await,
                                     Subscribing::Unsupported => {}
                                 }
                             }
                             next = stream.next() => match next {
                                 Some(Change::ListChanged(method)) => {
                                     tracing::info!(upstream = %upstream.settings.id, %method, "upstream list changed: re-listing");
-                                    self.relist(index, Some(server)).await;
+                                    self.relist(upstream, Some(server)).await;
                                     self.announce(server, &method);
                                 }
-                                Some(Change::ResourceUpdated(uri)) => self.resource_updated(&upstream, server, &uri),
+                                Some(Change::ResourceUpdated(uri)) => self.resource_updated(upstream, server, &uri),
                                 None => break,
                             }
                         }
@@ -196,7 +208,7 @@ impl Gateway {
     /// Reviewers decide from the CLI, in another process: their decisions reach the registry
     /// within one poll.
     async fn decisions_loop(&self, server: &Attached, stop: CancellationToken) {
-        let every = self.inner.settings.pins.decision_poll;
+        let every = self.settings().pins.decision_poll;
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
@@ -207,9 +219,9 @@ impl Gateway {
                     let seen = *lock(&self.inner.decisions_seen);
                     if fingerprint(decisions.iter()) != seen {
                         // A launch decision starts (or stops) a stdio upstream: re-list those.
-                        for (index, upstream) in self.inner.upstreams.iter().enumerate() {
+                        for upstream in &self.roster().upstreams {
                             if upstream.settings.stdio.is_some() {
-                                self.refresh(index).await;
+                                self.refresh_upstream(upstream).await;
                             }
                         }
                         self.rebuild(Some(server)).await;

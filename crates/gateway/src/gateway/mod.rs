@@ -9,6 +9,8 @@
 //!   its own `list_changed`; reviewers' decisions read every `decision_poll_secs`.
 //! - Resource updates: the upstreams are asked for the resources the server's streams listen
 //!   for, and their updates handed on under the exposed URI (`gateway/subscriptions.rs`).
+//! - [`Gateway::reload`] replaces the upstreams (the [`Roster`]) with a new configuration's, as one
+//!   registry published whole or not at all (`gateway/reload.rs`).
 //! - Metrics per upstream and the gateway's readiness (ready while one upstream serves):
 //!   `gateway/series.rs` ([`Gateway::metrics`]).
 //! - A stdio upstream is listed only while its launch ([`LaunchSpec`]) is the
@@ -27,8 +29,11 @@ mod loops;
 mod offers;
 mod reconcile;
 mod relay;
+mod reload;
 mod series;
 mod subscriptions;
+
+pub use reload::ReloadReport;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -39,6 +44,7 @@ use palisade_server::metrics::Metrics;
 use palisade_store::Store;
 use serde::Serialize;
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::churn::Churn;
 use crate::config::{GatewaySettings, UpstreamSettings};
@@ -70,6 +76,9 @@ pub enum GatewayError {
     /// The web surface's pages cannot be built (never a secret).
     #[error("web: {0}")]
     Web(String),
+    /// A reload was refused (nothing changed).
+    #[error("{0}")]
+    Reload(String),
 }
 
 /// One upstream as the gateway runs it.
@@ -91,6 +100,8 @@ struct Upstream {
     wanted: tokio::sync::watch::Sender<BTreeSet<String>>,
     /// Its calls waiting for their callers' answers to its questions.
     parked: asks::ParkedCalls,
+    /// Stops its loops (cancelled when a reload retires it, and at the gateway's shutdown).
+    stop: CancellationToken,
 }
 
 /// What one listing of an upstream returned, as sent.
@@ -206,9 +217,22 @@ struct Attached {
     coverage: Option<CoverageCheck>,
 }
 
-struct Inner {
-    settings: GatewaySettings,
+/// The upstreams the gateway serves and the settings they come from: replaced whole by a
+/// [`Gateway::reload`], read as one snapshot by each rebuild.
+struct Roster {
+    settings: Arc<GatewaySettings>,
     upstreams: Vec<Arc<Upstream>>,
+}
+
+struct Inner {
+    /// The current roster (swapped by a reload, under `rebuilding`).
+    roster: Mutex<Arc<Roster>>,
+    /// The uid pool every stdio upstream shares, across reloads.
+    identities: SandboxIdentities,
+    /// Every upstream's `stop` is a child of this: cancelled at the gateway's shutdown.
+    stopping: CancellationToken,
+    /// Where the loops publish, once [`Gateway::spawn`] attached a server.
+    attached: std::sync::OnceLock<Arc<Attached>>,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
     /// The loops run (on the server [`Gateway::spawn`] was given; once).
@@ -242,7 +266,7 @@ pub struct Gateway {
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Gateway").field("upstreams", &self.inner.upstreams.len()).finish_non_exhaustive()
+        f.debug_struct("Gateway").field("upstreams", &self.roster().upstreams.len()).finish_non_exhaustive()
     }
 }
 
@@ -262,57 +286,27 @@ impl Gateway {
         oauth: Option<Arc<UserOAuth>>,
     ) -> Result<Self, GatewayError> {
         let metrics = Arc::new(Metrics::default());
-        let mut upstreams = Vec::with_capacity(settings.upstreams.len());
         let identities = SandboxIdentities::new(settings.sandbox);
-        // The unprefixed upstream's namer keeps out of every prefixed upstream's namespace.
-        let prefixes: Vec<String> = settings.upstreams.iter().filter_map(|u| u.prefix.clone()).collect();
-        for upstream in &settings.upstreams {
-            let fail = |reason: String| GatewayError::Upstream { upstream: upstream.id.clone(), reason };
-            let per_user = matches!(upstream.credential, CredentialConfig::UserOAuth { .. });
-            let upstream_oauth = match (&oauth, per_user) {
-                (Some(oauth), true) if oauth.serves(&upstream.id) => Some(oauth.clone()),
-                (_, true) => {
-                    return Err(fail(
-                        "its user_oauth credential needs the gateway's web surface ([web], [web.sign_in])".into(),
-                    ));
-                }
-                (_, false) => None,
-            };
-            let client = if upstream.stdio.is_some() {
-                UpstreamClient::stdio(upstream, identities.clone(), settings.protected_paths.clone())
-            } else {
-                let credential = match &upstream_oauth {
-                    Some(oauth) => UpstreamCredential::user_oauth(oauth.clone(), &upstream.id),
-                    None => UpstreamCredential::from_config(&upstream.credential, &upstream.url, clock.clone())
-                        .map_err(|error| fail(error.to_string()))?,
-                };
-                UpstreamClient::new(
-                    &upstream.id,
-                    upstream.url.clone(),
-                    upstream.protocol,
-                    upstream.limits.clone(),
-                    Arc::new(credential),
-                )
-                .inspect(|client| client.relay_client_requests(&upstream.client_requests))
-            }
-            .map_err(|error| fail(error.to_string()))?;
-            upstreams.push(Arc::new(Upstream {
-                namer: Namer::new(upstream.prefix.as_deref(), settings.separator).reserving(&prefixes),
-                settings: upstream.clone(),
-                client,
-                listing: Mutex::new(None),
-                listing_error: Mutex::new(None),
-                launch: Mutex::new(None),
-                oauth: upstream_oauth,
-                series: series::UpstreamSeries::register(&metrics, &upstream.id),
-                wanted: tokio::sync::watch::Sender::new(BTreeSet::new()),
-                parked: asks::ParkedCalls::default(),
-            }));
-        }
+        let stopping = CancellationToken::new();
+        let maker = UpstreamMaker {
+            settings: &settings,
+            identities: &identities,
+            oauth: oauth.as_ref(),
+            clock: &clock,
+            metrics: &metrics,
+            stopping: &stopping,
+        };
+        let upstreams = settings
+            .upstreams
+            .iter()
+            .map(|upstream| maker.make(upstream).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
         let gateway = Self {
             inner: Arc::new(Inner {
-                settings,
-                upstreams,
+                roster: Mutex::new(Arc::new(Roster { settings: Arc::new(settings), upstreams })),
+                identities,
+                stopping,
+                attached: std::sync::OnceLock::new(),
                 store,
                 clock,
                 spawned: std::sync::atomic::AtomicBool::new(false),
@@ -350,7 +344,8 @@ impl Gateway {
         if let Some(oauth) = &self.inner.oauth {
             routes = routes.merge(crate::user_oauth::pages::routes(oauth.clone()));
         }
-        let source = self.inner.settings.web.as_ref().and_then(|web| web.review_token.as_ref());
+        let settings = self.settings();
+        let source = settings.web.as_ref().and_then(|web| web.review_token.as_ref());
         if let Some(source) = source {
             let token = source.read().map_err(|error| GatewayError::Web(error.to_string()))?;
             if token.expose().chars().count() < crate::review::MIN_TOKEN_CHARS {
@@ -359,8 +354,8 @@ impl Gateway {
             let review = crate::review::Review::new(
                 self.inner.store.clone(),
                 self.inner.clock.clone(),
-                self.inner.settings.pins.clone(),
-                crate::findings::ToolNames::new(&self.inner.settings),
+                settings.pins.clone(),
+                crate::findings::ToolNames::new(&settings),
                 token,
                 secret,
             );
@@ -369,9 +364,14 @@ impl Gateway {
         Ok(routes)
     }
 
-    /// The validated settings it runs.
-    pub(crate) fn settings(&self) -> &GatewaySettings {
-        &self.inner.settings
+    /// The validated settings it runs (those of the last reload).
+    pub(crate) fn settings(&self) -> Arc<GatewaySettings> {
+        self.roster().settings.clone()
+    }
+
+    /// The current roster.
+    fn roster(&self) -> Arc<Roster> {
+        lock(&self.inner.roster).clone()
     }
 
     /// The store its decisions and records live in.
@@ -391,8 +391,13 @@ impl Gateway {
 
     /// Every upstream's standing.
     pub fn status(&self) -> Vec<UpstreamStatus> {
+        self.status_on(&self.roster())
+    }
+
+    /// The standing of `roster`'s upstreams.
+    fn status_on(&self, roster: &Roster) -> Vec<UpstreamStatus> {
         let report = self.report();
-        self.inner
+        roster
             .upstreams
             .iter()
             .map(|upstream| {
@@ -420,6 +425,92 @@ impl Gateway {
                 }
             })
             .collect()
+    }
+}
+
+/// What building one upstream's client needs: shared by the start and every reload.
+struct UpstreamMaker<'a> {
+    settings: &'a GatewaySettings,
+    identities: &'a SandboxIdentities,
+    oauth: Option<&'a Arc<UserOAuth>>,
+    clock: &'a Arc<dyn Clock>,
+    metrics: &'a Arc<Metrics>,
+    stopping: &'a CancellationToken,
+}
+
+impl UpstreamMaker<'_> {
+    /// Builds one upstream's client and credential (secrets are read now: a missing one is an
+    /// error naming where it should come from).
+    fn make(&self, upstream: &UpstreamSettings) -> Result<Upstream, GatewayError> {
+        let fail = |reason: String| GatewayError::Upstream { upstream: upstream.id.clone(), reason };
+        let per_user = matches!(upstream.credential, CredentialConfig::UserOAuth { .. });
+        let upstream_oauth = match (self.oauth, per_user) {
+            (Some(oauth), true) if oauth.serves(&upstream.id) => Some(oauth.clone()),
+            (_, true) => {
+                return Err(fail(
+                    "its user_oauth credential needs the gateway's web surface ([web], [web.sign_in])".into(),
+                ));
+            }
+            (_, false) => None,
+        };
+        let client = if upstream.stdio.is_some() {
+            UpstreamClient::stdio(upstream, self.identities.clone(), self.settings.protected_paths.clone())
+        } else {
+            let credential = match &upstream_oauth {
+                Some(oauth) => UpstreamCredential::user_oauth(oauth.clone(), &upstream.id),
+                None => UpstreamCredential::from_config(&upstream.credential, &upstream.url, self.clock.clone())
+                    .map_err(|error| fail(error.to_string()))?,
+            };
+            UpstreamClient::new(
+                &upstream.id,
+                upstream.url.clone(),
+                upstream.protocol,
+                upstream.limits.clone(),
+                Arc::new(credential),
+            )
+            .inspect(|client| client.relay_client_requests(&upstream.client_requests))
+        }
+        .map_err(|error| fail(error.to_string()))?;
+        Ok(Upstream {
+            namer: self.namer(upstream),
+            settings: upstream.clone(),
+            client,
+            listing: Mutex::new(None),
+            listing_error: Mutex::new(None),
+            launch: Mutex::new(None),
+            oauth: upstream_oauth,
+            series: series::UpstreamSeries::register(self.metrics, &upstream.id),
+            wanted: tokio::sync::watch::Sender::new(BTreeSet::new()),
+            parked: asks::ParkedCalls::default(),
+            stop: self.stopping.child_token(),
+        })
+    }
+
+    /// The upstream's namer: the unprefixed upstream's keeps out of every prefixed upstream's
+    /// namespace.
+    fn namer(&self, upstream: &UpstreamSettings) -> Namer {
+        let prefixes: Vec<String> = self.settings.upstreams.iter().filter_map(|u| u.prefix.clone()).collect();
+        Namer::new(upstream.prefix.as_deref(), self.settings.separator).reserving(&prefixes)
+    }
+
+    /// `old`'s client (its connection or processes, listing and health) under `upstream`'s
+    /// settings and this roster's namer: for an upstream whose rules alone changed.
+    fn keep(&self, old: &Upstream, upstream: &UpstreamSettings) -> Upstream {
+        Upstream {
+            namer: self.namer(upstream),
+            settings: upstream.clone(),
+            client: old.client.clone(),
+            listing: Mutex::new(lock(&old.listing).clone()),
+            listing_error: Mutex::new(lock(&old.listing_error).clone()),
+            launch: Mutex::new(lock(&old.launch).clone()),
+            oauth: old.oauth.clone(),
+            series: series::UpstreamSeries::register(self.metrics, &upstream.id),
+            // Until the next routing of the callers' interest: what the old one was asked for.
+            wanted: tokio::sync::watch::Sender::new(old.wanted.borrow().clone()),
+            // Calls parked on the kept client stay answerable.
+            parked: old.parked.clone(),
+            stop: self.stopping.child_token(),
+        }
     }
 }
 

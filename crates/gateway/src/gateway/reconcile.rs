@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::offers::{Offers, declares};
 use super::relay::{ApprovedUi, CompletionRoutes, relayed_prompt, relayed_resource, relayed_template, relayed_tool};
-use super::{Attached, CoverageCheck, Gateway, GatewayError, Listing, PinEntry, Refreshed, Upstream, lock};
+use super::{Attached, CoverageCheck, Gateway, GatewayError, Listing, PinEntry, Refreshed, Roster, Upstream, lock};
 use crate::churn::{Summary, Verdict};
 use crate::names::{collisions, ui_link};
 use crate::pins::{DecisionView, DefinitionKind, PinState, PinSubject, canonical_text, definition_digest, evaluate};
@@ -23,13 +23,19 @@ impl Gateway {
     /// Lists every upstream once (connecting first); an upstream that fails keeps its previous
     /// listing (or none) and is reported, never failing the others.
     pub async fn refresh_all(&self) {
-        let refreshes = (0..self.inner.upstreams.len()).map(|index| self.refresh(index));
-        futures::future::join_all(refreshes).await;
+        let roster = self.roster();
+        futures::future::join_all(roster.upstreams.iter().map(|upstream| self.refresh_upstream(upstream))).await;
     }
 
-    /// Re-lists upstream `index` (its definitions are not re-pinned until a rebuild).
+    /// Re-lists upstream `index` of the current roster (its definitions are not re-pinned until
+    /// a rebuild).
     pub async fn refresh(&self, index: usize) -> Refreshed {
-        let Some(upstream) = self.inner.upstreams.get(index) else { return Refreshed::Failed };
+        let Some(upstream) = self.roster().upstreams.get(index).cloned() else { return Refreshed::Failed };
+        self.refresh_upstream(&upstream).await
+    }
+
+    /// Re-lists one upstream (its definitions are not re-pinned until a rebuild).
+    pub(super) async fn refresh_upstream(&self, upstream: &Upstream) -> Refreshed {
         if let Err(reason) = self.gate_launch(upstream).await {
             let had = lock(&upstream.listing).take().is_some();
             let repeated = lock(&upstream.listing_error).replace(reason.clone()).as_ref() == Some(&reason);
@@ -66,9 +72,9 @@ impl Gateway {
     /// 0 ms), and `private` when one of them is. The gateway lists as itself, one authorization
     /// for every caller, and serves only approved definitions: what it relays from a `private`
     /// list is its own, and clients are told not to share it across authorizations.
-    fn bound_freshness(&self) {
+    pub(super) fn bound_freshness(&self) {
         let (mut until, mut private) = (None::<i64>, false);
-        for upstream in &self.inner.upstreams {
+        for upstream in &self.roster().upstreams {
             let Some(listing) = lock(&upstream.listing).clone() else { continue };
             if let Some(end) = listing.fresh_until_ms() {
                 until = Some(until.map_or(end, |until| until.min(end)));
@@ -78,16 +84,12 @@ impl Gateway {
         self.inner.freshness.set(until, private);
     }
 
-    /// How long upstream `index`'s listing is kept before it is made again: the relisting
-    /// interval, or less when the upstream says its lists stay fresh for less (never under
+    /// How long `upstream`'s listing is kept before it is made again: the relisting interval,
+    /// or less when the upstream says its lists stay fresh for less (never under
     /// [`MIN_RELIST`]).
-    pub(super) fn relist_wait(&self, index: usize) -> std::time::Duration {
-        let every = self.inner.settings.pins.relist;
-        let ttl = self
-            .inner
-            .upstreams
-            .get(index)
-            .and_then(|upstream| lock(&upstream.listing).as_ref().and_then(|listing| listing.cache.ttl_ms));
+    pub(super) fn relist_wait(&self, upstream: &Upstream) -> std::time::Duration {
+        let every = self.settings().pins.relist;
+        let ttl = lock(&upstream.listing).as_ref().and_then(|listing| listing.cache.ttl_ms);
         match ttl {
             Some(ttl) => std::time::Duration::from_millis(ttl).max(MIN_RELIST).min(every),
             None => every,
@@ -140,7 +142,7 @@ impl Gateway {
             }
         };
         let decision = self.decision_view(&subject, row.as_ref());
-        let state = evaluate(&digest, decision, self.inner.settings.pins.require_signed);
+        let state = evaluate(&digest, decision, self.settings().pins.require_signed);
         let reason = match state {
             PinState::Approved => None,
             PinState::Held => Some("its launch changed after it was approved: review it again".to_owned()),
@@ -172,7 +174,8 @@ impl Gateway {
 
     /// A pin's latest decision as [`evaluate`] reads it (its signature checked).
     fn decision_view<'a>(&self, subject: &PinSubject, row: Option<&'a PinRow>) -> Option<DecisionView<'a>> {
-        let reviewers = &self.inner.settings.pins.reviewers;
+        let settings = self.settings();
+        let reviewers = &settings.pins.reviewers;
         row.and_then(|row| row.decision.as_ref()).map(|decision| DecisionView {
             approved: decision.verdict == PinVerdict::Approved,
             digest: &decision.digest,
@@ -186,20 +189,19 @@ impl Gateway {
     /// A re-listing as the loops make it, on a gateway whose loops do not run: the registry is rebuilt when the
     /// listing changed and not published (what the gateway-relist benchmark measures).
     pub async fn relist_unpublished(&self, index: usize) -> Refreshed {
-        self.relist(index, None).await
+        let Some(upstream) = self.roster().upstreams.get(index).cloned() else { return Refreshed::Failed };
+        self.relist(&upstream, None).await
     }
 
-    /// Re-lists upstream `index` and, when what it lists changed, rebuilds the registry: an
+    /// Re-lists one upstream and, when what it lists changed, rebuilds the registry: an
     /// upstream listing the same definitions as before costs one listing and nothing else.
-    pub(super) async fn relist(&self, index: usize, to: Option<&Attached>) -> Refreshed {
+    pub(super) async fn relist(&self, upstream: &Upstream, to: Option<&Attached>) -> Refreshed {
         let started = std::time::Instant::now();
-        let outcome = self.refresh(index).await;
+        let outcome = self.refresh_upstream(upstream).await;
         if outcome == Refreshed::Changed {
             self.rebuild(to).await;
         }
-        if let Some(upstream) = self.inner.upstreams.get(index) {
-            tracing::debug!(upstream = %upstream.settings.id, outcome = outcome.as_str(), elapsed_ms = started.elapsed().as_millis() as u64, "re-listed");
-        }
+        tracing::debug!(upstream = %upstream.settings.id, outcome = outcome.as_str(), elapsed_ms = started.elapsed().as_millis() as u64, "re-listed");
         outcome
     }
 
@@ -208,7 +210,16 @@ impl Gateway {
     /// registry's check when the server runs a kill switch: an operation it does not cover is
     /// held (`None`: the first build, whose operations the kill switch's registry is made from).
     pub async fn build_app(&self, coverage: Option<&CoverageCheck>) -> Result<App, GatewayError> {
-        let definitions = self.collect();
+        self.build_app_on(&self.roster(), coverage).await
+    }
+
+    /// [`Self::build_app`] of `roster` (the current one, or the one a reload offers).
+    pub(super) async fn build_app_on(
+        &self,
+        roster: &Roster,
+        coverage: Option<&CoverageCheck>,
+    ) -> Result<App, GatewayError> {
+        let definitions = self.collect(roster);
         self.observe(&definitions).await?;
         let rows = self.inner.store.pins(None).await?;
         *lock(&self.inner.decisions_seen) = fingerprint(rows.iter().filter_map(|row| row.decision.as_ref()));
@@ -216,11 +227,11 @@ impl Gateway {
         let mut entries = Vec::with_capacity(definitions.len());
         for definition in &definitions {
             let row = rows.get(definition.pin_id.as_str()).copied();
-            entries.push(self.entry(definition, row));
+            entries.push(self.entry(roster, definition, row));
         }
         self.hold_ambiguous(&definitions, &mut entries);
-        let (app, mut entries) = self.assemble(&definitions, entries, coverage)?;
-        entries.extend(self.inner.upstreams.iter().filter_map(|upstream| lock(&upstream.launch).clone()));
+        let (app, mut entries) = self.assemble(roster, &definitions, entries, coverage)?;
+        entries.extend(roster.upstreams.iter().filter_map(|upstream| lock(&upstream.launch).clone()));
         self.record_transitions(&entries).await;
         *lock(&self.inner.report) = entries;
         Ok(app)
@@ -260,10 +271,10 @@ impl Gateway {
         }
     }
 
-    /// Every definition every upstream last listed, with its pin identity and digest.
-    fn collect(&self) -> Vec<Definition> {
+    /// Every definition every upstream of `roster` last listed, with its pin identity and digest.
+    fn collect(&self, roster: &Roster) -> Vec<Definition> {
         let mut out = Vec::new();
-        for (index, upstream) in self.inner.upstreams.iter().enumerate() {
+        for (index, upstream) in roster.upstreams.iter().enumerate() {
             let Some(listing) = lock(&upstream.listing).clone() else { continue };
             let mut push = |kind: DefinitionKind, name: Option<&str>, raw: &Value, pinned: Pinned<'_>| {
                 out.push(Definition::new(index, upstream, kind, name, raw, pinned));
@@ -325,9 +336,9 @@ impl Gateway {
     }
 
     /// One definition's pin state and whether policy lets it be served.
-    fn entry(&self, definition: &Definition, row: Option<&PinRow>) -> PinEntry {
-        let pins = &self.inner.settings.pins;
-        let upstream = &self.inner.upstreams[definition.upstream];
+    fn entry(&self, roster: &Roster, definition: &Definition, row: Option<&PinRow>) -> PinEntry {
+        let pins = &roster.settings.pins;
+        let upstream = &roster.upstreams[definition.upstream];
         let mut entry = PinEntry {
             pin_id: definition.pin_id.clone(),
             upstream: upstream.settings.id.clone(),
@@ -404,11 +415,12 @@ impl Gateway {
         }
     }
 
-    /// The application of every served definition. A definition the registry refuses (its
-    /// schema does not compile, …) or the signed kill-switch registry does not list is held
-    /// alone, with its reason.
+    /// The application of every served definition of `roster`. A definition the registry
+    /// refuses (its schema does not compile, …) or the signed kill-switch registry does not list
+    /// is held alone, with its reason.
     fn assemble(
         &self,
+        roster: &Roster,
         definitions: &[Definition],
         mut entries: Vec<PinEntry>,
         coverage: Option<&CoverageCheck>,
@@ -420,7 +432,7 @@ impl Gateway {
         let covered = |key: &str| coverage.is_none_or(|check| check(key));
         // Per upstream, the UI contents approved with a served tool: a UI read is relayed only
         // while its contents are one of these.
-        let mut approved_ui = vec![BTreeMap::new(); self.inner.upstreams.len()];
+        let mut approved_ui = vec![BTreeMap::new(); roster.upstreams.len()];
         for (definition, entry) in definitions.iter().zip(entries.iter()) {
             if let (true, Some((uri, digest))) = (entry.served, &definition.ui) {
                 approved_ui[definition.upstream].insert(uri.clone(), digest.clone());
@@ -432,7 +444,7 @@ impl Gateway {
                 continue;
             }
             let ui = &approved_ui[definition.upstream];
-            let upstream = &self.inner.upstreams[definition.upstream];
+            let upstream = &roster.upstreams[definition.upstream];
             let exposed = entry.exposed.clone().unwrap_or_default();
             let origin = Origin {
                 upstream: upstream.settings.id.clone(),
@@ -502,7 +514,7 @@ impl Gateway {
             .list_freshness(self.inner.freshness.clone())
             .resource_subscriptions(offers.resource_subscriptions);
         let routes = Arc::new(CompletionRoutes {
-            upstreams: self.inner.upstreams.clone(),
+            upstreams: roster.upstreams.clone(),
             prompts: completion_prompts,
             templates: completion_templates,
         });

@@ -14,7 +14,7 @@ use palisade_server::metrics::Metrics;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Gateway, UpstreamStatus};
+use super::{Gateway, Roster, UpstreamStatus};
 use crate::upstream::{RELAYED_METHODS, UpstreamError};
 
 const UP: &str = "palisade_upstream_up";
@@ -28,7 +28,7 @@ const LISTING: &str = "list";
 
 /// The kinds of [`palisade_upstream_errors_total`](ERRORS): [`UpstreamError::kind`], plus a
 /// JSON-RPC error the upstream answered.
-pub const ERROR_KINDS: [&str; 11] = [
+pub const ERROR_KINDS: [&str; 12] = [
     "unhealthy",
     "timeout",
     "too_large",
@@ -39,6 +39,7 @@ pub const ERROR_KINDS: [&str; 11] = [
     "insufficient_scope",
     "cancelled",
     "refused",
+    "busy",
     "jsonrpc_error",
 ];
 
@@ -192,10 +193,10 @@ impl Gateway {
     }
 
     /// Each upstream's definitions (its launch pin aside) by pin state, in [`PIN_STATES`] order.
-    fn pin_states(&self) -> Vec<[usize; PIN_STATES.len()]> {
+    fn pin_states(&self, roster: &Roster) -> Vec<[usize; PIN_STATES.len()]> {
         let report = self.report();
         let launch = crate::pins::DefinitionKind::Launch.as_str();
-        self.inner
+        roster
             .upstreams
             .iter()
             .map(|upstream| {
@@ -213,8 +214,9 @@ impl Gateway {
 
     /// Sets every upstream's gauges (at each scrape).
     pub(super) fn set_gauges(&self) {
-        let states = self.pin_states();
-        for ((upstream, status), states) in self.inner.upstreams.iter().zip(self.status()).zip(&states) {
+        let roster = self.roster();
+        let states = self.pin_states(&roster);
+        for ((upstream, status), states) in roster.upstreams.iter().zip(self.status_on(&roster)).zip(&states) {
             upstream.series.set(&status, states);
         }
     }
@@ -229,8 +231,9 @@ impl Readiness for Gateway {
     }
 
     fn detail(&self) -> Value {
-        let statuses = self.status();
-        let states = self.pin_states();
+        let roster = self.roster();
+        let statuses = self.status_on(&roster);
+        let states = self.pin_states(&roster);
         let upstreams: Vec<Detail<'_>> = statuses
             .iter()
             .zip(&states)

@@ -79,7 +79,8 @@ impl Gateway {
 
     /// Routes `interest` (exposed URIs) to the upstreams' `wanted` sets (upstream URIs).
     pub(super) fn route_interest(&self, interest: &BTreeSet<String>) {
-        let upstreams = &self.inner.upstreams;
+        let roster = self.roster();
+        let upstreams = &roster.upstreams;
         let namers: Vec<Option<&Namer>> =
             upstreams.iter().map(|upstream| upstream.oauth.is_none().then_some(&upstream.namer)).collect();
         let lists = |index: usize, uri: &str| {

@@ -79,7 +79,7 @@ use messages::{
     MAX_SAFE_INTEGER, check_complete, discovered, header_declarations, instructions, legacy_params, log_level,
     method_headers, modern_params,
 };
-pub use settings::{ProtocolChoice, UpstreamLimits};
+pub use settings::{InFlightCap, ProtocolChoice, UpstreamLimits};
 pub use subscriptions::Subscribing;
 pub use types::{
     Change, Era, LIST_CHANGED, ListCache, ListKind, RELAYED_METHODS, UpstreamError, UpstreamInfo, UpstreamReply,
@@ -460,6 +460,8 @@ impl UpstreamClient {
         if !RELAYED_METHODS.contains(&request.method) {
             return Err(UpstreamError::Protocol("this method is not relayed to upstreams".into()));
         }
+        // The cap on requests in flight (`max_in_flight`): held until the answer is read.
+        let _in_flight = self.link.common().limits.in_flight.try_start().ok_or(UpstreamError::Busy)?;
         let info = self.ensure_info().await?;
         let body = self
             .call(

@@ -15,7 +15,7 @@ use crate::credentials::settings::{RawCredential, check_scope, validate_credenti
 use crate::names::check_label;
 
 /// Limits applied to every exchange with one upstream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamLimits {
     /// Longest wait for a TCP (and TLS) connection (default 5 s).
     pub connect_timeout: Duration,
@@ -29,7 +29,48 @@ pub struct UpstreamLimits {
     pub max_list_items: usize,
     /// Most pages one listing may take (default 100; more is an error).
     pub max_list_pages: usize,
+    /// Most callers' requests in flight to the upstream at once (default: no cap); past it a
+    /// call is refused at once as rate limited.
+    pub in_flight: InFlightCap,
 }
+
+/// The cap on callers' requests in flight to one upstream (`max_in_flight`), shared by the
+/// clones of its settings and of its client.
+#[derive(Debug, Clone, Default)]
+pub struct InFlightCap {
+    permits: Option<(usize, std::sync::Arc<tokio::sync::Semaphore>)>,
+}
+
+impl InFlightCap {
+    /// A cap of `max` requests at once.
+    pub fn new(max: usize) -> Self {
+        Self { permits: Some((max, std::sync::Arc::new(tokio::sync::Semaphore::new(max)))) }
+    }
+
+    /// The cap, when there is one.
+    pub fn max(&self) -> Option<usize> {
+        self.permits.as_ref().map(|(max, _)| *max)
+    }
+
+    /// A permit for one request, held until it is answered: `Some(None)` without a cap,
+    /// `None` when the cap is reached.
+    pub(crate) fn try_start(&self) -> Option<Option<tokio::sync::OwnedSemaphorePermit>> {
+        match &self.permits {
+            None => Some(None),
+            Some((_, semaphore)) => semaphore.clone().try_acquire_owned().ok().map(Some),
+        }
+    }
+}
+
+/// Two caps are equal when they allow the same number (a reloaded file's cap is the running one
+/// when its `max_in_flight` is: the running permits are kept).
+impl PartialEq for InFlightCap {
+    fn eq(&self, other: &Self) -> bool {
+        self.max() == other.max()
+    }
+}
+
+impl Eq for InFlightCap {}
 
 impl Default for UpstreamLimits {
     fn default() -> Self {
@@ -39,6 +80,7 @@ impl Default for UpstreamLimits {
             max_response_bytes: 4 * 1024 * 1024,
             max_list_items: 10_000,
             max_list_pages: 100,
+            in_flight: InFlightCap::default(),
         }
     }
 }
@@ -103,6 +145,8 @@ pub struct RawUpstream {
     /// Largest upstream response body, event-stream event or stdio stdout frame, bytes. Default
     /// 4 MiB.
     pub max_response_bytes: Option<u64>,
+    /// Most callers' requests in flight to it at once (1–100000). Default: no cap.
+    pub max_in_flight: Option<u64>,
     /// Scopes a caller needs for every tool, prompt and resource of this upstream.
     #[serde(default)]
     pub scopes: Vec<String>,
@@ -431,6 +475,12 @@ pub(crate) fn validate_upstream(index: usize, raw: RawUpstream) -> Result<Upstre
             return Err(bad(key("max_response_bytes"), format!("must be between 1024 and {MAX_RESPONSE_CAP}")));
         }
         limits.max_response_bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+    }
+    if let Some(max) = raw.max_in_flight {
+        if !(1..=100_000).contains(&max) {
+            return Err(bad(key("max_in_flight"), "must be between 1 and 100000"));
+        }
+        limits.in_flight = InFlightCap::new(usize::try_from(max).unwrap_or(100_000));
     }
     for scope in raw.scopes.iter().chain(raw.tool_scopes.values().flatten()) {
         check_scope(scope).map_err(|reason| bad(key("scopes"), reason))?;

@@ -230,7 +230,15 @@ pub enum UpstreamError {
     /// upstream's process cap, an unapproved or changed launch): not the upstream's failure.
     #[error("refused by the gateway: {0}")]
     Refused(String),
+    /// The upstream's cap on requests in flight (`max_in_flight`) is reached: refused at once,
+    /// as rate limited (the caller retries shortly).
+    #[error("the upstream's requests in flight are at their cap")]
+    Busy,
 }
+
+/// The wait a call refused by an upstream's cap on requests in flight is told to keep: the
+/// calls in flight hold no date, so a short fixed one.
+pub const BUSY_RETRY_AFTER_MS: u64 = 1000;
 
 impl UpstreamError {
     /// The error's kind, a metric label (`palisade_upstream_errors_total{kind}`).
@@ -246,6 +254,7 @@ impl UpstreamError {
             Self::InsufficientScope(_) => "insufficient_scope",
             Self::Cancelled => "cancelled",
             Self::Refused(_) => "refused",
+            Self::Busy => "busy",
         }
     }
 
@@ -254,11 +263,14 @@ impl UpstreamError {
     /// a timeout as [`ProtocolError::Timeout`]; an upstream that is unreachable, in backoff,
     /// refusing the gateway's credential or answering an error status as
     /// [`ProtocolError::Unavailable`]; an answer that broke the protocol or its size limit, or
-    /// a cancelled request, as [`ProtocolError::Internal`].
+    /// a cancelled request, as [`ProtocolError::Internal`]; a call past the upstream's cap on
+    /// requests in flight as [`ProtocolError::RateLimited`].
     pub fn to_protocol_error(&self, upstream_id: &str) -> ProtocolError {
         if matches!(self, Self::Unhealthy) {
             // Refused at once during a backoff whose cause was logged when it happened.
             tracing::debug!(upstream = upstream_id, "upstream call refused during backoff");
+        } else if matches!(self, Self::Busy) {
+            tracing::info!(upstream = upstream_id, "upstream call refused: requests in flight at their cap");
         } else {
             tracing::warn!(upstream = upstream_id, error = %self, "upstream call failed");
         }
@@ -271,6 +283,7 @@ impl UpstreamError {
             | Self::InsufficientScope(_)
             | Self::Refused(_) => ProtocolError::Unavailable,
             Self::TooLarge | Self::Protocol(_) | Self::Cancelled => ProtocolError::Internal,
+            Self::Busy => ProtocolError::RateLimited { retry_after_ms: BUSY_RETRY_AFTER_MS },
         }
     }
 
@@ -284,7 +297,8 @@ impl UpstreamError {
             | Self::Credential(_)
             | Self::InsufficientScope(_)
             | Self::Cancelled
-            | Self::Refused(_) => false,
+            | Self::Refused(_)
+            | Self::Busy => false,
         }
     }
 }

@@ -13,6 +13,8 @@ use super::handles::RawHandles;
 use super::killswitch::RawKillSwitch;
 use super::legacy::RawLegacy;
 use super::limits::{RawHttp, RawLimits};
+use super::policies::RawPolicies;
+use super::rate_limits::{RawRateLimit, RawRateRule};
 use super::telemetry::RawTelemetry;
 
 /// The file as written. Every key is optional; unknown keys are errors.
@@ -37,6 +39,8 @@ pub struct RawConfig {
     pub secret_file: Option<PathBuf>,
     /// Redis or Valkey through which instances fan their server events out to each other.
     pub events_redis: Option<String>,
+    /// Reload when the configuration file changes. Default true.
+    pub watch_config: Option<bool>,
     /// Limits.
     #[serde(default)]
     pub limits: RawLimits,
@@ -64,6 +68,15 @@ pub struct RawConfig {
     /// `[delegation]`
     #[serde(default)]
     pub delegation: RawDelegation,
+    /// `[policies]`: operator policies (Cedar).
+    #[serde(default)]
+    pub policies: RawPolicies,
+    /// `[rate_limit]`: where rate limits count.
+    #[serde(default)]
+    pub rate_limit: RawRateLimit,
+    /// `[[rate_limits]]`: the rules.
+    #[serde(default)]
+    pub rate_limits: Vec<RawRateRule>,
     /// The gateway (`app = "gateway"`, `palisade gateway`): names.
     #[serde(default)]
     pub gateway: palisade_gateway::config::RawGateway,

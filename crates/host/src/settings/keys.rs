@@ -5,6 +5,8 @@
 pub const APP: &str = "app";
 /// `listen`
 pub const LISTEN: &str = "listen";
+/// `watch_config`
+pub const WATCH_CONFIG: &str = "watch_config";
 /// `metrics_listen`
 pub const METRICS_LISTEN: &str = "metrics_listen";
 /// `public_url`
@@ -97,6 +99,16 @@ pub const HANDLES_POLICIES_ALLOWED_SCOPES: &str = "handles.policies.<type>.allow
 pub const HANDLES_POLICIES_MAX_SCOPES: &str = "handles.policies.<type>.max_scopes";
 /// `handles.policies.<type>.policy_version`
 pub const HANDLES_POLICIES_POLICY_VERSION: &str = "handles.policies.<type>.policy_version";
+/// `policies.files`
+pub const POLICIES_FILES: &str = "policies.files";
+/// `policies.group_claims`
+pub const POLICIES_GROUP_CLAIMS: &str = "policies.group_claims";
+/// `policies.max_argument_depth`
+pub const POLICIES_MAX_ARGUMENT_DEPTH: &str = "policies.max_argument_depth";
+/// `policies.max_argument_bytes`
+pub const POLICIES_MAX_ARGUMENT_BYTES: &str = "policies.max_argument_bytes";
+/// `policies.max_argument_entries`
+pub const POLICIES_MAX_ARGUMENT_ENTRIES: &str = "policies.max_argument_entries";
 /// `delegation.enabled`
 pub const DELEGATION_ENABLED: &str = "delegation.enabled";
 /// `delegation.max_depth`
@@ -105,6 +117,36 @@ pub const DELEGATION_MAX_DEPTH: &str = "delegation.max_depth";
 pub const DELEGATION_MAX_CALLS: &str = "delegation.max_calls";
 /// `delegation.max_lifetime_secs`
 pub const DELEGATION_MAX_LIFETIME_SECS: &str = "delegation.max_lifetime_secs";
+/// `rate_limit.store`
+pub const RATE_LIMIT_STORE: &str = "rate_limit.store";
+/// `rate_limit.redis_url`
+pub const RATE_LIMIT_REDIS_URL: &str = "rate_limit.redis_url";
+/// `rate_limit.timeout_ms`
+pub const RATE_LIMIT_TIMEOUT_MS: &str = "rate_limit.timeout_ms";
+/// `rate_limit.on_store_failure`
+pub const RATE_LIMIT_ON_STORE_FAILURE: &str = "rate_limit.on_store_failure";
+/// `rate_limits`
+pub const RATE_LIMITS: &str = "rate_limits";
+/// `rate_limits[].name`
+pub const RATE_LIMITS_NAME: &str = "rate_limits[].name";
+/// `rate_limits[].key`
+pub const RATE_LIMITS_KEY: &str = "rate_limits[].key";
+/// `rate_limits[].methods`
+pub const RATE_LIMITS_METHODS: &str = "rate_limits[].methods";
+/// `rate_limits[].tools`
+pub const RATE_LIMITS_TOOLS: &str = "rate_limits[].tools";
+/// `rate_limits[].upstreams`
+pub const RATE_LIMITS_UPSTREAMS: &str = "rate_limits[].upstreams";
+/// `rate_limits[].rate`
+pub const RATE_LIMITS_RATE: &str = "rate_limits[].rate";
+/// `rate_limits[].per_secs`
+pub const RATE_LIMITS_PER_SECS: &str = "rate_limits[].per_secs";
+/// `rate_limits[].burst`
+pub const RATE_LIMITS_BURST: &str = "rate_limits[].burst";
+/// `rate_limits[].quota`
+pub const RATE_LIMITS_QUOTA: &str = "rate_limits[].quota";
+/// `rate_limits[].quota_window_secs`
+pub const RATE_LIMITS_QUOTA_WINDOW_SECS: &str = "rate_limits[].quota_window_secs";
 /// `legacy.enabled`
 pub const LEGACY_ENABLED: &str = "legacy.enabled";
 /// `legacy.versions`

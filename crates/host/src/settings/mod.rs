@@ -15,6 +15,8 @@ pub mod killswitch;
 pub mod legacy;
 pub mod limits;
 pub mod options;
+pub mod policies;
+pub mod rate_limits;
 pub mod server;
 mod summary;
 pub mod telemetry;
@@ -34,6 +36,7 @@ pub use self::handles::HandleSettings;
 pub use self::killswitch::{ExternalAuthority, KillSwitchMode, KillSwitchSettings};
 pub use self::limits::Limits;
 pub use self::options::{ConfigFlags, OPTIONS, OptionSpec, apply_env, options_markdown};
+pub use self::rate_limits::RateLimitSettings;
 pub use self::server::AppChoice;
 pub use self::telemetry::{CollectorHeaders, TelemetrySettings};
 
@@ -52,6 +55,8 @@ pub struct Settings {
     pub events_redis: Option<String>,
     /// Data directory.
     pub data_dir: PathBuf,
+    /// Reload when the configuration file changes.
+    pub watch_config: bool,
     /// Store URL.
     pub store: String,
     /// Server secret file.
@@ -72,8 +77,12 @@ pub struct Settings {
     pub killswitch: KillSwitchSettings,
     /// The 2025-era session wire.
     pub legacy: LegacyConfig,
+    /// `[rate_limit]` and `[[rate_limits]]`.
+    pub rate_limits: RateLimitSettings,
     /// `[delegation]`: `Some` when enabled.
     pub delegation: Option<palisade_server::delegation::DelegationConfig>,
+    /// `[policies]`: the operator's Cedar policies (none configured: the scope rules only).
+    pub policies: policies::PolicySettings,
     /// Trace export, when a collector is configured.
     pub telemetry: Option<TelemetrySettings>,
     /// `telemetry.otlp_headers_file` (collector credentials), kept from stdio upstreams.
@@ -106,6 +115,8 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     let telemetry_headers_file = raw.telemetry.otlp_headers_file.clone();
     let telemetry = telemetry::validate(raw.telemetry)?;
     let delegation = delegation::validate(raw.delegation)?;
+    let policies = policies::validate(raw.policies)?;
+    let rate_limits = rate_limits::validate(raw.rate_limit, raw.rate_limits, server.events_redis.as_deref())?;
     let server::ServerSettings { listen, metrics_listen, public_url, events_redis, data_dir, store, secret_file } =
         server;
     Ok(Settings {
@@ -115,6 +126,7 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         public_url,
         events_redis,
         data_dir,
+        watch_config: raw.watch_config.unwrap_or(true),
         store,
         secret_file,
         limits,
@@ -125,7 +137,9 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
         handles,
         killswitch,
         legacy,
+        rate_limits,
         delegation,
+        policies,
         telemetry,
         telemetry_headers_file,
         gateway,
@@ -143,14 +157,30 @@ pub fn resolve(
     app: Option<&str>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Settings, ConfigError> {
+    let text = match config {
+        Some(path) => Some(read_config(path)?),
+        None => None,
+    };
+    resolve_text(config.zip(text.as_deref()), flags, stdio, app, env)
+}
+
+/// The text of the configuration file at `path`.
+pub fn read_config(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path)
+        .map_err(|e| ConfigError { key: "--config".into(), reason: format!("cannot read {}: {e}", path.display()) })
+}
+
+/// [`resolve`] of a configuration file already read (`(path, text)`): a reload validates exactly
+/// the text it compares with the running configuration.
+pub fn resolve_text(
+    config: Option<(&Path, &str)>,
+    flags: &ConfigFlags,
+    stdio: bool,
+    app: Option<&str>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Settings, ConfigError> {
     let mut raw = match config {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-                key: "--config".into(),
-                reason: format!("cannot read {}: {e}", path.display()),
-            })?;
-            parse(&text)?
-        }
+        Some((_, text)) => parse(text)?,
         None => RawConfig::default(),
     };
     apply_env(&mut raw, env)?;
@@ -164,6 +194,6 @@ pub fn resolve(
         raw.auth.mode = Some("none".into());
     }
     let mut settings = validate(raw).map_err(|error| error.with_source(&overrides))?;
-    settings.protect_from_stdio_upstreams(config);
+    settings.protect_from_stdio_upstreams(config.map(|(path, _)| path));
     Ok(settings)
 }

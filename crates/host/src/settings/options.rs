@@ -249,6 +249,8 @@ options! {
     SECRET_FILE = opt(keys::SECRET_FILE, Kind::Path, "File holding the 32-byte server secret (64 hex characters), generated on first run.")
         .env("PALISADE_SECRET_FILE", set!(path secret_file)).described("`<data_dir>/server-secret`")
         .protected();
+    WATCH_CONFIG = opt(keys::WATCH_CONFIG, Kind::Bool, "Reload the configuration when its file changes (read every second; applied once unchanged for a second). `SIGHUP` and `palisade reload` reload it either way. Only `[[upstreams]]` reloads: a change of any other key is refused, naming it.")
+        .env("PALISADE_WATCH_CONFIG", set!(bool watch_config)).default("true");
     EVENTS_REDIS = opt(keys::EVENTS_REDIS, Kind::Text, "A Redis or Valkey URL (`redis://…`, `rediss://…`) through which instances sharing a store hand each other their server events (list changes, resource updates, task changes, revocations) for their listen streams, on a channel named by `public_url`. Unset: events reach only the instance that raised them.")
         .env("PALISADE_EVENTS_REDIS", set!(text events_redis));
     LIMITS_MAX_BODY_BYTES = opt(keys::LIMITS_MAX_BODY_BYTES, Kind::Integer, "Largest request body (HTTP) or line (stdio), in bytes (1024–67108864).")
@@ -327,6 +329,36 @@ options! {
         .env("PALISADE_DELEGATION_MAX_CALLS", set!(u64 delegation.max_calls)).default("1000");
     DELEGATION_MAX_LIFETIME_SECS = opt(keys::DELEGATION_MAX_LIFETIME_SECS, Kind::Integer, "Longest lifetime of a capability in seconds (60–2592000); a child never outlives its parent.")
         .env("PALISADE_DELEGATION_MAX_LIFETIME_SECS", set!(u64 delegation.max_lifetime_secs)).default("3600");
+    POLICIES_FILES = opt(keys::POLICIES_FILES, Kind::List, "Operator policy files (Cedar): each a `.cedar` file or `DIR/*.cedar`. With any configured, every tool call, prompt, resource read, completion, listen stream and task operation needs a policy that permits it and none that forbids it; `palisade policy check` validates them against the registry's generated schema. Unset: the scope rules only.");
+    POLICIES_GROUP_CLAIMS = opt(keys::POLICIES_GROUP_CLAIMS, Kind::List, "Token claims holding the caller's groups or roles (each a string, space-separated, or an array of strings): the principal's `Palisade::Group` parents and `principal.groups`.");
+    POLICIES_MAX_ARGUMENT_DEPTH = opt(keys::POLICIES_MAX_ARGUMENT_DEPTH, Kind::Integer, "Deepest nesting of records and sets in a policy's `context.arguments` (1–8); deeper declared arguments are left out of the view.")
+        .default("3");
+    POLICIES_MAX_ARGUMENT_BYTES = opt(keys::POLICIES_MAX_ARGUMENT_BYTES, Kind::Integer, "Longest argument string a policy sees, in bytes (1–1048576); with policies on, a call with a longer one is refused, never cut.")
+        .default("4096");
+    POLICIES_MAX_ARGUMENT_ENTRIES = opt(keys::POLICIES_MAX_ARGUMENT_ENTRIES, Kind::Integer, "Most members of one argument array or object a policy sees (1–10000); with policies on, a call with more is refused.")
+        .default("64");
+    RATE_LIMIT_STORE = opt(keys::RATE_LIMIT_STORE, Kind::Text, "Where rate limits count: `local` (each instance on its own) or `redis` (every instance of the deployment together, one atomic script per check).")
+        .env("PALISADE_RATE_LIMIT_STORE", set!(text rate_limit.store)).default("local");
+    RATE_LIMIT_REDIS_URL = opt(keys::RATE_LIMIT_REDIS_URL, Kind::Text, "The Redis or Valkey URL (`redis://…`, `rediss://…`) of `store = \"redis\"`.")
+        .env("PALISADE_RATE_LIMIT_REDIS_URL", set!(text rate_limit.redis_url)).described("`events_redis`");
+    RATE_LIMIT_TIMEOUT_MS = opt(keys::RATE_LIMIT_TIMEOUT_MS, Kind::Integer, "Longest wait for the Redis store's answer to one check, in milliseconds (1–5000); longer counts as a failure.")
+        .env("PALISADE_RATE_LIMIT_TIMEOUT_MS", set!(u64 rate_limit.timeout_ms)).default("50");
+    RATE_LIMIT_ON_STORE_FAILURE = opt(keys::RATE_LIMIT_ON_STORE_FAILURE, Kind::Text, "When the Redis store is down or slow: `refuse` the request (503, fail closed) or count it in this instance under the same rules (`local`: the deployment then allows up to one limit per instance).")
+        .env("PALISADE_RATE_LIMIT_ON_STORE_FAILURE", set!(text rate_limit.on_store_failure)).default("refuse");
+    RATE_LIMITS = opt(keys::RATE_LIMITS, Kind::Table, "Rate limits and quotas: `[[rate_limits]]` tables with the keys below. A request passes only if every rule that applies lets it; a refusal is HTTP 429 with `Retry-After` (a JSON-RPC error -32034 whose data carries the wait on stdio).");
+    RATE_LIMITS_NAME = opt(keys::RATE_LIMITS_NAME, Kind::Text, "A unique name (a-z, 0-9, `_`, `-`; the metrics' `limit` label).");
+    RATE_LIMITS_KEY = opt(keys::RATE_LIMITS_KEY, Kind::List, "What the state is keyed on, any of `subject`, `tenant`, `client`, `tool`, `upstream`, `agent` (the delegated agent); the rule applies to requests that have every one. Empty: one state for all.");
+    RATE_LIMITS_METHODS = opt(keys::RATE_LIMITS_METHODS, Kind::List, "The methods counted, e.g. `[\"tools/call\"]`. Empty: every method.");
+    RATE_LIMITS_TOOLS = opt(keys::RATE_LIMITS_TOOLS, Kind::List, "Only calls of these tools are counted. Empty: any.");
+    RATE_LIMITS_UPSTREAMS = opt(keys::RATE_LIMITS_UPSTREAMS, Kind::List, "Only operations relayed from these upstreams are counted (the gateway). Empty: any.");
+    RATE_LIMITS_RATE = opt(keys::RATE_LIMITS_RATE, Kind::Integer, "Requests per `per_secs` (a GCRA: one timestamp per key), 1–1000000.");
+    RATE_LIMITS_PER_SECS = opt(keys::RATE_LIMITS_PER_SECS, Kind::Integer, "The rate's period in seconds.")
+        .described("`1`");
+    RATE_LIMITS_BURST = opt(keys::RATE_LIMITS_BURST, Kind::Integer, "Requests allowed at once before the rate applies.")
+        .described("`rate`");
+    RATE_LIMITS_QUOTA = opt(keys::RATE_LIMITS_QUOTA, Kind::Integer, "Requests per quota window.");
+    RATE_LIMITS_QUOTA_WINDOW_SECS = opt(keys::RATE_LIMITS_QUOTA_WINDOW_SECS, Kind::Integer, "The quota's window in seconds, aligned to the Unix epoch (86400: a UTC day).")
+        .described("`86400`");
     LEGACY_ENABLED = opt(keys::LEGACY_ENABLED, Kind::Bool, "Serve the 2025-era session wire (`initialize`, `Mcp-Session-Id`) beside 2026-07-28.")
         .default("true");
     LEGACY_VERSIONS = opt(keys::LEGACY_VERSIONS, Kind::List, "The earlier revisions accepted, newest first.")

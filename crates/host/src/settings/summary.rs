@@ -123,6 +123,23 @@ impl Settings {
         );
         line("session wire", if self.legacy.enabled { self.legacy.versions.join(", ") } else { "off".to_owned() });
         line("delegation", if self.delegation.is_some() { "on" } else { "off" }.to_owned());
+        line(
+            "policies",
+            if self.policies.enabled() { format!("{} file(s)", self.policies.files.len()) } else { "off".to_owned() },
+        );
+        let rules = self.rate_limits.rules.len();
+        let rate_limits = match (&self.rate_limits.shared, rules) {
+            (_, 0) => "none".to_owned(),
+            (None, _) => format!("{rules} rule(s), counted by each instance"),
+            (Some(shared), _) => format!(
+                "{rules} rule(s), shared through Redis (URL not shown), {}",
+                match shared.on_failure {
+                    palisade_server::rate_limits::OnStoreFailure::Refuse => "refusing while it does not answer",
+                    palisade_server::rate_limits::OnStoreFailure::Local => "counted locally while it does not answer",
+                }
+            ),
+        };
+        line("rate limits", rate_limits);
         let telemetry = match &self.telemetry {
             None => "off".to_owned(),
             Some(telemetry) => format!(

@@ -10,6 +10,7 @@ use super::killswitch::RawKillSwitch;
 use super::legacy::RawLegacy;
 use super::limits::{RawHttp, RawLimits};
 use super::options::{Fallback, Kind};
+use super::rate_limits::{RawRateLimit, RawRateRule};
 use super::telemetry::RawTelemetry;
 use super::*;
 
@@ -542,6 +543,9 @@ fn the_option_table_is_exactly_the_file_keys() {
         "telemetry",
         "audit",
         "delegation",
+        "policies",
+        "rate_limit",
+        "rate_limits",
         "gateway",
         "pins",
         "upstreams",
@@ -565,6 +569,10 @@ fn the_option_table_is_exactly_the_file_keys() {
     file_keys.extend(fields::<RawTelemetry>("telemetry"));
     file_keys.extend(fields::<RawAudit>("audit"));
     file_keys.extend(fields::<RawDelegation>("delegation"));
+    file_keys.extend(fields::<super::policies::RawPolicies>("policies"));
+    file_keys.extend(fields::<RawRateLimit>("rate_limit"));
+    file_keys.push("rate_limits".to_owned());
+    file_keys.extend(fields::<RawRateRule>("rate_limits[]"));
     file_keys.sort();
     let mut table: Vec<String> = OPTIONS.iter().filter(|spec| spec.in_file).map(|spec| spec.key.to_owned()).collect();
     table.sort();

@@ -30,6 +30,10 @@ pub struct TokenArgs {
     /// Space-separated scopes.
     #[arg(long, default_value = "")]
     pub scope: String,
+    /// A group or role, put in the token's `groups` claim (repeatable); operator policies see it
+    /// when `policies.group_claims` names `groups`.
+    #[arg(long = "group")]
+    pub groups: Vec<String>,
     /// Lifetime in seconds.
     #[arg(long, default_value_t = 3600)]
     pub ttl: u64,
@@ -68,7 +72,16 @@ fn dev_token(args: TokenArgs) -> anyhow::Result<ExitCode> {
             )
         })?;
     let scopes: Vec<&str> = args.scope.split_whitespace().collect();
-    let token = issuer.mint(&args.subject, &args.tenant, &args.client, &scopes, &settings.public_url, args.ttl)?;
+    let groups: Vec<&str> = args.groups.iter().map(String::as_str).collect();
+    let token = issuer.mint_with_groups(
+        &args.subject,
+        &args.tenant,
+        &args.client,
+        &scopes,
+        &groups,
+        &settings.public_url,
+        args.ttl,
+    )?;
     #[allow(clippy::print_stdout)]
     {
         println!("{token}");

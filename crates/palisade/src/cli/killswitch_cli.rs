@@ -42,16 +42,6 @@ pub struct KeysGenArgs {
     secret: Option<PathBuf>,
 }
 
-/// `palisade policy …`
-#[derive(Subcommand)]
-pub enum PolicyCommand {
-    /// Write the registry skeleton of the server's own registry (every method, tool, prompt,
-    /// resource and template of the app) as an unsigned policy payload, for review.
-    Init(PolicyInitArgs),
-    /// Validate a policy payload and sign it with the policy root key.
-    Sign(PolicySignArgs),
-}
-
 #[derive(Args)]
 pub struct PolicyInitArgs {
     /// Output file (the unsigned payload, JSON).
@@ -205,57 +195,40 @@ pub fn keys(command: KeysCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `palisade policy init`: the kill switch's registry skeleton of the server's registry.
 #[allow(clippy::print_stdout)]
-pub async fn policy(command: PolicyCommand) -> anyhow::Result<ExitCode> {
-    match command {
-        PolicyCommand::Init(args) => {
-            let settings = super::settings_for_app(args.config.as_deref(), args.app.as_deref())?;
-            // The gateway's registry is what its upstreams list now and its reviewers approved.
-            let app = match (palisade_host::authn::app_name(settings.app), &settings.gateway) {
-                (Some(app), _) => app.build(),
-                (None, Some(gateway)) => {
-                    let store = palisade_store::open_store(&settings.store).await.context("opening the store")?;
-                    palisade_host::gateway::start(
-                        gateway,
-                        &store,
-                        &palisade_host::secrets::server_secret(&settings)?,
-                        None,
-                    )
-                    .await?
-                    .1
-                }
-                (None, None) => anyhow::bail!("no application to write a policy for"),
-            };
-            let key_file = args.trust_root.join(&args.authority_key_path);
-            let header = PolicyHeader {
-                policy_version: args.policy_version,
-                policy_generation: args.generation,
-                authority: args.authority,
-                authority_key_path: args.authority_key_path,
-                authority_key_sha256: file_sha256_hex(&key_file)
-                    .with_context(|| format!("hashing the authority public key {}", key_file.display()))?,
-                max_authority_response_age_ms: args.max_age_ms,
-                not_after: format_rfc3339_ms(now_ms().saturating_add(i64::from(args.days) * 86_400_000)),
-            };
-            let exposed = palisade_server::killswitch::exposed_operations(&app);
-            let count = exposed.len();
-            let payload = PolicyPayload::skeleton(header, exposed);
-            let json = serde_json::to_vec_pretty(&payload)?;
-            std::fs::write(&args.out, json).with_context(|| format!("writing {}", args.out.display()))?;
-            println!(
-                "{count} operations written to {} (all COVERED; review, then `palisade policy sign`)",
-                args.out.display()
-            );
-        }
-        PolicyCommand::Sign(args) => {
-            let payload =
-                std::fs::read(&args.payload).with_context(|| format!("reading {}", args.payload.display()))?;
-            let key = Ed25519SigningKey::read(&args.root_key).context("reading the root key")?;
-            let envelope = sign_policy(&payload, &key, now_ms()).context("the payload is not a valid policy")?;
-            std::fs::write(&args.out, envelope).with_context(|| format!("writing {}", args.out.display()))?;
-            println!("signed policy written to {}", args.out.display());
-        }
-    }
+pub async fn policy_init(args: PolicyInitArgs) -> anyhow::Result<ExitCode> {
+    let settings = super::settings_for_app(args.config.as_deref(), args.app.as_deref())?;
+    // The gateway's registry is what its upstreams list now and its reviewers approved.
+    let app = super::registry(&settings).await?;
+    let key_file = args.trust_root.join(&args.authority_key_path);
+    let header = PolicyHeader {
+        policy_version: args.policy_version,
+        policy_generation: args.generation,
+        authority: args.authority,
+        authority_key_path: args.authority_key_path,
+        authority_key_sha256: file_sha256_hex(&key_file)
+            .with_context(|| format!("hashing the authority public key {}", key_file.display()))?,
+        max_authority_response_age_ms: args.max_age_ms,
+        not_after: format_rfc3339_ms(now_ms().saturating_add(i64::from(args.days) * 86_400_000)),
+    };
+    let exposed = palisade_server::killswitch::exposed_operations(&app);
+    let count = exposed.len();
+    let payload = PolicyPayload::skeleton(header, exposed);
+    let json = serde_json::to_vec_pretty(&payload)?;
+    std::fs::write(&args.out, json).with_context(|| format!("writing {}", args.out.display()))?;
+    println!("{count} operations written to {} (all COVERED; review, then `palisade policy sign`)", args.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `palisade policy sign`: a kill-switch policy payload validated and signed.
+#[allow(clippy::print_stdout)]
+pub fn policy_sign(args: PolicySignArgs) -> anyhow::Result<ExitCode> {
+    let payload = std::fs::read(&args.payload).with_context(|| format!("reading {}", args.payload.display()))?;
+    let key = Ed25519SigningKey::read(&args.root_key).context("reading the root key")?;
+    let envelope = sign_policy(&payload, &key, now_ms()).context("the payload is not a valid policy")?;
+    std::fs::write(&args.out, envelope).with_context(|| format!("writing {}", args.out.display()))?;
+    println!("signed policy written to {}", args.out.display());
     Ok(ExitCode::SUCCESS)
 }
 

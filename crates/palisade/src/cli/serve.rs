@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
+use palisade_host::reload::ReloadSource;
 use palisade_host::settings::ConfigFlags;
 use palisade_host::signal::shutdown_signal;
 use palisade_host::{Runtime, Settings, Transport};
@@ -49,9 +50,11 @@ pub struct ServeArgs {
 }
 
 /// Serves until a stop signal (HTTP) or the end of stdin (`--stdio`), then shuts down in order.
-pub async fn serve(args: ServeArgs, settings: Settings) -> anyhow::Result<ExitCode> {
+/// With a configuration file, the configuration reloads on `SIGHUP`, on a change of the file
+/// and at `palisade reload`.
+pub async fn serve(args: ServeArgs, settings: Settings, source: Option<ReloadSource>) -> anyhow::Result<ExitCode> {
     let transport = if args.stdio { Transport::Stdio } else { Transport::Http };
-    let mut runtime = Runtime::start(settings, transport).await?;
+    let mut runtime = Runtime::start_reloadable(settings, transport, source).await?;
     runtime.serve(shutdown_signal()).await?;
     runtime.shutdown().await;
     Ok(ExitCode::SUCCESS)

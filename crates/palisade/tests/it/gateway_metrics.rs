@@ -110,8 +110,12 @@ async fn readiness_detail_and_metrics_follow_the_upstreams() {
     let alpha = Upstream::start(vec![tool("echo", "Echoes its arguments.")]).await;
     let mut beta = Some(Upstream::start(vec![tool("stamp", "Stamps."), tool("spare", "Unreviewed.")]).await);
     let metrics_listen = format!("127.0.0.1:{}", free_port());
-    let upstreams =
-        format!("{}\n{}", upstream("alpha", &alpha.url, ""), upstream("beta", &beta.as_ref().unwrap().url, ""));
+    // A rate limit nothing reaches, so its series are exported (and charted) too.
+    let upstreams = format!(
+        "{}\n{}\n[[rate_limits]]\nname = \"generous\"\nrate = 100000\n",
+        upstream("alpha", &alpha.url, ""),
+        upstream("beta", &beta.as_ref().unwrap().url, "")
+    );
     let gateway = boot_with("", &upstreams, &[("PALISADE_METRICS_LISTEN", &metrics_listen)]);
     let private = format!("http://{metrics_listen}");
     let public = gateway.server.url.trim_end_matches("/mcp").to_owned();

@@ -413,6 +413,39 @@ async fn an_added_argument_is_a_new_unapproved_launch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_that_changes_a_launch_holds_it_without_a_restart() {
+    let mut launch = Launch::new(635_000, "");
+    launch.gateway.cli_ok(&["upstreams", "approve", "ap", "--reviewer", "alice"]);
+    launch.start();
+    let alice = launch.gateway.token("alice");
+    let marker = launch.marker.clone();
+    wait_until("the approved launch starts", || starts(&marker) >= 1).await;
+    launch.gateway.approve_all("ap");
+    launch.gateway.wait_for_tools(&alice, &["ap_echo"]).await;
+    echo(&launch.gateway, &alice, "ap_echo", "before").await;
+    let started = starts(&launch.marker);
+
+    // The same upstream with an added argument, reloaded: a new launch, pinned and held (never
+    // started), and the old launch's tools withdrawn when `palisade reload` returns.
+    launch.write_config(635_000, "\"--legacy\"");
+    launch.gateway.cli_ok(&["reload"]);
+    assert!(launch.gateway.tool_names(&alice).await.is_empty(), "the changed launch's tools are still served");
+    assert_eq!(launch.shown_state(), "held");
+    let held = launch.gateway.call(&alice, "ap_echo", json!({"text": "held"})).await;
+    assert!(failed_call(&held), "{:?}", held.response());
+    launch.settle(&alice).await;
+    assert_eq!(starts(&launch.marker), started, "the reloaded launch started without an approval");
+
+    // Approved again, it serves without a restart.
+    launch.gateway.cli_ok(&["upstreams", "approve", "ap", "--reviewer", "alice"]);
+    wait_until("the re-approved launch starts", || starts(&marker) > started).await;
+    launch.gateway.wait_for_tools(&alice, &["ap_echo"]).await;
+    echo(&launch.gateway, &alice, "ap_echo", "after").await;
+    assert!(launch.gateway.is_running());
+    launch.gateway.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_caller_has_a_process_of_their_own_stopped_when_idle_and_capped() {
     let fixture = stdio_fixture::fixture_path();
     let mut gateway = GatewayUnderTest::new("");

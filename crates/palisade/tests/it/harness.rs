@@ -81,6 +81,13 @@ impl Palisade {
         Self { child, url, port, data_dir }
     }
 
+    /// Sends the signal `name` (`HUP`, …) to the process.
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill").args([format!("-{name}").as_str(), &pid]).status().expect("kill");
+        assert!(status.success(), "kill -{name} {pid}");
+    }
+
     /// Whether the process is still running (it has not exited or crashed).
     pub fn is_running(&mut self) -> bool {
         self.child.try_wait().expect("wait").is_none()
@@ -306,9 +313,57 @@ pub async fn confirmed_tool_call(server: &Palisade, token: &str, tool: &str, arg
 /// A token from the demo's dev issuer for `server` (its data directory, listening on
 /// `127.0.0.1:0`, as every test server does).
 pub fn dev_token(server: &Palisade, subject: &str, tenant: &str, client: &str, scope: &str) -> String {
+    dev_token_with_groups(server, subject, tenant, client, scope, &[])
+}
+
+/// [`dev_token`] with a `groups` claim naming `groups`.
+pub fn dev_token_with_groups(
+    server: &Palisade,
+    subject: &str,
+    tenant: &str,
+    client: &str,
+    scope: &str,
+    groups: &[&str],
+) -> String {
     let env = [("PALISADE_DATA_DIR", server.data_dir.path()), ("PALISADE_LISTEN", "127.0.0.1:0")];
-    let args = ["dev", "token", "--subject", subject, "--tenant", tenant, "--client", client, "--scope", scope];
+    let mut args = vec!["dev", "token", "--subject", subject, "--tenant", tenant, "--client", client, "--scope", scope];
+    for group in groups {
+        args.extend(["--group", group]);
+    }
     let output = Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(env).output().expect("run palisade");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap().trim().to_owned()
+}
+
+/// A 2025-era POST of `body` for `session` (none for `initialize`).
+pub fn legacy_post(server: &Palisade, token: &str, session: Option<&str>, body: Value) -> reqwest::RequestBuilder {
+    let mut request = reqwest::Client::new()
+        .post(&server.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session).header("mcp-protocol-version", "2025-11-25");
+    }
+    request
+}
+
+/// A 2025-era GET stream of `session`.
+pub fn legacy_get(server: &Palisade, token: &str, session: &str) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .get(&server.url)
+        .header("accept", "text/event-stream")
+        .header("authorization", format!("Bearer {token}"))
+        .header("mcp-session-id", session)
+        .header("mcp-protocol-version", "2025-11-25")
+}
+
+/// A 2025-era `initialize` (2025-11-25): the new session's id.
+pub async fn initialize(server: &Palisade, token: &str) -> String {
+    let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "it", "version": "0" } } });
+    let response = legacy_post(server, token, None, body).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    response.headers()["mcp-session-id"].to_str().unwrap().to_owned()
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::{Palisade, TempDir, confirmed_tool_call, dev_token, send, tool_call, with_meta};
+use crate::harness::{
+    Palisade, TempDir, confirmed_tool_call, dev_token, initialize, legacy_get, legacy_post, send, tool_call, with_meta,
+};
 
 fn palisade(args: &[&str], envs: &[(&str, &str)]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_palisade")).args(args).envs(envs.iter().copied()).output().expect("run palisade")
@@ -320,37 +322,6 @@ async fn an_external_authority_process_switches_the_server_and_its_absence_fails
     drop(authority);
     let refused = send(product()).await;
     assert_eq!((refused.status, refused.error_code()), (503, -32603), "{:?}", refused.response());
-}
-
-/// A 2025-era POST of `body` for `session` (none for `initialize`).
-fn legacy_post(server: &Palisade, token: &str, session: Option<&str>, body: Value) -> reqwest::RequestBuilder {
-    let mut request = reqwest::Client::new()
-        .post(&server.url)
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("authorization", format!("Bearer {token}"))
-        .body(body.to_string());
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session).header("mcp-protocol-version", "2025-11-25");
-    }
-    request
-}
-
-fn legacy_get(server: &Palisade, token: &str, session: &str) -> reqwest::RequestBuilder {
-    reqwest::Client::new()
-        .get(&server.url)
-        .header("accept", "text/event-stream")
-        .header("authorization", format!("Bearer {token}"))
-        .header("mcp-session-id", session)
-        .header("mcp-protocol-version", "2025-11-25")
-}
-
-async fn initialize(server: &Palisade, token: &str) -> String {
-    let body = json!({ "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": { "name": "it", "version": "0" } } });
-    let response = legacy_post(server, token, None, body).send().await.unwrap();
-    assert_eq!(response.status(), 200);
-    response.headers()["mcp-session-id"].to_str().unwrap().to_owned()
 }
 
 /// `tenant:` and `client:` targets switch off every operation of that tenant or client, on both

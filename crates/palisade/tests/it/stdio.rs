@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::harness::with_meta;
 
-struct StdioServer {
+pub(crate) struct StdioServer {
     _data_dir: crate::harness::TempDir,
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
@@ -18,7 +18,7 @@ struct StdioServer {
 }
 
 impl StdioServer {
-    fn start(extra: &[&str]) -> Self {
+    pub(crate) fn start(extra: &[&str]) -> Self {
         let data_dir = crate::harness::TempDir::new();
         let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
             .args(["serve", "--app", "conformance", "--stdio", "--data-dir", data_dir.path()])
@@ -49,13 +49,13 @@ impl StdioServer {
         stdin.flush().unwrap();
     }
 
-    fn request(&mut self, id: Value, method: &str, params: Value) {
+    pub(crate) fn request(&mut self, id: Value, method: &str, params: Value) {
         let frame = json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": with_meta(params, json!({})) });
         self.send(&frame.to_string());
     }
 
     /// The next stdout line, which must be one JSON message.
-    fn next(&self, timeout: Duration) -> Option<Value> {
+    pub(crate) fn next(&self, timeout: Duration) -> Option<Value> {
         let line = self.lines.recv_timeout(timeout).ok()?;
         Some(serde_json::from_str(&line).unwrap_or_else(|_| panic!("stdout carried a non-JSON line: {line:?}")))
     }

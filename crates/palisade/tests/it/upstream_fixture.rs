@@ -3,8 +3,9 @@
 //! `prompts/get`, `subscriptions/listen`, and, once [`Upstream::set_resources`] was called before
 //! the gateway connects, `resources/list`, `resources/templates/list` and `resources/read`
 //! answering the URI it was asked, or the contents a test set for it), whose tool list and lists'
-//! `ttlMs` / `cacheScope` a test can change while it serves and which records every request it
-//! receives (headers and body).
+//! `ttlMs` / `cacheScope` a test can change while it serves, whose tool calls a test can hold
+//! unanswered until it releases them, and which records every request it receives (headers and
+//! body).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -55,6 +56,8 @@ struct Shared {
     contents: Mutex<HashMap<String, Value>>,
     /// List-changed notification methods for the open listen streams.
     changes: broadcast::Sender<String>,
+    /// While `true`, tool calls are received (and recorded) but not answered.
+    held: tokio::sync::watch::Sender<bool>,
 }
 
 /// A running upstream; it stops when dropped.
@@ -80,6 +83,7 @@ impl Upstream {
             list_cache: Mutex::new((0, "public".to_owned())),
             contents: Mutex::new(HashMap::new()),
             changes: broadcast::channel(16).0,
+            held: tokio::sync::watch::channel(false).0,
         });
         let router = axum::Router::new().route("/mcp", any(handle)).with_state(shared.clone());
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -141,6 +145,17 @@ impl Upstream {
     /// Sends `notifications/tools/list_changed` on every open listen stream.
     pub fn notify_tools_changed(&self) {
         let _ = self.shared.changes.send("notifications/tools/list_changed".into());
+    }
+
+    /// Holds every tool call from now on (received and recorded, not answered) until
+    /// [`Self::release_calls`].
+    pub fn hold_calls(&self) {
+        self.shared.held.send_replace(true);
+    }
+
+    /// Answers the held tool calls, and the next ones at once.
+    pub fn release_calls(&self) {
+        self.shared.held.send_replace(false);
     }
 
     /// Every request received so far, in order.
@@ -256,6 +271,12 @@ async fn handle(State(shared): State<Arc<Shared>>, method: Method, headers: Head
             let known = shared.tools.lock().unwrap().iter().any(|t| t["name"] == name);
             if !known {
                 return error(StatusCode::OK, &id, -32602, "Unknown tool");
+            }
+            let mut gate = shared.held.subscribe();
+            while *gate.borrow_and_update() {
+                if gate.changed().await.is_err() {
+                    break;
+                }
             }
             let arguments = params.get("arguments").cloned().unwrap_or_else(|| json!({}));
             complete(&id, json!({ "content": [{ "type": "text", "text": arguments.to_string() }] }))

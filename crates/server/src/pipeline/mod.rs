@@ -11,6 +11,8 @@
 //! | 2b| session        | `pipeline/session.rs`        | the session's `_meta` (2025-era wire)   |
 //! | 3 | classify       | `pipeline/classify.rs`       | the `OperationKey`                      |
 //! | 3b| delegation     | `pipeline/delegation.rs`     | the principal acted for (C10)           |
+//! | 3c| policy         | `pipeline/policy.rs`         | (the operator's policies decided)       |
+//! | 3d| rate limits    | `pipeline/limits.rs`         | (the request counted, or 429)           |
 //! | 4 | kill switch    | `killswitch.rs` (`clear`)    | the clearance (`Cleared`)               |
 //! | 5 | authorize      | `pipeline/authorize.rs`      | (the scopes checked)                    |
 //! | 6 | handles        | `pipeline/handles.rs`        | the resolved handles                    |
@@ -34,8 +36,10 @@ mod delegation;
 mod dispatch;
 mod envelope;
 mod handles;
+mod limits;
 mod listen;
 mod params;
+mod policy;
 mod rounds;
 mod session;
 mod stages;
@@ -61,18 +65,22 @@ pub(crate) use delegation::DelegationStage;
 pub(crate) use dispatch::Dispatch;
 pub(crate) use envelope::Envelope;
 pub(crate) use handles::Handles;
+pub(crate) use policy::PolicyStage;
+pub(crate) use limits::Limits;
 pub(crate) use session::Session;
 pub(crate) use stages::Stages;
 pub(crate) use wire::LegacyWire;
 pub use wire::TransportHeaders;
 
 /// The stage names in path order, as ARCHITECTURE.md lists them (checked by the tidy test).
-pub const STAGES: [&str; 11] = [
+pub const STAGES: [&str; 13] = [
     "envelope",
     "authenticate",
     "session",
     "classify",
     "delegation",
+    "policy",
+    "rate limits",
     "kill switch",
     "authorize",
     "handles",
@@ -166,6 +174,19 @@ impl Stages {
             Ok(principal) => principal,
             Err(error) => return audit.refuse(&id, AuditStage::Delegation, &error, None).await,
         };
+        // 3c. policy: the operator's policies, once the principal is the one acted for (a
+        //     capability's principal, with its agent chain) and before the kill switch, so a
+        //     request the operator never allowed learns nothing from the later checks and costs
+        //     them nothing. Without policies it allows everything (stage 5's scopes decide).
+        if let Err(error) = self.policy.decide(&app, &operation, &principal, &request.params, legacy.is_some(), audit) {
+            return audit.refuse(&id, AuditStage::Policy, &error, None).await;
+        }
+        // 3d. rate limits: once the principal the request acts for is final (delegation, the
+        //     operator's policy), so each limit counts the right party; before the kill switch
+        //     and every later lookup, so a request over its limit costs nothing further.
+        if let Err(error) = self.limits.check(&operation, &principal).await {
+            return audit.refuse(&id, AuditStage::RateLimit, &error, None).await;
+        }
         // 4. kill switch: first among the decisions about the operation, so a disabled
         //    operation costs nothing further and reveals nothing about scopes or handles.
         let cleared = match self.kill_switch.clear(&operation, &principal, audit).await {

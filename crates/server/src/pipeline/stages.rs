@@ -9,6 +9,8 @@ use super::delegation::DelegationStage;
 use super::dispatch::Dispatch;
 use super::envelope::Envelope;
 use super::handles::Handles;
+use super::policy::PolicyStage;
+use super::limits::Limits;
 use super::session::Session;
 use crate::killswitch::KillSwitchCheck;
 
@@ -24,6 +26,10 @@ pub(crate) struct Stages {
     pub(crate) classify: Classify,
     /// 3b. delegation (and 6b, the budget): the delegation service, when there is one.
     pub(crate) delegation: DelegationStage,
+    /// 3c. policy: the operator's policy set in force (none: the scope rules only).
+    pub(crate) policy: PolicyStage,
+    /// 3d. rate limits: the current limits (swapped whole), their counters and the clock.
+    pub(crate) limits: Limits,
     /// 4. kill switch: the server's kill switch, when there is one.
     pub(crate) kill_switch: KillSwitchCheck,
     /// 5. authorize: the authenticator (its mode checks the scopes).

@@ -22,7 +22,7 @@ type PromptHandler = Arc<
 /// One argument of a prompt.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptArgument {
-    name: String,
+    pub(crate) name: String,
     description: Option<String>,
     required: bool,
 }

@@ -1,10 +1,14 @@
 //! Stage 8 for the lists (`tools/list`, `prompts/list`, `resources/list`,
-//! `resources/templates/list`: paginated with sealed cursors) and `server/discover`.
+//! `resources/templates/list`: filtered to what the caller's policies let it use, paginated
+//! with sealed cursors) and `server/discover`.
 
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
 
 use super::Dispatch;
+use crate::context::RequestContext;
+use crate::method::Method;
+use crate::policy::PolicyRequest;
 use crate::registry::App;
 use crate::tasks::TASKS_EXTENSION;
 
@@ -23,6 +27,32 @@ impl Dispatch {
             result["capabilities"]["extensions"] = json!({ TASKS_EXTENSION: {} });
         }
         result
+    }
+
+    /// The definitions of `items` the caller may use by the operator's policies (`method` on
+    /// each, without arguments: see `Policies::visible`); all of them without policies.
+    pub(super) fn visible<'a, T>(
+        &self,
+        app: &App,
+        ctx: &RequestContext,
+        method: Method,
+        items: &'a [T],
+        name: impl Fn(&T) -> &String,
+    ) -> Vec<&'a T> {
+        let Some(policies) = self.policies.load_full() else { return items.iter().collect() };
+        let legacy = ctx.meta.protocol_version.starts_with("2025");
+        let request = PolicyRequest {
+            principal: crate::pipeline::policy::principal_view(&ctx.principal),
+            method,
+            target: None,
+            arguments: None,
+            era: crate::pipeline::policy::era(legacy),
+            now_ms: self.clock.now_unsigned_ms(),
+        };
+        items
+            .iter()
+            .filter(|item| policies.visible(app, &PolicyRequest { target: Some(name(item)), ..request.clone() }))
+            .collect()
     }
 
     pub(super) fn page<T>(

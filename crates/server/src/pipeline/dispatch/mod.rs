@@ -62,6 +62,9 @@ pub(crate) struct Dispatch {
     pub(crate) delegation: Option<Arc<DelegationService>>,
     /// `public` without authentication, else `private` (lists and reads say so).
     pub(crate) cache_scope: &'static str,
+    /// The operator policy set in force (the policy stage's cell): lists show each caller what
+    /// it may use.
+    pub(crate) policies: Arc<arc_swap::ArcSwapOption<crate::policy::Policies>>,
 }
 
 impl Dispatch {
@@ -78,11 +81,21 @@ impl Dispatch {
     ) -> Result<Value, ProtocolError> {
         match operation.method() {
             Method::Discover => Ok(self.discover(app)),
-            Method::ToolsList => self.page(app, "tools", params, &app.tools, |t| t.definition.clone()),
-            Method::PromptsList => self.page(app, "prompts", params, &app.prompts, |p| p.definition.clone()),
-            Method::ResourcesList => self.page(app, "resources", params, &app.resources, |r| r.definition.clone()),
+            Method::ToolsList => {
+                let tools = self.visible(app, &ctx, Method::ToolsCall, &app.tools, |t| &t.name);
+                self.page(app, "tools", params, &tools, |t| t.definition.clone())
+            }
+            Method::PromptsList => {
+                let prompts = self.visible(app, &ctx, Method::PromptsGet, &app.prompts, |p| &p.name);
+                self.page(app, "prompts", params, &prompts, |p| p.definition.clone())
+            }
+            Method::ResourcesList => {
+                let resources = self.visible(app, &ctx, Method::ResourcesRead, &app.resources, |r| &r.uri);
+                self.page(app, "resources", params, &resources, |r| r.definition.clone())
+            }
             Method::ResourceTemplatesList => {
-                self.page(app, "resourceTemplates", params, &app.templates, |t| t.definition.clone())
+                let templates = self.visible(app, &ctx, Method::ResourcesRead, &app.templates, |t| &t.template);
+                self.page(app, "resourceTemplates", params, &templates, |t| t.definition.clone())
             }
             Method::ToolsCall => self.call_tool(app, operation, ctx, params, audit, allowed).await,
             Method::PromptsGet => self.get_prompt(app, operation, ctx, params).await,

@@ -1,0 +1,57 @@
+//! Which keys of a configuration file a reload may change: [`RELOADABLE`] at the top level, and
+//! [`restart_only_changes`], every other key that differs between two versions of the file, by
+//! its dotted name (`listen`, `pins.require_signed`, `web.tls_key_file`).
+
+use std::collections::BTreeSet;
+
+use toml::{Table, Value};
+
+/// The top-level keys a reload applies. Every other key (listen addresses, the store, issuers,
+/// keys, `[gateway]`, `[pins]`, `[web]`, …) takes effect only at a restart.
+pub const RELOADABLE: &[&str] = &["upstreams"];
+
+/// Every key outside [`RELOADABLE`] whose value differs between `old` and `new` (added, removed
+/// or changed), dotted, in order; empty when a reload may apply `new`.
+pub fn restart_only_changes(old: &Table, new: &Table) -> Vec<String> {
+    let mut out = Vec::new();
+    compare("", old, new, &mut out);
+    out
+}
+
+fn compare(prefix: &str, old: &Table, new: &Table, out: &mut Vec<String>) {
+    let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    for key in keys {
+        if prefix.is_empty() && RELOADABLE.contains(&key.as_str()) {
+            continue;
+        }
+        let path = if prefix.is_empty() { key.clone() } else { format!("{prefix}.{key}") };
+        match (old.get(key), new.get(key)) {
+            (Some(Value::Table(old)), Some(Value::Table(new))) => compare(&path, old, new, out),
+            (old, new) if old == new => {}
+            _ => out.push(path),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(text: &str) -> Table {
+        text.parse().expect("toml")
+    }
+
+    #[test]
+    fn upstreams_may_change_and_everything_else_is_named() {
+        let old =
+            table("listen = \"127.0.0.1:1\"\n[pins]\nrelist_secs = 1\n[[upstreams]]\nid = \"a\"\nurl = \"http://a\"\n");
+        let same_but_upstreams =
+            table("listen = \"127.0.0.1:1\"\n[pins]\nrelist_secs = 1\n[[upstreams]]\nid = \"b\"\nurl = \"http://b\"\n");
+        assert!(restart_only_changes(&old, &same_but_upstreams).is_empty());
+        let changed = table(
+            "listen = \"127.0.0.1:2\"\n[pins]\nrelist_secs = 2\nrequire_signed = true\n[auth]\ndev_issuer = true\n",
+        );
+        assert_eq!(restart_only_changes(&old, &changed), ["auth", "listen", "pins.relist_secs", "pins.require_signed"]);
+        assert_eq!(restart_only_changes(&changed, &table("")), ["auth", "listen", "pins"]);
+    }
+}
