@@ -29,8 +29,7 @@ use crate::metrics::Metrics;
 use crate::mrtr::StateSealer;
 use crate::pipeline::{
     Audit, Authenticate, Authorize, Classify, DelegationStage, Dispatch, Envelope, Handles, LegacyWire, Limits,
-    PolicyStage,
-    Session, Stages, TransportHeaders,
+    PolicyStage, Session, Stages, TransportHeaders,
 };
 use crate::rate_limits::RateLimits;
 use crate::refusals::TransportRefusals;

@@ -9,8 +9,8 @@ use super::delegation::DelegationStage;
 use super::dispatch::Dispatch;
 use super::envelope::Envelope;
 use super::handles::Handles;
-use super::policy::PolicyStage;
 use super::limits::Limits;
+use super::policy::PolicyStage;
 use super::session::Session;
 use crate::killswitch::KillSwitchCheck;
 
