@@ -43,7 +43,7 @@ fn registry(tools: usize) -> App {
         );
         definition.insert("annotations".into(), json!({ "readOnlyHint": n % 3 == 0 }));
         let name = format!("{upstream}__tool{n}");
-        let origin = Origin { upstream: upstream.clone(), audit_detail: String::new() };
+        let origin = Origin { upstream: upstream.clone(), pin: String::new(), audit_detail: String::new() };
         let handler = |_, _| async { Ok(Outcome::Complete(CallToolResult::text("ok"))) };
         builder = builder.tool(ToolDef::relayed(name, definition, origin).handler(handler));
     }
@@ -109,6 +109,7 @@ fn main() -> anyhow::Result<()> {
             target: Some(target),
             arguments: Some(&arguments),
             era: "2026-07-28",
+            source: None,
             now_ms: 1_800_000_000_000,
         };
         let call = request("up3__tool13");

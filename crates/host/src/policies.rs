@@ -1,5 +1,8 @@
 //! The operator's policy files, read and validated: [`load`] is the one way from `[policies]`
-//! and a registry to a [`Policies`] value (for `serve`, `palisade policy check` and `test`).
+//! and a registry to a [`Policies`] value (for `serve`, a reload, `palisade policy check` and
+//! `test`). With `require_signed`, [`read`] refuses a file whose `FILE.sig` is missing or is not
+//! the kill switch's policy root key's signature of exactly its bytes: whoever can write the
+//! policy files (or the configuration's `files` list) cannot widen access without that key.
 
 use std::path::{Path, PathBuf};
 
@@ -20,6 +23,14 @@ pub enum LoadError {
         /// Why.
         reason: String,
     },
+    /// A file's signature is missing or does not verify (`require_signed`).
+    #[error("policies: {path}: {reason}")]
+    Unsigned {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
     /// The set does not validate against the registry's schema.
     #[error("{0}")]
     Invalid(#[from] palisade_server::policy::PolicyErrors),
@@ -30,8 +41,39 @@ pub fn load(settings: &PolicySettings, app: &App) -> Result<Option<Policies>, Lo
     if !settings.enabled() {
         return Ok(None);
     }
-    let sources = read_sources(&settings.files)?;
+    let sources = read(settings)?;
     Ok(Some(Policies::load(&sources, settings.limits, app)?))
+}
+
+/// The files of `settings`, each checked against its signature when `require_signed`.
+pub fn read(settings: &PolicySettings) -> Result<Vec<PolicySource>, LoadError> {
+    let sources = read_sources(&settings.files)?;
+    if let Some(key) = &settings.signed_by {
+        let key = palisade_killswitch::keys::read_public_key(key).map_err(|e| LoadError::Unsigned {
+            path: key.display().to_string(),
+            reason: format!("the policy root public key could not be read: {e}"),
+        })?;
+        for source in &sources {
+            let signature_path = signature_path(Path::new(&source.name));
+            let unsigned = |reason: String| LoadError::Unsigned { path: source.name.clone(), reason };
+            let signature = std::fs::read(&signature_path)
+                .map_err(|e| unsigned(format!("no signature {}: {e}", signature_path.display())))?;
+            if !palisade_killswitch::keys::verify_policy_file(&key, source.text.as_bytes(), &signature) {
+                return Err(unsigned(format!(
+                    "{} is not the policy root key's signature of this file (require_signed)",
+                    signature_path.display()
+                )));
+            }
+        }
+    }
+    Ok(sources)
+}
+
+/// Where a policy file's detached signature lives: `FILE.sig`.
+pub fn signature_path(file: &Path) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".sig");
+    PathBuf::from(name)
 }
 
 /// The files' texts, in order (a `DIR/*.cedar` pattern expands to its files, sorted by name).

@@ -122,6 +122,31 @@ pub fn parse_public_key(bytes: &[u8]) -> Result<VerifyingKey, KeyError> {
     Ok(key)
 }
 
+/// The domain of a detached signature over an operator policy file (`FILE.sig`): what the
+/// root key signs is this prefix followed by the file's bytes, so a signature made for anything
+/// else (a kill-switch policy envelope) never verifies as one.
+pub const POLICY_FILE_SIGNATURE_DOMAIN: &[u8] = b"palisade.operator-policy-file.v1\0";
+
+/// The detached signature of an operator policy file's `bytes` under `key`: one line, the
+/// canonical standard base64 of the 64-byte Ed25519 signature.
+pub fn sign_policy_file(key: &Ed25519SigningKey, bytes: &[u8]) -> String {
+    let mut message = POLICY_FILE_SIGNATURE_DOMAIN.to_vec();
+    message.extend_from_slice(bytes);
+    format!("{}\n", b64::encode(&key.sign(&message)))
+}
+
+/// Whether `signature` (a `FILE.sig`'s contents) is `key`'s signature of the policy file's
+/// `bytes` (strict verification).
+pub fn verify_policy_file(key: &VerifyingKey, bytes: &[u8], signature: &[u8]) -> bool {
+    let line = signature.strip_suffix(b"\n").unwrap_or(signature);
+    let Ok(text) = std::str::from_utf8(line) else { return false };
+    let Ok(raw) = b64::decode_canonical(text) else { return false };
+    let Ok(raw) = <[u8; 64]>::try_from(raw.as_slice()) else { return false };
+    let mut message = POLICY_FILE_SIGNATURE_DOMAIN.to_vec();
+    message.extend_from_slice(bytes);
+    key.verify_strict(&message, &ed25519_dalek::Signature::from_bytes(&raw)).is_ok()
+}
+
 /// Writes 32 fresh random bytes as a secret key file (0600, never overwriting): the target key.
 pub fn generate_secret_key_file(path: &Path) -> Result<(), KeyError> {
     let mut secret = Zeroizing::new([0_u8; 32]);
@@ -170,6 +195,33 @@ pub(crate) fn write_new_file(path: &Path, contents: &[u8], secret: bool) -> Resu
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_policy_file_signature_verifies_only_for_its_bytes_and_key() {
+        let key = Ed25519SigningKey::from_seed(&[7; 32]);
+        let other = Ed25519SigningKey::from_seed(&[8; 32]);
+        let signature = sign_policy_file(&key, b"permit(principal, action, resource);");
+        assert!(verify_policy_file(
+            &key.verifying_key(),
+            b"permit(principal, action, resource);",
+            signature.as_bytes()
+        ));
+        assert!(!verify_policy_file(
+            &key.verifying_key(),
+            b"permit(principal, action, resource );",
+            signature.as_bytes()
+        ));
+        assert!(!verify_policy_file(
+            &other.verifying_key(),
+            b"permit(principal, action, resource);",
+            signature.as_bytes()
+        ));
+        assert!(!verify_policy_file(&key.verifying_key(), b"x", b"not base64"));
+        // A signature of the bare bytes (no domain) is not a policy file's signature.
+        let bare = format!("{}\n", b64::encode(&key.sign(b"x")));
+        assert!(!verify_policy_file(&key.verifying_key(), b"x", bare.as_bytes()));
+    }
+
     use super::*;
 
     #[test]

@@ -144,6 +144,9 @@ pub struct RequestContext {
     /// The principal's approval of this very call under a delegation capability, taken from the
     /// ledger by the pipeline (a needs-confirmation tool under a capability runs only with one).
     pub(crate) approval: Option<crate::delegated::VerifiedApproval>,
+    /// The caller's network address, when the transport knows it (the policies'
+    /// `context.source`).
+    pub(crate) source: Option<std::net::IpAddr>,
 }
 
 impl RequestContext {

@@ -294,5 +294,6 @@ pub(crate) fn transport_headers(headers: &HeaderMap) -> TransportHeaders {
         duplicate,
         // More than one Authorization header is malformed: authenticate an empty value (refused).
         authorization: if authorizations > 1 { Some(Vec::new()) } else { authorization },
+        source: None,
     }
 }

@@ -37,7 +37,7 @@ use crate::http_response::{
     transport_headers,
 };
 use crate::method::Method;
-use crate::pipeline::TransportHeaders;
+use crate::pipeline::{ListKind, TransportHeaders};
 use crate::reply::Reply;
 use crate::server::Server;
 use crate::sessions::{Delivery, SessionId};
@@ -100,7 +100,13 @@ fn authorization(headers: &HeaderMap) -> Option<Vec<u8>> {
 
 /// A POST on the session wire: a request, a notification, or a client's answer to a server
 /// request.
-pub(crate) async fn post(state: &Arc<HttpState>, headers: &HeaderMap, body: &[u8], streaming: bool) -> Response {
+pub(crate) async fn post(
+    state: &Arc<HttpState>,
+    headers: &HeaderMap,
+    body: &[u8],
+    streaming: bool,
+    peer: Option<std::net::IpAddr>,
+) -> Response {
     let session = match session_id(&state.server, headers, "session/post").await {
         Ok(session) => session,
         Err(response) => return response,
@@ -131,7 +137,7 @@ pub(crate) async fn post(state: &Arc<HttpState>, headers: &HeaderMap, body: &[u8
             return refusal_response(frame_error.id.as_ref(), &frame_error.error);
         }
     };
-    let transport = transport_headers(headers);
+    let transport = TransportHeaders { source: peer, ..transport_headers(headers) };
     let (sink, notifications) = NotificationSink::channel(server.config().listen_queue);
     let cancel = CancellationToken::new();
     let guard = cancel.clone().drop_guard();
@@ -307,7 +313,11 @@ fn legacy_shape(mut reply: Reply) -> Reply {
 /// `GET /mcp`: the session's stream of list changes and subscribed resource updates. It ends
 /// when the client leaves, the server shuts down, the token expires, the session dies or the
 /// client falls behind.
-pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> Response {
+pub(crate) async fn get_stream(
+    state: &Arc<HttpState>,
+    headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> Response {
     if !accepted_kinds(headers).is_some_and(|accepts| accepts.event_stream) {
         return refusal_response(None, &ProtocolError::EventStreamRequired);
     }
@@ -361,6 +371,20 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
         // A DISABLE the kill switch observes for one of the stream's targets ends it, as it
         // ends a listen stream.
         let mut disables = crate::clearance::DisableWatch::new(cleared.as_ref());
+        // What the caller sees of each list now: a change is announced only when its view of
+        // that list changed (under the registry and the operator's policies in force).
+        let lists = [
+            (ListKind::Tools, caps.get("tools").is_some()),
+            (ListKind::Prompts, caps.get("prompts").is_some()),
+            (ListKind::Resources, caps.get("resources").is_some()),
+        ];
+        let mut seen = [None; 3];
+        for (list, on) in lists {
+            if on {
+                server.list_changed_for(&principal, (true, peer), list, &mut seen);
+            }
+        }
+        let mut changed = |list: ListKind| server.list_changed_for(&principal, (true, peer), list, &mut seen);
         loop {
             let event = tokio::select! {
                 () = shutdown.cancelled() => break,
@@ -386,16 +410,20 @@ pub(crate) async fn get_stream(state: &Arc<HttpState>, headers: &HeaderMap) -> R
             };
             interest.set(served(&subscriptions));
             let frame = match event {
-                ServerEvent::ToolsListChanged if caps.get("tools").is_some() => {
+                ServerEvent::ToolsListChanged if caps.get("tools").is_some() && changed(ListKind::Tools) => {
                     notification_frame("notifications/tools/list_changed", json!({}))
                 }
-                ServerEvent::PromptsListChanged if caps.get("prompts").is_some() => {
+                ServerEvent::PromptsListChanged if caps.get("prompts").is_some() && changed(ListKind::Prompts) => {
                     notification_frame("notifications/prompts/list_changed", json!({}))
                 }
-                ServerEvent::ResourcesListChanged if caps.get("resources").is_some() => {
+                ServerEvent::ResourcesListChanged
+                    if caps.get("resources").is_some() && changed(ListKind::Resources) =>
+                {
                     notification_frame("notifications/resources/list_changed", json!({}))
                 }
-                ServerEvent::ResourceUpdated { uri } if subscriptions.contains(&uri) => {
+                ServerEvent::ResourceUpdated { uri }
+                    if subscriptions.contains(&uri) && server.may_read_now(&principal, (true, peer), &uri) =>
+                {
                     notification_frame("notifications/resources/updated", json!({ "uri": uri }))
                 }
                 _ => continue,

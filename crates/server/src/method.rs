@@ -178,6 +178,8 @@ impl Method {
 pub struct Origin {
     /// The upstream's id.
     pub upstream: String,
+    /// The digest of the approved definition it is served under (its pin), hex.
+    pub pin: String,
     /// The audit record's detail for operations on this definition.
     pub audit_detail: String,
 }

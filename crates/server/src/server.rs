@@ -28,8 +28,8 @@ use crate::killswitch::{KillSwitchCheck, KillSwitchStage};
 use crate::metrics::Metrics;
 use crate::mrtr::StateSealer;
 use crate::pipeline::{
-    Audit, Authenticate, Authorize, Classify, DelegationStage, Dispatch, Envelope, Handles, LegacyWire, Limits,
-    PolicyStage, Session, Stages, TransportHeaders,
+    Audit, Authenticate, Authorize, Classify, Current, DelegationStage, Dispatch, Envelope, Handles, LegacyWire,
+    Limits, PolicyStage, Session, Stages, TransportHeaders,
 };
 use crate::rate_limits::RateLimits;
 use crate::refusals::TransportRefusals;
@@ -39,10 +39,16 @@ use crate::secret::ServerSecret;
 use crate::sessions::SessionService;
 use crate::tasks::TaskService;
 
+mod publish;
+
+pub use self::publish::Published;
+
 /// A running server: the current application snapshot plus everything the pipeline needs.
 /// Shared by transports. Built by [`Server::builder`].
 pub struct Server {
-    app: ArcSwap<App>,
+    /// The registry and the operator's policies requests are served from: one snapshot, so a
+    /// request never sees a registry with the policies of another.
+    current: Arc<ArcSwap<Current>>,
     config: ServerConfig,
     /// The request path's stages, each holding only its own services.
     stages: Stages,
@@ -436,14 +442,14 @@ impl ServerBuilder {
         let ttl_ms = u64::try_from(config.request_state_ttl.as_millis()).unwrap_or(u64::MAX);
         let shutdown = CancellationToken::new();
         let cache_scope = if authenticator.is_unauthenticated() { "public" } else { "private" };
-        let policies = Arc::new(arc_swap::ArcSwapOption::new(policies));
+        let current = Arc::new(ArcSwap::from_pointee(Current { app: Arc::new(app), policies }));
         let stages = Stages {
             envelope: Envelope::new(tasks.is_some(), config.legacy.versions.clone()),
             authenticate: Authenticate::new(authenticator.clone()),
             session: Session::new(sessions, config.legacy.versions.clone(), clock.clone()),
             classify: Classify,
             delegation: DelegationStage::new(delegation.clone()),
-            policy: PolicyStage::new(policies.clone(), clock.clone()),
+            policy: PolicyStage::new(clock.clone()),
             limits: Limits::new(rate_limits.unwrap_or_default(), recorder.metrics.clone(), clock.clone()),
             kill_switch: KillSwitchCheck::new(kill_switch),
             authorize: Authorize::new(authenticator),
@@ -463,11 +469,11 @@ impl ServerBuilder {
                 once: once.clone(),
                 delegation: delegation.clone(),
                 cache_scope,
-                policies,
+                current: current.clone(),
             },
         };
         Ok(Server {
-            app: ArcSwap::from_pointee(app),
+            current,
             stages,
             events,
             clock,
@@ -532,88 +538,7 @@ impl Parts<'_> {
     }
 }
 
-/// What a publication changed, as the listen streams are told.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Published {
-    /// The tool list differs.
-    pub tools_changed: bool,
-    /// The prompt list differs.
-    pub prompts_changed: bool,
-    /// The resource or template list differs.
-    pub resources_changed: bool,
-}
-
 impl Server {
-    /// The application snapshot requests are served from right now. A request loads it once and
-    /// keeps it to the end: it never sees half of an update.
-    pub fn app(&self) -> Arc<App> {
-        self.app.load_full()
-    }
-
-    /// The operator policy set in force (`None`: the scope rules only).
-    pub fn policies(&self) -> Option<Arc<crate::policy::Policies>> {
-        self.stages.policy.current()
-    }
-
-    /// Puts a policy set in force (or, with `None`, none) for every request that starts from
-    /// now on; a request already running finishes under the set it started with. The set was
-    /// validated by [`crate::policy::Policies::load`] against the registry it is meant for.
-    pub fn publish_policies(&self, policies: Option<crate::policy::Policies>) {
-        self.stages.policy.publish(policies.map(Arc::new));
-    }
-
-    /// Publishes a new application snapshot while serving. `app` has passed
-    /// [`crate::AppBuilder::build`]; here it must also pass the checks [`ServerBuilder::build`]
-    /// made (the services its tools need) and, with a kill switch, be covered by the signed
-    /// registry — else it is refused and the current snapshot stays. Requests already running
-    /// finish on the snapshot they started with. Each list that changed is announced on every
-    /// open listen stream (and 2025-era GET stream) that asked for it.
-    pub fn publish(&self, app: App) -> Result<Published, BuildError> {
-        let _one_at_a_time = self.publishing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let parts = Parts { handles: self.handles.as_deref(), tasks: self.tasks.is_some(), once: self.once.is_some() };
-        let handle_types = match &self.handles {
-            Some(handles) => Some(handles.prepare(app.handle_types()).map_err(BuildError::HandlePolicy)?),
-            None => None,
-        };
-        parts.check_with(&app, handle_types.as_ref())?;
-        if let Some(stage) = self.stages.kill_switch.stage() {
-            stage.check_covers(&app)?;
-        }
-        let old = self.app.load_full();
-        let published = Published {
-            tools_changed: !same_definitions(
-                old.tools().iter().map(|t| &t.definition),
-                app.tools().iter().map(|t| &t.definition),
-            ),
-            prompts_changed: !same_definitions(
-                old.prompts.iter().map(|p| &p.definition),
-                app.prompts.iter().map(|p| &p.definition),
-            ),
-            resources_changed: !same_definitions(
-                old.resources.iter().map(|r| &r.definition).chain(old.templates.iter().map(|t| &t.definition)),
-                app.resources.iter().map(|r| &r.definition).chain(app.templates.iter().map(|t| &t.definition)),
-            ),
-        };
-        self.app.store(Arc::new(app));
-        let policies_changed = match (&self.handles, handle_types) {
-            (Some(handles), Some(prepared)) => !handles.republish(prepared).is_empty(),
-            _ => false,
-        };
-        if policies_changed {
-            self.events.publish(ServerEvent::HandlePoliciesChanged);
-        }
-        if published.tools_changed {
-            self.events.publish(ServerEvent::ToolsListChanged);
-        }
-        if published.prompts_changed {
-            self.events.publish(ServerEvent::PromptsListChanged);
-        }
-        if published.resources_changed {
-            self.events.publish(ServerEvent::ResourcesListChanged);
-        }
-        Ok(published)
-    }
-
     /// A principal-level revocation (from an identity system): ends the principal's handles
     /// (when the server has a handle service), revokes the delegation capabilities acting for
     /// it or held by it (with a delegation service), cancels its unfinished tasks and closes its
@@ -850,7 +775,7 @@ impl Server {
     ) -> Reply {
         // One application snapshot for the whole request: a publication while it runs is not
         // half-seen.
-        self.stages.run(self.app(), request, headers, None, sink, cancel).await
+        self.stages.run(self.current.load_full(), request, headers, None, sink, cancel).await
     }
 
     /// Runs one request of the 2025-era session wire through the same stages: stage 1 is the
@@ -865,16 +790,8 @@ impl Server {
         sink: NotificationSink,
         cancel: CancellationToken,
     ) -> Reply {
-        self.stages.run(self.app(), request, headers, Some(LegacyWire { session }), sink, cancel).await
+        self.stages.run(self.current.load_full(), request, headers, Some(LegacyWire { session }), sink, cancel).await
     }
-}
-
-/// Whether two definition lists are the same, in order.
-fn same_definitions<'a>(
-    old: impl Iterator<Item = &'a serde_json::Value>,
-    new: impl Iterator<Item = &'a serde_json::Value>,
-) -> bool {
-    old.eq(new)
 }
 
 /// Starts, once per server, the task that flushes the server's transport refusals every

@@ -580,6 +580,7 @@ impl TaskService {
             task: Some(Arc::new(TaskProgress { service: self.clone(), digest: row.digest })),
             kill_switch: cleared.clone(),
             approval: None,
+            source: None,
         };
         let handler = tool.handler.clone();
         let work =

@@ -448,6 +448,7 @@ impl Gateway {
             let exposed = entry.exposed.clone().unwrap_or_default();
             let origin = Origin {
                 upstream: upstream.settings.id.clone(),
+                pin: entry.digest.clone(),
                 audit_detail: format!(
                     "upstream={} exposed={} upstream_name={} pin={}",
                     upstream.settings.id,

@@ -15,6 +15,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use palisade_server::App;
+use palisade_server::policy::Policies;
 use serde::Serialize;
 
 use super::{Gateway, GatewayError, Roster, Upstream, UpstreamMaker, lock};
@@ -69,8 +71,14 @@ impl Gateway {
     /// from every upstream (new ones listed first) and published, or — when it cannot be built or
     /// the server refuses it — nothing changes and the error says why. Only `upstreams` (and the
     /// protected paths derived from them) are read from `settings`: the caller refuses a change to
-    /// any other section, which takes effect only at a restart.
-    pub async fn reload(&self, settings: GatewaySettings) -> Result<ReloadReport, GatewayError> {
+    /// any other section, which takes effect only at a restart. `policies` makes the operator's
+    /// policy set for the new registry (validated against it): published with it as one
+    /// snapshot, or its error refuses the reload.
+    pub async fn reload(
+        &self,
+        settings: GatewaySettings,
+        policies: impl FnOnce(&App) -> Result<Option<Policies>, String>,
+    ) -> Result<ReloadReport, GatewayError> {
         let attached = self
             .inner
             .attached
@@ -147,11 +155,14 @@ impl Gateway {
             .map(|upstream| upstream.settings.id.clone())
             .collect();
         let published = match self.build_app_on(&candidate, attached.coverage.as_ref()).await {
-            Ok(app) => attached
-                .server
-                .publish(app)
-                .map(drop)
-                .map_err(|error| GatewayError::Reload(format!("the server refused the new registry: {error}"))),
+            Ok(app) => match policies(&app) {
+                Ok(policies) => attached
+                    .server
+                    .publish_with_policies(app, policies)
+                    .map(drop)
+                    .map_err(|error| GatewayError::Reload(format!("the server refused the new registry: {error}"))),
+                Err(error) => Err(GatewayError::Reload(error)),
+            },
             Err(error) => Err(error),
         };
         if let Err(error) = published {

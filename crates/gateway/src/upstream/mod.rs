@@ -19,7 +19,6 @@
 //! - Health ([`UpstreamClient::health`]): unavailability, timeouts, 5xx statuses and protocol
 //!   errors count as failures; from the second consecutive one the upstream is in backoff
 //!   (1 s, doubling to 60 s) and calls are refused at once ([`UpstreamError::Unhealthy`]).
-//!
 //! - Server-to-client requests on a call's event stream go to the call's [`asks::Asks`] channel
 //!   ([`UpstreamRequest::asks`]; the gateway decides, relays or answers); on the change stream,
 //!   or without a channel, they are answered -32601 "not supported through this gateway".

@@ -11,10 +11,17 @@
 //!    an invalid file is refused with its key and reason;
 //! 2. refuses any change outside [`diff::RELOADABLE`] (listen addresses, store, issuers, keys,
 //!    `[gateway]`, `[pins]`, `[web]`, …), naming each key: those take effect only at a restart;
-//! 3. builds the reloadable sections other than the upstreams ([`Sections::prepare`]);
-//! 4. gives the gateway its new `[[upstreams]]` ([`palisade_gateway::Gateway::reload`]): one
-//!    registry built from every upstream and published with `Server::publish`, or nothing;
-//! 5. swaps the sections of step 3 in ([`Sections::swap`]).
+//! 3. builds the reloadable sections other than the upstreams ([`Sections::prepare`]): the policy
+//!    files read (and their signatures checked, with `require_signed`), the rate limiters built
+//!    (each unchanged rule keeping its state);
+//! 4. publishes the registry and the policy set as one snapshot: the gateway builds its new
+//!    `[[upstreams]]`' registry ([`palisade_gateway::Gateway::reload`]) and the policies are
+//!    validated against it before both are published with `Server::publish_with_policies`;
+//!    without a gateway the policies are validated against the registry in force and published
+//!    with `Server::publish_policies`. A policy naming a tool the registry lacks refuses the
+//!    reload. Open listen and GET streams re-check what their caller may see, and are told of a
+//!    list change only when their view changed;
+//! 5. swaps the rate limits in ([`Sections::swap`]).
 
 pub mod control;
 pub mod diff;
@@ -24,7 +31,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade_base::clock::{Clock as _, SystemClock};
-use palisade_server::Server;
+use palisade_server::policy::view::ViewLimits;
+use palisade_server::policy::{Policies, PolicySource};
+use palisade_server::rate_limits::RateLimits;
+use palisade_server::{App, Server};
 use palisade_store::{AuditRecord, Decision, Store};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -77,28 +87,60 @@ pub struct Outcome {
 }
 
 /// The reloadable sections other than the gateway's upstreams, built from a new configuration
-/// before anything is published and swapped in right after the gateway's registry is: **the one
-/// place** where the operator's policy set (`[policies]`) and rate limiters (`[[rate_limits]]`)
-/// are built and replaced on a reload. A section added here must also be listed in
-/// [`diff::RELOADABLE`], and name its files in [`Sections::files`] so a change of them reloads.
-#[derive(Debug, Default)]
-pub struct Sections {}
+/// before anything is published: **the one place** where the operator's policy set
+/// (`[policies]`) and rate limiters (`[[rate_limits]]`) are built and replaced on a reload. A
+/// section added here must also be listed in [`diff::RELOADABLE`], and name its files in
+/// [`Sections::files`] so a change of them reloads.
+pub struct Sections {
+    /// The policy files read and checked (`None`: no policies), with the view's bounds.
+    policies: Option<(Vec<PolicySource>, ViewLimits)>,
+    limits: Arc<RateLimits>,
+}
 
 impl Sections {
-    /// Builds and validates every reloadable section of `settings` (the policy set compiled
-    /// and validated, the limiters built): an error refuses the whole reload.
-    fn prepare(_settings: &Settings) -> Result<Self, String> {
-        Ok(Self {})
+    /// Reads every reloadable section of `settings` (the policy files and their signatures, the
+    /// limiters built with the state of the rules `server` runs now): an error refuses the
+    /// whole reload.
+    fn prepare(settings: &Settings, server: &Server) -> Result<Self, String> {
+        let policies = match settings.policies.enabled() {
+            true => {
+                Some((crate::policies::read(&settings.policies).map_err(|e| e.to_string())?, settings.policies.limits))
+            }
+            false => None,
+        };
+        let limits = crate::rate_limits::build(settings, Some(&server.rate_limits()))
+            .map_err(|error| format!("rate_limits: {error:#}"))?;
+        Ok(Self { policies, limits: Arc::new(limits) })
     }
 
-    /// Replaces the running sections with these (after the new registry was published). A
-    /// section whose change alters what a caller may list announces it here (the listen streams
-    /// then re-check what they see).
-    fn swap(self, _server: &Server) {}
+    /// The policy set for `app`, validated against it (every problem at its file and line).
+    fn policies_for(&self, app: &App) -> Result<Option<Policies>, String> {
+        match &self.policies {
+            Some((sources, limits)) => Policies::load(sources, *limits, app).map(Some).map_err(|e| e.to_string()),
+            None => Ok(None),
+        }
+    }
 
-    /// The files these sections were read from, watched with the configuration file.
-    fn files(_settings: &Settings) -> Vec<PathBuf> {
-        Vec::new()
+    /// Replaces the running rate limits with these (after the snapshot was published).
+    fn swap(self, server: &Server) {
+        server.set_rate_limits(self.limits);
+    }
+
+    /// The files these sections were read from, watched with the configuration file: every
+    /// policy file (and its signature, with `require_signed`).
+    fn files(settings: &Settings) -> Vec<PathBuf> {
+        let Ok(sources) = crate::policies::read_sources(&settings.policies.files) else {
+            return settings.policies.files.clone();
+        };
+        let mut files = Vec::new();
+        for source in sources {
+            let path = PathBuf::from(source.name);
+            if settings.policies.signed_by.is_some() {
+                files.push(crate::policies::signature_path(&path));
+            }
+            files.push(path);
+        }
+        files
     }
 }
 
@@ -177,18 +219,29 @@ impl Reloader {
         let restart = diff::restart_only_changes(&applied.table, &table);
         if !restart.is_empty() {
             return Err(format!(
-                "{} changed: only [[upstreams]] reloads; every other key takes effect at a restart \
-                 (restore it, or restart the instance)",
+                "{} changed: only [[upstreams]], [[rate_limits]] and the policy files reload; every \
+                 other key takes effect at a restart (restore it, or restart the instance)",
                 restart.join(", ")
             ));
         }
-        let sections = Sections::prepare(&settings)?;
-        let summary = match (&self.gateway, settings.gateway.clone()) {
-            (Some(gateway), Some(upstreams)) => {
-                gateway.reload(upstreams).await.map_err(|error| error.to_string())?.summary()
+        let sections = Sections::prepare(&settings, &self.server)?;
+        let mut summary = match (&self.gateway, settings.gateway.clone()) {
+            (Some(gateway), Some(upstreams)) => gateway
+                .reload(upstreams, |app| sections.policies_for(app))
+                .await
+                .map_err(|error| error.to_string())?
+                .summary(),
+            _ => {
+                let policies = sections.policies_for(&self.server.app())?;
+                self.server.publish_policies(policies);
+                "no upstreams to reload".to_owned()
             }
-            _ => "no upstreams to reload".to_owned(),
         };
+        match self.server.policies() {
+            Some(policies) => summary.push_str(&format!("; policies {} ({})", policies.digest(), policies.len())),
+            None => summary.push_str("; no policies"),
+        }
+        summary.push_str(&format!("; {} rate limits", sections.limits.names().count()));
         sections.swap(&self.server);
         applied.table = table;
         applied.watched = std::iter::once(self.source.config.clone()).chain(Sections::files(&settings)).collect();

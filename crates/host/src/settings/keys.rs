@@ -109,6 +109,8 @@ pub const POLICIES_MAX_ARGUMENT_DEPTH: &str = "policies.max_argument_depth";
 pub const POLICIES_MAX_ARGUMENT_BYTES: &str = "policies.max_argument_bytes";
 /// `policies.max_argument_entries`
 pub const POLICIES_MAX_ARGUMENT_ENTRIES: &str = "policies.max_argument_entries";
+/// `policies.require_signed`
+pub const POLICIES_REQUIRE_SIGNED: &str = "policies.require_signed";
 /// `delegation.enabled`
 pub const DELEGATION_ENABLED: &str = "delegation.enabled";
 /// `delegation.max_depth`

@@ -115,7 +115,14 @@ pub fn validate(raw: RawConfig) -> Result<Settings, ConfigError> {
     let telemetry_headers_file = raw.telemetry.otlp_headers_file.clone();
     let telemetry = telemetry::validate(raw.telemetry)?;
     let delegation = delegation::validate(raw.delegation)?;
-    let policies = policies::validate(raw.policies)?;
+    let root_public_key = match &killswitch.mode {
+        killswitch::KillSwitchMode::Off => None,
+        killswitch::KillSwitchMode::Dev { dir } => {
+            Some(palisade_killswitch::dev::DevAuthorityFiles::new(dir.clone()).root_public_key())
+        }
+        killswitch::KillSwitchMode::Authority(authority) => Some(authority.root_public_key.clone()),
+    };
+    let policies = policies::validate(raw.policies, root_public_key)?;
     let rate_limits = rate_limits::validate(raw.rate_limit, raw.rate_limits, server.events_redis.as_deref())?;
     let server::ServerSettings { listen, metrics_listen, public_url, events_redis, data_dir, store, secret_file } =
         server;

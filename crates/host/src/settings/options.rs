@@ -337,6 +337,8 @@ options! {
         .default("4096");
     POLICIES_MAX_ARGUMENT_ENTRIES = opt(keys::POLICIES_MAX_ARGUMENT_ENTRIES, Kind::Integer, "Most members of one argument array or object a policy sees (1–10000); with policies on, a call with more is refused.")
         .default("64");
+    POLICIES_REQUIRE_SIGNED = opt(keys::POLICIES_REQUIRE_SIGNED, Kind::Bool, "Every policy file needs `FILE.sig`, a signature of the kill switch's policy root key (`palisade policy sign-files`); an unsigned or changed file stops the start and refuses a reload. Needs the kill switch (`dev` or an authority). Changes only at a restart.")
+        .default("false");
     RATE_LIMIT_STORE = opt(keys::RATE_LIMIT_STORE, Kind::Text, "Where rate limits count: `local` (each instance on its own) or `redis` (every instance of the deployment together, one atomic script per check).")
         .env("PALISADE_RATE_LIMIT_STORE", set!(text rate_limit.store)).default("local");
     RATE_LIMIT_REDIS_URL = opt(keys::RATE_LIMIT_REDIS_URL, Kind::Text, "The Redis or Valkey URL (`redis://…`, `rediss://…`) of `store = \"redis\"`.")

@@ -25,6 +25,8 @@ pub struct RawPolicies {
     pub max_argument_bytes: Option<u64>,
     /// Most members of one set or record in `context.arguments` (1–10000). Default 64.
     pub max_argument_entries: Option<u64>,
+    /// Every file needs `FILE.sig` by the kill switch's policy root key. Default false.
+    pub require_signed: Option<bool>,
 }
 
 /// `[policies]`, validated. No files: no policies (the scope rules only).
@@ -36,6 +38,9 @@ pub struct PolicySettings {
     pub group_claims: Vec<String>,
     /// The argument view's bounds.
     pub limits: ViewLimits,
+    /// The public key every file's `FILE.sig` must verify under (`require_signed`): the kill
+    /// switch's policy root key.
+    pub signed_by: Option<PathBuf>,
 }
 
 impl PolicySettings {
@@ -45,8 +50,8 @@ impl PolicySettings {
     }
 }
 
-/// Validates `[policies]`.
-pub fn validate(raw: RawPolicies) -> Result<PolicySettings, ConfigError> {
+/// Validates `[policies]`; `root_public_key` is the kill switch's policy root key, when it runs.
+pub fn validate(raw: RawPolicies, root_public_key: Option<PathBuf>) -> Result<PolicySettings, ConfigError> {
     let defaults = ViewLimits::default();
     let bounded = |key: &str, value: Option<u64>, default: usize, max: u64| -> Result<usize, ConfigError> {
         match value {
@@ -85,9 +90,20 @@ pub fn validate(raw: RawPolicies) -> Result<PolicySettings, ConfigError> {
             return Err(bad(keys::POLICIES_FILES, format!("{file:?}: a policy file ends in .cedar")));
         }
     }
+    let signed_by = match (raw.require_signed.unwrap_or(false), root_public_key) {
+        (false, _) => None,
+        (true, Some(key)) => Some(key),
+        (true, None) => {
+            return Err(bad(
+                keys::POLICIES_REQUIRE_SIGNED,
+                "needs the kill switch (killswitch.mode = \"dev\" or an authority): its policy root key signs the files",
+            ));
+        }
+    };
     Ok(PolicySettings {
         files: raw.files.into_iter().map(PathBuf::from).collect(),
         group_claims: raw.group_claims,
         limits,
+        signed_by,
     })
 }

@@ -36,6 +36,19 @@ pub enum PolicyCommand {
     /// Operator policies: why a request was allowed or refused, from its audit records (by
     /// trace id): the stage that decided and, when the policies did, the policies' text.
     Explain(ExplainArgs),
+    /// Operator policies: sign policy files with the kill switch's policy root key (writes
+    /// `FILE.sig` beside each), for `[policies] require_signed`.
+    SignFiles(SignFilesArgs),
+}
+
+#[derive(Args)]
+pub struct SignFilesArgs {
+    /// The policy root signing key (the one that signs the kill-switch policy).
+    #[arg(long)]
+    root_key: PathBuf,
+    /// The policy files to sign.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -84,7 +97,27 @@ pub async fn run(command: PolicyCommand) -> anyhow::Result<ExitCode> {
         PolicyCommand::Test(args) => test(args).await,
         PolicyCommand::Schema(args) => schema(args).await,
         PolicyCommand::Explain(args) => explain(args).await,
+        PolicyCommand::SignFiles(args) => sign_files(args),
     }
+}
+
+/// `palisade policy sign-files`: each file parsed as Cedar (a file that does not parse is not
+/// signed), then its `FILE.sig` written.
+#[allow(clippy::print_stdout)]
+fn sign_files(args: SignFilesArgs) -> anyhow::Result<ExitCode> {
+    let key = palisade_killswitch::Ed25519SigningKey::read(&args.root_key).context("reading the root key")?;
+    for file in &args.files {
+        let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+        let text = std::str::from_utf8(&bytes).with_context(|| format!("{} is not UTF-8", file.display()))?;
+        if let Err(errors) = palisade_server::policy::parses(text) {
+            anyhow::bail!("{} does not parse as Cedar policies, not signed: {errors}", file.display());
+        }
+        let signature = palisade_host::policies::signature_path(file);
+        std::fs::write(&signature, palisade_killswitch::keys::sign_policy_file(&key, &bytes))
+            .with_context(|| format!("writing {}", signature.display()))?;
+        println!("signed {} -> {}", file.display(), signature.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The registry and the policy set the arguments name.
@@ -224,7 +257,11 @@ fn snapshot_registry(file: &Path) -> anyhow::Result<palisade_server::App> {
                 .map(str::to_owned)
                 .with_context(|| format!("{id}: a tool has no name"))?;
             let exposed = format!("{id}__{name}");
-            let origin = Origin { upstream: id.clone(), audit_detail: format!("upstream={id} exposed={exposed}") };
+            let origin = Origin {
+                upstream: id.clone(),
+                pin: String::new(),
+                audit_detail: format!("upstream={id} exposed={exposed}"),
+            };
             let handler =
                 |_, _| async { Ok(Outcome::Complete(CallToolResult::error("a registry snapshot runs nothing"))) };
             let mut tool = ToolDef::relayed(exposed, definition, origin);
@@ -260,6 +297,9 @@ struct Case {
     time: Option<String>,
     /// `2026-07-28` (default) or `2025`.
     era: Option<String>,
+    /// `context.source`: the caller's address (absent: unknown, as on stdio).
+    #[serde(default)]
+    source: Option<String>,
     /// `allow` or `deny`.
     expect: String,
     /// The deciding policy ids expected (any order), when given.
@@ -359,6 +399,10 @@ fn run_case(
         target: case.resource.as_deref(),
         arguments: Some(&case.arguments),
         era: case.era.as_deref().unwrap_or("2026-07-28"),
+        source: match &case.source {
+            None => None,
+            Some(source) => Some(source.parse().with_context(|| format!("source {source:?} is not an IP address"))?),
+        },
         now_ms,
     };
     let verdict = policies

@@ -31,6 +31,7 @@ mod http_bad_input;
 mod http_flows;
 mod killswitch;
 mod policies;
+mod policy_reload;
 mod production_gateway;
 mod protected_paths;
 mod rate_limits;

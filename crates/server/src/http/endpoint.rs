@@ -20,6 +20,7 @@ use crate::context::NotificationSink;
 use crate::http_response::{
     HttpState, MCP_SESSION_ID, Work, accepted_kinds, refusal_response, respond, transport_headers,
 };
+use crate::pipeline::TransportHeaders;
 use crate::refusals::Reason;
 
 /// One request to the development authorization server: the listener's Host/Origin checks, a
@@ -161,7 +162,7 @@ pub(super) async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: a
     // The GET stream and session DELETE exist only for a 2025-era session: they carry its id.
     let with_session = legacy && headers.contains_key(&MCP_SESSION_ID);
     if with_session && method == HttpMethod::GET {
-        let response = crate::legacy::get_stream(&state, headers).await;
+        let response = crate::legacy::get_stream(&state, headers, peer).await;
         // Its only 406 is the transport's `Accept` check; its other refusals are the pipeline's.
         if response.status() == StatusCode::NOT_ACCEPTABLE {
             state.refused(Reason::Accept, peer);
@@ -205,7 +206,7 @@ pub(super) async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: a
     };
     let parsed = parse_message(&bytes);
     if legacy && crate::legacy::is_legacy_post(headers, &bytes, parsed.as_ref().ok()) {
-        let response = crate::legacy::post(&state, headers, &bytes, streaming).await;
+        let response = crate::legacy::post(&state, headers, &bytes, streaming, peer).await;
         // A frame the session wire refused as a frame (its 400), unless it was a client's answer
         // to a server request (which the strict parser refuses as a response, and the session
         // wire takes).
@@ -226,7 +227,7 @@ pub(super) async fn mcp_endpoint(State(state): State<Arc<HttpState>>, request: a
             return refuse(frame_reason(&frame_error.error, &bytes), response);
         }
     };
-    let transport_headers = transport_headers(headers);
+    let transport_headers = TransportHeaders { source: peer, ..transport_headers(headers) };
     let server = state.server.clone();
     let queue = server.config().listen_queue;
     let (sink, notifications) = NotificationSink::channel(queue);

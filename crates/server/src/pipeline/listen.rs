@@ -1,10 +1,12 @@
 //! `subscriptions/listen` (dispatched after the allow): the honoured filter acknowledged, then
 //! matching events delivered, each re-authorized for this caller (a task is re-read for it;
-//! only its own tasks, only resources that exist), until the client leaves, the server shuts
+//! only its own tasks, only resources that exist and that the operator's policies in force let
+//! it read; a `list_changed` only when what it may see of that list changed, under the
+//! registry and policies in force at the change), until the client leaves, the server shuts
 //! down, the credential expires, the principal or client is revoked, a handle policy changes,
 //! a target is disabled (the kill switch's watch), or the client falls behind.
 //!
-//! Knows the event bus, the task service and the clearance's watch.
+//! Knows the event bus, the task service, the server's current snapshot and the clearance's watch.
 
 use std::collections::BTreeMap;
 
@@ -14,9 +16,9 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::dispatch::Dispatch;
+use super::dispatch::lists::{ListKind, Viewer};
 use crate::context::RequestContext;
 use crate::events::ServerEvent;
-use crate::registry::App;
 use crate::tasks::{TASKS_EXTENSION, missing_tasks_capability};
 
 impl Dispatch {
@@ -24,10 +26,11 @@ impl Dispatch {
     /// until the client leaves, the server shuts down or the client falls behind.
     pub(super) async fn listen(
         &self,
-        app: &App,
+        current: &super::Current,
         ctx: RequestContext,
         params: &Map<String, Value>,
     ) -> Result<Value, ProtocolError> {
+        let app = &current.app;
         let filter = match params.get("notifications") {
             Some(Value::Object(filter)) => filter,
             _ => return Err(ProtocolError::invalid_params("notifications filter is required")),
@@ -134,6 +137,15 @@ impl Dispatch {
             }
         };
         tokio::pin!(credential_expired);
+        // What this caller sees of each list it listens to now; a change of that list is
+        // announced only when it differs.
+        let viewer = |now_ms| Viewer { principal: &ctx.principal, legacy: false, source: ctx.source, now_ms };
+        let mut seen = [None; 3];
+        for (list, on) in [(ListKind::Tools, tools), (ListKind::Prompts, prompts), (ListKind::Resources, resources)] {
+            if on {
+                viewer(self.clock.now_unsigned_ms()).changed(current.policies.as_deref(), app, list, &mut seen);
+            }
+        }
         loop {
             let event = tokio::select! {
                 () = self.shutdown.cancelled() => return Ok(complete),
@@ -148,17 +160,35 @@ impl Dispatch {
                 }
                 event = events.recv() => event,
             };
+            let changed = |list: ListKind, seen: &mut [Option<[u8; 32]>; 3]| {
+                let current = self.current.load();
+                viewer(self.clock.now_unsigned_ms()).changed(current.policies.as_deref(), &current.app, list, seen)
+            };
             let frame = match event {
                 Ok(ServerEvent::ToolsListChanged) if tools => {
+                    if !changed(ListKind::Tools, &mut seen) {
+                        continue;
+                    }
                     notification_frame("notifications/tools/list_changed", json!({ "_meta": stream_meta }))
                 }
                 Ok(ServerEvent::PromptsListChanged) if prompts => {
+                    if !changed(ListKind::Prompts, &mut seen) {
+                        continue;
+                    }
                     notification_frame("notifications/prompts/list_changed", json!({ "_meta": stream_meta }))
                 }
                 Ok(ServerEvent::ResourcesListChanged) if resources => {
+                    if !changed(ListKind::Resources, &mut seen) {
+                        continue;
+                    }
                     notification_frame("notifications/resources/list_changed", json!({ "_meta": stream_meta }))
                 }
-                Ok(ServerEvent::ResourceUpdated { uri }) if uris.contains(&uri) => {
+                Ok(ServerEvent::ResourceUpdated { uri })
+                    if uris.contains(&uri) && {
+                        let current = self.current.load();
+                        viewer(self.clock.now_unsigned_ms()).may_read(current.policies.as_deref(), &current.app, &uri)
+                    } =>
+                {
                     notification_frame("notifications/resources/updated", json!({ "uri": uri, "_meta": stream_meta }))
                 }
                 Ok(ServerEvent::PrincipalRevoked { issuer, subject, tenant })

@@ -54,6 +54,7 @@ use tokio_util::sync::CancellationToken;
 use crate::audit::{Allowed, AuditStage, AuditTrail};
 use crate::context::{NotificationSink, RequestContext};
 use crate::method::Method;
+use crate::policy::Policies;
 use crate::registry::App;
 use crate::reply::Reply;
 
@@ -63,6 +64,14 @@ pub(crate) use authorize::Authorize;
 pub(crate) use classify::Classify;
 pub(crate) use delegation::DelegationStage;
 pub(crate) use dispatch::Dispatch;
+pub(crate) use dispatch::lists::{ListKind, Viewer};
+
+/// What a request is served from, published whole by the server: the registry and the
+/// operator's policies validated against it (`None`: the scope rules only).
+pub(crate) struct Current {
+    pub(crate) app: Arc<App>,
+    pub(crate) policies: Option<Arc<Policies>>,
+}
 pub(crate) use envelope::Envelope;
 pub(crate) use handles::Handles;
 pub(crate) use limits::Limits;
@@ -90,15 +99,15 @@ pub const STAGES: [&str; 13] = [
 ];
 
 impl Stages {
-    /// Runs one request through every stage on `app`, the snapshot the request keeps to the
-    /// end: stage 1 is the session wire's envelope when `legacy` is given. Notifications for the
+    /// Runs one request through every stage on `current` (the registry and the operator's
+    /// policies), the snapshot the request keeps to the end: stage 1 is the session wire's envelope when `legacy` is given. Notifications for the
     /// request go to `sink`; the returned [`Reply`] is the final frame. When `cancel` fires the
     /// work stops and the reply is meaningless (the transport sends nothing). The stages run
     /// inside the request's trace span (when trace export is on), whose trace id is the audit
     /// trace id.
     pub(crate) async fn run(
         &self,
-        app: Arc<App>,
+        current: Arc<Current>,
         request: Request,
         headers: Option<&TransportHeaders>,
         legacy: Option<LegacyWire<'_>>,
@@ -109,7 +118,7 @@ impl Stages {
             crate::telemetry::request_span(&request.method, &request.params, self.audit.continue_traces());
         let started = std::time::Instant::now();
         let mut audit = AuditTrail::traced(self.audit.recorder(), &request.method, span.clone(), trace_id);
-        let stages = self.stages(app, request, headers, legacy, sink, cancel, &mut audit);
+        let stages = self.stages(current, request, headers, legacy, sink, cancel, &mut audit);
         let reply = if span.is_disabled() {
             stages.await
         } else {
@@ -124,7 +133,7 @@ impl Stages {
     #[allow(clippy::too_many_arguments)]
     async fn stages(
         &self,
-        app: Arc<App>,
+        current: Arc<Current>,
         request: Request,
         headers: Option<&TransportHeaders>,
         legacy: Option<LegacyWire<'_>>,
@@ -133,6 +142,8 @@ impl Stages {
         audit: &mut AuditTrail<'_>,
     ) -> Reply {
         let id = request.id.clone();
+        let app = current.app.clone();
+        let source = headers.and_then(|h| h.source);
         // 1. envelope: before anything else, because nothing in a malformed request means
         //    anything. Its order is the one the spec's probes pin down (`_meta` shape, headers
         //    against the body, version support, then the method). 2025-era requests carry no
@@ -178,7 +189,15 @@ impl Stages {
         //     capability's principal, with its agent chain) and before the kill switch, so a
         //     request the operator never allowed learns nothing from the later checks and costs
         //     them nothing. Without policies it allows everything (stage 5's scopes decide).
-        if let Err(error) = self.policy.decide(&app, &operation, &principal, &request.params, legacy.is_some(), audit) {
+        if let Err(error) = self.policy.decide(
+            current.policies.as_deref(),
+            &app,
+            &operation,
+            &principal,
+            &request.params,
+            (legacy.is_some(), source),
+            audit,
+        ) {
             return audit.refuse(&id, AuditStage::Policy, &error, None).await;
         }
         // 3d. rate limits: once the principal the request acts for is final (delegation, the
@@ -230,10 +249,11 @@ impl Stages {
             task: None,
             kill_switch: cleared.clone(),
             approval: None,
+            source,
         };
         let mut new_session = None;
         let result = match method {
-            Method::Listen => self.dispatch.listen(&app, ctx, &request.params).await,
+            Method::Listen => self.dispatch.listen(&current, ctx, &request.params).await,
             Method::Initialize => self.session.initialize(&app, &ctx).await.map(|(result, session)| {
                 new_session = Some(session);
                 result
@@ -248,7 +268,7 @@ impl Stages {
                 result
             }
             _ => {
-                let work = self.dispatch.dispatch(&app, &operation, ctx, &request.params, audit, allowed);
+                let work = self.dispatch.dispatch(&current, &operation, ctx, &request.params, audit, allowed);
                 tokio::select! {
                     result = tokio::time::timeout(self.dispatch.config.effective_timeout(), work) => {
                         result.unwrap_or_else(|_| { cancel.cancel(); Err(ProtocolError::Timeout) })

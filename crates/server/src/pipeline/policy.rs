@@ -5,13 +5,12 @@
 //! built-in policy. A refusal is `PolicyDenied` with a fixed reason; the audit record names the
 //! policy set's digest and the ids of the policies that decided, for allows and refusals alike.
 //!
-//! Holds the current policy set (swapped whole by `Server::publish_policies`) and the clock;
-//! knows the principal, the operation and the call's arguments; nothing about handles or the
-//! kill switch.
+//! Holds the clock; is given the policy set of the request's snapshot (the registry and the
+//! policies are published together, `Server::publish_with_policies`); knows the principal, the
+//! operation and the call's arguments; nothing about handles or the kill switch.
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwapOption;
 use palisade_wire::ProtocolError;
 use serde_json::{Map, Value};
 
@@ -25,40 +24,31 @@ use crate::registry::App;
 /// At most this many deciding policy ids go in one audit record (the rest are counted).
 const MAX_AUDITED_IDS: usize = 16;
 
-/// Stage 3c: the policy set in force (none: the built-in scope rules only) and the clock.
+/// Stage 3c: the clock (the policy set comes with the request's snapshot).
 pub(crate) struct PolicyStage {
-    policies: Arc<ArcSwapOption<Policies>>,
     clock: Arc<dyn Clock>,
 }
 
 impl PolicyStage {
-    /// The stage with `policies` in force (the list filter of dispatch reads the same cell).
-    pub(crate) fn new(policies: Arc<ArcSwapOption<Policies>>, clock: Arc<dyn Clock>) -> Self {
-        Self { policies, clock }
+    pub(crate) fn new(clock: Arc<dyn Clock>) -> Self {
+        Self { clock }
     }
 
-    /// Puts `policies` in force for every request that starts from now on.
-    pub(crate) fn publish(&self, policies: Option<Arc<Policies>>) {
-        self.policies.store(policies);
-    }
-
-    /// The policy set in force.
-    pub(crate) fn current(&self) -> Option<Arc<Policies>> {
-        self.policies.load_full()
-    }
-
-    /// Stage 3c: whether the policies allow `operation` for `principal`. `legacy`: the request
-    /// came on the 2025-era session wire.
+    /// Stage 3c: whether `policies` (none: the built-in scope rules only) allow `operation` for
+    /// `principal` on `app`. `wire`: whether the request came on the 2025-era session wire, and
+    /// the caller's address when the transport knows it.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn decide(
         &self,
+        policies: Option<&Policies>,
         app: &App,
         operation: &OperationKey,
         principal: &VerifiedPrincipal,
         params: &Map<String, Value>,
-        legacy: bool,
+        (legacy, source): (bool, Option<std::net::IpAddr>),
         audit: &mut AuditTrail<'_>,
     ) -> Result<(), ProtocolError> {
-        let Some(policies) = self.policies.load_full() else { return Ok(()) };
+        let Some(policies) = policies else { return Ok(()) };
         if !Policies::decides(operation.method()) {
             return Ok(());
         }
@@ -68,10 +58,11 @@ impl PolicyStage {
             target: operation.target(),
             arguments: params.get("arguments").and_then(Value::as_object),
             era: era(legacy),
+            source,
             now_ms: self.clock.now_unsigned_ms(),
         };
         let verdict = policies.decide(app, &request);
-        audit.policy(audit_detail(&policies, &verdict));
+        audit.policy(audit_detail(policies, &verdict));
         if verdict.allowed { Ok(()) } else { Err(ProtocolError::PolicyDenied { reason: verdict.reason }) }
     }
 }

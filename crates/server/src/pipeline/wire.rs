@@ -22,6 +22,8 @@ pub struct TransportHeaders {
     pub duplicate: Option<String>,
     /// The raw `Authorization` header, handed only to the authentication stage.
     pub authorization: Option<Vec<u8>>,
+    /// The peer's address (the operator's policies see it as `context.source`).
+    pub source: Option<std::net::IpAddr>,
 }
 
 /// What the 2025-era transport adds to a request: its `Mcp-Session-Id`, if any.

@@ -66,6 +66,12 @@ impl std::fmt::Display for PolicyErrors {
 
 impl std::error::Error for PolicyErrors {}
 
+/// Whether `text` parses as Cedar policies (the syntax alone: [`Policies::load`] validates a
+/// set against a registry).
+pub fn parses(text: &str) -> Result<(), String> {
+    PolicySet::from_str(text).map(drop).map_err(|errors| errors.to_string())
+}
+
 /// Who is asking, as a policy sees the principal (`Palisade::User`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PrincipalView {
@@ -100,6 +106,8 @@ pub struct PolicyRequest<'a> {
     pub arguments: Option<&'a Map<String, Value>>,
     /// The wire: `2026-07-28` or `2025` (the session wire).
     pub era: &'a str,
+    /// The caller's network address (`context.source`), when the transport knows it.
+    pub source: Option<std::net::IpAddr>,
     /// Now, Unix milliseconds.
     pub now_ms: u64,
 }
@@ -377,6 +385,7 @@ impl Policies {
                 let upstream = tool.origin.as_ref().map(|o| o.upstream.clone());
                 let attrs = HashMap::from([
                     ("name".to_owned(), text(&tool.name)),
+                    ("pin".to_owned(), text(tool.origin.as_ref().map_or("", |o| o.pin.as_str()))),
                     ("upstream".to_owned(), text(upstream.as_deref().unwrap_or_default())),
                     ("readOnly".to_owned(), hint("readOnlyHint", false)),
                     (
@@ -395,15 +404,18 @@ impl Policies {
                 let upstream = prompt.origin.as_ref().map(|o| o.upstream.clone());
                 let attrs = HashMap::from([
                     ("name".to_owned(), text(&prompt.name)),
+                    ("pin".to_owned(), text(prompt.origin.as_ref().map_or("", |o| o.pin.as_str()))),
                     ("upstream".to_owned(), text(upstream.as_deref().unwrap_or_default())),
                     ("scopes".to_owned(), strings(&prompt.required_scopes)),
                 ]);
                 (Types::uid(resource_ty, name), attrs, upstream)
             }
             ("Resource", Some(target)) => {
-                let upstream = app.registered_resource_origin(target).and_then(|(_, o)| o).map(|o| o.upstream.clone());
+                let origin = app.registered_resource_origin(target).and_then(|(_, o)| o);
+                let upstream = origin.as_ref().map(|o| o.upstream.clone());
                 let attrs = HashMap::from([
                     ("uri".to_owned(), text(target)),
+                    ("pin".to_owned(), text(origin.as_ref().map_or("", |o| o.pin.as_str()))),
                     ("upstream".to_owned(), text(upstream.as_deref().unwrap_or_default())),
                     ("scopes".to_owned(), strings(app.resource_scopes(target))),
                 ]);
@@ -428,6 +440,9 @@ impl Policies {
             // 1970-01-01 was a Thursday; 0 is Sunday.
             ("weekday".to_owned(), long((days + 4) % 7)),
         ];
+        if let Some(source) = request.source {
+            context.push(("source".to_owned(), RestrictedExpression::new_ip(source.to_string())));
+        }
         let empty = Map::new();
         let arguments = request.arguments.unwrap_or(&empty);
         match request.method {

@@ -52,7 +52,7 @@ pub struct Vocabulary {
 }
 
 /// The common context of every decided action.
-const COMMON_CONTEXT: &str = "era: String, time: Long, hour: Long, weekday: Long";
+const COMMON_CONTEXT: &str = "era: String, time: Long, hour: Long, weekday: Long, source?: ipaddr";
 
 impl Vocabulary {
     /// The vocabulary of `app` (argument views at most `depth` deep).
@@ -99,10 +99,14 @@ impl Vocabulary {
         out.push_str("  entity Upstream;\n");
         out.push_str(
             "  entity Tool in [Upstream] = { name: String, upstream: String, readOnly: Bool, destructive: Bool, \
-             idempotent: Bool, openWorld: Bool, confirmation: Bool, scopes: Set<String> };\n",
+             idempotent: Bool, openWorld: Bool, confirmation: Bool, scopes: Set<String>, pin: String };\n",
         );
-        out.push_str("  entity Prompt in [Upstream] = { name: String, upstream: String, scopes: Set<String> };\n");
-        out.push_str("  entity Resource in [Upstream] = { uri: String, upstream: String, scopes: Set<String> };\n");
+        out.push_str(
+            "  entity Prompt in [Upstream] = { name: String, upstream: String, scopes: Set<String>, pin: String };\n",
+        );
+        out.push_str(
+            "  entity Resource in [Upstream] = { uri: String, upstream: String, scopes: Set<String>, pin: String };\n",
+        );
         for (method, resource) in DECIDED {
             let arguments = match method {
                 Method::ToolsCall => format!(", arguments: {}", record_cedar(&self.tool_arguments)),

@@ -1,5 +1,6 @@
 //! Stage 8 for `completion/complete`: the reference checked to name a registered prompt or
-//! resource, then the application's completion handler (or the relay that forwards it).
+//! resource the caller may use by the operator's policies (one answer for unknown and hidden),
+//! then the application's completion handler (or the relay that forwards it).
 
 use std::sync::Arc;
 
@@ -7,8 +8,11 @@ use palisade_wire::ProtocolError;
 use serde_json::{Map, Value, json};
 
 use super::Dispatch;
+use super::lists::Viewer;
 use crate::context::RequestContext;
+use crate::method::Method;
 use crate::pipeline::params::{string_map, string_param};
+use crate::policy::Policies;
 use crate::registry::{App, CompletionRef};
 
 impl Dispatch {
@@ -17,16 +21,51 @@ impl Dispatch {
     pub(super) async fn complete(
         &self,
         app: &Arc<App>,
+        policies: Option<&Policies>,
         ctx: RequestContext,
         params: &Map<String, Value>,
     ) -> Result<Value, ProtocolError> {
+        let reference = completion_ref(app, params)?;
+        if !self.may_complete(app, policies, &ctx, &reference) {
+            return Err(hidden(&reference));
+        }
         match &app.relayed_completion {
-            Some(relay) => {
-                let reference = completion_ref(app, params)?;
-                relay(ctx.clone(), reference, params.clone()).await
-            }
+            Some(relay) => relay(ctx.clone(), reference, params.clone()).await,
             None => complete(app, params),
         }
+    }
+
+    /// Whether the caller may use what `reference` names (its prompt, or its resource or
+    /// template), as the lists decide it.
+    fn may_complete(
+        &self,
+        app: &App,
+        policies: Option<&Policies>,
+        ctx: &RequestContext,
+        reference: &CompletionRef,
+    ) -> bool {
+        let Some(policies) = policies else { return true };
+        let viewer = Viewer {
+            principal: &ctx.principal,
+            legacy: ctx.meta.protocol_version.starts_with("2025"),
+            source: ctx.source,
+            now_ms: self.clock.now_unsigned_ms(),
+        };
+        match reference {
+            CompletionRef::Prompt(name) => viewer.may_use(policies, app, Method::PromptsGet, name),
+            CompletionRef::Resource(uri) if app.templates.iter().any(|t| &t.template == uri) => {
+                viewer.may_use(policies, app, Method::ResourcesRead, uri)
+            }
+            CompletionRef::Resource(uri) => viewer.may_read(Some(policies), app, uri),
+        }
+    }
+}
+
+/// The refusal for a reference the caller may not use: the same as for one that does not exist.
+fn hidden(reference: &CompletionRef) -> ProtocolError {
+    match reference {
+        CompletionRef::Prompt(_) => ProtocolError::invalid_params("unknown prompt"),
+        CompletionRef::Resource(_) => ProtocolError::invalid_params("unknown resource"),
     }
 }
 

@@ -14,7 +14,7 @@
 //! never the transport.
 
 mod completion;
-mod lists;
+pub(crate) mod lists;
 mod prompts;
 mod resources;
 mod tasks;
@@ -62,9 +62,9 @@ pub(crate) struct Dispatch {
     pub(crate) delegation: Option<Arc<DelegationService>>,
     /// `public` without authentication, else `private` (lists and reads say so).
     pub(crate) cache_scope: &'static str,
-    /// The operator policy set in force (the policy stage's cell): lists show each caller what
-    /// it may use.
-    pub(crate) policies: Arc<arc_swap::ArcSwapOption<crate::policy::Policies>>,
+    /// The registry and policies in force now (the server's cell): an open listen stream
+    /// re-checks what its caller may see against it at every change.
+    pub(crate) current: Arc<arc_swap::ArcSwap<super::Current>>,
 }
 
 impl Dispatch {
@@ -72,35 +72,37 @@ impl Dispatch {
     /// is on the record.
     pub(super) async fn dispatch(
         &self,
-        app: &Arc<App>,
+        current: &super::Current,
         operation: &OperationKey,
         ctx: RequestContext,
         params: &Map<String, Value>,
         audit: &AuditTrail<'_>,
         allowed: Allowed,
     ) -> Result<Value, ProtocolError> {
+        let (app, policies) = (&current.app, current.policies.as_deref());
         match operation.method() {
             Method::Discover => Ok(self.discover(app)),
             Method::ToolsList => {
-                let tools = self.visible(app, &ctx, Method::ToolsCall, &app.tools, |t| &t.name);
+                let tools = self.visible(app, policies, &ctx, Method::ToolsCall, &app.tools, |t| &t.name);
                 self.page(app, "tools", params, &tools, |t| t.definition.clone())
             }
             Method::PromptsList => {
-                let prompts = self.visible(app, &ctx, Method::PromptsGet, &app.prompts, |p| &p.name);
+                let prompts = self.visible(app, policies, &ctx, Method::PromptsGet, &app.prompts, |p| &p.name);
                 self.page(app, "prompts", params, &prompts, |p| p.definition.clone())
             }
             Method::ResourcesList => {
-                let resources = self.visible(app, &ctx, Method::ResourcesRead, &app.resources, |r| &r.uri);
+                let resources = self.visible(app, policies, &ctx, Method::ResourcesRead, &app.resources, |r| &r.uri);
                 self.page(app, "resources", params, &resources, |r| r.definition.clone())
             }
             Method::ResourceTemplatesList => {
-                let templates = self.visible(app, &ctx, Method::ResourcesRead, &app.templates, |t| &t.template);
+                let templates =
+                    self.visible(app, policies, &ctx, Method::ResourcesRead, &app.templates, |t| &t.template);
                 self.page(app, "resourceTemplates", params, &templates, |t| t.definition.clone())
             }
             Method::ToolsCall => self.call_tool(app, operation, ctx, params, audit, allowed).await,
             Method::PromptsGet => self.get_prompt(app, operation, ctx, params).await,
             Method::ResourcesRead => self.read_resource(app, ctx, params).await,
-            Method::Complete => self.complete(app, ctx, params).await,
+            Method::Complete => self.complete(app, policies, ctx, params).await,
             Method::Listen
             | Method::Initialize
             | Method::Ping
