@@ -60,7 +60,8 @@ pub struct VerifyArgs {
     /// Where to write the report (JSON unless `--format` says otherwise).
     #[arg(long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Accepted findings (TOML: `[[accepted]] id = "…", reason = "…"`): a baselined FAIL exits 0.
+    /// Accepted findings (TOML: `[[accepted]] id`, `verdict`, `reason`, `judgement`, `evidence`,
+    /// `breaks`): a baselined FAIL exits 0.
     #[arg(long, value_name = "FILE")]
     pub baseline: Option<PathBuf>,
     /// Requests in flight at most (1–16).
@@ -376,7 +377,13 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             .map_err(|error| anyhow::anyhow!("writing the report to {}: {error}", path.display()))?;
     }
     for stale in &report.stale {
-        eprintln!("stale baseline entry: {} passes now (or did not run); remove it", escape::visible(&stale.id));
+        let now = report.entries.iter().find(|entry| entry.check.id == stale.id).map(|entry| entry.outcome.verdict);
+        let now = now.map_or("did not run", |verdict| verdict.label());
+        eprintln!(
+            "stale baseline entry: {} was accepted as {}, is {now} now; remove or update it",
+            escape::visible(&stale.id),
+            stale.verdict.label()
+        );
     }
     Ok(ExitCode::from(report.exit_code()))
 }

@@ -25,17 +25,46 @@ pub enum Format {
     Sarif,
 }
 
-/// One accepted finding.
+/// One accepted finding: a FAIL or an INCONCLUSIVE someone looked at and judged.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Accepted {
     /// The check id.
     pub id: String,
-    /// Why it is accepted.
+    /// The verdict accepted (`fail` unless said): only a FAIL or an INCONCLUSIVE can be.
+    #[serde(default = "fail")]
+    pub verdict: Verdict,
+    /// Why it is accepted, in one line (shown beside the finding).
     pub reason: String,
+    /// The human judgement of the finding (required: [`Baseline::load`] refuses an entry without).
+    #[serde(default)]
+    pub judgement: Option<Judgement>,
+    /// What the target did (for a false positive: what the verifier got wrong).
+    #[serde(default)]
+    pub evidence: String,
+    /// The spec clause or seed control a real FAIL breaks.
+    #[serde(default)]
+    pub breaks: String,
 }
 
-/// A baseline file: `[[accepted]] id = "...", reason = "..."`.
+fn fail() -> Verdict {
+    Verdict::Fail
+}
+
+/// A human judgement of an accepted finding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum Judgement {
+    /// A FAIL: the target really breaks the requirement. An INCONCLUSIVE: the target really
+    /// refused or broke the check's positive control, so nothing can be concluded.
+    #[serde(rename = "real")]
+    Real,
+    /// The verdict is the verifier's mistake (the check is to be fixed, not the target).
+    #[serde(rename = "false positive")]
+    FalsePositive,
+}
+
+/// A baseline file: `[[accepted]]` entries of `id`, `verdict` (`fail` or `inconclusive`),
+/// `reason`, `judgement` (`real` or `false positive`), `evidence` and, for a real FAIL, `breaks`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Baseline {
@@ -45,19 +74,44 @@ pub struct Baseline {
 }
 
 impl Baseline {
-    /// Reads a baseline file.
+    /// Reads a baseline file: every entry judged, with its evidence, one entry per check.
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|error| format!("baseline {}: {error}", path.display()))?;
-        let baseline: Self =
-            toml::from_str(&text).map_err(|error| format!("baseline {}: {}", path.display(), error.message()))?;
-        if let Some(entry) = baseline.accepted.iter().find(|entry| entry.reason.trim().is_empty()) {
-            return Err(format!("baseline {}: {} has no reason", path.display(), entry.id));
+        Self::parse(&text).map_err(|error| format!("baseline {}: {error}", path.display()))
+    }
+
+    /// Parses a baseline's text (see [`Baseline::load`]).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let baseline: Self = toml::from_str(text).map_err(|error| error.message().to_owned())?;
+        for (n, entry) in baseline.accepted.iter().enumerate() {
+            let at = format!("entry {} ({})", n + 1, visible(&entry.id));
+            let missing = |field: &str, value: &str| {
+                if value.trim().is_empty() { Err(format!("{at} has no {field}")) } else { Ok(()) }
+            };
+            missing("reason", &entry.reason)?;
+            if !matches!(entry.verdict, Verdict::Fail | Verdict::Inconclusive) {
+                return Err(format!(
+                    "{at}: verdict {:?}: only a fail or an inconclusive can be accepted",
+                    entry.verdict
+                ));
+            }
+            let judgement = entry.judgement.ok_or_else(|| {
+                format!("{at} has no judgement: add judgement = \"real\" or \"false positive\", with its evidence")
+            })?;
+            missing("evidence (what the target did, or what the verifier got wrong)", &entry.evidence)?;
+            if judgement == Judgement::Real && entry.verdict == Verdict::Fail {
+                missing("breaks (the spec clause or seed control a real FAIL breaks)", &entry.breaks)?;
+            }
+            if baseline.accepted[..n].iter().any(|earlier| earlier.id == entry.id) {
+                return Err(format!("{at}: the check is accepted twice"));
+            }
         }
         Ok(baseline)
     }
 
-    fn reason(&self, id: &str) -> Option<&str> {
-        self.accepted.iter().find(|entry| entry.id == id).map(|entry| entry.reason.as_str())
+    /// The reason of the entry accepting `verdict` for check `id`, if any.
+    fn reason(&self, id: &str, verdict: Verdict) -> Option<&str> {
+        self.accepted.iter().find(|entry| entry.id == id && entry.verdict == verdict).map(|entry| entry.reason.as_str())
     }
 }
 
@@ -126,7 +180,8 @@ pub struct Report {
     pub entries: Vec<Entry>,
     /// Causes several findings share (their checks are grouped under them).
     pub root_causes: Vec<RootCause>,
-    /// Baseline entries that no longer match a finding: the check passes now, or no such check ran.
+    /// Baseline entries that no longer match a finding: the check's verdict is not the one
+    /// accepted now (it passes, or fails where an INCONCLUSIVE was accepted), or it did not run.
     pub stale: Vec<Accepted>,
     redactor: Redactor,
 }
@@ -137,7 +192,7 @@ impl Report {
         let entries: Vec<Entry> = results
             .into_iter()
             .map(|(check, outcome)| {
-                let baselined = baseline.reason(check.id).map(str::to_owned);
+                let baselined = baseline.reason(check.id, outcome.verdict).map(str::to_owned);
                 Entry { check, outcome, baselined, root_cause: None }
             })
             .collect();
@@ -148,7 +203,7 @@ impl Report {
                 entries
                     .iter()
                     .find(|entry| entry.check.id == accepted.id)
-                    .is_none_or(|entry| entry.outcome.verdict == Verdict::Pass)
+                    .is_none_or(|entry| entry.outcome.verdict != accepted.verdict)
             })
             .cloned()
             .collect();

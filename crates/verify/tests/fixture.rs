@@ -159,9 +159,15 @@ async fn a_baseline_accepts_failures_and_reports_stale_entries() {
     assert!(failing.len() >= MEANT_TO_FAIL.len());
     let mut baseline = String::new();
     for id in &failing {
-        baseline.push_str(&format!("[[accepted]]\nid = \"{id}\"\nreason = \"fixture is broken on purpose\"\n\n"));
+        baseline.push_str(&format!(
+            "[[accepted]]\nid = \"{id}\"\nreason = \"fixture is broken on purpose\"\njudgement = \"real\"\n\
+             evidence = \"the fixture serves it\"\nbreaks = \"the check's requirement\"\n\n"
+        ));
     }
-    baseline.push_str("[[accepted]]\nid = \"transport.auth.missing\"\nreason = \"was broken once\"\n");
+    baseline.push_str(
+        "[[accepted]]\nid = \"transport.auth.missing\"\nreason = \"was broken once\"\njudgement = \"real\"\n\
+         evidence = \"served once\"\nbreaks = \"authorization\"\n",
+    );
     let file = scratch.file("baseline.toml", &baseline);
     let path = file.to_str().unwrap();
     let report = run_against(&args(url.clone(), &["--i-am-authorized", "--baseline", path], &scratch)).await;

@@ -177,6 +177,18 @@ where
     Ok(Listing { definitions, wire: String::new(), exchanges })
 }
 
+/// Whether the target serves the tool `name` itself (lower case): under that name, or behind a
+/// gateway's prefix (`files_read_text_file`, `fs-read_text_file`, `fs.read_text_file`), where the
+/// upstream's own descriptions still name it unprefixed.
+fn served(name: &str, own: &[String]) -> bool {
+    own.iter().any(|tool| {
+        tool == name
+            || tool
+                .strip_suffix(name)
+                .is_some_and(|prefix| prefix.len() > 1 && matches!(prefix.chars().last(), Some('_' | '-' | '.')))
+    })
+}
+
 /// One check: every definition's findings of `id`.
 async fn judge(ctx: &Context, check: Check, id: &'static str) -> Outcome {
     let listing = match ctx.definitions().await {
@@ -200,14 +212,14 @@ async fn judge(ctx: &Context, check: Check, id: &'static str) -> Outcome {
     // The "other tools" are other servers' tools: the widely deployed names this target does not
     // serve itself. A definition naming its own server's tools (instructions that say which tool
     // to call first) is how servers document themselves, not shadowing.
-    let own: BTreeSet<String> = listing
+    let own: Vec<String> = listing
         .definitions
         .iter()
         .filter(|listed| listed.kind == "tool")
         .map(|listed| listed.name.to_lowercase())
         .collect();
     let others: BTreeSet<String> =
-        findings::WELL_KNOWN.iter().map(|name| name.to_lowercase()).filter(|name| !own.contains(name)).collect();
+        findings::WELL_KNOWN.iter().map(|name| name.to_lowercase()).filter(|name| !served(name, &own)).collect();
     let mut named = Vec::new();
     let mut worst: Option<findings::Severity> = None;
     let mut new_since = 0;
@@ -290,6 +302,20 @@ async fn meaning(ctx: &Context, check: Check) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_well_known_name_behind_a_gateway_prefix_is_the_targets_own_tool() {
+        let own = ["files_read_text_file".to_owned(), "py-add".to_owned(), "x.search_files".to_owned()];
+        assert!(served("read_text_file", &own), "prefixed with `_`");
+        assert!(served("add", &own), "prefixed with `-`");
+        assert!(served("search_files", &own), "prefixed with `.`");
+        assert!(served("files_read_text_file", &own), "the exact name");
+        // Not a prefix: another word run on, a bare separator, or another name.
+        assert!(!served("read_file", &["files_unread_file".to_owned()]));
+        assert!(!served("read_file", &["fileread_file".to_owned()]));
+        assert!(!served("read_file", &["_read_file".to_owned()]));
+        assert!(!served("write_file", &own));
+    }
 
     #[test]
     fn one_check_per_finding_id_in_the_same_order() {

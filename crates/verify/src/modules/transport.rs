@@ -346,14 +346,22 @@ async fn auth_missing(ctx: &Context, check: Check) -> Outcome {
     paired(&check, &c, &n, judgement, Verdict::Fail)
 }
 
+/// A 2xx answer to a GET or DELETE whose body is a JSON-RPC error and no event stream (a 2025-era
+/// server saying "session id required" with HTTP 200): nothing was opened or ended, so it is a
+/// refusal in the wrong shape, not the method served.
+fn refused_in_body(n: &Exchange) -> Option<Judgement> {
+    let stream = n.header("content-type").is_some_and(|t| t.to_ascii_lowercase().starts_with("text/event-stream"));
+    (n.error().is_some() && !stream)
+        .then(|| Judgement::RefusedOddly(format!("refused in the body: {} (405 expected)", n.summary())))
+}
+
 async fn http_get(ctx: &Context, check: Check) -> Outcome {
     let negative = ctx.base().http_method(reqwest::Method::GET).header("accept", "text/event-stream");
     let (c, n) = pair(ctx, check, ctx.base(), negative).await;
     let judgement = match n.status {
         Some(405) => Judgement::Refused,
-        Some(status) if (200..300).contains(&status) => {
-            Judgement::Accepted(format!("a GET without a session was answered {status}"))
-        }
+        Some(status) if (200..300).contains(&status) => refused_in_body(&n)
+            .unwrap_or_else(|| Judgement::Accepted(format!("a GET without a session was answered {status}"))),
         _ if n.client_error() => Judgement::RefusedOddly(format!("refused with {} (405 expected)", n.summary())),
         _ => Judgement::RefusedOddly(format!("no clean refusal ({})", n.summary())),
     };
@@ -365,7 +373,9 @@ async fn http_delete(ctx: &Context, check: Check) -> Outcome {
     let (c, n) = pair(ctx, check, ctx.base(), negative).await;
     let judgement = match n.status {
         Some(405) => Judgement::Refused,
-        Some(status) if (200..300).contains(&status) => Judgement::Accepted(format!("DELETE answered {status}")),
+        Some(status) if (200..300).contains(&status) => {
+            refused_in_body(&n).unwrap_or_else(|| Judgement::Accepted(format!("DELETE answered {status}")))
+        }
         _ => Judgement::RefusedOddly(format!("refused with {} (405 expected)", n.summary())),
     };
     paired(&check, &c, &n, judgement, Verdict::Warning)

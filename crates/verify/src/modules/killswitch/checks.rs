@@ -10,6 +10,9 @@ use super::run::Run;
 use crate::check::{Judgement, Outcome, Verdict, paired};
 use crate::target::{Exchange, Probe};
 
+/// JSON-RPC "method not found".
+const METHOD_NOT_FOUND: i64 = -32601;
+
 impl<'a> Run<'a> {
     /// Every check, in an order where no flip overlaps another.
     pub(super) async fn all(mut self) -> HashMap<&'static str, Outcome> {
@@ -357,12 +360,19 @@ impl<'a> Run<'a> {
         self.record(outcome);
         let method = format!("palisade-verify/unlisted-{}", random_suffix());
         let negative = self.ctx.target.send(Probe::request(&method, json!({}), self.ctx.auth())).await;
-        let (judgement, odd) = unlisted_judgement(&negative, "the unknown method", Some(-32601));
+        let (judgement, odd) = unlisted_judgement(&negative, "the unknown method", Some(METHOD_NOT_FOUND));
         let outcome = paired(&self.check_of("killswitch.unlisted.method"), listed, &negative, judgement, odd);
         self.record(outcome);
     }
 
     pub(super) async fn unlisted_prompt(&mut self, control: &Exchange) {
+        // A target that offers no prompts at all answers prompts/list "method not found": there
+        // is no prompt to compare with, which is an input the target lacks, not an
+        // inconclusive run (its tools and resources are checked as usual).
+        if control.error_code() == Some(METHOD_NOT_FOUND) {
+            let detail = format!("the target offers no prompts (prompts/list: {}): no control", control.summary());
+            return self.verdict("killswitch.unlisted.prompt", Verdict::NotTestable, detail, &[control]);
+        }
         let name = format!("palisade-verify-unlisted-{}", random_suffix());
         let probe = Probe::request("prompts/get", json!({ "name": name }), self.ctx.auth());
         let negative = self.ctx.target.send(probe).await;
