@@ -4,7 +4,8 @@
 //! `--target-host`), and the run ([`verify`]): every module's checks, bounded, then a report.
 //!
 //! Layers, low to high: `callable`, `escape`, `exchange`, `grant`, `identity`, `program`,
-//! `refusals` → `target`, `check` → `modules`, `report`, `progress`.
+//! `refusals` → `target`, `check` → `modules` → `rules` (the one registry of check rules and
+//! root causes every format reads) → `report`, `progress`.
 
 pub mod callable;
 pub mod check;
@@ -17,6 +18,7 @@ pub mod program;
 pub mod progress;
 pub mod refusals;
 pub mod report;
+pub mod rules;
 pub mod target;
 
 use std::io::Write as _;
@@ -311,7 +313,9 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone())
         .with_protocol(unspoken)
         .with_programs(programs)
-        .with_no_authentication(unauthenticated))
+        .with_no_authentication(unauthenticated)
+        .with_shared_causes()
+        .with_identities(&ctx.identities))
 }
 
 /// Writes what the `definitions` module read to `path` (`--save-definitions`); a run that read

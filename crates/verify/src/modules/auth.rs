@@ -230,12 +230,20 @@ async fn against_challenge(ctx: &Context, check: Check) -> (Outcome, Exchange, E
     let negative = ctx.target.send(negative).await;
     let challenge = negative.header("www-authenticate").unwrap_or_default().to_owned();
     let metadata = param(&challenge, "resource_metadata");
+    let internal = metadata.as_deref().and_then(|url| internal_elsewhere(ctx, url));
     let judgement = match judge_401(&negative) {
         Judgement::Refused if !challenge.to_ascii_lowercase().starts_with("bearer") => {
             Judgement::RefusedOddly("401 without a Bearer challenge".into())
         }
         Judgement::Refused if metadata.is_none() => {
             Judgement::RefusedOddly("the Bearer challenge names no resource_metadata".into())
+        }
+        Judgement::Refused if internal.is_some() => {
+            let internal = internal.unwrap_or_default();
+            Judgement::RefusedOddly(format!(
+                "the Bearer challenge's resource_metadata points clients at {internal}, an internal address that is \
+                 not the target's: every client that follows it makes a request there (SSRF); not fetched"
+            ))
         }
         other => other,
     };
@@ -263,6 +271,45 @@ fn param(challenge: &str, name: &str) -> Option<String> {
         return rest.split([',', ' ']).next().map(str::to_owned).filter(|v| !v.is_empty());
     }
     None
+}
+
+/// The host of `raw` when it is an internal address (loopback, private, link-local, shared or
+/// unspecified; `localhost`, `*.internal`, `*.local`) other than the target's own host: a
+/// metadata URL there lures clients into requests inside their own network. `None` for any
+/// other URL (a public one on another origin is not fetched, and not judged).
+fn internal_elsewhere(ctx: &Context, raw: &str) -> Option<String> {
+    internal_other_host(raw, ctx.target.url().host_str())
+}
+
+/// [`internal_elsewhere`] for a target whose host is `target`.
+fn internal_other_host(raw: &str, target: Option<&str>) -> Option<String> {
+    let url = url::Url::parse(raw).ok()?;
+    let host = url.host_str()?.to_ascii_lowercase();
+    if target.map(str::to_ascii_lowercase).as_deref() == Some(host.as_str()) {
+        return None;
+    }
+    let internal = match url.host()? {
+        url::Host::Ipv4(ip) => {
+            let [a, b, ..] = ip.octets();
+            ip.is_loopback()
+                || ip.is_private()
+                || ip.is_link_local()
+                || ip.is_unspecified()
+                || (a == 100 && (64..128).contains(&b))
+        }
+        url::Host::Ipv6(ip) => {
+            let first = ip.segments()[0];
+            ip.is_loopback() || ip.is_unspecified() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80
+        }
+        url::Host::Domain(name) => {
+            let name = name.to_ascii_lowercase();
+            name == "localhost"
+                || name.ends_with(".localhost")
+                || name.ends_with(".internal")
+                || name.ends_with(".local")
+        }
+    };
+    internal.then(|| crate::escape::visible(&host).into_owned())
 }
 
 /// Whether `url` is on the target's own origin (scheme, host, port): the only documents the
@@ -732,6 +779,24 @@ async fn insufficient_scope(ctx: &Context, check: Check) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_metadata_url_at_an_internal_address_other_than_the_targets_is_told_apart() {
+        let target = Some("127.0.0.1");
+        let cloud = "http://169.254.169.254/latest/meta-data/iam/security-credentials/";
+        assert_eq!(internal_other_host(cloud, target).as_deref(), Some("169.254.169.254"));
+        assert_eq!(
+            internal_other_host("http://10.0.0.7/.well-known/x", Some("mcp.example.com")).as_deref(),
+            Some("10.0.0.7")
+        );
+        assert!(internal_other_host("http://[fd00::1]/x", target).is_some());
+        assert!(internal_other_host("http://metadata.google.internal/x", target).is_some());
+        assert!(internal_other_host("http://100.100.100.200/x", target).is_some(), "shared address space");
+        // The target's own host, or a public host elsewhere, is not judged here.
+        assert_eq!(internal_other_host("http://127.0.0.1:9/.well-known/x", target), None);
+        assert_eq!(internal_other_host("https://auth.example.com/.well-known/x", target), None);
+        assert_eq!(internal_other_host("not a url", target), None);
+    }
 
     #[test]
     fn challenge_params_are_read_quoted_or_bare() {
