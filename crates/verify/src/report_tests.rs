@@ -131,8 +131,11 @@ fn failures_of_one_shared_cause_are_grouped_and_a_lone_one_is_not() {
     assert!(report.entries[2].root_cause.is_none(), "one session FAIL alone is not grouped");
 }
 
+/// A member's name and the test of its type.
+type Field<'a> = (&'a str, fn(&Value) -> bool);
+
 /// The members of `object` the SARIF 2.1.0 schema requires, present and of the right type.
-fn required(object: &Value, path: &str, fields: &[(&str, fn(&Value) -> bool)]) {
+fn required(object: &Value, path: &str, fields: &[Field<'_>]) {
     assert!(object.is_object(), "{path} is not an object: {object}");
     for (name, ok) in fields {
         assert!(ok(&object[*name]), "{path}.{name} is missing or of the wrong type: {object}");
