@@ -4,8 +4,8 @@
 //! `--target-host`), and the run ([`verify`]): every module's checks, bounded, then a report.
 //!
 //! Layers, low to high: `callable`, `escape`, `exchange`, `grant`, `identity`, `program`,
-//! `refusals` → `target`, `check` → `modules` → `rules` (the one registry of check rules and
-//! root causes every format reads) → `report`, `progress`.
+//! `refusals` → `target`, `check` → `modules` → `rules` → `report`, `progress`. (`rules` is the
+//! one registry of check rules and root causes every report format reads.)
 
 pub mod callable;
 pub mod check;

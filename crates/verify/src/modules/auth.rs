@@ -273,12 +273,55 @@ fn param(challenge: &str, name: &str) -> Option<String> {
     None
 }
 
-/// The host of `raw` when it is an internal address (loopback, private, link-local, shared or
-/// unspecified; `localhost`, `*.internal`, `*.local`) other than the target's own host: a
-/// metadata URL there lures clients into requests inside their own network. `None` for any
-/// other URL (a public one on another origin is not fetched, and not judged).
+/// The host of `raw` when a client following it is lured into its own network (SSRF): a
+/// link-local address (a cloud metadata service: `169.254.169.254`, `fe80::/10`, `*.internal`)
+/// whatever the target, or another internal address (loopback, private, shared, unique-local,
+/// unspecified; `localhost`, `*.local`) named by a target that is not itself internal. `None`
+/// for the target's own host, a public URL elsewhere (not fetched, and not judged), and an
+/// internal one named by an internal target (a local or private deployment).
 fn internal_elsewhere(ctx: &Context, raw: &str) -> Option<String> {
     internal_other_host(raw, ctx.target.url().host_str())
+}
+
+/// How far inside a network a host is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// A public host.
+    Public,
+    /// Loopback, private, shared, unique-local or unspecified.
+    Internal,
+    /// Link-local: where cloud metadata services answer.
+    LinkLocal,
+}
+
+fn reach<S: AsRef<str>>(host: &url::Host<S>) -> Reach {
+    let (internal, link_local) = match host {
+        url::Host::Ipv4(ip) => {
+            let [a, b, ..] = ip.octets();
+            (
+                ip.is_loopback() || ip.is_private() || ip.is_unspecified() || (a == 100 && (64..128).contains(&b)),
+                ip.is_link_local(),
+            )
+        }
+        url::Host::Ipv6(ip) => {
+            let first = ip.segments()[0];
+            (ip.is_loopback() || ip.is_unspecified() || (first & 0xfe00) == 0xfc00, (first & 0xffc0) == 0xfe80)
+        }
+        url::Host::Domain(name) => {
+            let name = name.as_ref().to_ascii_lowercase();
+            (
+                name == "localhost" || name.ends_with(".localhost") || name.ends_with(".local"),
+                name.ends_with(".internal"),
+            )
+        }
+    };
+    if link_local {
+        Reach::LinkLocal
+    } else if internal {
+        Reach::Internal
+    } else {
+        Reach::Public
+    }
 }
 
 /// [`internal_elsewhere`] for a target whose host is `target`.
@@ -288,28 +331,14 @@ fn internal_other_host(raw: &str, target: Option<&str>) -> Option<String> {
     if target.map(str::to_ascii_lowercase).as_deref() == Some(host.as_str()) {
         return None;
     }
-    let internal = match url.host()? {
-        url::Host::Ipv4(ip) => {
-            let [a, b, ..] = ip.octets();
-            ip.is_loopback()
-                || ip.is_private()
-                || ip.is_link_local()
-                || ip.is_unspecified()
-                || (a == 100 && (64..128).contains(&b))
-        }
-        url::Host::Ipv6(ip) => {
-            let first = ip.segments()[0];
-            ip.is_loopback() || ip.is_unspecified() || (first & 0xfe00) == 0xfc00 || (first & 0xffc0) == 0xfe80
-        }
-        url::Host::Domain(name) => {
-            let name = name.to_ascii_lowercase();
-            name == "localhost"
-                || name.ends_with(".localhost")
-                || name.ends_with(".internal")
-                || name.ends_with(".local")
-        }
+    let target_reach = target.and_then(|t| url::Host::parse(t.trim_start_matches('[').trim_end_matches(']')).ok());
+    let target_reach = target_reach.map_or(Reach::Public, |t| reach(&t));
+    let lured = match reach(&url.host()?) {
+        Reach::LinkLocal => true,
+        Reach::Internal => target_reach == Reach::Public,
+        Reach::Public => false,
     };
-    internal.then(|| crate::escape::visible(&host).into_owned())
+    lured.then(|| crate::escape::visible(&host).into_owned())
 }
 
 /// Whether `url` is on the target's own origin (scheme, host, port): the only documents the
@@ -782,20 +811,26 @@ mod tests {
 
     #[test]
     fn a_metadata_url_at_an_internal_address_other_than_the_targets_is_told_apart() {
-        let target = Some("127.0.0.1");
+        let loopback = Some("127.0.0.1");
         let cloud = "http://169.254.169.254/latest/meta-data/iam/security-credentials/";
-        assert_eq!(internal_other_host(cloud, target).as_deref(), Some("169.254.169.254"));
-        assert_eq!(
-            internal_other_host("http://10.0.0.7/.well-known/x", Some("mcp.example.com")).as_deref(),
-            Some("10.0.0.7")
-        );
-        assert!(internal_other_host("http://[fd00::1]/x", target).is_some());
-        assert!(internal_other_host("http://metadata.google.internal/x", target).is_some());
-        assert!(internal_other_host("http://100.100.100.200/x", target).is_some(), "shared address space");
-        // The target's own host, or a public host elsewhere, is not judged here.
-        assert_eq!(internal_other_host("http://127.0.0.1:9/.well-known/x", target), None);
-        assert_eq!(internal_other_host("https://auth.example.com/.well-known/x", target), None);
-        assert_eq!(internal_other_host("not a url", target), None);
+        // A cloud metadata address is a lure whatever the target.
+        assert_eq!(internal_other_host(cloud, loopback).as_deref(), Some("169.254.169.254"));
+        assert_eq!(internal_other_host(cloud, Some("mcp.example.com")).as_deref(), Some("169.254.169.254"));
+        assert!(internal_other_host("http://metadata.google.internal/x", loopback).is_some());
+        assert!(internal_other_host("http://[fe80::1]/x", Some("10.1.2.3")).is_some());
+        // A public target naming an internal address lures its clients inward.
+        let public = Some("mcp.example.com");
+        assert_eq!(internal_other_host("http://10.0.0.7/.well-known/x", public).as_deref(), Some("10.0.0.7"));
+        assert!(internal_other_host("http://[fd00::1]/x", public).is_some());
+        assert!(internal_other_host("http://localhost:9000/x", public).is_some());
+        assert!(internal_other_host("http://100.100.100.200/x", public).is_some(), "shared address space");
+        // A local or private deployment naming another local or private host is not judged;
+        // nor is the target's own host, nor a public host elsewhere.
+        assert_eq!(internal_other_host("http://localhost:9000/.well-known/x", loopback), None);
+        assert_eq!(internal_other_host("http://10.0.0.7/x", Some("10.0.0.5")), None);
+        assert_eq!(internal_other_host("http://127.0.0.1:9/.well-known/x", loopback), None);
+        assert_eq!(internal_other_host("https://auth.example.com/.well-known/x", loopback), None);
+        assert_eq!(internal_other_host("not a url", loopback), None);
     }
 
     #[test]
