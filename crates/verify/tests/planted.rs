@@ -55,6 +55,7 @@ const PLANTED: &[Planted] = &[
         &["--allow-origin", "https://attacker.palisade-verify.invalid"],
     ),
     planted(Defect::NullOriginAllowed, "transport", &["transport.origin.null"], &["--allow-origin", "null"]),
+    planted(Defect::BatchesAnswered, "transport", &["transport.batch.array"], &[]),
     planted(
         Defect::NoAuthentication,
         "auth",
@@ -116,6 +117,7 @@ const PLANTED: &[Planted] = &[
         &[],
     ),
     planted(Defect::UnknownMethodAnswered, "killswitch", &["killswitch.unlisted.method"], &[]),
+    planted(Defect::UnknownToolAnswered, "killswitch", &["killswitch.unlisted.tool"], &[]),
 ];
 
 /// Defects the verifier does not catch, with why (none: every planted defect is caught).

@@ -30,6 +30,8 @@ pub enum Defect {
     ForeignOriginAllowed,
     /// transport: the server is configured to accept `Origin: null` (sandboxed or file pages).
     NullOriginAllowed,
+    /// transport: a JSON-RPC batch is split into its requests and answered as an array.
+    BatchesAnswered,
     /// auth: the server runs with no authentication at all (`--auth none`).
     NoAuthentication,
     /// auth: a token of a sibling resource (same issuer, another audience) is exchanged for one
@@ -74,6 +76,9 @@ pub enum Defect {
     CachedPastKillSwitch,
     /// killswitch: every method the server does not know is answered with an empty result.
     UnknownMethodAnswered,
+    /// killswitch: a call of a tool the server does not list is answered with a result (a
+    /// catch-all tool handler).
+    UnknownToolAnswered,
 }
 
 /// The address clients are pointed at by [`Defect::MetadataOnInternalAddress`].
@@ -92,6 +97,8 @@ struct Seen {
     cache: HashMap<String, (StatusCode, HeaderMap, Bytes)>,
     /// The short aliases issued in place of the server's ids, and the ids they stand for.
     aliases: Vec<(String, String)>,
+    /// The tool names the server listed.
+    tools: Vec<String>,
 }
 
 /// The short alias of an id the server issued, and the id of an alias, for the guessable-id
@@ -287,6 +294,31 @@ async fn relay(State(shared): State<Arc<Shared>>, request: Request) -> Response 
     }
     // What the defect changes before the request reaches the server.
     match defect {
+        Defect::BatchesAnswered => {
+            if let Ok(Value::Array(batch)) = serde_json::from_slice::<Value>(&body) {
+                let mut answers = Vec::with_capacity(batch.len());
+                for request in batch {
+                    let Ok(sent) =
+                        forward(&shared, &parts.method, &path, &headers, Bytes::from(request.to_string())).await
+                    else {
+                        return StatusCode::BAD_GATEWAY.into_response();
+                    };
+                    let bytes = sent.bytes().await.unwrap_or_default();
+                    answers.extend(messages(&bytes));
+                }
+                return axum::Json(Value::Array(answers)).into_response();
+            }
+        }
+        Defect::UnknownToolAnswered if method == "tools/call" => {
+            let name = message.as_ref().and_then(|m| m.pointer("/params/name")).and_then(Value::as_str);
+            let tools = shared.seen.lock().unwrap().tools.clone();
+            if let Some(name) = name.filter(|name| !tools.is_empty() && !tools.iter().any(|tool| tool == name)) {
+                let id = message.as_ref().and_then(|m| m.get("id")).cloned().unwrap_or(Value::Null);
+                let text = format!("{name}: done");
+                let result = json!({ "content": [{ "type": "text", "text": text }], "resultType": "complete" });
+                return axum::Json(json!({ "jsonrpc": "2.0", "id": id, "result": result })).into_response();
+            }
+        }
         Defect::QueryStringToken => {
             if let Some((before, query)) = path.clone().split_once('?') {
                 let (tokens, rest): (Vec<&str>, Vec<&str>) =
@@ -479,9 +511,24 @@ async fn forward(
     builder.body(body).send().await
 }
 
-/// Records the ids an answer issued as owned by `authorization` (the first issue wins).
+/// Records the ids an answer issued as owned by `authorization` (the first issue wins), and
+/// the tool names a listing holds.
 fn learn(shared: &Shared, answers: &[Value], authorization: &Option<HeaderValue>) {
     let mut ids = Vec::new();
+    let listed: Vec<String> = answers
+        .iter()
+        .filter_map(|answer| answer.pointer("/result/tools").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|tool| tool.get("name").and_then(Value::as_str).map(str::to_owned))
+        .collect();
+    if !listed.is_empty() {
+        let mut seen = shared.seen.lock().unwrap();
+        for name in listed {
+            if !seen.tools.contains(&name) {
+                seen.tools.push(name);
+            }
+        }
+    }
     for answer in answers {
         if let Some(result) = answer.get("result").or_else(|| answer.get("params")) {
             long_strings(result, &mut ids);
