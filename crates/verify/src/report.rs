@@ -103,6 +103,9 @@ pub struct Report {
     pub date: String,
     /// When the target does not speak 2026-07-28: the one line saying so.
     pub protocol: Option<String>,
+    /// When the target does not speak the 2025-era session wire the `sessions` module needs:
+    /// the one line saying so.
+    pub session_wire: Option<String>,
     /// Which program each operator command ran, and how it was found.
     pub programs: Vec<String>,
     /// The identities the run used, as reports show them (names and declared claims; never a
@@ -144,6 +147,7 @@ impl Report {
             target: target.to_owned(),
             date,
             protocol: None,
+            session_wire: None,
             programs: Vec::new(),
             identities: Vec::new(),
             entries,
@@ -257,6 +261,13 @@ impl Report {
         self
     }
 
+    /// The report with the line saying the target does not speak the 2025-era session wire, if
+    /// it does not.
+    pub fn with_session_wire(mut self, unspoken: Option<String>) -> Self {
+        self.session_wire = unspoken;
+        self
+    }
+
     /// The report with the lines saying which program each operator command ran.
     pub fn with_programs(mut self, programs: Vec<String>) -> Self {
         self.programs = programs;
@@ -325,6 +336,10 @@ impl Report {
                 "spoken": self.protocol.is_none(),
                 "detail": self.protocol,
             },
+            "session_wire": {
+                "spoken": self.session_wire.is_none(),
+                "detail": self.session_wire,
+            },
             "programs": self.programs,
             "identities": self.identities,
             "summary": {
@@ -366,6 +381,9 @@ impl Report {
         let mut text = String::new();
         if let Some(line) = &self.protocol {
             text.push_str(&format!("{}; the checks that need it are NOT TESTABLE\n", visible(line)));
+        }
+        if let Some(line) = &self.session_wire {
+            text.push_str(&format!("{}; the sessions checks are NOT TESTABLE\n", visible(line)));
         }
         text.push_str(&format!("{:<width$}  {:<12}  {:<8}  note\n", "check", "verdict", "severity"));
         let row = |entry: &Entry, indent: &str| {
@@ -468,10 +486,7 @@ fn grouped<'a>(json: &'a Value, cause: Option<&str>) -> Vec<&'a Value> {
 
 fn junit(json: &Value) -> String {
     let mut text = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n".to_owned();
-    let mut properties = Vec::new();
-    if let Some(line) = protocol_line(json) {
-        properties.push(("protocol", line));
-    }
+    let properties = protocol_lines(json);
     text.push_str(&testsuite("palisade-verify", &grouped(json, None), &properties));
     // Each root cause is a suite of its own: its checks, each with its own verdict, under it.
     for cause in root_causes(json) {
@@ -530,6 +545,16 @@ fn protocol_line(json: &Value) -> Option<String> {
     Some(format!("{detail}; the checks that need it are NOT TESTABLE"))
 }
 
+/// The lines saying which protocol the target does not speak, keyed (`protocol`: 2026-07-28;
+/// `session_wire`: the 2025-era session wire).
+fn protocol_lines(json: &Value) -> Vec<(&'static str, String)> {
+    let mut lines: Vec<(&str, String)> = protocol_line(json).map(|line| ("protocol", line)).into_iter().collect();
+    if let Some(detail) = json["session_wire"]["detail"].as_str() {
+        lines.push(("session_wire", format!("{detail}; the sessions checks are NOT TESTABLE")));
+    }
+    lines
+}
+
 /// The verdict summary line every format shares.
 fn summary_line(json: &Value) -> String {
     let summary = &json["summary"];
@@ -558,7 +583,7 @@ fn markdown(json: &Value) -> String {
         markdown_cell(json["tool"]["version"].as_str().unwrap_or_default()),
         summary_line(json),
     );
-    if let Some(line) = protocol_line(json) {
+    for (_, line) in protocol_lines(json) {
         text.insert_str(text.len() - 1, &format!("- **Protocol:** {}\n", markdown_cell(&line)));
     }
     for program in json["programs"].as_array().into_iter().flatten().filter_map(Value::as_str) {
@@ -685,8 +710,10 @@ fn sarif(json: &Value) -> Value {
         }
         results.push(result);
     }
-    let notifications: Vec<Value> =
-        protocol_line(json).into_iter().map(|line| json!({ "level": "note", "message": { "text": line } })).collect();
+    let notifications: Vec<Value> = protocol_lines(json)
+        .into_iter()
+        .map(|(_, line)| json!({ "level": "note", "message": { "text": line } }))
+        .collect();
     json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",

@@ -3,7 +3,8 @@
 //! `palisade serve` flag (an allowed foreign Host or Origin, no authentication) or in the relay
 //! (`planted/wrapper.rs`) — and the verifier must FAIL a named check for each, while the correct
 //! server PASSes every one of those checks. The recall per module is computed here and must
-//! equal the table in VERIFY.md ("Recall on planted defects").
+//! equal the table in VERIFY.md ("Recall on planted defects"). With the 2025-era session wire
+//! switched off, the sessions checks are NOT TESTABLE under one line saying so.
 
 // Helpers outside #[test] functions unwrap too: a failure there is the test failing.
 #![allow(clippy::unwrap_used)]
@@ -328,4 +329,34 @@ async fn the_correct_server_passes_every_check_a_planted_defect_is_caught_by() {
     let failed: Vec<&str> =
         report.entries.iter().filter(|e| e.outcome.verdict == Verdict::Fail).map(|e| e.check.id).collect();
     assert!(failed.is_empty(), "{failed:?}\n{}", explain(&report));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_without_the_session_wire_gets_one_line_and_its_sessions_checks_are_not_testable() {
+    // The demo with the 2025-era session wire switched off.
+    let config = Scratch::new("planted-config");
+    let file = config.file("palisade.toml", "[legacy]\nenabled = false\n");
+    let stage = Stage::start(&["--config", file.to_str().unwrap()]).await;
+    let report = stage.run(&["sessions"], &[]).await;
+    let line = report.session_wire.clone().unwrap_or_else(|| panic!("no session wire line\n{}", explain(&report)));
+    assert!(line.starts_with("the target does not speak the 2025-era session wire: initialize refused"), "{line}");
+    assert!(!report.entries.is_empty());
+    for entry in &report.entries {
+        assert_eq!(entry.outcome.verdict, Verdict::NotTestable, "{}", entry.check.id);
+        assert_eq!(
+            entry.outcome.detail,
+            "needs the 2025-era session wire, not spoken by the target (see the protocol line)"
+        );
+    }
+    // One line in every format.
+    let summary = report.summary_table();
+    assert_eq!(summary.matches("the target does not speak the 2025-era session wire").count(), 1, "{summary}");
+    let markdown = report.render(palisade_verify::report::Format::Markdown);
+    assert_eq!(markdown.matches("- **Protocol:** the target does not speak the 2025-era session wire").count(), 1);
+    let json: serde_json::Value = serde_json::from_str(&report.render(palisade_verify::report::Format::Json)).unwrap();
+    assert_eq!(json["session_wire"]["spoken"], false);
+    let junit = report.render(palisade_verify::report::Format::Junit);
+    assert!(junit.contains("<property name=\"session_wire\" value=\"the target does not speak"), "{junit}");
+    let sarif = report.render(palisade_verify::report::Format::Sarif);
+    assert!(sarif.contains("the sessions checks are NOT TESTABLE"), "{sarif}");
 }
