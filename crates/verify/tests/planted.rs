@@ -97,6 +97,7 @@ const PLANTED: &[Planted] = &[
         ],
         &[],
     ),
+    planted(Defect::HandleOracle, "handles", &["handles.oracle.other_subject", "handles.oracle.other_tenant"], &[]),
     planted(Defect::HandleGuessable, "handles", &["handles.issue.entropy"], &[]),
     planted(
         Defect::TaskNotBound,
@@ -104,8 +105,10 @@ const PLANTED: &[Planted] = &[
         &["tasks.get.other_subject", "tasks.get.other_tenant", "tasks.cancel.other_subject"],
         &[],
     ),
+    planted(Defect::TaskOracle, "tasks", &["tasks.oracle.get", "tasks.oracle.cancel"], &[]),
     planted(Defect::TaskIdGuessable, "tasks", &["tasks.create.id_entropy"], &[]),
     planted(Defect::ListenTaskNotBound, "listen", &["listen.task.other_identity"], &[]),
+    planted(Defect::GetStreamOpen, "listen", &["listen.get.stream"], &[]),
     planted(Defect::ListenNotReauthorized, "listen", &["listen.auth.no_token", "listen.auth.other_resource"], &[]),
     planted(Defect::InstructionsInDescription, "definitions", &["definitions.model-directed-instructions"], &[]),
     planted(Defect::HiddenCharacters, "definitions", &["definitions.hidden-characters"], &[]),

@@ -50,15 +50,23 @@ pub enum Defect {
     SessionDeleteIgnored,
     /// handles: a call naming a live handle runs as the handle's owner (bearer possession).
     HandleNotBound,
+    /// handles: another caller's handle is refused as forbidden, an unknown one as unknown (an
+    /// existence oracle).
+    HandleOracle,
     /// handles: handles are issued as short counters (`b1`, `b2`, …), each standing for the
     /// server's real handle: guessable.
     HandleGuessable,
     /// tasks: `tasks/*` naming a task id runs as the task's owner.
     TaskNotBound,
+    /// tasks: another caller's task is refused as forbidden, an unknown one as unknown (an
+    /// existence oracle).
+    TaskOracle,
     /// tasks: task ids are issued as short counters (`t1`, `t2`, …): guessable.
     TaskIdGuessable,
     /// listen: a listen naming task ids runs as the tasks' owner.
     ListenTaskNotBound,
+    /// listen: a GET on the endpoint opens an event stream (the 2025-era stream left open).
+    GetStreamOpen,
     /// listen: a listen refused for its token is retried with the last listen's authorization
     /// (the stream skips re-authorization).
     ListenNotReauthorized,
@@ -399,6 +407,26 @@ async fn relay(State(shared): State<Arc<Shared>>, request: Request) -> Response 
         _ => {}
     }
 
+    // Whether the request names an id the server issued to another caller (the oracle defects).
+    let foreign = {
+        let mut named = Vec::new();
+        if let Some(params) = message.as_ref().and_then(|m| m.get("params")) {
+            long_strings(params, &mut named);
+        }
+        let seen = shared.seen.lock().unwrap();
+        let presented = headers.get(header::AUTHORIZATION).cloned();
+        named.iter().filter_map(|id| seen.owners.get(id)).any(|owner| *owner != presented)
+    };
+    let oracle = match defect {
+        Defect::HandleOracle => method == "tools/call" && foreign,
+        Defect::TaskOracle => method.starts_with("tasks/") && foreign,
+        _ => false,
+    };
+    if defect == Defect::GetStreamOpen && parts.method == Method::GET && session.is_none() {
+        let mut response = Response::new(Body::from(": stream open\n\n"));
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        return response;
+    }
     let mut sent = match forward(&shared, &parts.method, &path, &headers, body.clone()).await {
         Ok(response) => response,
         Err(error) => return (StatusCode::BAD_GATEWAY, error.to_string()).into_response(),
@@ -463,6 +491,16 @@ async fn relay(State(shared): State<Arc<Shared>>, request: Request) -> Response 
         return StatusCode::BAD_GATEWAY.into_response();
     };
     learn(&shared, &messages(&bytes), &authorization);
+    if oracle
+        && let Some(answer) = messages(&bytes).first()
+        && answer.get("error").is_some()
+    {
+        // The refusal tells a foreign id from an unknown one.
+        let id = answer.get("id").cloned().unwrap_or(Value::Null);
+        let error = json!({ "code": -32003, "message": "forbidden: this belongs to another caller" });
+        let body = json!({ "jsonrpc": "2.0", "id": id, "error": error });
+        return (StatusCode::FORBIDDEN, axum::Json(body)).into_response();
+    }
     if let Some(rewritten) = poisoned(defect, &method, &bytes) {
         bytes = rewritten;
     }
