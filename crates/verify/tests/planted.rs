@@ -85,6 +85,7 @@ const PLANTED: &[Planted] = &[
         &[],
     ),
     planted(Defect::SessionDeleteIgnored, "sessions", &["sessions.after_delete"], &[]),
+    planted(Defect::SessionPrefixMatched, "sessions", &["sessions.near_miss"], &[]),
     planted(
         Defect::HandleNotBound,
         "handles",

@@ -48,6 +48,9 @@ pub enum Defect {
     SessionIsTheCaller,
     /// sessions: a DELETE of a session is answered 200 and the session lives on.
     SessionDeleteIgnored,
+    /// sessions: an unknown session id that differs from a live one only in its last
+    /// characters is taken as that one (a prefix lookup).
+    SessionPrefixMatched,
     /// handles: a call naming a live handle runs as the handle's owner (bearer possession).
     HandleNotBound,
     /// handles: another caller's handle is refused as forbidden, an unknown one as unknown (an
@@ -369,6 +372,16 @@ async fn relay(State(shared): State<Arc<Shared>>, request: Request) -> Response 
                     headers.remove(header::AUTHORIZATION);
                 }
                 None => {}
+            }
+        }
+        Defect::SessionPrefixMatched => {
+            let live: Vec<String> = shared.seen.lock().unwrap().sessions.keys().cloned().collect();
+            let matched = session.as_ref().filter(|id| !live.contains(id)).and_then(|id| {
+                let head = id.len().saturating_sub(2);
+                live.into_iter().find(|real| real.len() == id.len() && real.get(..head) == id.get(..head))
+            });
+            if let Some(value) = matched.and_then(|real| HeaderValue::from_str(&real).ok()) {
+                headers.insert("mcp-session-id", value);
             }
         }
         Defect::SessionDeleteIgnored if parts.method == Method::DELETE && session.is_some() => {
