@@ -1,13 +1,16 @@
 //! The wrapper around the real demo through which most planted defects are put in: a reverse
 //! proxy on the demo's public URL that relays every request and answer unchanged (Host, Origin,
 //! repeated headers and streams included) — the correct server — or, for one [`Defect`], gets
-//! exactly one thing wrong on the way: it forwards a request naming another caller's object as
-//! that object's owner, takes a token from the query string or under another scheme, exchanges
-//! a sibling resource's token, points the challenge's metadata at an internal address, keeps a
-//! session alive after its DELETE, reuses a listen's earlier authorization, poisons a listed
-//! definition, serves reads from a cache past the kill switch, or answers unknown methods.
-//! Defects of the server's own configuration (an allowed foreign Host or Origin, no
-//! authentication) are planted through `palisade serve` flags instead (`planted.rs`).
+//! exactly one thing wrong on the way: it answers batches; takes a token from the query string
+//! or under another scheme, or exchanges a sibling resource's token; points the challenge's
+//! metadata at an internal address; forwards a request naming another caller's session,
+//! handle or task as that object's owner, looks sessions up by prefix, keeps one alive after
+//! its DELETE; refuses foreign objects unlike unknown ones (an oracle), or issues short
+//! guessable ids in place of the server's; opens a GET stream, reuses a listen's earlier
+//! authorization; poisons a listed definition; serves reads from a cache past the kill switch,
+//! or answers unknown methods and tools. Defects of the server's own configuration (an allowed
+//! foreign Host or Origin, no authentication) are planted through `palisade serve` flags
+//! instead (`planted.rs`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
