@@ -4,7 +4,8 @@
 //! `--target-host`), and the run ([`verify`]): every module's checks, bounded, then a report.
 //!
 //! Layers, low to high: `callable`, `escape`, `exchange`, `grant`, `identity`, `program`,
-//! `refusals` → `target`, `check` → `modules`, `report`, `progress`.
+//! `refusals` → `target`, `check` → `modules` → `rules` → `report`, `progress`. (`rules` is the
+//! one registry of check rules and root causes every report format reads.)
 
 pub mod callable;
 pub mod check;
@@ -17,6 +18,7 @@ pub mod program;
 pub mod progress;
 pub mod refusals;
 pub mod report;
+pub mod rules;
 pub mod target;
 
 use std::io::Write as _;
@@ -298,6 +300,24 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
         }
     }
     finished.sort_by_key(|(i, _, _)| *i);
+    // A target that does not speak the 2025-era session wire: one line says so, and each
+    // sessions check only what it needs (its refused `initialize` stays in its transcript).
+    let session_wire = finished
+        .iter()
+        .find(|(_, check, outcome)| {
+            check.id.starts_with("sessions.")
+                && outcome.verdict == check::Verdict::NotTestable
+                && outcome.detail.starts_with(modules::sessions::UNSPOKEN)
+        })
+        .map(|(_, _, outcome)| outcome.detail.clone());
+    if session_wire.is_some() {
+        for (_, check, outcome) in &mut finished {
+            if check.id.starts_with("sessions.") && outcome.detail.starts_with(modules::sessions::UNSPOKEN) {
+                outcome.detail =
+                    "needs the 2025-era session wire, not spoken by the target (see the protocol line)".into();
+            }
+        }
+    }
     // A target that serves a request with no token at all: the findings that follow from it are
     // grouped under that one root cause (asked only when there is such a finding).
     let grouped = finished.iter().any(|(_, check, outcome)| {
@@ -311,8 +331,11 @@ pub async fn verify(args: &VerifyArgs, progress: &mut (dyn FnMut(&Check, &Outcom
     let results = finished.into_iter().map(|(_, check, outcome)| (check, outcome)).collect();
     Ok(Report::new(url.as_str(), results, &baseline, (*redactor).clone())
         .with_protocol(unspoken)
+        .with_session_wire(session_wire)
         .with_programs(programs)
-        .with_no_authentication(unauthenticated))
+        .with_no_authentication(unauthenticated)
+        .with_shared_causes()
+        .with_identities(&ctx.identities))
 }
 
 /// Writes what the `definitions` module read to `path` (`--save-definitions`); a run that read

@@ -10,7 +10,9 @@ use serde_json::{Value, json};
 
 use crate::check::{Check, Outcome, Severity, Verdict};
 use crate::escape::{markdown_cell, visible};
-use crate::identity::Redactor;
+use crate::identity::{Identity, Redactor};
+use crate::rules::{CAUSES, Rule};
+pub use crate::rules::{NO_AUTHENTICATION, follows_from_no_authentication};
 
 /// A report file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -136,33 +138,14 @@ pub struct RootCause {
     pub id: &'static str,
     /// One line saying what it is.
     pub title: &'static str,
+    /// What to fix.
+    pub help: &'static str,
     /// How much it matters (the worst of its checks').
     pub severity: Severity,
     /// What was seen.
     pub detail: String,
     /// The checks grouped under it, in report order.
     pub checks: Vec<&'static str>,
-}
-
-/// The root cause of a target that needs no authentication at all.
-pub const NO_AUTHENTICATION: &str = "auth.none";
-
-/// Whether a FAIL of `id` follows from a target that needs no authentication at all: every
-/// `auth.*` check, the transport and listen checks of a missing or wrong token, and the
-/// 2025-era session checks of a token that is not the session owner's (no token, another
-/// identity's, tenant's or client's: a target that reads no token cannot tell them apart).
-pub fn follows_from_no_authentication(id: &str) -> bool {
-    id.starts_with("auth.")
-        || id == "transport.auth.missing"
-        || id.starts_with("listen.auth.")
-        || matches!(
-            id,
-            "sessions.no_token"
-                | "sessions.other_identity"
-                | "sessions.other_tenant"
-                | "sessions.other_client"
-                | "sessions.delete.other_identity"
-        )
 }
 
 /// A run's report.
@@ -174,8 +157,14 @@ pub struct Report {
     pub date: String,
     /// When the target does not speak 2026-07-28: the one line saying so.
     pub protocol: Option<String>,
+    /// When the target does not speak the 2025-era session wire the `sessions` module needs:
+    /// the one line saying so.
+    pub session_wire: Option<String>,
     /// Which program each operator command ran, and how it was found.
     pub programs: Vec<String>,
+    /// The identities the run used, as reports show them (names and declared claims; never a
+    /// token).
+    pub identities: Vec<String>,
     /// Every check, in catalogue order.
     pub entries: Vec<Entry>,
     /// Causes several findings share (their checks are grouped under them).
@@ -213,7 +202,9 @@ impl Report {
             target: target.to_owned(),
             date,
             protocol: None,
+            session_wire: None,
             programs: Vec::new(),
+            identities: Vec::new(),
             entries,
             root_causes: Vec::new(),
             stale,
@@ -235,10 +226,11 @@ impl Report {
                 severity = severity.max(entry.check.severity);
             }
         }
-        if !checks.is_empty() {
+        if let (false, Some(cause)) = (checks.is_empty(), crate::rules::cause(NO_AUTHENTICATION)) {
             self.root_causes.push(RootCause {
-                id: NO_AUTHENTICATION,
-                title: "The target needs no authentication at all",
+                id: cause.id,
+                title: cause.title,
+                help: cause.help,
                 severity,
                 detail: format!(
                     "a request with no token was served ({served}); the {} checks below fail because of it",
@@ -250,9 +242,84 @@ impl Report {
         self
     }
 
+    /// Groups the FAILs two or more of which share a root cause of the registry
+    /// ([`crate::rules::CAUSES`]) that needs no evidence of its own (Host and Origin not
+    /// validated, sessions, handles or tasks not bound to the caller); a FAIL already grouped
+    /// (under [`NO_AUTHENTICATION`]) stays where it is.
+    pub fn with_shared_causes(mut self) -> Self {
+        for cause in CAUSES.iter().filter(|cause| !cause.needs_evidence) {
+            let members: Vec<usize> = (0..self.entries.len())
+                .filter(|&i| {
+                    let entry = &self.entries[i];
+                    entry.outcome.verdict == Verdict::Fail
+                        && entry.root_cause.is_none()
+                        && (cause.explains)(entry.check.id)
+                })
+                .collect();
+            if members.len() < 2 {
+                continue;
+            }
+            let mut severity = Severity::Low;
+            let mut checks = Vec::with_capacity(members.len());
+            for i in members {
+                let entry = &mut self.entries[i];
+                entry.root_cause = Some(cause.id);
+                checks.push(entry.check.id);
+                severity = severity.max(entry.check.severity);
+            }
+            self.root_causes.push(RootCause {
+                id: cause.id,
+                title: cause.title,
+                help: cause.help,
+                severity,
+                detail: format!("the {} checks below fail for this one reason", checks.len()),
+                checks,
+            });
+        }
+        self
+    }
+
+    /// The report with the identities the run used: each one's name and the subject, tenant
+    /// and client its file declares (its tokens are never shown).
+    pub fn with_identities(mut self, identities: &[Identity]) -> Self {
+        self.identities = identities
+            .iter()
+            .map(|identity| {
+                let claims: Vec<String> =
+                    [("subject", &identity.subject), ("tenant", &identity.tenant), ("client", &identity.client)]
+                        .into_iter()
+                        .filter_map(|(name, value)| value.as_ref().map(|value| format!("{name} {value}")))
+                        .collect();
+                let extra: Vec<&str> = [
+                    identity.expired_token.as_ref().map(|_| "an expired token"),
+                    identity.other_resource_token.as_ref().map(|_| "another resource's token"),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
+                let mut line = identity.name.clone();
+                if !claims.is_empty() {
+                    line.push_str(&format!(" ({})", claims.join(", ")));
+                }
+                if !extra.is_empty() {
+                    line.push_str(&format!(", with {}", extra.join(" and ")));
+                }
+                line
+            })
+            .collect();
+        self
+    }
+
     /// The report with the line saying the target does not speak 2026-07-28, if it does not.
     pub fn with_protocol(mut self, unspoken: Option<String>) -> Self {
         self.protocol = unspoken;
+        self
+    }
+
+    /// The report with the line saying the target does not speak the 2025-era session wire, if
+    /// it does not.
+    pub fn with_session_wire(mut self, unspoken: Option<String>) -> Self {
+        self.session_wire = unspoken;
         self
     }
 
@@ -283,11 +350,15 @@ impl Report {
             .entries
             .iter()
             .map(|entry| {
+                // Every format reads a check's rule from the one registry, through this document.
+                let rule = Rule::of(&entry.check);
                 json!({
-                    "id": entry.check.id,
-                    "title": entry.check.title,
-                    "requirement": entry.check.requirement,
-                    "severity": entry.check.severity,
+                    "id": rule.id,
+                    "title": rule.title,
+                    "requirement": rule.reference,
+                    "module": rule.module,
+                    "help": rule.help,
+                    "severity": rule.severity,
                     "verdict": entry.outcome.verdict,
                     "detail": entry.outcome.detail,
                     "baselined": entry.baselined,
@@ -304,6 +375,7 @@ impl Report {
                 json!({
                     "id": cause.id,
                     "title": cause.title,
+                    "help": cause.help,
                     "severity": cause.severity,
                     "detail": cause.detail,
                     "checks": cause.checks,
@@ -319,7 +391,12 @@ impl Report {
                 "spoken": self.protocol.is_none(),
                 "detail": self.protocol,
             },
+            "session_wire": {
+                "spoken": self.session_wire.is_none(),
+                "detail": self.session_wire,
+            },
             "programs": self.programs,
+            "identities": self.identities,
             "summary": {
                 "pass": self.count(Verdict::Pass),
                 "fail": self.count(Verdict::Fail),
@@ -359,6 +436,9 @@ impl Report {
         let mut text = String::new();
         if let Some(line) = &self.protocol {
             text.push_str(&format!("{}; the checks that need it are NOT TESTABLE\n", visible(line)));
+        }
+        if let Some(line) = &self.session_wire {
+            text.push_str(&format!("{}; the sessions checks are NOT TESTABLE\n", visible(line)));
         }
         text.push_str(&format!("{:<width$}  {:<12}  {:<8}  note\n", "check", "verdict", "severity"));
         let row = |entry: &Entry, indent: &str| {
@@ -461,10 +541,7 @@ fn grouped<'a>(json: &'a Value, cause: Option<&str>) -> Vec<&'a Value> {
 
 fn junit(json: &Value) -> String {
     let mut text = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>\n".to_owned();
-    let mut properties = Vec::new();
-    if let Some(line) = protocol_line(json) {
-        properties.push(("protocol", line));
-    }
+    let properties = protocol_lines(json);
     text.push_str(&testsuite("palisade-verify", &grouped(json, None), &properties));
     // Each root cause is a suite of its own: its checks, each with its own verdict, under it.
     for cause in root_causes(json) {
@@ -502,8 +579,9 @@ fn testsuite(name: &str, checks: &[&Value], properties: &[(&str, String)]) -> St
         match field(check, "verdict") {
             "fail" if check["baselined"].is_null() => {
                 text.push_str(&format!(
-                    "<failure message=\"{}\">{}</failure>",
+                    "<failure message=\"{}\">{}\n\nRequirement: {}</failure>",
                     xml(detail),
+                    xml(field(check, "help")),
                     xml(field(check, "requirement"))
                 ));
             }
@@ -520,6 +598,16 @@ fn testsuite(name: &str, checks: &[&Value], properties: &[(&str, String)]) -> St
 fn protocol_line(json: &Value) -> Option<String> {
     let detail = json["protocol"]["detail"].as_str()?;
     Some(format!("{detail}; the checks that need it are NOT TESTABLE"))
+}
+
+/// The lines saying which protocol the target does not speak, keyed (`protocol`: 2026-07-28;
+/// `session_wire`: the 2025-era session wire).
+fn protocol_lines(json: &Value) -> Vec<(&'static str, String)> {
+    let mut lines: Vec<(&str, String)> = protocol_line(json).map(|line| ("protocol", line)).into_iter().collect();
+    if let Some(detail) = json["session_wire"]["detail"].as_str() {
+        lines.push(("session_wire", format!("{detail}; the sessions checks are NOT TESTABLE")));
+    }
+    lines
 }
 
 /// The verdict summary line every format shares.
@@ -540,14 +628,17 @@ fn summary_line(json: &Value) -> String {
 
 fn markdown(json: &Value) -> String {
     // The head: what was tested, when, by which verifier, and the verdicts, before any table.
+    let identities: Vec<String> =
+        json["identities"].as_array().into_iter().flatten().filter_map(Value::as_str).map(markdown_cell).collect();
+    let identities = if identities.is_empty() { "none given".to_owned() } else { identities.join("; ") };
     let mut text = format!(
-        "# palisade verify report\n\n- **Target:** {}\n- **Date:** {}\n- **Verifier:** palisade-verify {}\n- **Verdicts:** {}\n\n",
+        "# palisade verify report\n\n- **Target:** {}\n- **Date:** {}\n- **Verifier:** palisade-verify {}\n- **Identities:** {identities} (tokens redacted)\n- **Verdicts:** {}\n\n",
         markdown_cell(json["target"].as_str().unwrap_or_default()),
         markdown_cell(json["date"].as_str().unwrap_or_default()),
         markdown_cell(json["tool"]["version"].as_str().unwrap_or_default()),
         summary_line(json),
     );
-    if let Some(line) = protocol_line(json) {
+    for (_, line) in protocol_lines(json) {
         text.insert_str(text.len() - 1, &format!("- **Protocol:** {}\n", markdown_cell(&line)));
     }
     for program in json["programs"].as_array().into_iter().flatten().filter_map(Value::as_str) {
@@ -557,10 +648,11 @@ fn markdown(json: &Value) -> String {
     for cause in root_causes(json) {
         let id = field(cause, "id");
         text.push_str(&format!(
-            "## Root cause `{id}`: {} ({})\n\n{}\n\n",
+            "## Root cause `{id}`: {} ({})\n\n{}\n\n**What to fix:** {}\n\n",
             markdown_cell(field(cause, "title")),
             field(cause, "severity"),
-            markdown_cell(field(cause, "detail"))
+            markdown_cell(field(cause, "detail")),
+            markdown_cell(field(cause, "help"))
         ));
         markdown_table(&mut text, &grouped(json, Some(id)));
         text.push('\n');
@@ -589,21 +681,61 @@ fn markdown_table(text: &mut String, checks: &[&Value]) {
     }
 }
 
+/// A SARIF rule (`reportingDescriptor`) of a check or a root cause of `json`: its id, title,
+/// full description, help (text and Markdown), default level and its reference, module and
+/// `security-severity` as properties — all from the registry ([`crate::rules`]).
+fn sarif_rule(item: &Value, module: &str) -> Value {
+    let (id, title, help, reference) =
+        (field(item, "id"), field(item, "title"), field(item, "help"), field(item, "requirement"));
+    let severity = serde_json::from_value::<Severity>(item["severity"].clone()).unwrap_or(Severity::Low);
+    let (full, text, markdown) = if reference.is_empty() {
+        (title.to_owned(), format!("{title}\n\n{help}"), format!("**{title}** (`{id}`, a root cause)\n\n{help}"))
+    } else {
+        (
+            format!("{title}. Requirement: {reference}"),
+            format!("{title}\n\n{help}\n\nRequirement: {reference}"),
+            format!("**{title}** (`{id}`)\n\n{help}\n\n**Requirement:** {reference}"),
+        )
+    };
+    let level = match severity {
+        Severity::Critical | Severity::High => "error",
+        Severity::Medium => "warning",
+        Severity::Low => "note",
+    };
+    let mut properties = json!({
+        "tags": ["security", module],
+        "security-severity": crate::rules::security_severity(severity),
+        "precision": "high",
+    });
+    if !reference.is_empty() {
+        properties["reference"] = json!(reference);
+    }
+    json!({
+        "id": id,
+        "name": id,
+        "shortDescription": { "text": title },
+        "fullDescription": { "text": full },
+        "help": { "text": text, "markdown": markdown },
+        "defaultConfiguration": { "level": level },
+        "properties": properties,
+    })
+}
+
 fn sarif(json: &Value) -> Value {
     let checks = checks(json);
     let location = json!([{ "physicalLocation": { "artifactLocation": { "uri": json["target"] } } }]);
-    let mut rules: Vec<Value> = checks
-        .iter()
-        .map(|c| json!({ "id": c["id"], "shortDescription": { "text": c["title"] }, "help": { "text": c["requirement"] } }))
-        .collect();
+    let mut rules: Vec<Value> = checks.iter().map(|c| sarif_rule(c, field(c, "module"))).collect();
+    let index = |rules: &[Value], id: &str| rules.iter().position(|rule| rule["id"] == id);
     let mut results = Vec::new();
     // A root cause is one result; the checks grouped under it are results of their own rules,
     // each with its own verdict, pointing at it (`properties.rootCause`) as notes.
     for cause in root_causes(json) {
-        rules.push(json!({ "id": cause["id"], "shortDescription": { "text": cause["title"] }, "help": { "text": cause["detail"] } }));
-        let members: Vec<&str> = grouped(json, cause["id"].as_str()).iter().map(|c| field(c, "id")).collect();
+        let id = field(cause, "id");
+        rules.push(sarif_rule(cause, crate::rules::module_of(id)));
+        let members: Vec<&str> = grouped(json, Some(id)).iter().map(|c| field(c, "id")).collect();
         results.push(json!({
-            "ruleId": cause["id"],
+            "ruleId": id,
+            "ruleIndex": index(&rules, id),
             "level": "error",
             "message": { "text": format!("{}: {} ({})", field(cause, "title"), field(cause, "detail"), members.join(", ")) },
             "locations": location,
@@ -616,24 +748,36 @@ fn sarif(json: &Value) -> Value {
             (true, true) => "error",
             (false, true) => "warning",
         };
+        let id = field(c, "id");
         let mut result = json!({
-            "ruleId": c["id"],
+            "ruleId": id,
+            "ruleIndex": index(&rules, id),
             "level": level,
             "message": { "text": c["detail"] },
             "locations": location,
+            "properties": { "verdict": c["verdict"], "severity": c["severity"] },
         });
         if !c["root_cause"].is_null() {
-            result["properties"] = json!({ "rootCause": c["root_cause"], "verdict": c["verdict"] });
+            result["properties"]["rootCause"] = c["root_cause"].clone();
+        }
+        if let Some(reason) = c["baselined"].as_str() {
+            result["suppressions"] = json!([{ "kind": "external", "justification": reason }]);
         }
         results.push(result);
     }
-    let notifications: Vec<Value> =
-        protocol_line(json).into_iter().map(|line| json!({ "level": "note", "message": { "text": line } })).collect();
+    let notifications: Vec<Value> = protocol_lines(json)
+        .into_iter()
+        .map(|(_, line)| json!({ "level": "note", "message": { "text": line } }))
+        .collect();
     json!({
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
         "runs": [{
-            "tool": { "driver": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION"), "rules": rules } },
+            "tool": { "driver": {
+                "name": "palisade-verify",
+                "version": env!("CARGO_PKG_VERSION"),
+                "rules": rules,
+            } },
             "invocations": [{ "executionSuccessful": true, "toolExecutionNotifications": notifications }],
             "results": results,
         }],
@@ -641,51 +785,5 @@ fn sarif(json: &Value) -> Value {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::check::Severity;
-
-    const PASSING: Check = Check { id: "demo.passing", title: "t", requirement: "r", severity: Severity::Low };
-    const FAILING: Check = Check { id: "demo.failing", title: "t", requirement: "r", severity: Severity::High };
-
-    fn report() -> Report {
-        let results = vec![
-            (PASSING, Outcome::new(&PASSING, Verdict::Pass, "fine")),
-            (FAILING, Outcome::new(&FAILING, Verdict::Fail, "broken")),
-        ];
-        Report::new("http://127.0.0.1:9/mcp", results, &Baseline::default(), Redactor::default())
-    }
-
-    #[test]
-    fn the_markdown_report_opens_with_target_date_version_and_the_verdicts() {
-        let report = report();
-        let markdown = report.render(Format::Markdown);
-        let head: Vec<&str> = markdown.lines().take_while(|line| !line.starts_with('|')).collect();
-        let head = head.join("\n");
-        assert!(head.starts_with("# palisade verify report"), "{markdown}");
-        assert!(head.contains("- **Target:** http://127.0.0.1:9/mcp"), "{head}");
-        assert!(head.contains(&format!("- **Date:** {}", report.date)), "{head}");
-        assert!(report.date.starts_with("20") && report.date.ends_with('Z'), "{}", report.date);
-        assert!(head.contains(&format!("- **Verifier:** palisade-verify {}", env!("CARGO_PKG_VERSION"))), "{head}");
-        assert!(
-            head.contains(
-                "- **Verdicts:** 2 checks: 1 pass, 1 fail (1 unbaselined), 0 warning, 0 not testable, 0 inconclusive"
-            ),
-            "{head}"
-        );
-        assert_eq!(report.to_json()["date"], report.date.as_str());
-        // Which program each operator command ran, in the head and in JSON.
-        let report =
-            report.with_programs(vec!["--disable-command runs /usr/bin/palisade (palisade found on PATH)".into()]);
-        let markdown = report.render(Format::Markdown);
-        let (head, _) = markdown.split_once("\n| check |").unwrap();
-        assert!(
-            head.contains("- **Command:** --disable-command runs /usr/bin/palisade (palisade found on PATH)"),
-            "{markdown}"
-        );
-        assert_eq!(
-            report.to_json()["programs"][0],
-            "--disable-command runs /usr/bin/palisade (palisade found on PATH)"
-        );
-    }
-}
+#[path = "report_tests.rs"]
+mod tests;

@@ -1,7 +1,8 @@
 //! The verifier against a server that needs no authentication at all (every request served,
 //! with or without a token, whatever the token): the `auth.*` FAILs that follow from it are
 //! grouped under one root cause, `auth.none`, in the summary and in every report format, each
-//! keeping its own verdict.
+//! keeping its own verdict; its Host and Origin FAILs under a second,
+//! `transport.no_rebinding_protection`.
 
 // Helpers outside #[test] functions unwrap too: a failure there is the test failing.
 #![allow(clippy::unwrap_used)]
@@ -53,9 +54,15 @@ async fn the_failures_of_a_target_without_authentication_are_grouped_under_one_r
     ];
     let report = verify(&VerifyArgs::parse_from(argv).unwrap(), &mut |_, _| {}).await.unwrap();
 
-    assert_eq!(report.root_causes.len(), 1, "{}", report.summary_table());
+    // Two root causes: no authentication, and (the fixture serves any Host and Origin) no
+    // DNS-rebinding protection, each grouping its own FAILs.
+    let ids: Vec<&str> = report.root_causes.iter().map(|cause| cause.id).collect();
+    assert_eq!(ids, [NO_AUTHENTICATION, "transport.no_rebinding_protection"], "{}", report.summary_table());
     let cause = &report.root_causes[0];
-    assert_eq!(cause.id, NO_AUTHENTICATION);
+    let rebinding = &report.root_causes[1];
+    assert!(
+        rebinding.checks.contains(&"transport.host.foreign") && rebinding.checks.contains(&"transport.origin.foreign")
+    );
     assert!(
         cause.detail.starts_with("a request with no token was served (tools/list without a token"),
         "{}",
@@ -74,7 +81,7 @@ async fn the_failures_of_a_target_without_authentication_are_grouped_under_one_r
     }
     assert!(cause.checks.contains(&"transport.auth.missing"), "{:?}", cause.checks);
     for entry in &report.entries {
-        let expected = cause.checks.contains(&entry.check.id).then_some(NO_AUTHENTICATION);
+        let expected = [cause, rebinding].into_iter().find(|c| c.checks.contains(&entry.check.id)).map(|c| c.id);
         assert_eq!(entry.root_cause, expected, "{}", entry.check.id);
     }
     assert!(report.count(Verdict::Fail) >= cause.checks.len());

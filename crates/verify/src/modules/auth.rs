@@ -230,12 +230,20 @@ async fn against_challenge(ctx: &Context, check: Check) -> (Outcome, Exchange, E
     let negative = ctx.target.send(negative).await;
     let challenge = negative.header("www-authenticate").unwrap_or_default().to_owned();
     let metadata = param(&challenge, "resource_metadata");
+    let internal = metadata.as_deref().and_then(|url| internal_elsewhere(ctx, url));
     let judgement = match judge_401(&negative) {
         Judgement::Refused if !challenge.to_ascii_lowercase().starts_with("bearer") => {
             Judgement::RefusedOddly("401 without a Bearer challenge".into())
         }
         Judgement::Refused if metadata.is_none() => {
             Judgement::RefusedOddly("the Bearer challenge names no resource_metadata".into())
+        }
+        Judgement::Refused if internal.is_some() => {
+            let internal = internal.unwrap_or_default();
+            Judgement::RefusedOddly(format!(
+                "the Bearer challenge's resource_metadata points clients at {internal}, an internal address that is \
+                 not the target's: every client that follows it makes a request there (SSRF); not fetched"
+            ))
         }
         other => other,
     };
@@ -263,6 +271,74 @@ fn param(challenge: &str, name: &str) -> Option<String> {
         return rest.split([',', ' ']).next().map(str::to_owned).filter(|v| !v.is_empty());
     }
     None
+}
+
+/// The host of `raw` when a client following it is lured into its own network (SSRF): a
+/// link-local address (a cloud metadata service: `169.254.169.254`, `fe80::/10`, `*.internal`)
+/// whatever the target, or another internal address (loopback, private, shared, unique-local,
+/// unspecified; `localhost`, `*.local`) named by a target that is not itself internal. `None`
+/// for the target's own host, a public URL elsewhere (not fetched, and not judged), and an
+/// internal one named by an internal target (a local or private deployment).
+fn internal_elsewhere(ctx: &Context, raw: &str) -> Option<String> {
+    internal_other_host(raw, ctx.target.url().host_str())
+}
+
+/// How far inside a network a host is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    /// A public host.
+    Public,
+    /// Loopback, private, shared, unique-local or unspecified.
+    Internal,
+    /// Link-local: where cloud metadata services answer.
+    LinkLocal,
+}
+
+fn reach<S: AsRef<str>>(host: &url::Host<S>) -> Reach {
+    let (internal, link_local) = match host {
+        url::Host::Ipv4(ip) => {
+            let [a, b, ..] = ip.octets();
+            (
+                ip.is_loopback() || ip.is_private() || ip.is_unspecified() || (a == 100 && (64..128).contains(&b)),
+                ip.is_link_local(),
+            )
+        }
+        url::Host::Ipv6(ip) => {
+            let first = ip.segments()[0];
+            (ip.is_loopback() || ip.is_unspecified() || (first & 0xfe00) == 0xfc00, (first & 0xffc0) == 0xfe80)
+        }
+        url::Host::Domain(name) => {
+            let name = name.as_ref().to_ascii_lowercase();
+            (
+                name == "localhost" || name.ends_with(".localhost") || name.ends_with(".local"),
+                name.ends_with(".internal"),
+            )
+        }
+    };
+    if link_local {
+        Reach::LinkLocal
+    } else if internal {
+        Reach::Internal
+    } else {
+        Reach::Public
+    }
+}
+
+/// [`internal_elsewhere`] for a target whose host is `target`.
+fn internal_other_host(raw: &str, target: Option<&str>) -> Option<String> {
+    let url = url::Url::parse(raw).ok()?;
+    let host = url.host_str()?.to_ascii_lowercase();
+    if target.map(str::to_ascii_lowercase).as_deref() == Some(host.as_str()) {
+        return None;
+    }
+    let target_reach = target.and_then(|t| url::Host::parse(t.trim_start_matches('[').trim_end_matches(']')).ok());
+    let target_reach = target_reach.map_or(Reach::Public, |t| reach(&t));
+    let lured = match reach(&url.host()?) {
+        Reach::LinkLocal => true,
+        Reach::Internal => target_reach == Reach::Public,
+        Reach::Public => false,
+    };
+    lured.then(|| crate::escape::visible(&host).into_owned())
 }
 
 /// Whether `url` is on the target's own origin (scheme, host, port): the only documents the
@@ -732,6 +808,30 @@ async fn insufficient_scope(ctx: &Context, check: Check) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_metadata_url_at_an_internal_address_other_than_the_targets_is_told_apart() {
+        let loopback = Some("127.0.0.1");
+        let cloud = "http://169.254.169.254/latest/meta-data/iam/security-credentials/";
+        // A cloud metadata address is a lure whatever the target.
+        assert_eq!(internal_other_host(cloud, loopback).as_deref(), Some("169.254.169.254"));
+        assert_eq!(internal_other_host(cloud, Some("mcp.example.com")).as_deref(), Some("169.254.169.254"));
+        assert!(internal_other_host("http://metadata.google.internal/x", loopback).is_some());
+        assert!(internal_other_host("http://[fe80::1]/x", Some("10.1.2.3")).is_some());
+        // A public target naming an internal address lures its clients inward.
+        let public = Some("mcp.example.com");
+        assert_eq!(internal_other_host("http://10.0.0.7/.well-known/x", public).as_deref(), Some("10.0.0.7"));
+        assert!(internal_other_host("http://[fd00::1]/x", public).is_some());
+        assert!(internal_other_host("http://localhost:9000/x", public).is_some());
+        assert!(internal_other_host("http://100.100.100.200/x", public).is_some(), "shared address space");
+        // A local or private deployment naming another local or private host is not judged;
+        // nor is the target's own host, nor a public host elsewhere.
+        assert_eq!(internal_other_host("http://localhost:9000/.well-known/x", loopback), None);
+        assert_eq!(internal_other_host("http://10.0.0.7/x", Some("10.0.0.5")), None);
+        assert_eq!(internal_other_host("http://127.0.0.1:9/.well-known/x", loopback), None);
+        assert_eq!(internal_other_host("https://auth.example.com/.well-known/x", loopback), None);
+        assert_eq!(internal_other_host("not a url", loopback), None);
+    }
 
     #[test]
     fn challenge_params_are_read_quoted_or_bare() {

@@ -205,6 +205,10 @@ pub fn needs_current_protocol(check: &Check) -> bool {
     !check.id.starts_with("sessions.") && !check.id.starts_with("definitions.")
 }
 
+/// Below this many bits (an upper estimate, [`estimated_bits`]) an id can be enumerated or
+/// guessed online: the id checks FAIL under it, and WARN between it and the 128 bits asked for.
+pub(crate) const GUESSABLE_BITS: f64 = 64.0;
+
 /// An upper estimate of the bits of entropy of an id: its length times the bits of the
 /// smallest common alphabet holding all its characters (a version-4 UUID: 122 bits).
 pub(crate) fn estimated_bits(id: &str) -> f64 {

@@ -18,6 +18,10 @@ use crate::identity::Other;
 use crate::modules::{Context, Module, cases};
 use crate::target::{Auth, Exchange, Probe};
 
+/// How a sessions check's detail begins when the target does not speak the 2025-era session
+/// wire: the run then says so in one line ([`crate::report::Report::session_wire`]).
+pub const UNSPOKEN: &str = "the target does not speak the 2025-era session wire";
+
 /// The revision the session probes ask for at `initialize`.
 pub const LEGACY_VERSION: &str = "2025-11-25";
 
@@ -115,10 +119,7 @@ pub(crate) async fn open_session(ctx: &Context) -> Result<Session, String> {
     });
     let initialize = ctx.target.send(legacy("initialize", params, ctx.auth(), None, LEGACY_VERSION)).await;
     if !initialize.accepted() {
-        return Err(format!(
-            "the target does not speak the 2025-era session wire: initialize refused ({})",
-            initialize.summary()
-        ));
+        return Err(format!("{UNSPOKEN}: initialize refused ({})", initialize.summary()));
     }
     let Some(id) = initialize.header("mcp-session-id").map(str::to_owned) else {
         return Err("initialize was served without an Mcp-Session-Id: the target issues no sessions".into());

@@ -71,6 +71,11 @@ pub struct Demo {
 
 impl Demo {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// The demo with extra `palisade serve` arguments (`--public-url`, `--allow-host`, …).
+    pub fn start_with(extra: &[String]) -> Self {
         let data = Scratch::new("demo");
         let dir = data.0.to_str().expect("utf-8 path").to_owned();
         let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
@@ -78,6 +83,7 @@ impl Demo {
         drop(free);
         let mut child = Command::new(palisade_binary())
             .args(["serve", "--app", "demo", "--listen", &listen, "--data-dir", &dir])
+            .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

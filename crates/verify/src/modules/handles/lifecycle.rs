@@ -11,7 +11,7 @@ use super::common::*;
 use super::forged::{Alphabet, random_like};
 use crate::check::{Check, Judgement, Outcome, Verdict, paired};
 use crate::identity::{Other, Relation};
-use crate::modules::{Context, estimated_bits};
+use crate::modules::{Context, GUESSABLE_BITS, estimated_bits};
 use crate::target::{Exchange, Probe};
 
 /// The pieces of an object's answer a foreign refusal must not show: string values of three
@@ -128,6 +128,14 @@ pub(super) async fn entropy(ctx: &Context, check: Check) -> Outcome {
     let size = Alphabet::of(&[&first.value, &second.value]).chars.len();
     let (verdict, detail) = if bits >= 128.0 {
         (Verdict::Pass, format!("{length} characters of a {size}-character alphabet: about {bits:.0} bits"))
+    } else if bits < GUESSABLE_BITS {
+        (
+            Verdict::Fail,
+            format!(
+                "{length} characters of a {size}-character alphabet: at most about {bits:.0} bits, under \
+                 {GUESSABLE_BITS:.0} (enumerable: another caller's handle can be guessed)"
+            ),
+        )
     } else {
         (
             Verdict::Warning,

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::common::*;
 use crate::check::{Check, Judgement, Outcome, Verdict, paired};
-use crate::modules::{Context, estimated_bits};
+use crate::modules::{Context, GUESSABLE_BITS, estimated_bits};
 use crate::target::Exchange;
 
 // ---------------------------------------------------------------------------------------------
@@ -283,12 +283,15 @@ pub(super) async fn create_entropy(ctx: &Context, check: Check) -> Outcome {
     let (judgement, odd) = if first.id == second.id {
         (Judgement::Accepted("two tasks were given the same id".into()), Verdict::Fail)
     } else if bits < 128.0 {
+        // Under GUESSABLE_BITS another caller's task id can be enumerated: a FAIL.
+        let odd = if bits < GUESSABLE_BITS { Verdict::Fail } else { Verdict::Warning };
         (
             Judgement::RefusedOddly(format!(
-                "the ids carry at most about {bits:.0} bits ({} characters): at least 128 expected",
-                first.id.len()
+                "the ids carry at most about {bits:.0} bits ({} characters): at least 128 expected{}",
+                first.id.len(),
+                if odd == Verdict::Fail { " (enumerable: another caller's task id can be guessed)" } else { "" }
             )),
-            Verdict::Warning,
+            odd,
         )
     } else if shared * 2 > first.id.len() {
         (
