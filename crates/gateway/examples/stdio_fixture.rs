@@ -102,13 +102,16 @@ fn main() {
 }
 
 /// Appends `started <pid>` to the file `FIXTURE_START_MARKER` names, if any; failures are logged.
+/// The line goes out in one `write` (`writeln!` on a file may issue one per piece, and two
+/// processes starting at once then interleave theirs in the shared file).
 fn write_start_marker() {
     let Some(path) = std::env::var_os("FIXTURE_START_MARKER") else { return };
+    let line = format!("started {}\n", std::process::id());
     let result = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)
-        .and_then(|mut file| writeln!(file, "started {}", std::process::id()));
+        .and_then(|mut file| file.write_all(line.as_bytes()));
     if let Err(error) = result {
         eprintln!("stdio_fixture: cannot write the start marker {}: {error}", path.to_string_lossy());
     }
