@@ -68,7 +68,10 @@ impl StateSealer {
 
     /// Seals application state for the client to echo on its retry.
     pub fn seal(&self, state: &Value, binding: &Binding<'_>, now_ms: u64) -> String {
-        let payload = json!({ "s": state, "b": binding.digest(), "e": now_ms.saturating_add(self.ttl_ms) });
+        // Keys in sorted order: the text is then the same whether or not serde_json preserves
+        // insertion order (a dependency may switch that on), so a state re-sealed after opening is
+        // byte-identical to the one presented.
+        let payload = json!({ "b": binding.digest(), "e": now_ms.saturating_add(self.ttl_ms), "s": state });
         let payload = URL_SAFE_NO_PAD.encode(payload.to_string());
         let tag = URL_SAFE_NO_PAD.encode(hmac::sign(&self.key, payload.as_bytes()));
         format!("v1.{payload}.{tag}")
