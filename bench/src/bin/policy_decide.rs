@@ -1,11 +1,11 @@
 //! Operator policy cost: CPU per decision of the policy stage (`Policies::decide`, entities,
 //! context and the argument view built per call, as the stage builds them) with 10, 200 and
-//! 1,000 policies, and the cost of deciding every tool of a 1,000-tool registry for one caller
-//! under 200 policies (what filtering a `tools/list` by the same decision costs). Without
+//! 1,000 policies, and the cost of filtering a 1,000-tool `tools/list` for one caller under 200
+//! policies as dispatch does it (`Policies::listing`). Without
 //! policies the stage returns before building anything, so the figures are the added cost.
 //!
 //! ```text
-//! policy-decide [--iterations 20000]
+//! policy-decide [--iterations 20000] [--sizes 10,200,1000]
 //! ```
 //!
 //! One JSON line per measurement on stdout.
@@ -28,6 +28,9 @@ struct Args {
     /// Decisions measured per policy-set size.
     #[arg(long, default_value_t = 20_000)]
     iterations: u32,
+    /// The policy-set sizes measured (the list filter is measured at 200).
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 200, 1_000])]
+    sizes: Vec<usize>,
 }
 
 /// A gateway-like registry: `tools` tools over 10 upstreams, each taking a `path`.
@@ -100,7 +103,7 @@ fn main() -> anyhow::Result<()> {
     let app = registry(tools);
     let arguments = json!({ "path": "/srv/tenant3/notes.txt", "recursive": false });
     let arguments = arguments.as_object().cloned().unwrap_or_default();
-    for count in [10, 200, 1_000] {
+    for count in args.sizes.iter().copied() {
         let source = PolicySource { name: format!("bench-{count}.cedar"), text: policies(count, tools) };
         let set = Policies::load(&[source], ViewLimits::default(), &app).map_err(|e| anyhow::anyhow!("{e}"))?;
         let request = |target: &'static str| PolicyRequest {
@@ -127,16 +130,15 @@ fn main() -> anyhow::Result<()> {
             json!({ "measure": "decide", "policies": count, "ns_per_call": per_call.round(), "allowed": allowed })
         );
         if count == 200 {
-            // One caller's view of a 1,000-tool list: every tool decided (without arguments).
+            // One caller's view of a 1,000-tool list, as dispatch filters it: one listing (the
+            // principal and context built once, one decision per class of tools).
             let names: Vec<String> = (0..tools).map(|n| format!("up{}__tool{n}", n % 10)).collect();
             let started = Instant::now();
-            let rounds = 20u32;
+            let rounds = 200u32;
             let mut visible = 0usize;
             for _ in 0..rounds {
-                for name in &names {
-                    let listed = PolicyRequest { target: Some(name), arguments: None, ..call.clone() };
-                    visible += usize::from(set.decide(&app, &listed).allowed);
-                }
+                let mut listing = set.listing(&app, &call);
+                visible += names.iter().filter(|name| listing.visible(name)).count();
             }
             let per_list = started.elapsed().as_micros() as f64 / f64::from(rounds);
             println!(

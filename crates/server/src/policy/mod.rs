@@ -9,6 +9,9 @@
 //! [`Policies::load`], from the policy files and the registry it was validated against; the
 //! server holds it as a snapshot it can swap ([`crate::Server::publish_policies`]).
 
+mod index;
+#[cfg(test)]
+mod index_tests;
 pub mod schema;
 pub mod view;
 
@@ -22,6 +25,7 @@ use cedar_policy::{
 use miette::Diagnostic;
 use serde_json::{Map, Value};
 
+use self::index::{IndexedSet, SliceKey};
 use self::schema::{Vocabulary, resource_type};
 use self::view::{ViewError, ViewLimits, arguments_to_cedar};
 use crate::method::Method;
@@ -134,12 +138,12 @@ const PERMITTED: &str = "permitted";
 
 /// A validated policy set with the vocabulary it was validated against.
 pub struct Policies {
-    set: PolicySet,
+    set: IndexedSet,
     /// The set lists are filtered by: a policy whose condition reads `context.arguments` is,
     /// as a permit, its scope alone (some arguments may satisfy it) and, as a forbid, left out
     /// (some arguments may escape it); the call decides with `set`. So a tool no arguments
     /// could make callable is never listed, and nothing callable is hidden.
-    listing: PolicySet,
+    listing: IndexedSet,
     vocabulary: Vocabulary,
     limits: ViewLimits,
     digest: String,
@@ -247,13 +251,13 @@ impl Policies {
             let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &all);
             palisade_base::hex::hex_prefix(digest.as_ref())
         };
-        let listing = listing_set(&set);
-        Ok(Self { set, listing, vocabulary, limits, digest, types: Types::new() })
+        let listing = IndexedSet::new(listing_set(&set));
+        Ok(Self { set: IndexedSet::new(set), listing, vocabulary, limits, digest, types: Types::new() })
     }
 
     /// How many policies.
     pub fn len(&self) -> usize {
-        self.set.policies().count()
+        self.set.set.policies().count()
     }
 
     /// Whether there are none (then nothing is permitted).
@@ -263,7 +267,7 @@ impl Policies {
 
     /// The text of the policy `id` (for `palisade policy explain`: the operator's view).
     pub fn text(&self, id: &str) -> Option<String> {
-        self.set.policy(&PolicyId::new(id)).map(ToString::to_string)
+        self.set.set.policy(&PolicyId::new(id)).map(ToString::to_string)
     }
 
     /// A short digest of the files, for the audit record and logs.
@@ -310,25 +314,70 @@ impl Policies {
     /// Whether a list shows `request`'s target to its principal: the decision without the call's
     /// arguments, an argument-dependent rule granting (see `listing`).
     pub fn visible(&self, app: &App, request: &PolicyRequest<'_>) -> bool {
+        request.target.is_some_and(|target| self.listing(app, request).visible(target))
+    }
+
+    /// One principal's view of the lists of `request.method` (its target and arguments are not
+    /// read): [`Listing::visible`] for each definition, one decision per class of definitions a
+    /// policy cannot tell apart (see [`index`]).
+    pub fn listing<'a>(&'a self, app: &'a App, request: &PolicyRequest<'_>) -> Listing<'a> {
         let listed = PolicyRequest { arguments: None, ..request.clone() };
-        self.evaluate(&self.listing, app, &listed).allowed
+        let context = self.context(&listed).ok().flatten();
+        Listing {
+            policies: self,
+            app,
+            method: request.method,
+            principal: self.principal(&request.principal),
+            context,
+            classes: HashMap::new(),
+        }
     }
 
     /// The decision of one request on `app`'s definitions. `forbid` wins, no permit is a deny,
     /// and a policy that errors denies (the ids that failed are named).
     pub fn decide(&self, app: &App, request: &PolicyRequest<'_>) -> Verdict {
-        self.evaluate(&self.set, app, request)
-    }
-
-    fn evaluate(&self, set: &PolicySet, app: &App, request: &PolicyRequest<'_>) -> Verdict {
         let deny = |reason| Verdict { allowed: false, policies: Vec::new(), reason };
-        let built = match self.request(app, request) {
-            Ok(built) => built,
+        let (Some(principal), Some(target)) = (self.principal(&request.principal), self.target(app, request)) else {
+            return deny(FAILED);
+        };
+        let context = match self.context(request) {
+            Ok(Some(context)) => context,
+            Ok(None) => return deny(FAILED),
             Err(ViewError::TooLarge) => return deny(TOO_LARGE),
             Err(ViewError::Mismatch) => return deny(MISMATCH),
         };
-        let Some((cedar_request, entities)) = built else { return deny(FAILED) };
-        let response = Authorizer::new().is_authorized(&cedar_request, set, &entities);
+        self.authorize(&self.set, request.method, &principal, &target, context)
+    }
+
+    /// Cedar's decision on the slice of `indexed` that can apply to `target`.
+    fn authorize(
+        &self,
+        indexed: &IndexedSet,
+        method: Method,
+        principal: &(EntityUid, Entity),
+        target: &Target,
+        context: Context,
+    ) -> Verdict {
+        let deny = |reason| Verdict { allowed: false, policies: Vec::new(), reason };
+        let action = Types::uid(&self.types.action, method.as_str());
+        let upstream = target.upstream.as_ref().map(|u| Types::uid(&self.types.upstream, u));
+        let key = SliceKey {
+            method,
+            upstream: target.upstream.clone(),
+            named: indexed.names(&target.id).then(|| target.id.clone()),
+        };
+        let slice = indexed.slice(&key, &action, &target.uid, upstream.as_ref());
+        let attrs = target.attrs.iter().map(|(name, value)| ((*name).to_owned(), value.cedar())).collect();
+        let Ok(resource) = Entity::new(target.uid.clone(), attrs, upstream.into_iter().collect()) else {
+            return deny(FAILED);
+        };
+        let Ok(entities) = Entities::from_entities([principal.1.clone(), resource], None) else {
+            return deny(FAILED);
+        };
+        let Ok(request) = Request::new(principal.0.clone(), action, target.uid.clone(), context, None) else {
+            return deny(FAILED);
+        };
+        let response = Authorizer::new().is_authorized(&request, &slice, &entities);
         let errors: Vec<String> = response
             .diagnostics()
             .errors()
@@ -346,90 +395,89 @@ impl Policies {
         }
     }
 
-    /// The Cedar request and entities, `Ok(None)` when they cannot be built (refused).
-    fn request(&self, app: &App, request: &PolicyRequest<'_>) -> Result<Option<(Request, Entities)>, ViewError> {
-        let Some(resource_kind) = resource_type(request.method) else { return Ok(None) };
-        let principal = &request.principal;
-        let principal_uid = Types::uid(&self.types.user, &format!("{}#{}", principal.issuer, principal.subject));
+    /// The principal's entity (`Palisade::User`, in its groups), `None` when it cannot be built.
+    fn principal(&self, principal: &PrincipalView) -> Option<(EntityUid, Entity)> {
+        let uid = Types::uid(&self.types.user, &format!("{}#{}", principal.issuer, principal.subject));
         let groups: HashSet<EntityUid> = principal.groups.iter().map(|g| Types::uid(&self.types.group, g)).collect();
-        let strings = |items: &[String]| {
-            RestrictedExpression::new_set(items.iter().cloned().map(RestrictedExpression::new_string))
-        };
-        let text = |value: &str| RestrictedExpression::new_string(value.to_owned());
-        let user_attrs = HashMap::from([
+        let text = |value: &str| Attr::Text(value.to_owned()).cedar();
+        let texts = |items: &[String]| Attr::Texts(items.to_vec()).cedar();
+        let attrs = HashMap::from([
             ("issuer".to_owned(), text(&principal.issuer)),
             ("subject".to_owned(), text(&principal.subject)),
             ("tenant".to_owned(), text(&principal.tenant)),
             ("client".to_owned(), text(&principal.client)),
-            ("scopes".to_owned(), strings(&principal.scopes)),
-            ("groups".to_owned(), strings(&principal.groups)),
-            ("delegated".to_owned(), RestrictedExpression::new_bool(!principal.agents.is_empty())),
+            ("scopes".to_owned(), texts(&principal.scopes)),
+            ("groups".to_owned(), texts(&principal.groups)),
+            ("delegated".to_owned(), Attr::Flag(!principal.agents.is_empty()).cedar()),
             ("agent".to_owned(), text(&principal.agent)),
-            ("agents".to_owned(), strings(&principal.agents)),
+            ("agents".to_owned(), texts(&principal.agents)),
         ]);
-        let mut entities = Vec::new();
-        let Ok(user) = Entity::new(principal_uid.clone(), user_attrs, groups) else { return Ok(None) };
-        entities.push(user);
-        let resource_ty = &self.types.resources[resource_kind];
-        let (resource_uid, attrs, upstream) = match (resource_kind, request.target) {
+        let entity = Entity::new(uid.clone(), attrs, groups).ok()?;
+        Some((uid, entity))
+    }
+
+    /// The request's resource as a policy sees it, `None` when the method is not decided or the
+    /// registry has no such target.
+    fn target(&self, app: &App, request: &PolicyRequest<'_>) -> Option<Target> {
+        let kind = resource_type(request.method)?;
+        let ty = &self.types.resources[kind];
+        let text = |value: &str| Attr::Text(value.to_owned());
+        let texts = |items: &[String]| Attr::Texts(items.to_vec());
+        let (id, attrs, upstream) = match (kind, request.target) {
             ("Tool", Some(name)) => {
-                let Some(tool) = app.tool(name) else { return Ok(None) };
+                let tool = app.tool(name)?;
                 let hints = tool.definition.get("annotations");
                 let flag = |key: &str, default: bool| {
                     hints.and_then(|h| h.get(key)).and_then(Value::as_bool).unwrap_or(default)
                 };
-                let hint = |key: &str, default: bool| RestrictedExpression::new_bool(flag(key, default));
                 // The MCP defaults; `destructiveHint` means something only when the tool is
                 // not read-only (a read-only tool is never destructive).
                 let read_only = flag("readOnlyHint", false);
                 let upstream = tool.origin.as_ref().map(|o| o.upstream.clone());
-                let attrs = HashMap::from([
-                    ("name".to_owned(), text(&tool.name)),
-                    ("pin".to_owned(), text(tool.origin.as_ref().map_or("", |o| o.pin.as_str()))),
-                    ("upstream".to_owned(), text(upstream.as_deref().unwrap_or_default())),
-                    ("readOnly".to_owned(), hint("readOnlyHint", false)),
-                    (
-                        "destructive".to_owned(),
-                        RestrictedExpression::new_bool(!read_only && flag("destructiveHint", true)),
-                    ),
-                    ("idempotent".to_owned(), hint("idempotentHint", false)),
-                    ("openWorld".to_owned(), hint("openWorldHint", true)),
-                    ("confirmation".to_owned(), RestrictedExpression::new_bool(tool.needs_confirmation)),
-                    ("scopes".to_owned(), strings(&tool.required_scopes)),
-                ]);
-                (Types::uid(resource_ty, name), attrs, upstream)
+                let attrs = vec![
+                    ("name", text(&tool.name)),
+                    ("pin", text(tool.origin.as_ref().map_or("", |o| o.pin.as_str()))),
+                    ("upstream", text(upstream.as_deref().unwrap_or_default())),
+                    ("readOnly", Attr::Flag(read_only)),
+                    ("destructive", Attr::Flag(!read_only && flag("destructiveHint", true))),
+                    ("idempotent", Attr::Flag(flag("idempotentHint", false))),
+                    ("openWorld", Attr::Flag(flag("openWorldHint", true))),
+                    ("confirmation", Attr::Flag(tool.needs_confirmation)),
+                    ("scopes", texts(&tool.required_scopes)),
+                ];
+                (name, attrs, upstream)
             }
             ("Prompt", Some(name)) => {
-                let Some(prompt) = app.prompt(name) else { return Ok(None) };
+                let prompt = app.prompt(name)?;
                 let upstream = prompt.origin.as_ref().map(|o| o.upstream.clone());
-                let attrs = HashMap::from([
-                    ("name".to_owned(), text(&prompt.name)),
-                    ("pin".to_owned(), text(prompt.origin.as_ref().map_or("", |o| o.pin.as_str()))),
-                    ("upstream".to_owned(), text(upstream.as_deref().unwrap_or_default())),
-                    ("scopes".to_owned(), strings(&prompt.required_scopes)),
-                ]);
-                (Types::uid(resource_ty, name), attrs, upstream)
+                let attrs = vec![
+                    ("name", text(&prompt.name)),
+                    ("pin", text(prompt.origin.as_ref().map_or("", |o| o.pin.as_str()))),
+                    ("upstream", text(upstream.as_deref().unwrap_or_default())),
+                    ("scopes", texts(&prompt.required_scopes)),
+                ];
+                (name, attrs, upstream)
             }
             ("Resource", Some(target)) => {
                 let origin = app.registered_resource_origin(target).and_then(|(_, o)| o);
                 let upstream = origin.as_ref().map(|o| o.upstream.clone());
-                let attrs = HashMap::from([
-                    ("uri".to_owned(), text(target)),
-                    ("pin".to_owned(), text(origin.as_ref().map_or("", |o| o.pin.as_str()))),
-                    ("upstream".to_owned(), text(upstream.as_deref().unwrap_or_default())),
-                    ("scopes".to_owned(), strings(app.resource_scopes(target))),
-                ]);
-                (Types::uid(resource_ty, target), attrs, upstream)
+                let attrs = vec![
+                    ("uri", text(target)),
+                    ("pin", text(origin.as_ref().map_or("", |o| o.pin.as_str()))),
+                    ("upstream", text(upstream.as_deref().unwrap_or_default())),
+                    ("scopes", texts(app.resource_scopes(target))),
+                ];
+                (target, attrs, upstream)
             }
-            ("Server", _) => {
-                let attrs = HashMap::from([("name".to_owned(), text(&app.name))]);
-                (Types::uid(resource_ty, &app.name), attrs, None)
-            }
-            _ => return Ok(None),
+            ("Server", _) => (app.name.as_str(), vec![("name", text(&app.name))], None),
+            _ => return None,
         };
-        let parents: HashSet<EntityUid> = upstream.iter().map(|u| Types::uid(&self.types.upstream, u)).collect();
-        let Ok(resource) = Entity::new(resource_uid.clone(), attrs, parents) else { return Ok(None) };
-        entities.push(resource);
+        Some(Target { uid: Types::uid(ty, id), id: id.to_owned(), attrs, upstream })
+    }
+
+    /// The request's context, `Ok(None)` when it cannot be built (refused).
+    fn context(&self, request: &PolicyRequest<'_>) -> Result<Option<Context>, ViewError> {
+        let text = |value: &str| RestrictedExpression::new_string(value.to_owned());
         let secs = request.now_ms / 1000;
         let days = secs / 86_400;
         let long = |value: u64| RestrictedExpression::new_long(i64::try_from(value).unwrap_or(i64::MAX));
@@ -460,13 +508,84 @@ impl Policies {
             }
             _ => {}
         }
-        let Ok(context) = Context::from_pairs(context) else { return Ok(None) };
-        let action = Types::uid(&self.types.action, request.method.as_str());
-        let Ok(cedar_request) = Request::new(principal_uid, action, resource_uid, context, None) else {
-            return Ok(None);
+        Ok(Context::from_pairs(context).ok())
+    }
+}
+
+/// An attribute of a resource entity, as plain data (a listing's class compares them).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Attr {
+    Text(String),
+    Flag(bool),
+    Texts(Vec<String>),
+}
+
+impl Attr {
+    fn cedar(&self) -> RestrictedExpression {
+        match self {
+            Self::Text(value) => RestrictedExpression::new_string(value.clone()),
+            Self::Flag(value) => RestrictedExpression::new_bool(*value),
+            Self::Texts(items) => {
+                RestrictedExpression::new_set(items.iter().cloned().map(RestrictedExpression::new_string))
+            }
+        }
+    }
+}
+
+/// A request's resource: its uid, id, attributes and upstream.
+struct Target {
+    uid: EntityUid,
+    id: String,
+    attrs: Vec<(&'static str, Attr)>,
+    upstream: Option<String>,
+}
+
+/// A listing's class: the upstream, the id when a policy names it, the attributes.
+type Class = (Option<String>, Option<String>, Vec<(&'static str, Attr)>);
+
+/// One principal's view of one list (see [`Policies::listing`]).
+pub struct Listing<'a> {
+    policies: &'a Policies,
+    app: &'a App,
+    method: Method,
+    principal: Option<(EntityUid, Entity)>,
+    context: Option<Context>,
+    /// Decisions made, by class: the upstream, the id when a policy names it, and the
+    /// attributes (without the identifying ones when no policy reads them).
+    classes: HashMap<Class, bool>,
+}
+
+impl Listing<'_> {
+    /// Whether the list shows `target` (a tool, prompt, resource or template by its registered
+    /// name) to the principal.
+    pub fn visible(&mut self, target: &str) -> bool {
+        let policies = self.policies;
+        let (Some(principal), Some(context)) = (&self.principal, &self.context) else { return false };
+        let request = PolicyRequest {
+            principal: PrincipalView::default(),
+            method: self.method,
+            target: Some(target),
+            arguments: None,
+            era: "",
+            source: None,
+            now_ms: 0,
         };
-        let Ok(entities) = Entities::from_entities(entities, None) else { return Ok(None) };
-        Ok(Some((cedar_request, entities)))
+        let Some(resource) = policies.target(self.app, &request) else { return false };
+        let indexed = &policies.listing;
+        let named = indexed.names(&resource.id).then(|| resource.id.clone());
+        let attrs: Vec<(&'static str, Attr)> = resource
+            .attrs
+            .iter()
+            .filter(|(name, _)| indexed.reads_identity() || !matches!(*name, "name" | "uri" | "pin"))
+            .cloned()
+            .collect();
+        let class = (resource.upstream.clone(), named, attrs);
+        if let Some(&visible) = self.classes.get(&class) {
+            return visible;
+        }
+        let visible = policies.authorize(indexed, self.method, principal, &resource, context.clone()).allowed;
+        self.classes.insert(class, visible);
+        visible
     }
 }
 

@@ -1,7 +1,7 @@
 //! The application: [`App`], the definitions [`AppBuilder`] collects and freezes, completions,
 //! and what the application advertises.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -68,6 +68,18 @@ pub struct App {
     pub(crate) handle_types: Vec<HandleType>,
     pub(crate) list_ttl_ms: u64,
     pub(crate) list_freshness: Option<Arc<ListFreshness>>,
+    /// Positions in `tools`, `prompts` and `resources` by name or URI, made by
+    /// [`AppBuilder::build`] (a gateway's registry holds a thousand tools: a lookup per call and
+    /// per listed definition must not scan them).
+    names: Names,
+}
+
+/// See [`App`]'s `names`.
+#[derive(Default)]
+struct Names {
+    tools: HashMap<String, usize>,
+    prompts: HashMap<String, usize>,
+    resources: HashMap<String, usize>,
 }
 
 /// A bound on the freshness of what an application lists, moved while it serves: the gateway
@@ -135,6 +147,7 @@ impl App {
                 handle_types: Vec::new(),
                 list_ttl_ms: 60_000,
                 list_freshness: None,
+                names: Names::default(),
             },
         }
     }
@@ -156,18 +169,21 @@ impl App {
     }
 
     pub(crate) fn tool(&self, name: &str) -> Option<&ToolDef> {
-        self.tools.iter().find(|t| t.name == name)
+        self.names.tools.get(name).map(|&at| &self.tools[at])
     }
 
     pub(crate) fn prompt(&self, name: &str) -> Option<&PromptDef> {
-        self.prompts.iter().find(|p| p.name == name)
+        self.names.prompts.get(name).map(|&at| &self.prompts[at])
+    }
+
+    /// The static resource registered at `uri`.
+    pub(crate) fn static_resource(&self, uri: &str) -> Option<&ResourceDef> {
+        self.names.resources.get(uri).map(|&at| &self.resources[at])
     }
 
     /// Scopes needed to read a registered resource or template (by URI or template string).
     pub(crate) fn resource_scopes(&self, target: &str) -> &[String] {
-        self.resources
-            .iter()
-            .find(|r| r.uri == target)
+        self.static_resource(target)
             .map(|r| r.required_scopes.as_slice())
             .or_else(|| self.templates.iter().find(|t| t.template == target).map(|t| t.required_scopes.as_slice()))
             .unwrap_or(&[])
@@ -180,14 +196,14 @@ impl App {
 
     /// [`Self::registered_resource`] with the definition's origin, when it is relayed.
     pub(crate) fn registered_resource_origin(&self, uri: &str) -> Option<(&str, Option<Arc<Origin>>)> {
-        self.resources.iter().find(|r| r.uri == uri).map(|r| (r.uri.as_str(), r.origin.clone())).or_else(|| {
+        self.static_resource(uri).map(|r| (r.uri.as_str(), r.origin.clone())).or_else(|| {
             self.templates.iter().find(|t| t.match_uri(uri).is_some()).map(|t| (t.template.as_str(), t.origin.clone()))
         })
     }
 
     /// Whether `uri` names a static resource or matches a template.
     pub fn knows_resource(&self, uri: &str) -> bool {
-        self.resources.iter().any(|r| r.uri == uri) || self.templates.iter().any(|t| t.match_uri(uri).is_some())
+        self.static_resource(uri).is_some() || self.templates.iter().any(|t| t.match_uri(uri).is_some())
     }
 
     /// Whether the application offers what `method` needs (a method without anything to act on
@@ -383,6 +399,12 @@ impl<S: Send + Sync + 'static> AppBuilder<S> {
             check_tool(tool)?;
             check_handle_arguments(tool, &self.app.handle_types)?;
         }
+        let at = |(n, name): (usize, &String)| (name.clone(), n);
+        self.app.names = Names {
+            tools: self.app.tools.iter().map(|t| &t.name).enumerate().map(at).collect(),
+            prompts: self.app.prompts.iter().map(|p| &p.name).enumerate().map(at).collect(),
+            resources: self.app.resources.iter().map(|r| &r.uri).enumerate().map(at).collect(),
+        };
         Ok(self.app)
     }
 }

@@ -131,11 +131,10 @@ impl Viewer<'_> {
         name: impl Fn(&T) -> &String,
     ) -> Vec<&'i T> {
         let Some(policies) = policies else { return items.iter().collect() };
-        let request = self.request(method);
-        items
-            .iter()
-            .filter(|item| policies.visible(app, &PolicyRequest { target: Some(name(item)), ..request.clone() }))
-            .collect()
+        // One listing: the principal's entity and the context built once, one decision per
+        // class of definitions no policy can tell apart.
+        let mut listing = policies.listing(app, &self.request(method));
+        items.iter().filter(|item| listing.visible(name(item))).collect()
     }
 
     /// Whether this caller may use `target` (a tool, prompt, resource or template) by `method`,

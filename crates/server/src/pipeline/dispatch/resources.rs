@@ -23,7 +23,7 @@ impl Dispatch {
     ) -> Result<Value, ProtocolError> {
         let uri = string_param(params, "uri")?.to_owned();
         self.prepare_round(&mut ctx, Method::ResourcesRead, params)?;
-        let (reader, vars, ttl_ms) = if let Some(resource) = app.resources.iter().find(|r| r.uri == uri) {
+        let (reader, vars, ttl_ms) = if let Some(resource) = app.static_resource(&uri) {
             (resource.reader.clone(), BTreeMap::new(), resource.ttl_ms)
         } else {
             let (template, vars) = app
