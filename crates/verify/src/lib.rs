@@ -77,7 +77,7 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "FILE")]
     pub refusals: Option<PathBuf>,
     /// Runs only the named modules (repeatable; default every module): `transport`, `auth`,
-    /// `sessions`, `handles`, `tasks`, `listen`, `state`, `definitions`, `killswitch`, `pinning`.
+    /// `access`, `sessions`, `handles`, `tasks`, `listen`, `state`, `definitions`, `killswitch`, `pinning`.
     #[arg(long = "module", value_name = "NAME")]
     pub modules: Vec<String>,
     /// Per-request timeout in seconds (1–120).

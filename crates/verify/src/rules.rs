@@ -79,6 +79,13 @@ const MODULE_HELP: &[(&str, &str)] = &[
          token with 401 and a Bearer challenge whose `resource_metadata` is this resource's own document.",
     ),
     (
+        "access",
+        "Decide a call with the same rule that filters what the caller is listed: refuse a tool hidden from \
+         a caller like an unknown one (or by authorization) before its input is validated or it runs, whatever \
+         another caller is listed; and list only what the caller may call, except where a rule reads the \
+         arguments (then the tool is listed and the call decides).",
+    ),
+    (
         "sessions",
         "Bind each 2025-era session id to the caller that opened it (subject, tenant and client of its \
          token) and check the token of every request presenting it; answer unknown or deleted ids with 404, \

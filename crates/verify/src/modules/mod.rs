@@ -13,6 +13,7 @@ use crate::check::{Check, Outcome};
 use crate::identity::{Identity, Other, OtherCaller};
 use crate::target::{Auth, Exchange, Probe, Target};
 
+pub mod access;
 pub mod auth;
 pub mod definitions;
 pub mod handles;
@@ -199,10 +200,10 @@ pub fn protocol_gap(discover: &Exchange) -> Option<String> {
     ))
 }
 
-/// Whether a check needs the 2026-07-28 wire (every check but the 2025-era `sessions.*` and
-/// `definitions.*`, which reads either era).
+/// Whether a check needs the 2026-07-28 wire (every check but the 2025-era `sessions.*`, and
+/// `definitions.*` and `access.*`, which speak either era).
 pub fn needs_current_protocol(check: &Check) -> bool {
-    !check.id.starts_with("sessions.") && !check.id.starts_with("definitions.")
+    !["sessions.", "definitions.", "access."].iter().any(|prefix| check.id.starts_with(prefix))
 }
 
 /// Below this many bits (an upper estimate, [`estimated_bits`]) an id can be enumerated or
@@ -279,6 +280,7 @@ pub fn all() -> Vec<Module> {
     vec![
         transport::module(),
         auth::module(),
+        access::module(),
         sessions::module(),
         handles::module(),
         tasks::module(),

@@ -112,19 +112,25 @@ pub(crate) async fn opened_without_token(ctx: &Context) -> Option<String> {
 /// Opens a session as the first identity: `initialize`, then `notifications/initialized`.
 /// `Err` says why the target cannot be tested on the session wire.
 pub(crate) async fn open_session(ctx: &Context) -> Result<Session, String> {
+    open_session_as(ctx, 0).await
+}
+
+/// Opens a session as identity `index` (its owner), like [`open_session`].
+pub(crate) async fn open_session_as(ctx: &Context, index: usize) -> Result<Session, String> {
     let params = json!({
         "protocolVersion": LEGACY_VERSION,
         "capabilities": {},
         "clientInfo": { "name": "palisade-verify", "version": env!("CARGO_PKG_VERSION") }
     });
-    let initialize = ctx.target.send(legacy("initialize", params, ctx.auth(), None, LEGACY_VERSION)).await;
+    let auth = ctx.auth_of(index);
+    let initialize = ctx.target.send(legacy("initialize", params, auth.clone(), None, LEGACY_VERSION)).await;
     if !initialize.accepted() {
         return Err(format!("{UNSPOKEN}: initialize refused ({})", initialize.summary()));
     }
     let Some(id) = initialize.header("mcp-session-id").map(str::to_owned) else {
         return Err("initialize was served without an Mcp-Session-Id: the target issues no sessions".into());
     };
-    let owner = ctx.identities.first().map_or("owner", |identity| identity.name.as_str());
+    let owner = ctx.identities.get(index).map_or("owner", |identity| identity.name.as_str());
     let mut opened = vec![initialize];
     redact_id(ctx, &id, &format!("session-{owner}"), &mut opened);
     let version = opened[0]
@@ -135,14 +141,19 @@ pub(crate) async fn open_session(ctx: &Context) -> Result<Session, String> {
         .unwrap_or(LEGACY_VERSION)
         .to_owned();
     let body = json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }).to_string().into_bytes();
-    let initialized = legacy("notifications/initialized", json!({}), ctx.auth(), Some(&id), &version).body(body);
+    let initialized = legacy("notifications/initialized", json!({}), auth, Some(&id), &version).body(body);
     opened.push(ctx.target.send(initialized).await);
     Ok(Session { id, version, opened })
 }
 
 /// Ends the session as its owner (the protocol's cleanup; the answer does not matter).
 pub(crate) async fn close(ctx: &Context, session: &Session) {
-    ctx.target.send(delete(ctx.auth(), &session.id, &session.version)).await;
+    close_as(ctx, 0, session).await;
+}
+
+/// Ends identity `index`'s session as that identity, like [`close`].
+pub(crate) async fn close_as(ctx: &Context, index: usize, session: &Session) {
+    ctx.target.send(delete(ctx.auth_of(index), &session.id, &session.version)).await;
 }
 
 /// `DELETE` of the session `id` with `auth`.
