@@ -145,7 +145,8 @@ impl Context {
     }
 }
 
-/// Whether the target speaks 2026-07-28, which every module but `sessions` needs: `None` when
+/// Whether the target speaks 2026-07-28, which every module needs but `sessions`, `definitions` and
+/// `access` (see [`needs_current_protocol`]): `None` when
 /// it does (or when nothing can be told: no answer, or authentication refused), otherwise the
 /// one line saying why not — `server/discover` (which every 2026-07-28 server implements) is
 /// refused, or its `supportedVersions` (or a -32022 error's `supported`) lack 2026-07-28.
