@@ -489,7 +489,7 @@ impl Policies {
             ("weekday".to_owned(), long((days + 4) % 7)),
         ];
         if let Some(source) = request.source {
-            context.push(("source".to_owned(), RestrictedExpression::new_ip(source.to_string())));
+            context.push(("source".to_owned(), source_expression(source)));
         }
         let empty = Map::new();
         let arguments = request.arguments.unwrap_or(&empty);
@@ -510,6 +510,25 @@ impl Policies {
         }
         Ok(Context::from_pairs(context).ok())
     }
+}
+
+/// `ip("…")` of `source`. Cedar's `RestrictedExpression::new_ip` parses the extension's name
+/// with its policy parser on every call (a few microseconds, measured on the request path), so
+/// each thread keeps the expression of the last address it built one for: a connection's calls
+/// come from one address.
+fn source_expression(source: std::net::IpAddr) -> RestrictedExpression {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(std::net::IpAddr, RestrictedExpression)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((address, expression)) if *address == source => expression.clone(),
+        _ => {
+            let expression = RestrictedExpression::new_ip(source.to_string());
+            *last = Some((source, expression.clone()));
+            expression
+        }
+    })
 }
 
 /// An attribute of a resource entity, as plain data (a listing's class compares them).
