@@ -111,7 +111,7 @@ fn the_index_and_the_listing_classes_decide_as_the_whole_set_does() {
             for name in &names {
                 for arguments in [None, with_path.as_object(), traversal.as_object()] {
                     let request = PolicyRequest { target: Some(name), arguments, ..base.clone() };
-                    let target = policies.target(&app, &request).expect("a registered tool");
+                    let target = policies.target(&app, request.method, request.target).expect("a registered tool");
                     let context = policies.context(&request).expect("in bounds").expect("builds");
                     let reference = policies.authorize(&whole, request.method, &entity, &target, context);
                     let verdict = policies.decide(&app, &request);
@@ -123,7 +123,7 @@ fn the_index_and_the_listing_classes_decide_as_the_whole_set_does() {
                     }
                 }
                 let request = PolicyRequest { target: Some(name), ..base.clone() };
-                let target = policies.target(&app, &request).expect("a registered tool");
+                let target = policies.target(&app, request.method, request.target).expect("a registered tool");
                 let context = policies.context(&request).expect("in bounds").expect("builds");
                 let reference = policies.authorize(&whole_listing, request.method, &entity, &target, context).allowed;
                 assert_eq!(listing.visible(name), reference, "listing {subset:?} {name} {view:?}");

@@ -337,7 +337,9 @@ impl Policies {
     /// and a policy that errors denies (the ids that failed are named).
     pub fn decide(&self, app: &App, request: &PolicyRequest<'_>) -> Verdict {
         let deny = |reason| Verdict { allowed: false, policies: Vec::new(), reason };
-        let (Some(principal), Some(target)) = (self.principal(&request.principal), self.target(app, request)) else {
+        let (Some(principal), Some(target)) =
+            (self.principal(&request.principal), self.target(app, request.method, request.target))
+        else {
             return deny(FAILED);
         };
         let context = match self.context(request) {
@@ -416,14 +418,14 @@ impl Policies {
         Some((uid, entity))
     }
 
-    /// The request's resource as a policy sees it, `None` when the method is not decided or the
-    /// registry has no such target.
-    fn target(&self, app: &App, request: &PolicyRequest<'_>) -> Option<Target> {
-        let kind = resource_type(request.method)?;
+    /// The resource `method` acts on as a policy sees it, `None` when the method is not decided
+    /// or the registry has no such target.
+    fn target(&self, app: &App, method: Method, target: Option<&str>) -> Option<Target> {
+        let kind = resource_type(method)?;
         let ty = &self.types.resources[kind];
         let text = |value: &str| Attr::Text(value.to_owned());
         let texts = |items: &[String]| Attr::Texts(items.to_vec());
-        let (id, attrs, upstream) = match (kind, request.target) {
+        let (id, attrs, upstream) = match (kind, target) {
             ("Tool", Some(name)) => {
                 let tool = app.tool(name)?;
                 let hints = tool.definition.get("annotations");
@@ -580,16 +582,7 @@ impl Listing<'_> {
     pub fn visible(&mut self, target: &str) -> bool {
         let policies = self.policies;
         let (Some(principal), Some(context)) = (&self.principal, &self.context) else { return false };
-        let request = PolicyRequest {
-            principal: PrincipalView::default(),
-            method: self.method,
-            target: Some(target),
-            arguments: None,
-            era: "",
-            source: None,
-            now_ms: 0,
-        };
-        let Some(resource) = policies.target(self.app, &request) else { return false };
+        let Some(resource) = policies.target(self.app, self.method, Some(target)) else { return false };
         let indexed = &policies.listing;
         let named = indexed.names(&resource.id).then(|| resource.id.clone());
         let attrs: Vec<(&'static str, Attr)> = resource
