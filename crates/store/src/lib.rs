@@ -16,7 +16,9 @@
 //! and verification finds edits, deletions and reorderings — and, against the signed
 //! checkpoints, truncation and chains that disappeared.
 //!
-//! **API Boundary:** nothing outside this crate sees SQL or sqlx; errors are [`StoreError`] with
+//! **API Boundary:** nothing outside this crate sees the store's SQL or sqlx (an application with
+//! tables of its own in a SQLite store's file reads them inline through [`InlineSqlite`], with its
+//! own SQL); errors are [`StoreError`] with
 //! fixed texts (never SQL, never a connection string). Any error from an append means nothing of
 //! that batch was written: the request path fails closed.
 //!
@@ -78,6 +80,9 @@ pub use delegations::{
     MAX_DELEGATION_LIST, MAX_DELEGATION_TOOL_BUDGETS, MintRefusal, NewDelegation,
 };
 pub use error::{ErrorSource, StoreError};
+pub use sqlite_sync::InlineSqlite;
+/// The SQLite driver [`InlineSqlite`] hands its connections out of.
+pub use rusqlite;
 pub use handles::{
     HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_FIELD_BYTES, MAX_HANDLE_LIST, MAX_HANDLE_SCOPES,
     NewHandle, Revocation, RevokeSelector, hex_prefix,

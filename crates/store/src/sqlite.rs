@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 use crate::audit_sql::OwnChain;
-use crate::sqlite_sync::SyncSqlite;
+use crate::sqlite_sync::InlineSqlite;
 use crate::{HandleOwner, LiveHandle, StoreError};
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -30,7 +30,7 @@ pub struct SqliteStore {
     reader: SqlitePool,
     /// Audit appends and handle lookups without sqlx's worker thread; `None` for an in-memory
     /// database (see [`crate::sqlite_sync`]).
-    sync: Option<Arc<SyncSqlite>>,
+    sync: Option<Arc<InlineSqlite>>,
     /// The chain of [`AuditStore::append_batch`].
     own: OwnChain,
 }
@@ -88,7 +88,7 @@ impl SqliteStore {
                 .connect_lazy_with(options.clone())
         };
         let sync =
-            if in_memory { None } else { Some(Arc::new(SyncSqlite::open(options.get_filename(), BUSY_TIMEOUT)?)) };
+            if in_memory { None } else { Some(Arc::new(InlineSqlite::open(options.get_filename(), BUSY_TIMEOUT)?)) };
         let store = SqliteStore { writer, reader, sync, own: OwnChain::default() };
         store.ping_inner().await?;
         Ok(store)
@@ -139,7 +139,7 @@ impl SqliteStore {
 }
 
 impl crate::handles::HandleLookup for SqliteStore {
-    /// A file database answers inline through [`SyncSqlite`] (a primary-key probe: microseconds);
+    /// A file database answers inline through [`InlineSqlite`] (a primary-key probe: microseconds);
     /// an in-memory one through sqlx.
     async fn lookup_handle_routed(
         &self,

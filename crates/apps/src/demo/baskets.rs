@@ -4,7 +4,11 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr as _;
+use std::sync::Arc;
 use std::time::Duration;
+
+use palisade_store::InlineSqlite;
+use palisade_store::rusqlite::{OptionalExtension as _, params};
 
 use sqlx::SqlitePool;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -41,6 +45,9 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS demo_baskets (
 const CREATE_INDEX: &str = "CREATE INDEX IF NOT EXISTS demo_baskets_owner ON demo_baskets (tenant, owner, client)";
 const SELECT_BASKET: &str =
     "SELECT owner, client, generation, items FROM demo_baskets WHERE tenant = $1 AND basket_id = $2";
+/// [`SELECT_BASKET`] in SQLite's own parameter syntax, for the inline read.
+const SELECT_BASKET_INLINE: &str =
+    "SELECT owner, client, generation, items FROM demo_baskets WHERE tenant = ?1 AND basket_id = ?2";
 const INSERT_BASKET: &str = "INSERT INTO demo_baskets (tenant, basket_id, owner, client, generation, items, created_ms)
     VALUES ($1, $2, $3, $4, $5, $6, $7)";
 const UPDATE_ITEMS: &str = "UPDATE demo_baskets SET items = $3 WHERE tenant = $1 AND basket_id = $2";
@@ -88,9 +95,16 @@ macro_rules! add_in_transaction {
 /// Where the demo keeps its baskets: the table `demo_baskets` (created if missing) in SQLite or
 /// PostgreSQL, keyed by (tenant, basket id), so a basket id never crosses tenants. Clones share
 /// the pool.
+///
+/// In a SQLite file, the read of one basket (every use of a basket handle resolves it) is a
+/// primary-key probe run inline on the calling task ([`InlineSqlite`]), as the store's own handle
+/// lookup is: sqlx's SQLite driver crosses to a worker thread and back for every statement, which
+/// cost more CPU than the rest of the call (BENCHMARKS.md). Writes and the export's scan stay on
+/// the async pool.
 #[derive(Clone)]
 pub struct BasketStore {
     db: BasketDb,
+    inline: Option<Arc<InlineSqlite>>,
 }
 
 impl std::fmt::Debug for BasketStore {
@@ -132,14 +146,18 @@ impl BasketStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(POOL_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await?;
-        Self::from_sqlite(pool).await
+        let mut store = Self::from_sqlite(pool).await?;
+        let inline = InlineSqlite::open(options.get_filename(), SQLITE_BUSY_TIMEOUT)
+            .map_err(inline_error)?;
+        store.inline = Some(Arc::new(inline));
+        Ok(store)
     }
 
     /// Uses `pool` (a SQLite database), creating the table if missing.
     pub async fn from_sqlite(pool: SqlitePool) -> Result<Self, sqlx::Error> {
-        let store = Self { db: BasketDb::Sqlite(pool) };
+        let store = Self { db: BasketDb::Sqlite(pool), inline: None };
         store.create_schema().await?;
         Ok(store)
     }
@@ -147,7 +165,7 @@ impl BasketStore {
     /// Uses `pool` (a PostgreSQL database, its `search_path` choosing the schema), creating the
     /// table if missing.
     pub async fn from_postgres(pool: PgPool) -> Result<Self, sqlx::Error> {
-        let store = Self { db: BasketDb::Postgres(pool) };
+        let store = Self { db: BasketDb::Postgres(pool), inline: None };
         store.create_schema().await?;
         Ok(store)
     }
@@ -170,7 +188,7 @@ impl BasketStore {
                 })
             })
             .connect_lazy_with(options);
-        Self { db: BasketDb::Sqlite(pool) }
+        Self { db: BasketDb::Sqlite(pool), inline: None }
     }
 
     async fn create_schema(&self) -> Result<(), sqlx::Error> {
@@ -195,7 +213,19 @@ impl BasketStore {
 
     /// The basket `basket_id` of `tenant`, if there is one.
     pub(super) async fn get(&self, tenant: &str, basket_id: &str) -> Result<Option<Basket>, sqlx::Error> {
-        let row: Option<(String, String, i64, String)> = on_pool!(&self.db, pool => sqlx::query_as(SELECT_BASKET).bind(tenant).bind(basket_id).fetch_optional(pool).await)?;
+        let row: Option<(String, String, i64, String)> = match &self.inline {
+            Some(inline) => inline
+                .read("basket read", |connection| {
+                    connection
+                        .prepare_cached(SELECT_BASKET_INLINE)?
+                        .query_row(params![tenant, basket_id], |row| {
+                            Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                        })
+                        .optional()
+                })
+                .map_err(inline_error)?,
+            None => on_pool!(&self.db, pool => sqlx::query_as(SELECT_BASKET).bind(tenant).bind(basket_id).fetch_optional(pool).await)?,
+        };
         row.map(|(owner, client, generation, items)| {
             Ok(Basket { owner, client, generation, items: parse_items(&items)? })
         })
@@ -276,6 +306,11 @@ impl BasketStore {
             .await)?;
         rows.iter().map(|items| parse_items(items)).collect()
     }
+}
+
+/// An inline read's failure in the type of the pool's (the store's fixed text, never SQL).
+fn inline_error(error: palisade_store::StoreError) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::other(error.to_string()))
 }
 
 fn is_in_memory(url: &str) -> bool {

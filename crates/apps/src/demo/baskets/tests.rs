@@ -10,7 +10,29 @@ fn empty(owner: &str) -> Basket {
 
 #[tokio::test]
 async fn a_basket_id_never_crosses_tenants() {
-    let store = BasketStore::memory();
+    tenancy(BasketStore::memory()).await;
+}
+
+/// The same on a file database, where one basket is read inline on its own connections: every
+/// write through the pool is seen by the next inline read.
+#[tokio::test]
+async fn a_basket_id_never_crosses_tenants_in_a_file_read_inline() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = BasketStore::open(&format!("sqlite:{}", dir.path().join("shop.db").display())).await.unwrap();
+    assert!(store.inline.is_some(), "a file database reads one basket inline");
+    tenancy(store.clone()).await;
+    store.insert("acme", "b2", &empty("carol")).await.unwrap();
+    store.add_item("acme", "b2", "TEA-002", 3).await.unwrap();
+    let basket = store.get("acme", "b2").await.unwrap().unwrap();
+    assert_eq!((basket.owner.as_str(), basket.client.as_str(), basket.generation), ("carol", "it", 1));
+    assert_eq!(basket.items, BTreeMap::from([("TEA-002".to_owned(), 3)]));
+    // A closed reader set fails closed, naming no SQL.
+    store.inline.as_ref().unwrap().close();
+    let Err(error) = store.get("acme", "b2").await else { panic!("a closed reader set still answered") };
+    assert!(!error.to_string().contains("SELECT"), "{error}");
+}
+
+async fn tenancy(store: BasketStore) {
     store.insert("acme", "b1", &empty("alice")).await.unwrap();
     assert!(store.get("globex", "b1").await.unwrap().is_none(), "another tenant does not see it");
     assert!(store.add_item("globex", "b1", "TEA-001", 2).await.unwrap().is_none());
