@@ -1,10 +1,12 @@
 //! Shared pieces of the benchmark binaries: the loopback-only rule the HTTP ones enforce, the
-//! `tools/call` requests the load generator sends, latency percentiles, and a throw-away
-//! PostgreSQL schema for the in-process store benchmarks.
+//! `tools/call` requests the load generator sends, latency percentiles, CPU time from `/proc` (of a
+//! process or a whole process group), and a throw-away PostgreSQL schema for the in-process store
+//! benchmarks.
 //!
 //! The benchmark drives servers (some unauthenticated) as hard as it can, so neither binary ever
 //! talks to, or listens on, anything but a loopback address.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use serde_json::{Value, json};
@@ -91,9 +93,51 @@ pub fn cpu_seconds(pid: &str) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
+/// utime + stime, in clock ticks, of every process in process group `pgid` now, by pid (the
+/// fields after the command name of each `/proc/<pid>/stat`: pgrp is the third, utime and stime
+/// the twelfth and thirteenth). `None` where there is no Linux `/proc`.
+pub fn group_cpu_ticks(pgid: u32) -> Option<BTreeMap<u32, u64>> {
+    let mut ticks = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|name| name.parse::<u32>().ok()) else { continue };
+        // A process may exit between the listing and the read: it is simply not counted.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(2).and_then(|group| group.parse::<u32>().ok()) != Some(pgid) {
+            continue;
+        }
+        let used = fields.get(11).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0)
+            + fields.get(12).and_then(|t| t.parse::<u64>().ok()).unwrap_or(0);
+        ticks.insert(pid, used);
+    }
+    Some(ticks)
+}
+
+/// CPU seconds a process group used between two [`group_cpu_ticks`] snapshots: a process in
+/// `after` but not in `before` counts from zero; one that exited in between is lost (its last
+/// interval uncounted).
+pub fn group_cpu_seconds_between(before: &BTreeMap<u32, u64>, after: &BTreeMap<u32, u64>) -> f64 {
+    let ticks: u64 = after.iter().map(|(pid, &now)| now.saturating_sub(before.get(pid).copied().unwrap_or(0))).sum();
+    ticks as f64 / 100.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_group_is_counted_over_its_members() {
+        // This test's own process group holds at least this process.
+        let stat = std::fs::read_to_string("/proc/self/stat").expect("Linux /proc");
+        let fields: Vec<&str> = stat.rsplit_once(')').expect("a stat line").1.split_whitespace().collect();
+        let pgid: u32 = fields[2].parse().expect("a pgrp");
+        let group = group_cpu_ticks(pgid).expect("Linux /proc");
+        assert!(group.contains_key(&std::process::id()));
+        let before = BTreeMap::from([(1, 10), (2, 5)]);
+        let after = BTreeMap::from([(1, 15), (3, 7)]);
+        assert!((group_cpu_seconds_between(&before, &after) - 0.12).abs() < 1e-9);
+    }
 
     #[test]
     fn only_loopback_passes() {

@@ -33,9 +33,10 @@ struct Args {
     /// Measured duration after the warm-up.
     #[arg(long, default_value_t = 10)]
     duration_secs: u64,
-    /// Warm-up duration: requests are sent and checked but not recorded.
-    #[arg(long, default_value_t = 2)]
-    warmup_secs: u64,
+    /// Warm-up duration in seconds (fractions allowed, e.g. 0.2): requests are sent and checked
+    /// but not recorded.
+    #[arg(long, default_value_t = 2.0)]
+    warmup_secs: f64,
     /// Extra request header `Name: value` (repeatable; replaces a default of the same name).
     #[arg(long = "header", value_name = "K:V", value_parser = parse_header)]
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -57,8 +58,30 @@ struct Args {
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Also report this process's CPU use over the measured window (Linux /proc).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "server_group")]
     server_pid: Option<u32>,
+    /// Report the CPU use of every process in this process group instead (a server with worker
+    /// processes started in a group of its own, e.g. with `setsid`).
+    #[arg(long, value_name = "PGID")]
+    server_group: Option<u32>,
+}
+
+/// Whose CPU time counts as the server's.
+#[derive(Clone, Copy)]
+enum Server {
+    None,
+    Process(u32),
+    Group(u32),
+}
+
+impl Server {
+    fn of(args: &Args) -> Self {
+        match (args.server_pid, args.server_group) {
+            (Some(pid), _) => Self::Process(pid),
+            (None, Some(pgid)) => Self::Group(pgid),
+            (None, None) => Self::None,
+        }
+    }
 }
 
 fn parse_header(raw: &str) -> Result<(HeaderName, HeaderValue), String> {
@@ -101,6 +124,10 @@ impl Tally {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     anyhow::ensure!(args.connections > 0 && args.duration_secs > 0, "connections and duration must be positive");
+    anyhow::ensure!(
+        args.warmup_secs.is_finite() && (0.0..=3600.0).contains(&args.warmup_secs),
+        "the warm-up is 0 to 3600 seconds"
+    );
     let runtime = if args.threads <= 1 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()?
     } else {
@@ -119,9 +146,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     drop(probe);
 
     let started = Instant::now();
-    let measure_start = started + Duration::from_secs(args.warmup_secs);
+    let measure_start = started + Duration::from_secs_f64(args.warmup_secs);
     let end = measure_start + Duration::from_secs(args.duration_secs);
-    let cpu = tokio::spawn(cpu_over(measure_start, end, args.server_pid));
+    let cpu = tokio::spawn(cpu_over(measure_start, end, Server::of(&args)));
     let workers: Vec<_> =
         (0..args.connections).map(|_| tokio::spawn(connection(target.clone(), measure_start, end))).collect();
     let mut tally = Tally::default();
@@ -264,15 +291,35 @@ async fn connection(target: Arc<Target>, measure_start: Instant, end: Instant) -
     tally
 }
 
-/// CPU seconds (user + system) used by this process and by `server_pid` between `from` and `to`.
-async fn cpu_over(from: Instant, to: Instant, server_pid: Option<u32>) -> (Option<f64>, Option<f64>) {
-    let sample = || (cpu_seconds("self"), server_pid.and_then(|pid| cpu_seconds(&pid.to_string())));
+/// CPU seconds (user + system) used by this process and by the server between `from` and `to`.
+async fn cpu_over(from: Instant, to: Instant, server: Server) -> (Option<f64>, Option<f64>) {
     tokio::time::sleep_until(from.into()).await;
-    let before = sample();
+    let before = (cpu_seconds("self"), server_sample(server));
     tokio::time::sleep_until(to.into()).await;
-    let after = sample();
-    let delta = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
-    (delta(before.0, after.0), delta(before.1, after.1))
+    let after = (cpu_seconds("self"), server_sample(server));
+    let loadgen = after.0.zip(before.0).map(|(now, then)| now - then);
+    let server = match (before.1, after.1) {
+        (Some(ServerSample::Seconds(a)), Some(ServerSample::Seconds(b))) => Some(b - a),
+        (Some(ServerSample::Group(a)), Some(ServerSample::Group(b))) => {
+            Some(palisade_bench::group_cpu_seconds_between(&a, &b))
+        }
+        _ => None,
+    };
+    (loadgen, server)
+}
+
+/// One reading of the server's CPU time.
+enum ServerSample {
+    Seconds(f64),
+    Group(std::collections::BTreeMap<u32, u64>),
+}
+
+fn server_sample(server: Server) -> Option<ServerSample> {
+    match server {
+        Server::None => None,
+        Server::Process(pid) => cpu_seconds(&pid.to_string()).map(ServerSample::Seconds),
+        Server::Group(pgid) => palisade_bench::group_cpu_ticks(pgid).map(ServerSample::Group),
+    }
 }
 
 /// Nearest-rank percentile of a sorted, non-empty slice.
@@ -325,6 +372,11 @@ fn report(args: &Args, mut tally: Tally, loadgen_cpu: Option<f64>, server_cpu: O
         "loadgen_cpu_pct": percent(loadgen_cpu),
         "server_cpu_pct": percent(server_cpu),
         "server_cpu_us_per_request": server_us_per_request,
+        "server_cpu_scope": match Server::of(args) {
+            Server::None => Value::Null,
+            Server::Process(_) => json!("process"),
+            Server::Group(_) => json!("process group"),
+        },
         "first_error": tally.first_error,
     });
     #[allow(clippy::print_stdout)]
