@@ -72,6 +72,7 @@ pub async fn start(settings: &Settings, exposed: &[ExposedOperation]) -> anyhow:
             );
             let switch = files.kill_switch(&running.url, keys).await.context("starting the kill switch")?;
             switch.set_stream_recheck(settings.killswitch.stream_recheck);
+            switch.set_replay_window(settings.killswitch.replay_window);
             Ok(Some(KillSwitchRuntime {
                 switch: Arc::new(switch),
                 server_release,
@@ -124,6 +125,7 @@ pub async fn start(settings: &Settings, exposed: &[ExposedOperation]) -> anyhow:
             .await
             .context("starting the kill switch")?;
             switch.set_stream_recheck(settings.killswitch.stream_recheck);
+            switch.set_replay_window(settings.killswitch.replay_window);
             let shared_db = match &external.authority_db {
                 Some(path) => {
                     Some(AuthorityDb::open(path_text(path)?).await.context("opening the authority database")?)

@@ -15,7 +15,10 @@ use tokio::sync::broadcast;
 use crate::batcher::{Batcher, DriverContext, outcome_refusal};
 use crate::client::{AuthorityClient, CommitToken, HeadEnvelope, VerifiedHead};
 use crate::error::KillSwitchError;
-use crate::generation::{GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject};
+use crate::generation::{
+    DEFAULT_REPLAY_WINDOW_MS, GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject,
+    RememberedGenerations,
+};
 use crate::head::{Phase, RedeemRequest, TargetState};
 use crate::policy::{Coverage, Policy};
 use crate::target::{TargetDigest, TargetKey, TargetKind, TargetValues};
@@ -278,7 +281,8 @@ struct Inner {
     batcher: Option<Batcher>,
     /// How often open streams re-check their targets, in milliseconds.
     stream_recheck_ms: AtomicU64,
-    store: Arc<dyn GenerationStore>,
+    /// The shared generation store behind what this instance remembers accepting.
+    store: Arc<RememberedGenerations>,
     target_key: TargetKey,
     clock: Arc<dyn Clock>,
     disables: broadcast::Sender<DisableEvent>,
@@ -326,6 +330,7 @@ impl KillSwitch {
         }
         let (disables, _) = broadcast::channel(256);
         let policy = Arc::new(policy);
+        let store = Arc::new(RememberedGenerations::new(store, clock.clone(), DEFAULT_REPLAY_WINDOW_MS));
         let batcher = (authority.envelope() == HeadEnvelope::Batched).then(|| {
             Batcher::start(DriverContext {
                 policy: policy.clone(),
@@ -375,6 +380,13 @@ impl KillSwitch {
     pub fn set_stream_recheck(&self, interval: Duration) {
         let millis = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX).max(1);
         self.inner.stream_recheck_ms.store(millis, Ordering::Relaxed);
+    }
+
+    /// How long a head this instance accepted is answered from memory, without the generation
+    /// store, when it comes again (`[killswitch] replay_window_ms`; default 1 s; zero: never).
+    /// See [`RememberedGenerations`].
+    pub fn set_replay_window(&self, window: Duration) {
+        self.inner.store.set_window_ms(u64::try_from(window.as_millis()).unwrap_or(u64::MAX));
     }
 
     /// The clock the kill switch reads (streams schedule their re-checks on it).

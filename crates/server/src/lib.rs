@@ -66,6 +66,9 @@ pub use handles::{
     SubjectKey,
 };
 pub use method::{Method, OperationKey, Origin};
+/// Inline reads of an application's own tables in a SQLite store's file (a primary-key probe on
+/// the calling task, as the server's own handle lookup does), with the driver they run on.
+pub use palisade_store::{InlineSqlite, StoreError, rusqlite};
 pub use palisade_wire::{LogLevel, ProtocolError, RequestId};
 pub use registry::{
     App, AppBuilder, Completion, CompletionRef, Effect, IntoToolResult, Json, ListFreshness, PromptArgument, PromptDef,

@@ -80,9 +80,6 @@ pub use delegations::{
     MAX_DELEGATION_LIST, MAX_DELEGATION_TOOL_BUDGETS, MintRefusal, NewDelegation,
 };
 pub use error::{ErrorSource, StoreError};
-pub use sqlite_sync::InlineSqlite;
-/// The SQLite driver [`InlineSqlite`] hands its connections out of.
-pub use rusqlite;
 pub use handles::{
     HandleOwner, HandleStore, HandleSummary, LiveHandle, MAX_HANDLE_FIELD_BYTES, MAX_HANDLE_LIST, MAX_HANDLE_SCOPES,
     NewHandle, Revocation, RevokeSelector, hex_prefix,
@@ -95,11 +92,14 @@ pub use pins::{
 };
 pub use postgres::{MAX_LOOKUP_CONNECTIONS, PostgresOptions, PostgresStore};
 pub use record::{AuditRecord, Decision, GENESIS_HASH, MAX_FIELD_BYTES, MAX_SCOPES, StoredAuditRecord, chain_hash};
+/// The SQLite driver [`InlineSqlite`] hands its connections out of.
+pub use rusqlite;
 pub use sessions::{
     LiveSession, MAX_SESSION_FIELD_BYTES, MAX_SESSION_JSON_BYTES, MAX_SESSION_SUBSCRIPTIONS,
     MAX_SUBSCRIPTION_URI_BYTES, NewSession, SessionOwner, SessionStore,
 };
 pub use sqlite::SqliteStore;
+pub use sqlite_sync::InlineSqlite;
 pub use store::{AuditStore, MAX_RECENT, StoreFuture, StoredCheckpoint};
 pub use tasks::{MAX_TASK_HISTORY, TaskRow, TaskStatus, TaskStore};
 pub use writer::{AuditWriter, AuditWriterConfig, Shipping};

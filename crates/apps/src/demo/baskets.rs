@@ -7,8 +7,8 @@ use std::str::FromStr as _;
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_store::InlineSqlite;
-use palisade_store::rusqlite::{OptionalExtension as _, params};
+use palisade_server::InlineSqlite;
+use palisade_server::rusqlite::{OptionalExtension as _, params};
 
 use sqlx::SqlitePool;
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -149,8 +149,7 @@ impl BasketStore {
             .connect_with(options.clone())
             .await?;
         let mut store = Self::from_sqlite(pool).await?;
-        let inline = InlineSqlite::open(options.get_filename(), SQLITE_BUSY_TIMEOUT)
-            .map_err(inline_error)?;
+        let inline = InlineSqlite::open(options.get_filename(), SQLITE_BUSY_TIMEOUT).map_err(inline_error)?;
         store.inline = Some(Arc::new(inline));
         Ok(store)
     }
@@ -224,7 +223,9 @@ impl BasketStore {
                         .optional()
                 })
                 .map_err(inline_error)?,
-            None => on_pool!(&self.db, pool => sqlx::query_as(SELECT_BASKET).bind(tenant).bind(basket_id).fetch_optional(pool).await)?,
+            None => {
+                on_pool!(&self.db, pool => sqlx::query_as(SELECT_BASKET).bind(tenant).bind(basket_id).fetch_optional(pool).await)?
+            }
         };
         row.map(|(owner, client, generation, items)| {
             Ok(Basket { owner, client, generation, items: parse_items(&items)? })
@@ -309,7 +310,7 @@ impl BasketStore {
 }
 
 /// An inline read's failure in the type of the pool's (the store's fixed text, never SQL).
-fn inline_error(error: palisade_store::StoreError) -> sqlx::Error {
+fn inline_error(error: palisade_server::StoreError) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::other(error.to_string()))
 }
 

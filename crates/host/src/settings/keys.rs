@@ -183,6 +183,8 @@ pub const KILLSWITCH_TARGET_KEY_FILE: &str = "killswitch.target_key_file";
 pub const KILLSWITCH_AUTHORITY_DB: &str = "killswitch.authority_db";
 /// `killswitch.stream_recheck_secs`
 pub const KILLSWITCH_STREAM_RECHECK_SECS: &str = "killswitch.stream_recheck_secs";
+/// `killswitch.replay_window_ms`
+pub const KILLSWITCH_REPLAY_WINDOW_MS: &str = "killswitch.replay_window_ms";
 /// `killswitch.authority_envelope`
 pub const KILLSWITCH_AUTHORITY_ENVELOPE: &str = "killswitch.authority_envelope";
 /// `telemetry.otlp_endpoint`

@@ -45,6 +45,10 @@ pub struct RawKillSwitch {
     /// How often open listen streams and GET streams re-check their targets, in seconds
     /// (1–3600, default 5); a refusal (DISABLE or any doubt) ends the stream.
     pub stream_recheck_secs: Option<u64>,
+    /// How long a head this instance accepted is answered from memory when it comes again,
+    /// without the generation store, in milliseconds (0–60000, default 1000; 0: every answer
+    /// goes to the store). Another instance's higher generation is seen at most this late.
+    pub replay_window_ms: Option<u64>,
     /// `batch` (default: many callers' queries under one signature) or `single` (the v2
     /// envelope, one signed head per target, for authorities without the batch endpoint).
     pub authority_envelope: Option<String>,
@@ -98,6 +102,8 @@ pub struct KillSwitchSettings {
     pub server_release: String,
     /// `killswitch.stream_recheck_secs`.
     pub stream_recheck: Duration,
+    /// `killswitch.replay_window_ms`.
+    pub replay_window: Duration,
     /// `killswitch.authority_envelope = "single"`.
     pub single_envelope: bool,
 }
@@ -150,10 +156,20 @@ pub fn validate(raw: RawKillSwitch, app: AppChoice, data_dir: &Path) -> Result<K
     if !(1..=3600).contains(&recheck) {
         return Err(bad(keys::KILLSWITCH_STREAM_RECHECK_SECS, "must be between 1 and 3600"));
     }
+    let replay_window_ms = raw.replay_window_ms.unwrap_or(palisade_killswitch::generation::DEFAULT_REPLAY_WINDOW_MS);
+    if replay_window_ms > 60_000 {
+        return Err(bad(keys::KILLSWITCH_REPLAY_WINDOW_MS, "must be between 0 and 60000"));
+    }
     let single_envelope = match raw.authority_envelope.as_deref().unwrap_or("batch") {
         "batch" => false,
         "single" => true,
         _ => return Err(bad(keys::KILLSWITCH_AUTHORITY_ENVELOPE, "must be batch or single")),
     };
-    Ok(KillSwitchSettings { mode, server_release, stream_recheck: Duration::from_secs(recheck), single_envelope })
+    Ok(KillSwitchSettings {
+        mode,
+        server_release,
+        stream_recheck: Duration::from_secs(recheck),
+        replay_window: Duration::from_millis(replay_window_ms),
+        single_envelope,
+    })
 }

@@ -389,6 +389,8 @@ options! {
         .protected();
     KILLSWITCH_STREAM_RECHECK_SECS = opt(keys::KILLSWITCH_STREAM_RECHECK_SECS, Kind::Integer, "How often open listen and GET streams re-check their targets, in seconds (1–3600); a refusal ends the stream.")
         .env("PALISADE_KILLSWITCH_STREAM_RECHECK_SECS", set!(u64 killswitch.stream_recheck_secs)).default("5");
+    KILLSWITCH_REPLAY_WINDOW_MS = opt(keys::KILLSWITCH_REPLAY_WINDOW_MS, Kind::Integer, "How long a head this instance accepted is answered from memory when it comes again, without the generation store, in milliseconds (0–60000; 0: every answer goes to the store). Another instance's higher generation is seen at most this late (SECURITY.md).")
+        .env("PALISADE_KILLSWITCH_REPLAY_WINDOW_MS", set!(u64 killswitch.replay_window_ms)).default("1000");
     KILLSWITCH_AUTHORITY_ENVELOPE = opt(keys::KILLSWITCH_AUTHORITY_ENVELOPE, Kind::Text, "`batch` (many callers' queries under one signed Merkle root) or `single` (the v2 envelope, one signed head per target, for authorities without the batch endpoint).")
         .default("batch");
     TELEMETRY_OTLP_ENDPOINT = opt(keys::TELEMETRY_OTLP_ENDPOINT, Kind::Text, "OTLP/HTTP (protobuf) collector base URL, http or https, e.g. `http://127.0.0.1:4318`; `/v1/traces` is appended unless the path ends with it. Unset: no trace export.")

@@ -253,6 +253,7 @@ fn bad_values_name_their_key() {
         ),
         ("[killswitch]\nserver_release = \"\"", "killswitch.server_release"),
         ("[killswitch]\nstream_recheck_secs = 0", "killswitch.stream_recheck_secs"),
+        ("[killswitch]\nreplay_window_ms = 60001", "killswitch.replay_window_ms"),
         ("[killswitch]\nauthority_envelope = \"both\"", "killswitch.authority_envelope"),
         ("[legacy]\nversions = []", "legacy.versions"),
         ("[legacy]\nversions = [\"2024-11-05\"]", "legacy.versions"),

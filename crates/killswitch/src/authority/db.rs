@@ -142,19 +142,60 @@ fn to_i64(value: u64) -> Result<i64, AuthorityServiceError> {
 }
 
 /// The state as last loaded, and the version it was loaded at.
-#[derive(Default)]
 struct Memory {
     /// `state_version` of the loaded map; `None` before the first load.
     version: std::sync::RwLock<(Option<i64>, HashMap<TargetDigest, TargetStatus>)>,
     /// One reload at a time.
     reloading: tokio::sync::Mutex<()>,
+    /// A file database's change probe (`None`: in memory).
+    probe: Option<std::sync::Mutex<rusqlite::Connection>>,
+    /// The probe's `data_version` at the start of the last check that found the memory current
+    /// (`i64::MIN`: none yet).
+    current_at: std::sync::atomic::AtomicI64,
+}
+
+impl Memory {
+    fn new(probe: Option<rusqlite::Connection>) -> Self {
+        Self {
+            version: std::sync::RwLock::default(),
+            reloading: tokio::sync::Mutex::default(),
+            probe: probe.map(std::sync::Mutex::new),
+            current_at: std::sync::atomic::AtomicI64::new(i64::MIN),
+        }
+    }
+
+    /// SQLite's `PRAGMA data_version` on the probe connection: it changes whenever any other
+    /// connection (this process's pool, or another process) commits to the file, and the probe
+    /// itself never writes. Runs inline: one pragma on a kept connection, no statement to plan,
+    /// no table read, no worker thread. `None` without a probe.
+    fn data_version(&self) -> Result<Option<i64>, AuthorityServiceError> {
+        let Some(probe) = &self.probe else { return Ok(None) };
+        let connection = probe.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        connection
+            .query_row("PRAGMA data_version", [], |row| row.get(0))
+            .map(Some)
+            .map_err(|_| AuthorityServiceError::Corrupt { what: "data version probe" })
+    }
+}
+
+/// A connection on `path` for [`Memory::data_version`] (it only ever runs that pragma; opened
+/// read-write, like the pool's, so a WAL file's shared-memory index is always usable).
+fn open_probe(path: &std::path::Path) -> Result<rusqlite::Connection, AuthorityServiceError> {
+    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let connection = rusqlite::Connection::open_with_flags(path, flags)
+        .map_err(|_| AuthorityServiceError::Corrupt { what: "data version probe" })?;
+    connection
+        .busy_timeout(Duration::from_secs(5))
+        .map_err(|_| AuthorityServiceError::Corrupt { what: "data version probe" })?;
+    Ok(connection)
 }
 
 /// The authority's database, with the current state of every target kept in memory: reads
-/// (the heads it answers) come from memory after one single-row version check per request or
-/// batch; changes are written to the database (bumping the version in the same transaction)
-/// and picked up by every `AuthorityDb` on the file — in this process or another — at its next
-/// check.
+/// (the heads it answers) come from memory after a change check per request or batch — on a
+/// file, SQLite's `data_version` on a kept connection (a pragma, inline), and only when that
+/// moved the single-row read of the state version; changes are written to the database (bumping
+/// the version in the same transaction) and picked up by every `AuthorityDb` on the file — in
+/// this process or another — at its next check.
 #[derive(Clone)]
 pub struct AuthorityDb {
     pool: SqlitePool,
@@ -199,7 +240,15 @@ impl AuthorityDb {
         for statement in SCHEMA {
             sqlx::query(statement).execute(&pool).await.map_err(storage("schema"))?;
         }
-        Ok(Self { pool, random: std::sync::Arc::new(SystemRandom::new()), memory: Default::default() })
+        let filename = pool.connect_options().get_filename().to_owned();
+        let text = filename.to_string_lossy();
+        let in_memory = text.is_empty() || text.contains(":memory:") || text.contains("mode=memory");
+        let probe = if in_memory { None } else { Some(open_probe(&filename)?) };
+        Ok(Self {
+            pool,
+            random: std::sync::Arc::new(SystemRandom::new()),
+            memory: std::sync::Arc::new(Memory::new(probe)),
+        })
     }
 
     /// The pool (for a backend sharing the database).
@@ -300,9 +349,30 @@ impl AuthorityDb {
         read_target(&mut connection, target).await
     }
 
-    /// Brings the in-memory state up to date: one single-row read of the version; only when it
-    /// moved, the whole state again (one read transaction).
+    /// Brings the in-memory state up to date. On a file: nothing more when SQLite's
+    /// `data_version` has not moved since the memory was last found current (no connection
+    /// committed anything since). Otherwise one single-row read of the state version, and only
+    /// when that moved, the whole state again (one read transaction).
     async fn refresh(&self) -> Result<(), AuthorityServiceError> {
+        use std::sync::atomic::Ordering;
+        // Read before the check below, so a change committed after it moves it again.
+        let data_version = self.memory.data_version()?;
+        if let Some(version) = data_version
+            && self.memory.current_at.load(Ordering::SeqCst) == version
+            && self.loaded_version().is_some()
+        {
+            return Ok(());
+        }
+        self.reload_if_moved().await?;
+        if let Some(version) = data_version {
+            // The memory is current as of `version` (or later): never record an older one.
+            self.memory.current_at.fetch_max(version, Ordering::SeqCst);
+        }
+        Ok(())
+    }
+
+    /// One single-row read of the version; only when it moved, the whole state again.
+    async fn reload_if_moved(&self) -> Result<(), AuthorityServiceError> {
         let current: i64 =
             sqlx::query_scalar(SELECT_VERSION).fetch_one(&self.pool).await.map_err(storage("version"))?;
         if self.loaded_version() == Some(current) {

@@ -11,18 +11,22 @@
 //! CONFLICT nothing of the batch is written. Backends: [`SqliteGenerationStore`] (one
 //! `BEGIN IMMEDIATE` transaction) and [`RedisGenerationStore`] (one Lua script run with EVALSHA,
 //! keys of one authority sharing one `{authority}` hash slot). Any backend error is an error: the
-//! caller fails closed.
+//! caller fails closed. The kill switch puts [`RememberedGenerations`] in front of the shared
+//! store: a batch that only repeats what this instance accepted within the replay window does not
+//! reach it.
 
 use std::future::Future;
 use std::pin::Pin;
 
 mod redis_store;
+mod remembered;
 mod sqlite;
 
 #[doc(hidden)]
 pub mod conformance;
 
 pub use redis_store::{RedisGenerationStore, RedisOptions};
+pub use remembered::{DEFAULT_REPLAY_WINDOW_MS, RememberedGenerations};
 pub use sqlite::SqliteGenerationStore;
 
 use crate::policy::{MAX_SAFE_INTEGER, is_authority_id};

@@ -74,6 +74,32 @@ async fn signed_disable_refuses_and_is_broadcast_then_a_newer_enable_is_accepted
     assert_eq!(statuses[0].reason_code, "incident-42-resolved");
 }
 
+/// The authority answers from memory and notices changes by SQLite's `data_version`: a DISABLE
+/// or ENABLE committed by another connection on the file (another `AuthorityDb`, as
+/// `palisade authority disable` in another process) is in the very next answer, however many
+/// answers came from memory before it — and, the generation being higher, the kill switch's
+/// replay window never hides it.
+#[tokio::test]
+async fn a_change_committed_by_another_process_is_in_the_next_answer() {
+    let world = World::new().await;
+    let other_process =
+        palisade_killswitch::authority::AuthorityDb::open(world.authority.db_path.to_str().unwrap()).await.unwrap();
+    let targets = TargetValues::new().with(TargetKind::Tool, "product_get");
+    let tool = world.target_key().digest(TargetKind::Tool, "product_get");
+    for _ in 0..3 {
+        assert_eq!(world.kill_switch.pre_dispatch(PRODUCT_GET, &targets).await.unwrap().generations(), &[1]);
+    }
+    other_process.disable(&tool, "incident-7", now_ms()).await.unwrap();
+    let refused = world.kill_switch.pre_dispatch(PRODUCT_GET, &targets).await.unwrap_err();
+    assert!(matches!(refused, KillSwitchError::Disabled { generation: 2, .. }), "{refused:?}");
+    other_process.enable(&tool, "incident-7-resolved", now_ms()).await.unwrap();
+    assert_eq!(world.kill_switch.pre_dispatch(PRODUCT_GET, &targets).await.unwrap().generations(), &[3]);
+    // And the authority's own writes (its pool, not the probe) likewise.
+    world.authority.db.disable(&tool, "incident-8", now_ms()).await.unwrap();
+    let refused = world.kill_switch.pre_dispatch(PRODUCT_GET, &targets).await.unwrap_err();
+    assert!(matches!(refused, KillSwitchError::Disabled { generation: 4, .. }), "{refused:?}");
+}
+
 #[tokio::test]
 async fn disable_between_the_phases_refuses_the_side_effect() {
     let world = World::new().await;
@@ -118,6 +144,9 @@ async fn lower_and_conflicting_generations_are_refused() {
     let world = World::new().await;
     let tool = world.target_key().digest(TargetKind::Tool, "product_get");
     let targets = TargetValues::new().with(TargetKind::Tool, "product_get");
+    // Every answer to the store: within the replay window this instance would answer its own
+    // generation 1 from memory (the bounded split view, tested in generation::remembered).
+    world.kill_switch.set_replay_window(std::time::Duration::ZERO);
     world.kill_switch.pre_dispatch(PRODUCT_GET, &targets).await.unwrap();
     // Another instance accepted generation 5 for this target (the authority later lost state and
     // went back to generation 1): the head is now a rollback.
