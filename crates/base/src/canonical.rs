@@ -4,6 +4,8 @@
 //! an IEEE 754 double, strings use the minimal escapes, no white space. An external verifier with
 //! any RFC 8785 implementation recomputes the same bytes.
 
+use std::io::Write as _;
+
 use serde_json::Value;
 
 /// The largest integer an IEEE 754 double holds exactly (2^53 − 1). RFC 8785 prints every number
@@ -23,6 +25,145 @@ pub fn canonical_bytes(value: &Value) -> Vec<u8> {
 /// [`canonical_bytes`] as a string (the canonical form is UTF-8).
 pub fn canonical_string(value: &Value) -> String {
     String::from_utf8(canonical_bytes(value)).unwrap_or_default()
+}
+
+/// Writes one JSON object's canonical form straight from a type's fields, without a `Value` tree
+/// or the generic writer's buffering and sorting: for the records hashed or signed on a hot path
+/// (an audit record, a kill-switch head). **The caller gives the members sorted** by RFC 8785's
+/// order (for ASCII names, byte order) and writes each once; every type written this way keeps a
+/// test comparing its bytes with [`canonical_bytes`] of its `serde_json` value.
+pub struct CanonicalObject<'a> {
+    out: &'a mut Vec<u8>,
+    first: bool,
+}
+
+impl<'a> CanonicalObject<'a> {
+    /// Opens an object at the end of `out`.
+    pub fn new(out: &'a mut Vec<u8>) -> Self {
+        out.push(b'{');
+        CanonicalObject { out, first: true }
+    }
+
+    fn key(&mut self, key: &str) {
+        if !self.first {
+            self.out.push(b',');
+        }
+        self.first = false;
+        write_string(self.out, key);
+        self.out.push(b':');
+    }
+
+    /// An unsigned integer member (above [`MAX_SAFE_INTEGER`], printed as RFC 8785 prints the
+    /// double it becomes).
+    pub fn unsigned(&mut self, key: &str, value: u64) {
+        self.key(key);
+        write_unsigned(self.out, value);
+    }
+
+    /// An unsigned integer member spelled exactly, whatever its size: the same as
+    /// [`unsigned`](Self::unsigned) up to [`MAX_SAFE_INTEGER`], beyond it not RFC 8785 (which
+    /// rounds). For a record that refuses such integers anyway and must keep its historic bytes
+    /// (the audit record).
+    pub fn unsigned_exact(&mut self, key: &str, value: u64) {
+        self.key(key);
+        // Writing into a Vec cannot fail.
+        let _ = write!(self.out, "{value}");
+    }
+
+    /// [`unsigned_exact`](Self::unsigned_exact) for a signed integer.
+    pub fn signed_exact(&mut self, key: &str, value: i64) {
+        self.key(key);
+        // Writing into a Vec cannot fail.
+        let _ = write!(self.out, "{value}");
+    }
+
+    /// A string member.
+    pub fn text(&mut self, key: &str, value: &str) {
+        self.key(key);
+        write_string(self.out, value);
+    }
+
+    /// A string member, left out when `None` (as `skip_serializing_if = "Option::is_none"`).
+    pub fn optional_text(&mut self, key: &str, value: Option<&str>) {
+        if let Some(value) = value {
+            self.text(key, value);
+        }
+    }
+
+    /// A string member, `null` when `None` (as a plain `Option<String>` field).
+    pub fn text_or_null(&mut self, key: &str, value: Option<&str>) {
+        self.key(key);
+        match value {
+            Some(value) => write_string(self.out, value),
+            None => self.out.extend_from_slice(b"null"),
+        }
+    }
+
+    /// An array-of-strings member.
+    pub fn texts(&mut self, key: &str, values: &[String]) {
+        self.key(key);
+        self.out.push(b'[');
+        for (index, value) in values.iter().enumerate() {
+            if index > 0 {
+                self.out.push(b',');
+            }
+            write_string(self.out, value);
+        }
+        self.out.push(b']');
+    }
+
+    /// An object member, written by `write` into the nested object it is given.
+    pub fn object(&mut self, key: &str, write: impl FnOnce(&mut CanonicalObject<'_>)) {
+        self.key(key);
+        let mut nested = CanonicalObject::new(self.out);
+        write(&mut nested);
+        nested.end();
+    }
+
+    /// An array-of-objects member: each item written by `write` into an object of its own.
+    pub fn objects<T>(&mut self, key: &str, items: &[T], mut write: impl FnMut(&mut CanonicalObject<'_>, &T)) {
+        self.key(key);
+        self.out.push(b'[');
+        for (index, item) in items.iter().enumerate() {
+            if index > 0 {
+                self.out.push(b',');
+            }
+            let mut nested = CanonicalObject::new(self.out);
+            write(&mut nested, item);
+            nested.end();
+        }
+        self.out.push(b']');
+    }
+
+    /// A member whose value is canonical JSON already (a nested document written the same way).
+    pub fn raw(&mut self, key: &str, canonical: &[u8]) {
+        self.key(key);
+        self.out.extend_from_slice(canonical);
+    }
+
+    /// Closes the object.
+    pub fn end(self) {
+        self.out.push(b'}');
+    }
+}
+
+fn write_unsigned(out: &mut Vec<u8>, value: u64) {
+    if value <= MAX_SAFE_INTEGER {
+        // Writing into a Vec cannot fail.
+        let _ = write!(out, "{value}");
+    } else {
+        out.extend(canonical_bytes(&Value::from(value)));
+    }
+}
+
+/// A JSON string exactly as `serde_json` writes one: `\"`, `\\`, `\b \f \n \r \t`, other
+/// control characters as `\u00xx` (lower-case hex), everything else as itself. That is RFC 8785's
+/// escaping (§3.2.2.2) for every Rust string (which holds no lone surrogate).
+fn write_string(out: &mut Vec<u8>, value: &str) {
+    // Writing a string into a Vec cannot fail.
+    if serde_json::to_writer(&mut *out, value).is_err() {
+        out.extend_from_slice(b"\"\"");
+    }
 }
 
 #[cfg(test)]

@@ -37,7 +37,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::b64;
 use crate::envelope::{EnvelopeError, SignedEnvelope};
-use crate::head::{HeadPayload, HeadQuery, canonical};
+use palisade_base::canonical::CanonicalObject;
+
+use crate::head::{Canonical, HeadPayload, HeadQuery};
 use crate::keys::Ed25519SigningKey;
 use crate::target::hex;
 
@@ -109,6 +111,47 @@ pub struct BatchPayload {
     pub tree_size: u64,
 }
 
+impl Canonical for BatchQuery {
+    fn write_members(&self, object: &mut CanonicalObject<'_>) {
+        object.objects("queries", &self.queries, |object, query| query.write_members(object));
+        object.text("schema_version", &self.schema_version);
+    }
+}
+
+impl Canonical for BatchItem {
+    fn write_members(&self, object: &mut CanonicalObject<'_>) {
+        object.objects("heads", &self.heads, |object, head| head.write_members(object));
+        object.unsigned("index", self.index);
+        object.texts("path", &self.path);
+    }
+}
+
+impl Canonical for SignedEnvelope {
+    fn write_members(&self, object: &mut CanonicalObject<'_>) {
+        object.text("payload_b64", &self.payload_b64);
+        object.text("signature_b64", &self.signature_b64);
+    }
+}
+
+impl Canonical for BatchResponse {
+    fn write_members(&self, object: &mut CanonicalObject<'_>) {
+        object.object("batch", |batch| self.batch.write_members(batch));
+        object.objects("items", &self.items, |object, item| item.write_members(object));
+    }
+}
+
+impl Canonical for BatchPayload {
+    fn write_members(&self, object: &mut CanonicalObject<'_>) {
+        object.text("authority", &self.authority);
+        object.text("batch_id", &self.batch_id);
+        object.text("issued_at", &self.issued_at);
+        object.text("key_id", &self.key_id);
+        object.text("root", &self.root);
+        object.text("schema_version", &self.schema_version);
+        object.unsigned("tree_size", self.tree_size);
+    }
+}
+
 fn sha256(parts: &[&[u8]]) -> Hash {
     let mut context = digest::Context::new(&digest::SHA256);
     for part in parts {
@@ -141,7 +184,7 @@ pub fn leaf_hash_bytes(query: &[u8], heads: &[Vec<u8>]) -> Hash {
 /// The leaf hash of a query and its heads.
 pub fn leaf_hash(query: &HeadQuery, heads: &[HeadPayload]) -> Hash {
     let heads: Vec<Vec<u8>> = heads.iter().map(HeadPayload::canonical_bytes).collect();
-    leaf_hash_bytes(&canonical(query), &heads)
+    leaf_hash_bytes(&query.canonical_bytes(), &heads)
 }
 
 /// An interior node: SHA-256(0x01 ‖ left ‖ right).
@@ -243,7 +286,7 @@ pub fn signing_message(payload_bytes: &[u8]) -> Vec<u8> {
 
 /// Signs a batch payload under [`BATCH_SIGNING_CONTEXT`].
 pub fn sign_batch(payload: &BatchPayload, key: &Ed25519SigningKey) -> SignedEnvelope {
-    let bytes = canonical(payload);
+    let bytes = payload.canonical_bytes();
     let signature = key.sign(&signing_message(&bytes));
     SignedEnvelope { payload_b64: b64::encode(&bytes), signature_b64: b64::encode(&signature) }
 }
@@ -258,7 +301,7 @@ pub fn verify_batch(envelope: &SignedEnvelope, key: &VerifyingKey) -> Result<Bat
     key.verify_strict(&signing_message(&bytes), &signature).map_err(|_| EnvelopeError::Signature)?;
     // The signed bytes must be the canonical spelling of the payload (one spelling per batch).
     let payload: BatchPayload = serde_json::from_slice(&bytes).map_err(|_| EnvelopeError::Schema)?;
-    if canonical(&payload) != bytes {
+    if payload.canonical_bytes() != bytes {
         return Err(EnvelopeError::Schema);
     }
     Ok(payload)

@@ -26,7 +26,7 @@ use crate::batch::{
 use crate::client::{AuthorityClient, AuthorityError, VerifiedHead, check_head};
 use crate::error::KillSwitchError;
 use crate::generation::{GenerationRecord, GenerationStore, GenerationStoreError, GenerationSubject, MonotonicOutcome};
-use crate::head::{HeadPayload, HeadQuery, MAX_TARGETS_PER_QUERY, Phase, QUERY_SCHEMA_VERSION, canonical};
+use crate::head::{Canonical as _, HeadPayload, HeadQuery, MAX_TARGETS_PER_QUERY, Phase, QUERY_SCHEMA_VERSION};
 use crate::policy::Policy;
 use crate::target::TargetDigest;
 
@@ -147,7 +147,7 @@ async fn run_batch(context: &Arc<DriverContext>, key_id: &Arc<str>, batch: Vec<P
             phase: pending.phase,
             targets: pending.targets,
         };
-        let query_bytes = canonical(&query);
+        let query_bytes = query.canonical_bytes();
         prepared.push(Prepared { query, query_bytes, reply: pending.reply });
     }
     if prepared.is_empty() {
@@ -157,7 +157,7 @@ async fn run_batch(context: &Arc<DriverContext>, key_id: &Arc<str>, batch: Vec<P
         schema_version: BATCH_QUERY_SCHEMA_VERSION.to_owned(),
         queries: prepared.iter().map(|item| item.query.clone()).collect(),
     };
-    let (status, body) = match context.client.post_batch(canonical(&request), prepared.len()).await {
+    let (status, body) = match context.client.post_batch(request.canonical_bytes(), prepared.len()).await {
         Ok(answer) => answer,
         Err(error) => return fail_batch(prepared, error),
     };

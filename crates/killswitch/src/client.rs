@@ -20,8 +20,8 @@ use zeroize::Zeroizing;
 use crate::batch::BATCH_PATH;
 use crate::envelope::{EnvelopeError, verify_envelope_fields};
 use crate::head::{
-    CURRENT_HEAD_PATH, HEAD_SCHEMA_VERSION, HeadPayload, HeadQuery, HeadResponse, MAX_TARGETS_PER_QUERY, Phase,
-    QUERY_SCHEMA_VERSION, REDEEM_PATH, RedeemRequest, TargetState, canonical,
+    CURRENT_HEAD_PATH, Canonical as _, HEAD_SCHEMA_VERSION, HeadPayload, HeadQuery, HeadResponse,
+    MAX_TARGETS_PER_QUERY, Phase, QUERY_SCHEMA_VERSION, REDEEM_PATH, RedeemRequest, TargetState, canonical,
 };
 use crate::policy::{MAX_SAFE_INTEGER, Policy};
 use crate::target::{TargetDigest, hex};
@@ -411,7 +411,7 @@ impl AuthorityClient {
             phase,
             targets: targets.to_vec(),
         };
-        let (status, body) = self.post(&self.head_endpoint, canonical(&query)).await?;
+        let (status, body) = self.post(&self.head_endpoint, query.canonical_bytes()).await?;
         if status != 200 {
             return Err(AuthorityError::HttpStatus { status });
         }

@@ -218,6 +218,7 @@ impl<'a> AuditTrail<'a> {
         tracing::debug!(trace_id = %self.trace_id, stage = stage.as_str(), decision = "allow", operation = %self.operation, "decision");
         let Some(writer) = &self.recorder.writer else { return Ok(Allowed(())) };
         writer.append(self.record(stage, Decision::Allow, None)).await.map_err(|error| {
+            self.recorder.metrics.observe_audit_append_failure();
             tracing::error!(trace_id = %self.trace_id, %error, "audit log unavailable: refusing the request");
             ProtocolError::Unavailable
         })?;
@@ -243,6 +244,7 @@ impl<'a> AuditTrail<'a> {
         if let Some(writer) = &self.recorder.writer
             && let Err(audit_error) = writer.append(self.record(stage, Decision::Deny, code)).await
         {
+            self.recorder.metrics.observe_audit_append_failure();
             tracing::error!(trace_id = %self.trace_id, %audit_error, "audit log unavailable while refusing");
         }
     }

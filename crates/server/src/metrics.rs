@@ -44,6 +44,7 @@ const KILLSWITCH_CHECK: &str = "palisade_killswitch_check_duration_seconds";
 const KILLSWITCH_AUTHORITY: &str = "palisade_killswitch_authority_duration_seconds";
 const AUDIT_BACKLOG: &str = "palisade_audit_shipping_backlog_bytes";
 const AUDIT_LAG: &str = "palisade_audit_shipping_lag_seconds";
+const AUDIT_APPEND_FAILURES: &str = "palisade_audit_append_failures_total";
 
 /// The stages decisions are counted under. Their refusal counters exist from the start (at 0),
 /// so that a dashboard's rate of refusals has a series before the first one: `rate_limit` and
@@ -364,6 +365,18 @@ impl Metrics {
             .set(backlog_bytes as f64);
         gauge(AUDIT_LAG, "Seconds the oldest audit record not yet in the store has waited (0: none waits).")
             .set(lag.as_secs_f64());
+    }
+
+    /// One audit record that could not be made durable (its request refused, fail closed): the
+    /// store down with the local segment's backlog full, the segment unwritable, or the writer
+    /// shut down.
+    pub fn observe_audit_append_failure(&self) {
+        self.counter(
+            AUDIT_APPEND_FAILURES,
+            "Audit records that could not be made durable; each refused its request (fail closed).",
+            &[],
+        )
+        .increment(1);
     }
 
     /// The text exposition.

@@ -1,12 +1,10 @@
 //! The audit record (what one decision leaves behind), its limits, and the chain hash over it:
 //! `hash = SHA-256(prev_hash || RFC 8785 canonical JSON of the record)`.
 
-use std::io::Write as _;
-
 use aws_lc_rs::digest;
 use serde::{Deserialize, Serialize};
 
-use palisade_base::canonical::MAX_SAFE_INTEGER;
+use palisade_base::canonical::{CanonicalObject, MAX_SAFE_INTEGER};
 
 use crate::StoreError;
 
@@ -137,10 +135,10 @@ impl AuditRecord {
         let mut fields = CanonicalObject::new(&mut out);
         // Keys in order (ASCII: byte order is RFC 8785's UTF-16 order); a `None` option is left
         // out, as `skip_serializing_if` does.
-        fields.number("at_ms", CanonicalNumber::Unsigned(self.at_ms));
+        fields.unsigned_exact("at_ms", self.at_ms);
         fields.optional_text("client_digest", self.client_digest.as_deref());
         if let Some(code) = self.code {
-            fields.number("code", CanonicalNumber::Signed(code));
+            fields.signed_exact("code", code);
         }
         fields.text("decision", self.decision.as_str());
         fields.optional_text("detail", self.detail.as_deref());
@@ -153,79 +151,6 @@ impl AuditRecord {
         fields.text("trace_id", &self.trace_id);
         fields.end();
         out
-    }
-}
-
-/// Writes one JSON object's members in the order given (the caller gives them sorted).
-struct CanonicalObject<'a> {
-    out: &'a mut Vec<u8>,
-    first: bool,
-}
-
-enum CanonicalNumber {
-    Unsigned(u64),
-    Signed(i64),
-}
-
-impl<'a> CanonicalObject<'a> {
-    fn new(out: &'a mut Vec<u8>) -> Self {
-        out.push(b'{');
-        CanonicalObject { out, first: true }
-    }
-
-    fn key(&mut self, key: &str) {
-        if !self.first {
-            self.out.push(b',');
-        }
-        self.first = false;
-        write_json_string(self.out, key);
-        self.out.push(b':');
-    }
-
-    fn number(&mut self, key: &str, number: CanonicalNumber) {
-        self.key(key);
-        // Writing into a Vec cannot fail.
-        let _ = match number {
-            CanonicalNumber::Unsigned(value) => write!(self.out, "{value}"),
-            CanonicalNumber::Signed(value) => write!(self.out, "{value}"),
-        };
-    }
-
-    fn text(&mut self, key: &str, value: &str) {
-        self.key(key);
-        write_json_string(self.out, value);
-    }
-
-    fn optional_text(&mut self, key: &str, value: Option<&str>) {
-        if let Some(value) = value {
-            self.text(key, value);
-        }
-    }
-
-    fn texts(&mut self, key: &str, values: &[String]) {
-        self.key(key);
-        self.out.push(b'[');
-        for (index, value) in values.iter().enumerate() {
-            if index > 0 {
-                self.out.push(b',');
-            }
-            write_json_string(self.out, value);
-        }
-        self.out.push(b']');
-    }
-
-    fn end(self) {
-        self.out.push(b'}');
-    }
-}
-
-/// A JSON string exactly as `serde_json` writes one: `\"`, `\\`, `\b \f \n \r \t`, other
-/// control characters as `\u00xx` (lower-case hex), everything else as itself. That is RFC 8785's
-/// escaping (§3.2.2.2) for every Rust string (which holds no lone surrogate).
-fn write_json_string(out: &mut Vec<u8>, value: &str) {
-    // Writing a string into a Vec cannot fail.
-    if serde_json::to_writer(&mut *out, value).is_err() {
-        out.extend_from_slice(b"\"\"");
     }
 }
 

@@ -32,8 +32,8 @@ use crate::batch::{
 };
 use crate::envelope::sign_envelope;
 use crate::head::{
-    CURRENT_HEAD_PATH, HEAD_SCHEMA_VERSION, HeadPayload, HeadQuery, HeadResponse, MAX_TARGETS_PER_QUERY, Phase,
-    QUERY_SCHEMA_VERSION, REDEEM_PATH, RedeemRequest, canonical,
+    CURRENT_HEAD_PATH, Canonical as _, HEAD_SCHEMA_VERSION, HeadPayload, HeadQuery, HeadResponse,
+    MAX_TARGETS_PER_QUERY, Phase, QUERY_SCHEMA_VERSION, REDEEM_PATH, RedeemRequest, canonical,
 };
 use crate::keys::Ed25519SigningKey;
 use crate::policy::MAX_SAFE_INTEGER;
@@ -344,7 +344,7 @@ async fn current_heads_batch(state: &State, body: &[u8]) -> Response<Full<Bytes>
             path: path.iter().map(hash_hex).collect(),
         })
         .collect();
-    json_response(StatusCode::OK, canonical(&BatchResponse { batch: signed, items }))
+    json_response(StatusCode::OK, BatchResponse { batch: signed, items }.canonical_bytes())
 }
 
 async fn redeem(state: &State, body: &[u8]) -> Response<Full<Bytes>> {

@@ -23,6 +23,7 @@ struct Fixture {
     url: String,
     calls: Arc<AtomicUsize>,
     issuer: DevIssuer,
+    server: Arc<Server>,
     _dir: TempDir,
 }
 
@@ -72,7 +73,7 @@ async fn start(name: &str, store: Arc<dyn AuditStore>) -> Fixture {
     .unwrap();
     let server = Arc::new(server);
     let url = crate::common::serve_on_loopback(&server).await;
-    Fixture { url, calls, issuer, _dir: dir }
+    Fixture { url, calls, issuer, server, _dir: dir }
 }
 
 async fn call(url: &str, token: Option<&str>) -> (u16, Option<String>, Value) {
@@ -151,4 +152,11 @@ async fn an_unavailable_audit_log_stops_the_request() {
     assert_eq!(status, 503, "{body}");
     assert_eq!(body["error"]["message"], "temporarily unavailable");
     assert_eq!(fixture.calls.load(Ordering::SeqCst), 0, "the handler must not run without a durable allow record");
+    // The operator sees it: the allow that could not be made durable is counted.
+    let exposition = fixture.server.metrics().render();
+    let failures = exposition
+        .lines()
+        .find_map(|line| line.strip_prefix("palisade_audit_append_failures_total "))
+        .and_then(|value| value.parse::<f64>().ok());
+    assert!(failures.is_some_and(|count| count >= 1.0), "{exposition}");
 }
