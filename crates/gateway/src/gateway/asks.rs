@@ -149,7 +149,7 @@ pub(super) async fn drive(
     upstream: &Upstream,
     ctx: &RequestContext,
     method: &str,
-    binding: Binding,
+    binding: &(dyn Fn() -> Binding + Sync),
     mut running: Running,
 ) -> Result<Driven, ProtocolError> {
     loop {
@@ -186,7 +186,7 @@ pub(super) async fn drive(
                     upstream.series.count_error("too_many_requests");
                     return Err(ProtocolError::Unavailable);
                 }
-                match upstream.parked.park(binding.clone(), question, running) {
+                match upstream.parked.park(binding(), question, running) {
                     Ok(pending) => {
                         let state = json!({ "upstream": upstream.settings.id, "pending": pending });
                         return Ok(Driven::Asked(InputRequired::new().relay(ASK_INPUT, request).with_state(state)));
@@ -346,7 +346,7 @@ pub(super) fn upstream_capabilities(upstream: &Upstream, declared: &Map<String, 
 pub(super) fn resume(
     upstream: &Upstream,
     ctx: &RequestContext,
-    binding: &Binding,
+    binding: impl FnOnce() -> Binding,
 ) -> Result<Option<Running>, ProtocolError> {
     let Some(state) = ctx.request_state() else { return Ok(None) };
     let Some(pending) = state.get("pending") else { return Ok(None) };
@@ -358,7 +358,7 @@ pub(super) fn resume(
     let Some(Value::Object(answer)) = ctx.input_responses().get(ASK_INPUT) else {
         return Err(ProtocolError::invalid_params(format!("inputResponses has no object answer under {ASK_INPUT:?}")));
     };
-    let parked = upstream.parked.take(pending, binding).ok_or_else(|| {
+    let parked = upstream.parked.take(pending, &binding()).ok_or_else(|| {
         ProtocolError::invalid_params(
             "the upstream's request is no longer waiting on this gateway (answered already, expired, or asked on \
              another gateway instance): call again",

@@ -292,8 +292,10 @@ async fn forward(
 ) -> Result<Relayed, ProtocolError> {
     let id = &upstream.settings.id;
     admit(upstream, ctx).await?;
-    let binding = asks::Binding::of(id, ctx, method, &params);
-    let mut running = match asks::resume(upstream, ctx, &binding)? {
+    // The binding (a digest over the canonical params) only when a parked call is resumed or
+    // one is parked: not on every call.
+    let binding = || asks::Binding::of(id, ctx, method, &params);
+    let mut running = match asks::resume(upstream, ctx, binding)? {
         Some(running) => running,
         None => {
             let responses = ctx.input_responses().clone();
@@ -306,7 +308,7 @@ async fn forward(
     // A round of the upstream's that the gateway answered entirely itself (the granted roots) is
     // sent back at once, a bounded number of times.
     for _ in 0..asks::MAX_ASKS_PER_CALL {
-        let reply = match asks::drive(upstream, ctx, method, binding.clone(), running).await? {
+        let reply = match asks::drive(upstream, ctx, method, &binding, running).await? {
             asks::Driven::Done(reply) => reply,
             asks::Driven::Asked(input) => return Ok(Relayed::InputRequired(input)),
         };
