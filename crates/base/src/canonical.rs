@@ -160,6 +160,14 @@ fn write_unsigned(out: &mut Vec<u8>, value: u64) {
 /// control characters as `\u00xx` (lower-case hex), everything else as itself. That is RFC 8785's
 /// escaping (§3.2.2.2) for every Rust string (which holds no lone surrogate).
 fn write_string(out: &mut Vec<u8>, value: &str) {
+    // The common case (digests, ids, times): nothing to escape, so the bytes as they are.
+    if value.bytes().all(|byte| byte >= 0x20 && byte != b'"' && byte != b'\\') {
+        out.reserve(value.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(value.as_bytes());
+        out.push(b'"');
+        return;
+    }
     // Writing a string into a Vec cannot fail.
     if serde_json::to_writer(&mut *out, value).is_err() {
         out.extend_from_slice(b"\"\"");

@@ -803,7 +803,7 @@ pub(super) fn fingerprint<'a>(decisions: impl Iterator<Item = &'a PinDecision>) 
 async fn list_upstream(upstream: &Upstream, now_ms: i64) -> Result<Listing, UpstreamError> {
     let info = match upstream.client.info() {
         Some(info) => info,
-        None => upstream.client.connect().await?,
+        None => std::sync::Arc::new(upstream.client.connect().await?),
     };
     let has = |capability: &str| info.capabilities.get(capability).is_some();
     let mut caches = Vec::new();
@@ -819,7 +819,7 @@ async fn list_upstream(upstream: &Upstream, now_ms: i64) -> Result<Listing, Upst
     };
     let ui = read_ui_resources(upstream, &tools).await;
     let cache = caches.into_iter().reduce(ListCache::and).unwrap_or_default();
-    Ok(Listing { info, tools, prompts, resources, templates, ui, cache, listed_at_ms: now_ms })
+    Ok(Listing { info: (*info).clone(), tools, prompts, resources, templates, ui, cache, listed_at_ms: now_ms })
 }
 
 /// One list's items, its caching added to `caches`.

@@ -106,7 +106,7 @@ struct Common<'a> {
     url: &'a url::Url,
     limits: &'a UpstreamLimits,
     health: &'a Health,
-    info: &'a Mutex<Option<UpstreamInfo>>,
+    info: &'a Mutex<Option<Arc<UpstreamInfo>>>,
 }
 
 impl Link {
@@ -152,7 +152,7 @@ pub(crate) struct Inner {
     credential: Arc<UpstreamCredential>,
     transport: Transport,
     next_id: AtomicI64,
-    info: Mutex<Option<UpstreamInfo>>,
+    info: Mutex<Option<Arc<UpstreamInfo>>>,
     health: Health,
     sessions: Sessions,
     tool_headers: Mutex<HashMap<String, Vec<HeaderParam>>>,
@@ -316,10 +316,10 @@ impl UpstreamClient {
     }
 
     /// The connect result, connecting first when there is none.
-    async fn ensure_info(&self) -> Result<UpstreamInfo, UpstreamError> {
+    async fn ensure_info(&self) -> Result<Arc<UpstreamInfo>, UpstreamError> {
         match self.info() {
             Some(info) => Ok(info),
-            None => self.connect().await,
+            None => self.connect().await.map(Arc::new),
         }
     }
 
@@ -360,12 +360,13 @@ impl UpstreamClient {
                 Err(error) => return Err(error),
             },
         };
-        *lock(&inner.info) = Some(info.clone());
+        *lock(&inner.info) = Some(Arc::new(info.clone()));
         Ok(info)
     }
 
-    /// What the last successful [`UpstreamClient::connect`] learned.
-    pub fn info(&self) -> Option<UpstreamInfo> {
+    /// What the last successful [`UpstreamClient::connect`] learned (shared: every relayed call
+    /// reads it).
+    pub fn info(&self) -> Option<Arc<UpstreamInfo>> {
         lock(self.link.common().info).clone()
     }
 

@@ -67,7 +67,7 @@ pub(super) struct StdioLink {
     /// The approved launch digest (`None`: nothing may start).
     approved: Mutex<Option<String>>,
     slots: Mutex<HashMap<String, Arc<Slot>>>,
-    pub(super) info: Mutex<Option<UpstreamInfo>>,
+    pub(super) info: Mutex<Option<Arc<UpstreamInfo>>>,
     pub(super) health: Health,
     changes: Arc<Mutex<Option<mpsc::Sender<Change>>>>,
     /// Notified when a launch was refused because it changed since its approval.
@@ -342,7 +342,7 @@ impl StdioLink {
                 Err(_) => self.legacy_connect(&process).await?,
             },
         };
-        *lock(&self.info) = Some(info.clone());
+        *lock(&self.info) = Some(Arc::new(info.clone()));
         Ok(info)
     }
 
