@@ -364,8 +364,7 @@ impl UpstreamClient {
         Ok(info)
     }
 
-    /// What the last successful [`UpstreamClient::connect`] learned (shared: every relayed call
-    /// reads it).
+    /// What the last successful [`UpstreamClient::connect`] learned (shared by every call).
     pub fn info(&self) -> Option<Arc<UpstreamInfo>> {
         lock(self.link.common().info).clone()
     }
