@@ -240,10 +240,10 @@ impl AuthorityDb {
         for statement in SCHEMA {
             sqlx::query(statement).execute(&pool).await.map_err(storage("schema"))?;
         }
+        // A file database has a file by now (the pool created it); an in-memory one (whose
+        // name is sqlx's own, e.g. `file:sqlx-in-memory-1`) has none and no other connection.
         let filename = pool.connect_options().get_filename().to_owned();
-        let text = filename.to_string_lossy();
-        let in_memory = text.is_empty() || text.contains(":memory:") || text.contains("mode=memory");
-        let probe = if in_memory { None } else { Some(open_probe(&filename)?) };
+        let probe = if filename.is_file() { Some(open_probe(&filename)?) } else { None };
         Ok(Self {
             pool,
             random: std::sync::Arc::new(SystemRandom::new()),
@@ -619,4 +619,50 @@ fn status_from_columns(
 
 fn is_reason_code(reason: &str) -> bool {
     !reason.trim().is_empty() && reason.len() <= 256 && !reason.chars().any(char::is_control)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An in-memory database has no file to probe: it answers through the state version read,
+    /// sees its own changes at the next answer, and leaves no file behind.
+    #[tokio::test]
+    async fn an_in_memory_database_answers_changes_without_a_probe() {
+        let db = AuthorityDb::open("sqlite::memory:").await.unwrap();
+        assert!(db.memory.probe.is_none());
+        let target = TargetDigest { kind: TargetKind::Tool, digest: "ab".repeat(32) };
+        let state = |answers: Vec<Vec<(TargetStatus, Option<String>)>>| {
+            let (status, _) = &answers[0][0];
+            (status.state, status.generation)
+        };
+        let queries = [(std::slice::from_ref(&target), false)];
+        assert_eq!(state(db.answer(&queries, 1_000, 60_000).await.unwrap()), (TargetState::Enable, 1));
+        db.disable(&target, "halt", 2_000).await.unwrap();
+        assert_eq!(state(db.answer(&queries, 3_000, 60_000).await.unwrap()), (TargetState::Disable, 2));
+        let stray = std::fs::read_dir(".")
+            .unwrap()
+            .flatten()
+            .any(|entry| entry.file_name().to_string_lossy().starts_with("file:sqlx-in-memory"));
+        assert!(!stray, "no file was created for an in-memory database");
+    }
+
+    /// A file database gets a probe, and a change by another connection moves it.
+    #[tokio::test]
+    async fn a_file_database_is_probed_and_sees_other_connections_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("authority.db");
+        let db = AuthorityDb::open(path.to_str().unwrap()).await.unwrap();
+        let other = AuthorityDb::open(path.to_str().unwrap()).await.unwrap();
+        assert!(db.memory.probe.is_some());
+        let target = TargetDigest { kind: TargetKind::Tool, digest: "cd".repeat(32) };
+        let queries = [(std::slice::from_ref(&target), false)];
+        let before = db.memory.data_version().unwrap();
+        db.answer(&queries, 1_000, 60_000).await.unwrap();
+        assert_eq!(db.memory.data_version().unwrap(), before, "reading moves nothing");
+        other.disable(&target, "halt", 2_000).await.unwrap();
+        assert_ne!(db.memory.data_version().unwrap(), before, "another connection's commit moves it");
+        let answers = db.answer(&queries, 3_000, 60_000).await.unwrap();
+        assert_eq!((answers[0][0].0.state, answers[0][0].0.generation), (TargetState::Disable, 2));
+    }
 }
