@@ -135,12 +135,6 @@ impl<'a> CanonicalObject<'a> {
         self.out.push(b']');
     }
 
-    /// A member whose value is canonical JSON already (a nested document written the same way).
-    pub fn raw(&mut self, key: &str, canonical: &[u8]) {
-        self.key(key);
-        self.out.extend_from_slice(canonical);
-    }
-
     /// Closes the object.
     pub fn end(self) {
         self.out.push(b'}');
